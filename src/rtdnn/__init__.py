@@ -1,0 +1,35 @@
+"""rtdnn: deep-learning primitives with cuDNN's semantics, generated at run time with Triton."""
+
+from .core import (
+    AllocFailedError,
+    BadParamError,
+    Error,
+    ExecutionFailedError,
+    NotSupportedError,
+)
+from .ops import (
+    conv_backward_bias,
+    conv_backward_data,
+    conv_backward_filter,
+    conv_forward,
+    find_conv_algorithms,
+    get_conv_algorithm,
+)
+from .select import AlgoPerf
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AlgoPerf",
+    "AllocFailedError",
+    "BadParamError",
+    "Error",
+    "ExecutionFailedError",
+    "NotSupportedError",
+    "conv_backward_bias",
+    "conv_backward_data",
+    "conv_backward_filter",
+    "conv_forward",
+    "find_conv_algorithms",
+    "get_conv_algorithm",
+]

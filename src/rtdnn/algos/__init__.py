@@ -1,0 +1,36 @@
+"""Convolution algorithms as plug-ins. To add one, write a ConvAlgorithm and list it here."""
+
+from __future__ import annotations
+
+from ..core import ConvProblem, bad_param
+from .base import ConvAlgorithm, ConvTensors
+from .gemm import Gemm
+from .implicit_gemm import ImplicitGemm, ImplicitGemmSplitK
+
+ALGORITHMS: dict[str, ConvAlgorithm] = {
+    a.name: a for a in (ImplicitGemm(), ImplicitGemmSplitK(), Gemm())
+}
+
+#: The algorithm that needs no workspace and supports every problem.
+NO_WORKSPACE = "IMPLICIT_GEMM"
+
+
+def get_algorithm(name: str) -> ConvAlgorithm:
+    try:
+        return ALGORITHMS[name.upper()]
+    except (KeyError, AttributeError):
+        raise bad_param("algo", name, f"'auto' or one of {sorted(ALGORITHMS)}") from None
+
+
+def supported_algorithms(p: ConvProblem) -> list[ConvAlgorithm]:
+    return [a for a in ALGORITHMS.values() if a.supports(p) is None]
+
+
+__all__ = [
+    "ALGORITHMS",
+    "NO_WORKSPACE",
+    "ConvAlgorithm",
+    "ConvTensors",
+    "get_algorithm",
+    "supported_algorithms",
+]

@@ -1,0 +1,122 @@
+"""GEMM: explicit im2col into a workspace, then the batch-reduce GEMM on plain strided matrices.
+
+    forward          col = im2col(x);  y = col @ w           (per group, reduced over taps)
+    backward-filter  col = im2col(x);  dw[tap] = dy^T @ col[tap]
+    backward-data    dcol = dy @ w  (float32);  dx = col2im(dcol)
+
+The workspace is exactly the column matrix (plus split-K partial sums for backward-filter).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+
+from ..core import ConvProblem, Direction
+from ..kernels import conv_addressing as ca
+from ..kernels import strided
+from ..kernels.im2col import col2im_kernel, im2col_kernel
+from ..kernels.launch import Operand, Output, TileConfig, launch_brgemm
+from ..kernels.strided import StridedGeometry
+from .base import ConvAlgorithm, ConvTensors
+from .geometry import conv_geometry, dot_precision
+from .implicit_gemm import gemm_shape, split_count
+from .tiles import gemm_candidates
+
+
+def _col_sizes(p: ConvProblem) -> tuple[int, int, int, int]:
+    """(groups, output pixels, taps, channels per group) of the column matrix."""
+    g = p.groups
+    return g, p.batch * math.prod(p.out_spatial), math.prod(p.kernel), p.in_channels // g
+
+
+def _col_bytes(p: ConvProblem) -> int:
+    itemsize = 4 if p.direction == Direction.BACKWARD_DATA else p.dtype.itemsize
+    return math.prod(_col_sizes(p)) * itemsize
+
+
+class Gemm(ConvAlgorithm):
+    name = "GEMM"
+
+    def supports(self, p: ConvProblem) -> str | None:
+        return None
+
+    def _splits(self, p: ConvProblem) -> int:
+        return split_count(p) if p.direction == Direction.BACKWARD_FILTER else 1
+
+    def workspace_bytes(self, p: ConvProblem) -> int:
+        col = _col_bytes(p)
+        splits = self._splits(p)
+        if splits == 1:
+            return col
+        rows, cols, _, batches = gemm_shape(p)
+        return _align(col) + batches * splits * rows * cols * 4
+
+    def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
+        g, m, taps, cg = _col_sizes(p)
+        if p.direction == Direction.BACKWARD_DATA:
+            return gemm_candidates(p, m, taps * cg, p.out_channels // g)
+        rows, cols, depth, _ = gemm_shape(p)
+        return gemm_candidates(p, rows, cols, depth)
+
+    def launch(self, p, t: ConvTensors, workspace, alpha, beta, tiles: TileConfig) -> None:
+        geo = conv_geometry(p)
+        g, m, taps, cg = _col_sizes(p)
+        col_dtype = torch.float32 if p.direction == Direction.BACKWARD_DATA else p.dtype
+        col = workspace[: _col_bytes(p)].view(col_dtype)
+        # col[g, m, tap, c], contiguous; as A of the forward GEMM, step i is the tap.
+        col_geo = StridedGeometry(m, cg, 1, m * taps * cg, 0, cg, taps * cg, 1, 0)
+        precision = dot_precision(p)
+
+        if p.direction == Direction.BACKWARD_DATA:
+            dcol = Output(
+                col, strided.strided_c_addr,
+                StridedGeometry(m, taps * cg, 1, m * taps * cg, 0, 0, taps * cg, 1, 0),
+            )  # fmt: skip
+            launch_brgemm(
+                Operand(t.y, ca.dy_rows_a_setup, ca.dy_rows_a_load, geo),
+                Operand(t.w, ca.filter_cols_b_setup, ca.filter_cols_b_load, geo),
+                dcol, m=m, n=taps * cg, steps=triton.cdiv(p.out_channels // g, tiles.block_k),
+                batches=g, tiles=tiles, precision=precision,
+            )  # fmt: skip
+            in_pixels = p.batch * math.prod(p.in_spatial)
+            grid = (triton.cdiv(in_pixels, tiles.block_m), triton.cdiv(cg, tiles.block_n), g)
+            col2im_kernel[grid](
+                col, t.x, geo, col_geo, float(alpha), float(beta), BETA_NONZERO=beta != 0,
+                BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, num_warps=tiles.num_warps,
+            )  # fmt: skip
+            return
+
+        im2col_grid = (triton.cdiv(m, tiles.block_m), taps * triton.cdiv(cg, tiles.block_k), g)
+        im2col_kernel[im2col_grid](
+            t.x, col, geo, col_geo, BLOCK_M=tiles.block_m, BLOCK_K=tiles.block_k,
+            num_warps=tiles.num_warps,
+        )  # fmt: skip
+        if p.direction == Direction.FORWARD:
+            launch_brgemm(
+                Operand(col, strided.strided_a_setup, strided.strided_a_load, col_geo),
+                Operand(t.w, ca.fwd_b_setup, ca.fwd_b_load, geo),
+                Output(t.y, ca.fwd_c_addr, geo),
+                m=m, n=p.out_channels // g, steps=taps * triton.cdiv(cg, tiles.block_k),
+                batches=g, tiles=tiles, alpha=alpha, beta=beta, bias=t.bias,
+                precision=precision,
+            )  # fmt: skip
+            return
+        # Backward-filter: batch entry (group, tap) reads col[group, :, tap, :] as B.
+        col_b = StridedGeometry(m, cg, taps, m * taps * cg, cg, 0, taps * cg, 1, 0)
+        splits = self._splits(p)
+        partials = workspace[_align(_col_bytes(p)) :] if splits > 1 else None
+        launch_brgemm(
+            Operand(t.y, ca.bwd_filter_a_setup, ca.bwd_filter_a_load, geo),
+            Operand(col, strided.strided_b_setup, strided.strided_b_load, col_b),
+            Output(t.w, ca.bwd_filter_c_addr, geo),
+            m=p.out_channels // g, n=cg, steps=triton.cdiv(m, tiles.block_k),
+            batches=g * taps, tiles=tiles, alpha=alpha, beta=beta, precision=precision,
+            splits=splits, workspace=partials,
+        )  # fmt: skip
+
+
+def _align(nbytes: int, to: int = 256) -> int:
+    return (nbytes + to - 1) // to * to

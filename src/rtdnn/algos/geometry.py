@@ -1,0 +1,68 @@
+"""From a validated ConvProblem to the integer tuples the kernels read, and launch choices."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ..core import ConvProblem, TensorDesc
+from ..kernels.conv_addressing import ConvGeometry
+
+
+def _to_3d(values: tuple[int, ...], fill: int) -> tuple[int, ...]:
+    return (fill,) * (3 - len(values)) + tuple(values)
+
+
+def _strides_3d(desc: TensorDesc) -> tuple[int, ...]:
+    return (*desc.strides[:2], *_to_3d(desc.strides[2:], 0))
+
+
+def conv_geometry(p: ConvProblem) -> ConvGeometry:
+    """The problem as 3-D; true convolution reads (or writes) the filter flipped in place."""
+    w = p.w
+    if p.conv.mode == "convolution":
+        w = w.flipped(range(2, w.ndim))
+    g = p.groups
+    return ConvGeometry(
+        n=p.batch,
+        cg=p.in_channels // g,
+        kg=p.out_channels // g,
+        in_size=_to_3d(p.in_spatial, 1),
+        out_size=_to_3d(p.out_spatial, 1),
+        kernel=_to_3d(p.kernel, 1),
+        stride=_to_3d(p.conv.stride, 1),
+        padding=_to_3d(p.conv.padding, 0),
+        dilation=_to_3d(p.conv.dilation, 1),
+        x_strides=_strides_3d(p.x),
+        w_strides=_strides_3d(w),
+        y_strides=_strides_3d(p.y),
+        offsets=(p.x.offset, w.offset, p.y.offset),
+    )
+
+
+def output_geometry(y: TensorDesc) -> ConvGeometry:
+    """A geometry that describes only y (N, K, *S): for per-channel reductions over dy."""
+    n, k = y.shape[:2]
+    ones = (1, 1, 1)
+    return ConvGeometry(
+        n, 1, k, ones, _to_3d(y.shape[2:], 1), ones, ones, (0, 0, 0), ones,
+        (0,) * 5, (0,) * 5, _strides_3d(y), (0, 0, y.offset),
+    )  # fmt: skip
+
+
+def dot_precision(p: ConvProblem) -> str:
+    """tl.dot input precision: TF32 only for float32 data in tf32 math mode."""
+    return "tf32" if p.dtype == torch.float32 and p.conv.math == "tf32" else "ieee"
+
+
+@functools.cache
+def multiprocessor_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def parallel_slots(device: str) -> int:
+    """How many tiles the device runs at once, roughly; fixed on the CPU so tests are stable."""
+    if device == "cuda":
+        return 2 * multiprocessor_count(torch.cuda.current_device())
+    return 8

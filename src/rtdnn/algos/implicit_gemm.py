@@ -1,0 +1,98 @@
+"""IMPLICIT_GEMM: the batch-reduce GEMM reads its operands straight from x, w and dy, with the
+im2col addresses computed in the kernel. No workspace, every direction.
+
+IMPLICIT_GEMM_SPLIT_K: backward-filter only. Its GEMM is small (K/g x C/g per filter tap) and
+its reduction long (every output pixel), so the pixels are split among several programs that
+write float32 partial sums to a workspace, summed afterwards in a fixed order (deterministic).
+"""
+
+from __future__ import annotations
+
+import math
+
+import triton
+
+from ..core import ConvProblem, Direction
+from ..kernels import conv_addressing as ca
+from ..kernels.launch import Operand, Output, TileConfig, launch_brgemm
+from .base import ConvAlgorithm, ConvTensors
+from .geometry import conv_geometry, dot_precision, parallel_slots
+from .tiles import gemm_candidates
+
+
+def gemm_shape(p: ConvProblem) -> tuple[int, int, int, int]:
+    """(rows, cols, reduction chunk length, batch entries) of each direction's GEMM."""
+    g = p.groups
+    cg, kg = p.in_channels // g, p.out_channels // g
+    taps = math.prod(p.kernel)
+    if p.direction == Direction.FORWARD:
+        return p.batch * math.prod(p.out_spatial), kg, cg, g
+    if p.direction == Direction.BACKWARD_DATA:
+        return p.batch * math.prod(p.in_spatial), cg, kg, g
+    return kg, cg, p.batch * math.prod(p.out_spatial), g * taps
+
+
+def split_count(p: ConvProblem) -> int:
+    """Backward-filter splits: enough programs to fill the device, >= 16 steps of 64 each."""
+    rows, cols, pixels, batches = gemm_shape(p)
+    tiles = triton.cdiv(rows, 128) * triton.cdiv(cols, 128) * batches
+    most = max(1, pixels // (16 * 64))
+    return max(1, min(triton.cdiv(parallel_slots(p.device), tiles), most))
+
+
+class ImplicitGemm(ConvAlgorithm):
+    name = "IMPLICIT_GEMM"
+
+    def supports(self, p: ConvProblem) -> str | None:
+        return None
+
+    def splits(self, p: ConvProblem) -> int:
+        return 1
+
+    def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
+        rows, cols, depth, _ = gemm_shape(p)
+        return gemm_candidates(p, rows, cols, depth)
+
+    def launch(self, p, t: ConvTensors, workspace, alpha, beta, tiles: TileConfig) -> None:
+        geo = conv_geometry(p)
+        rows, cols, depth, batches = gemm_shape(p)
+        taps = math.prod(p.kernel)
+        bias = None
+        if p.direction == Direction.FORWARD:
+            a = Operand(t.x, ca.fwd_a_setup, ca.fwd_a_load, geo)
+            b = Operand(t.w, ca.fwd_b_setup, ca.fwd_b_load, geo)
+            c = Output(t.y, ca.fwd_c_addr, geo)
+            steps = taps * triton.cdiv(depth, tiles.block_k)
+            bias = t.bias
+        elif p.direction == Direction.BACKWARD_DATA:
+            a = Operand(t.y, ca.bwd_data_a_setup, ca.bwd_data_a_load, geo)
+            b = Operand(t.w, ca.bwd_data_b_setup, ca.bwd_data_b_load, geo)
+            c = Output(t.x, ca.bwd_data_c_addr, geo)
+            steps = taps * triton.cdiv(depth, tiles.block_k)
+        else:
+            a = Operand(t.y, ca.bwd_filter_a_setup, ca.bwd_filter_a_load, geo)
+            b = Operand(t.x, ca.bwd_filter_b_setup, ca.bwd_filter_b_load, geo)
+            c = Output(t.w, ca.bwd_filter_c_addr, geo)
+            steps = triton.cdiv(depth, tiles.block_k)
+        launch_brgemm(
+            a, b, c, m=rows, n=cols, steps=steps, batches=batches, tiles=tiles,
+            alpha=alpha, beta=beta, bias=bias, precision=dot_precision(p),
+            splits=self.splits(p), workspace=workspace,
+        )  # fmt: skip
+
+
+class ImplicitGemmSplitK(ImplicitGemm):
+    name = "IMPLICIT_GEMM_SPLIT_K"
+
+    def supports(self, p: ConvProblem) -> str | None:
+        if p.direction != Direction.BACKWARD_FILTER:
+            return "split-K is for backward-filter, whose reduction runs over every pixel"
+        return None
+
+    def splits(self, p: ConvProblem) -> int:
+        return split_count(p)
+
+    def workspace_bytes(self, p: ConvProblem) -> int:
+        rows, cols, _, batches = gemm_shape(p)
+        splits = self.splits(p)
+        return 0 if splits == 1 else batches * splits * rows * cols * 4

@@ -1,0 +1,75 @@
+"""Tile shapes: candidates per problem, and the run-time choice among them.
+
+On the GPU the first run of a problem times each candidate once (on scratch output, so the
+caller's `out` is never touched by the trials) and remembers the fastest for the process.
+Set RTDNN_AUTOTUNE=0 to skip the trials and take the first candidate. In the interpreter (CPU)
+one small tile is used: its cost there is per program, not per element.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+
+from ..core import ConvProblem
+from ..kernels.launch import TileConfig
+
+CPU_TILES = TileConfig(32, 32, 16, group_m=1, num_warps=1, num_stages=1)
+
+_chosen: dict[tuple[str, ConvProblem], TileConfig] = {}
+
+
+def gemm_candidates(p: ConvProblem, rows: int, cols: int, depth: int) -> list[TileConfig]:
+    """Tiles for a rows x cols output whose reduction chunks are `depth` long (e.g. C/g)."""
+    if p.device != "cuda":
+        return [CPU_TILES]
+    bk_max = 64 if p.dtype.itemsize == 2 else 32
+    bk = max(16, min(bk_max, triton.next_power_of_2(depth)))
+    shapes = [
+        (128, 128, 8, 3),
+        (128, 64, 4, 4),
+        (64, 128, 4, 4),
+        (128, 256, 8, 3),
+        (256, 128, 8, 3),
+        (64, 64, 4, 4),
+        (64, 32, 4, 4),
+    ]
+    out = []
+    for bm, bn, warps, stages in shapes:
+        # Skip tiles far larger than the output: they only add masked work.
+        if bm > 2 * max(16, rows) or bn > 2 * max(16, cols):
+            continue
+        out.append(TileConfig(bm, bn, bk, 8, warps, stages))
+    return out or [TileConfig(64, 32, bk, 8, 4, 4)]
+
+
+def choose_tiles(algo, p: ConvProblem, tensors, workspace) -> TileConfig:
+    """The tile config to run `algo` on `p` with, timing the candidates on first use."""
+    key = (algo.name, p)
+    if key in _chosen:
+        return _chosen[key]
+    candidates = algo.tile_candidates(p)
+    best = candidates[0]
+    if p.device == "cuda" and len(candidates) > 1 and os.environ.get("RTDNN_AUTOTUNE") != "0":
+        written = tensors.written(p.direction)
+        scratch = torch.empty_strided(
+            written.shape, written.stride(), dtype=written.dtype, device=written.device
+        )
+        trial = tensors.with_written(p.direction, scratch)
+        best_ms = float("inf")
+        for tiles in candidates:
+            try:
+                ms = triton.testing.do_bench(
+                    lambda tiles=tiles: algo.launch(p, trial, workspace, 1.0, 0.0, tiles),
+                    warmup=5,
+                    rep=20,
+                    return_mode="median",
+                )
+            except triton.runtime.errors.OutOfResources:
+                continue
+            if ms < best_ms:
+                best, best_ms = tiles, ms
+    _chosen[key] = best
+    return best

@@ -1,0 +1,148 @@
+"""Tensor descriptors, dtypes, math modes and the checks every primitive shares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .errors import BadParamError, NotSupportedError, bad_param
+
+#: Storage dtypes every primitive accepts; arithmetic inside kernels is float32.
+SUPPORTED_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
+
+#: Element offsets are computed in 32-bit integers inside the kernels.
+MAX_ELEMENTS = 2**31 - 1
+
+MATH_MODES = ("fp32", "tf32")
+
+
+def default_math_mode() -> str:
+    """The math mode used when a caller gives none: PyTorch's cuDNN TF32 switch decides."""
+    return "tf32" if torch.backends.cudnn.allow_tf32 else "fp32"
+
+
+def resolve_math_mode(math: str | None) -> str:
+    if math is None:
+        return default_math_mode()
+    if math not in MATH_MODES:
+        raise bad_param("math", math, f"one of {MATH_MODES} or None")
+    return math
+
+
+@dataclass(frozen=True)
+class TensorDesc:
+    """Shape, strides (in elements, may be negative) and dtype of one tensor.
+
+    `offset` is the element offset of logical index (0, ..., 0) from the data pointer; it is
+    non-zero only for views rtdnn builds itself, such as a weight flipped for true convolution.
+    """
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: torch.dtype
+    offset: int = 0
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> TensorDesc:
+        return cls(tuple(t.shape), tuple(t.stride()), t.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def flipped(self, dims: Sequence[int]) -> TensorDesc:
+        """The same memory read with the given dims reversed (negative strides)."""
+        strides = list(self.strides)
+        offset = self.offset
+        for d in dims:
+            offset += (self.shape[d] - 1) * strides[d]
+            strides[d] = -strides[d]
+        return TensorDesc(self.shape, tuple(strides), self.dtype, offset)
+
+
+def check_tensor(
+    name: str,
+    t: object,
+    *,
+    ndim: int | tuple[int, ...] | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | None = None,
+) -> torch.Tensor:
+    """Validate one tensor argument and return it; raise BadParamError naming `name`."""
+    if not isinstance(t, torch.Tensor):
+        raise bad_param(name, type(t).__name__, "a torch.Tensor")
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise bad_param(f"{name}.dtype", t.dtype, "one of float32, float16, bfloat16")
+    if dtype is not None and t.dtype != dtype:
+        raise bad_param(f"{name}.dtype", t.dtype, f"{dtype} (the dtype of the other operands)")
+    if device is not None and t.device != device:
+        raise bad_param(f"{name}.device", t.device, f"{device} (the device of the other operands)")
+    if t.device.type not in ("cpu", "cuda"):
+        raise bad_param(f"{name}.device", t.device, "a CUDA device, or the CPU (interpreter)")
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else ndim
+        if t.dim() not in allowed:
+            raise bad_param(f"{name}.dim()", t.dim(), f"one of {allowed}")
+    if t.numel() > MAX_ELEMENTS:
+        raise NotSupportedError(
+            f"{name} has {t.numel()} elements: tensors above 2**31 - 1 elements are not supported"
+        )
+    if t.numel() == 0:
+        raise bad_param(f"{name}.shape", tuple(t.shape), "no zero-sized dimension")
+    return t
+
+
+def check_scaling(alpha: float, beta: float, out: torch.Tensor | None) -> None:
+    """cuDNN's output scaling: out = alpha * op + beta * out. beta != 0 needs `out`."""
+    for name, v in (("alpha", alpha), ("beta", beta)):
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise bad_param(name, v, "a real number")
+    if beta != 0 and out is None:
+        raise bad_param("beta", beta, "0 unless `out` is given (beta scales out's prior value)")
+
+
+def check_out(out: torch.Tensor, shape: Sequence[int], like: torch.Tensor) -> None:
+    """`out` must have the op's result shape, dtype and device."""
+    check_tensor("out", out, dtype=like.dtype, device=like.device)
+    if tuple(out.shape) != tuple(shape):
+        raise bad_param("out.shape", tuple(out.shape), f"{tuple(shape)}")
+    if _overlaps_itself(out):
+        raise BadParamError("out has overlapping elements (a broadcast view): it cannot be written")
+
+
+def _overlaps_itself(t: torch.Tensor) -> bool:
+    dims = sorted((abs(st), sz) for st, sz in zip(t.stride(), t.shape) if sz > 1)
+    extent = 1
+    for stride, size in dims:
+        if stride < extent:
+            return True
+        extent = stride * size
+    return False
+
+
+def empty_like_layout(shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+    """A new tensor of `shape` whose dims are laid out in memory in `like`'s order.
+
+    This is how outputs keep the input's memory format: channels-last in, channels-last out.
+    """
+    n = len(shape)
+    order = [0, *range(2, n), 1] if channels_last(like) else list(range(n))
+    physical = torch.empty([shape[d] for d in order], dtype=like.dtype, device=like.device)
+    inverse = [order.index(d) for d in range(len(order))]
+    return physical.permute(inverse)
+
+
+def channels_last(t: torch.Tensor) -> bool:
+    """True if the channel dim (dim 1) is the innermost in memory."""
+    if t.dim() < 3 or t.shape[1] == 1:
+        return False
+    return t.stride(1) == 1 and all(t.stride(d) >= t.shape[1] for d in range(2, t.dim()))

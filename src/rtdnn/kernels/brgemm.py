@@ -1,0 +1,184 @@
+"""The building block: a batch-reduce GEMM with pluggable operand addressing and epilogue.
+
+    C[b] = act(alpha * sum_t A[b, t] @ B[b, t] + bias + beta * C[b])
+
+Each program computes one BLOCK_M x BLOCK_N tile of C for one batch entry `b`. The reduction
+runs over "steps" t; what a step is (a filter tap and a chunk of channels, a chunk of pixels, a
+chunk of a plain K dimension) is decided by the addressing functions, which are `@triton.jit`
+functions passed in as compile-time arguments:
+
+    A_SETUP(a_geo, b, offs_m)                   -> per-row state, computed once
+    A_LOAD(A, a_geo, state, b, t, offs_k, BK)   -> the [BLOCK_M, BLOCK_K] tile of step t
+    B_SETUP(b_geo, b, offs_n)                   -> per-column state
+    B_LOAD(B, b_geo, state, b, t, offs_k, BK)   -> the [BLOCK_K, BLOCK_N] tile of step t
+    C_ADDR(c_geo, b, offs_m, offs_n)            -> (element offsets, mask, channel of each column)
+
+`*_geo` are tuples of integers (sizes and strides) that only the addressing functions read.
+Convolution in every direction, explicit-GEMM convolution and linear layers are all this one
+kernel with different addressing (see `conv_addressing.py` and `strided.py`).
+
+Split-K: with SPLITS > 1 the steps of each tile are divided among SPLITS programs which write
+float32 partial tiles to a workspace; `brgemm_reduce_kernel` sums them in a fixed order
+(deterministic) and applies the same epilogue.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def identity(x):
+    return x
+
+
+@triton.jit
+def relu(x):
+    return tl.maximum(x, 0.0)
+
+
+@triton.jit
+def epilogue(
+    C,
+    offs,
+    mask,
+    acc,
+    alpha,
+    beta,
+    BIAS,
+    chan,
+    chan_mask,
+    HAS_BIAS: tl.constexpr,
+    BETA_NONZERO: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+):
+    """Scale, add bias and the prior output, apply the activation, cast and store."""
+    out = acc * alpha
+    if HAS_BIAS:
+        bias = tl.load(BIAS + chan, mask=chan_mask, other=0.0).to(tl.float32)
+        out += bias[None, :]
+    if BETA_NONZERO:
+        # Read C only when beta != 0: an unset output may hold NaN, and 0 * NaN is NaN.
+        out += beta * tl.load(C + offs, mask=mask, other=0.0).to(tl.float32)
+    out = ACTIVATION(out)
+    tl.store(C + offs, out.to(C.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def tile_coords(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Grouped ordering of tiles so that neighbouring programs share rows of A in L2."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def brgemm_kernel(
+    A,
+    B,
+    C,
+    BIAS,
+    WS,
+    a_geo,
+    b_geo,
+    c_geo,
+    M,
+    N,
+    STEPS,
+    steps_per_split,
+    alpha,
+    beta,
+    A_SETUP: tl.constexpr,
+    A_LOAD: tl.constexpr,
+    B_SETUP: tl.constexpr,
+    B_LOAD: tl.constexpr,
+    C_ADDR: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BETA_NONZERO: tl.constexpr,
+    SPLITS: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    pid_m, pid_n = tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    pid_z = tl.program_id(1)
+    batch = pid_z // SPLITS
+    split = pid_z % SPLITS
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_state = A_SETUP(a_geo, batch, offs_m)
+    b_state = B_SETUP(b_geo, batch, offs_n)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    t_begin = split * steps_per_split
+    t_end = tl.minimum(t_begin + steps_per_split, STEPS)
+    for t in range(t_begin, t_end):
+        a = A_LOAD(A, a_geo, a_state, batch, t, offs_k, BLOCK_K)
+        b = B_LOAD(B, b_geo, b_state, batch, t, offs_k, BLOCK_K)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+
+    if SPLITS == 1:
+        offs, mask, chan = C_ADDR(c_geo, batch, offs_m, offs_n)
+        epilogue(
+            C,
+            offs,
+            mask,
+            acc,
+            alpha,
+            beta,
+            BIAS,
+            chan,
+            offs_n < N,
+            HAS_BIAS,
+            BETA_NONZERO,
+            ACTIVATION,
+        )
+    else:
+        # Partial sums: WS is float32 [batches * SPLITS, M, N], row-major.
+        ws = WS + pid_z.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(ws, acc, mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
+
+
+@triton.jit
+def brgemm_reduce_kernel(
+    C,
+    BIAS,
+    WS,
+    c_geo,
+    M,
+    N,
+    alpha,
+    beta,
+    C_ADDR: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BETA_NONZERO: tl.constexpr,
+    SPLITS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Sum the SPLITS partial tiles of one batch entry in order, then run the epilogue."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    batch = tl.program_id(2)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    ws = WS + batch.to(tl.int64) * SPLITS * M * N + offs_m[:, None] * N + offs_n[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for s in range(SPLITS):
+        acc += tl.load(ws + s * M * N, mask=inside, other=0.0)
+    offs, mask, chan = C_ADDR(c_geo, batch, offs_m, offs_n)
+    epilogue(
+        C, offs, mask, acc, alpha, beta, BIAS, chan, offs_n < N, HAS_BIAS, BETA_NONZERO, ACTIVATION
+    )

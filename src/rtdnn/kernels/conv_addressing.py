@@ -1,0 +1,313 @@
+"""Operand addressing that turns the batch-reduce GEMM into a convolution.
+
+Every convolution is handled as 3-D: 1-D and 2-D problems get leading spatial dims of size 1,
+which Triton specializes away at compile time. Notation (per group of `groups`):
+
+    x  (N, C, D, H, W)      input          xs_* its strides
+    w  (K, C/g, RD, RH, RW) filter         ws_*
+    y  (N, K, OD, OH, OW)   output         ys_*
+    od = (id + pad - r * dil) / stride     the output pixel a filter tap r links to input id
+
+The GEMM that each direction runs:
+
+    forward          rows: output pixels (n, o)   cols: k in group   steps: (tap, chunk of c)
+    backward-data    rows: input pixels (n, i)    cols: c in group   steps: (tap, chunk of k)
+    backward-filter  rows: k in group             cols: c in group   steps: chunks of pixels,
+                     one batch entry per (group, tap)
+
+A negative stride in a geometry is fine: true convolution reads the filter through a flipped
+view (base offset at the far end, strides negated) instead of copying it.
+"""
+
+from typing import NamedTuple
+
+import triton
+import triton.language as tl
+
+from .strided import reduce_step
+
+
+class ConvGeometry(NamedTuple):
+    """Everything the addressing functions need, as a tuple of ints the kernel can take."""
+
+    n: int
+    cg: int  # input channels per group
+    kg: int  # output channels per group
+    in_size: tuple  # (D, H, W)
+    out_size: tuple  # (OD, OH, OW)
+    kernel: tuple  # (RD, RH, RW)
+    stride: tuple
+    padding: tuple
+    dilation: tuple
+    x_strides: tuple  # (n, c, d, h, w)
+    w_strides: tuple  # (k, c, d, h, w)
+    y_strides: tuple  # (n, k, d, h, w)
+    offsets: tuple  # element offset of index 0 in x, w, y
+
+
+# -- index helpers -------------------------------------------------------------------------
+
+
+@triton.jit
+def split_pixel(m, size):
+    """Flat pixel index m over (N, D, H, W) -> (n, d, h, w)."""
+    sd, sh, sw = size
+    w = m % sw
+    t = m // sw
+    h = t % sh
+    t = t // sh
+    d = t % sd
+    n = t // sd
+    return n, d, h, w
+
+
+@triton.jit
+def split_tap(tap, kernel):
+    """Flat filter tap index -> (rd, rh, rw)."""
+    kd, kh, kw = kernel
+    rw = tap % kw
+    t = tap // kw
+    rh = t % kh
+    rd = t // kh
+    return rd, rh, rw
+
+
+@triton.jit
+def num_pixels(geo, size):
+    sd, sh, sw = size
+    return geo.n * sd * sh * sw
+
+
+@triton.jit
+def num_taps(geo):
+    kd, kh, kw = geo.kernel
+    return kd * kh * kw
+
+
+@triton.jit
+def input_offset(id, ih, iw, in_size, strides):
+    """Offset of input pixel (id, ih, iw) and whether it lies inside the image (not padding)."""
+    D, H, W = in_size
+    xs_n, xs_c, xs_d, xs_h, xs_w = strides
+    inside = (id >= 0) & (id < D) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+    return id * xs_d + ih * xs_h + iw * xs_w, inside
+
+
+@triton.jit
+def tap_offset(tap, geo):
+    rd, rh, rw = split_tap(tap, geo.kernel)
+    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
+    return rd * ws_d + rh * ws_h + rw * ws_w
+
+
+@triton.jit
+def linked_output(i_padded, r, dil, stride, size):
+    """The output index linked to padded input index i through tap r, and whether it exists."""
+    t = i_padded - r * dil
+    o = t // stride
+    ok = (t >= 0) & (o * stride == t) & (o < size)
+    return o, ok
+
+
+# -- forward -------------------------------------------------------------------------------
+
+
+@triton.jit
+def fwd_a_setup(geo, group, offs_m):
+    n, od, oh, ow = split_pixel(offs_m, geo.out_size)
+    sd, sh, sw = geo.stride
+    pd, ph, pw = geo.padding
+    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
+    base = geo.offsets[0] + n * xs_n + group * geo.cg * xs_c
+    rows_ok = offs_m < num_pixels(geo, geo.out_size)
+    return base, od * sd - pd, oh * sh - ph, ow * sw - pw, rows_ok
+
+
+@triton.jit
+def fwd_a_load(X, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
+    """Implicit im2col: the input pixels under filter tap `tap`, channels c."""
+    base, id0, ih0, iw0, rows_ok = state
+    tap, c = reduce_step(t, geo.cg, offs_k, BLOCK_K)
+    rd, rh, rw = split_tap(tap, geo.kernel)
+    dd, dh, dw = geo.dilation
+    pix, inside = input_offset(
+        id0 + rd * dd, ih0 + rh * dh, iw0 + rw * dw, geo.in_size, geo.x_strides
+    )
+    ptrs = X + (base + pix)[:, None] + c[None, :] * geo.x_strides[1]
+    mask = (rows_ok & inside)[:, None] & (c < geo.cg)[None, :]
+    return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
+def fwd_b_setup(geo, group, offs_n):
+    base = geo.offsets[1] + (group * geo.kg + offs_n) * geo.w_strides[0]
+    return base, offs_n < geo.kg
+
+
+@triton.jit
+def fwd_b_load(Wt, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
+    """Filter slice w[k, c, tap] as a [c, k] tile."""
+    base, cols_ok = state
+    tap, c = reduce_step(t, geo.cg, offs_k, BLOCK_K)
+    ptrs = Wt + tap_offset(tap, geo) + base[None, :] + c[:, None] * geo.w_strides[1]
+    return tl.load(ptrs, mask=(c < geo.cg)[:, None] & cols_ok[None, :], other=0.0)
+
+
+@triton.jit
+def fwd_c_addr(geo, group, offs_m, offs_n):
+    n, od, oh, ow = split_pixel(offs_m, geo.out_size)
+    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    rows = geo.offsets[2] + n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
+    chan = group * geo.kg + offs_n
+    mask = (offs_m < num_pixels(geo, geo.out_size))[:, None] & (offs_n < geo.kg)[None, :]
+    return rows[:, None] + (chan * ys_k)[None, :], mask, chan
+
+
+# -- backward-data -------------------------------------------------------------------------
+
+
+@triton.jit
+def bwd_data_a_setup(geo, group, offs_m):
+    n, id, ih, iw = split_pixel(offs_m, geo.in_size)
+    pd, ph, pw = geo.padding
+    base = geo.offsets[2] + n * geo.y_strides[0] + group * geo.kg * geo.y_strides[1]
+    rows_ok = offs_m < num_pixels(geo, geo.in_size)
+    return base, id + pd, ih + ph, iw + pw, rows_ok
+
+
+@triton.jit
+def bwd_data_a_load(DY, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
+    """dy at the output pixels that input pixel i feeds through tap `tap` (zero if none)."""
+    base, idp, ihp, iwp, rows_ok = state
+    tap, k = reduce_step(t, geo.kg, offs_k, BLOCK_K)
+    rd, rh, rw = split_tap(tap, geo.kernel)
+    sd, sh, sw = geo.stride
+    dd, dh, dw = geo.dilation
+    OD, OH, OW = geo.out_size
+    od, ok_d = linked_output(idp, rd, dd, sd, OD)
+    oh, ok_h = linked_output(ihp, rh, dh, sh, OH)
+    ow, ok_w = linked_output(iwp, rw, dw, sw, OW)
+    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    pix = od * ys_d + oh * ys_h + ow * ys_w
+    ptrs = DY + (base + pix)[:, None] + k[None, :] * ys_k
+    mask = (rows_ok & ok_d & ok_h & ok_w)[:, None] & (k < geo.kg)[None, :]
+    return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
+def bwd_data_b_setup(geo, group, offs_n):
+    ws_k = geo.w_strides[0]
+    base = geo.offsets[1] + group * geo.kg * ws_k + offs_n * geo.w_strides[1]
+    return base, offs_n < geo.cg
+
+
+@triton.jit
+def bwd_data_b_load(Wt, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
+    """Filter slice w[k, c, tap] as a [k, c] tile."""
+    base, cols_ok = state
+    tap, k = reduce_step(t, geo.kg, offs_k, BLOCK_K)
+    ptrs = Wt + tap_offset(tap, geo) + base[None, :] + k[:, None] * geo.w_strides[0]
+    return tl.load(ptrs, mask=(k < geo.kg)[:, None] & cols_ok[None, :], other=0.0)
+
+
+@triton.jit
+def bwd_data_c_addr(geo, group, offs_m, offs_n):
+    n, id, ih, iw = split_pixel(offs_m, geo.in_size)
+    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
+    rows = geo.offsets[0] + n * xs_n + id * xs_d + ih * xs_h + iw * xs_w
+    chan = group * geo.cg + offs_n
+    mask = (offs_m < num_pixels(geo, geo.in_size))[:, None] & (offs_n < geo.cg)[None, :]
+    return rows[:, None] + (chan * xs_c)[None, :], mask, chan
+
+
+# -- backward-filter: batch entry b = group * taps + tap -----------------------------------
+
+
+@triton.jit
+def bwd_filter_a_setup(geo, batch, offs_m):
+    group = batch // num_taps(geo)
+    base = geo.offsets[2] + (group * geo.kg + offs_m) * geo.y_strides[1]
+    return base, offs_m < geo.kg
+
+
+@triton.jit
+def bwd_filter_a_load(DY, geo, state, batch, t, offs_k, BLOCK_K: tl.constexpr):
+    """dy transposed: a [k, pixel] tile over output pixels t*BK ... t*BK + BK."""
+    base, rows_ok = state
+    j = t * BLOCK_K + offs_k
+    n, od, oh, ow = split_pixel(j, geo.out_size)
+    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    pix = n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
+    mask = rows_ok[:, None] & (j < num_pixels(geo, geo.out_size))[None, :]
+    return tl.load(DY + base[:, None] + pix[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def bwd_filter_b_setup(geo, batch, offs_n):
+    taps = num_taps(geo)
+    group = batch // taps
+    rd, rh, rw = split_tap(batch - group * taps, geo.kernel)
+    dd, dh, dw = geo.dilation
+    pd, ph, pw = geo.padding
+    base = geo.offsets[0] + (group * geo.cg + offs_n) * geo.x_strides[1]
+    return base, offs_n < geo.cg, rd * dd - pd, rh * dh - ph, rw * dw - pw
+
+
+@triton.jit
+def bwd_filter_b_load(X, geo, state, batch, t, offs_k, BLOCK_K: tl.constexpr):
+    """Input pixels under this tap for output pixels t*BK ...: a [pixel, c] tile."""
+    base, cols_ok, shift_d, shift_h, shift_w = state
+    j = t * BLOCK_K + offs_k
+    n, od, oh, ow = split_pixel(j, geo.out_size)
+    sd, sh, sw = geo.stride
+    pix, inside = input_offset(
+        od * sd + shift_d, oh * sh + shift_h, ow * sw + shift_w, geo.in_size, geo.x_strides
+    )
+    rows_ok = inside & (j < num_pixels(geo, geo.out_size))
+    ptrs = X + (n * geo.x_strides[0] + pix)[:, None] + base[None, :]
+    return tl.load(ptrs, mask=rows_ok[:, None] & cols_ok[None, :], other=0.0)
+
+
+@triton.jit
+def bwd_filter_c_addr(geo, batch, offs_m, offs_n):
+    taps = num_taps(geo)
+    group = batch // taps
+    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
+    rows = geo.offsets[1] + (group * geo.kg + offs_m) * ws_k + tap_offset(batch - group * taps, geo)
+    mask = (offs_m < geo.kg)[:, None] & (offs_n < geo.cg)[None, :]
+    return rows[:, None] + (offs_n * ws_c)[None, :], mask, offs_n
+
+
+# -- explicit-GEMM backward-data: dcol[g, (n, o), (tap, c)] = dy[n, g, :, o] @ w[g, :, c, tap] --
+
+
+@triton.jit
+def dy_rows_a_setup(geo, group, offs_m):
+    n, od, oh, ow = split_pixel(offs_m, geo.out_size)
+    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    base = geo.offsets[2] + n * ys_n + od * ys_d + oh * ys_h + ow * ys_w + group * geo.kg * ys_k
+    return base, offs_m < num_pixels(geo, geo.out_size)
+
+
+@triton.jit
+def dy_rows_a_load(DY, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
+    base, rows_ok = state
+    k = t * BLOCK_K + offs_k
+    ptrs = DY + base[:, None] + k[None, :] * geo.y_strides[1]
+    return tl.load(ptrs, mask=rows_ok[:, None] & (k < geo.kg)[None, :], other=0.0)
+
+
+@triton.jit
+def filter_cols_b_setup(geo, group, offs_n):
+    tap = offs_n // geo.cg
+    c = offs_n - tap * geo.cg
+    base = geo.offsets[1] + group * geo.kg * geo.w_strides[0] + c * geo.w_strides[1]
+    return base + tap_offset(tap, geo), offs_n < num_taps(geo) * geo.cg
+
+
+@triton.jit
+def filter_cols_b_load(Wt, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
+    base, cols_ok = state
+    k = t * BLOCK_K + offs_k
+    ptrs = Wt + base[None, :] + k[:, None] * geo.w_strides[0]
+    return tl.load(ptrs, mask=(k < geo.kg)[:, None] & cols_ok[None, :], other=0.0)

@@ -1,0 +1,80 @@
+"""Explicit im2col and col2im for the GEMM convolution algorithm.
+
+The column matrix of group g is col[g, m, tap, c]: row m is an output pixel (n, o), and the
+entry is the input pixel that filter tap `tap` of output pixel m reads (zero in the padding).
+im2col reuses the forward addressing of the implicit GEMM; col2im is its adjoint, a gather, so
+each input pixel is summed by one program in a fixed order (deterministic, no atomics).
+"""
+
+import triton
+import triton.language as tl
+
+from .brgemm import epilogue, identity
+from .conv_addressing import (
+    bwd_data_a_setup,
+    bwd_data_c_addr,
+    fwd_a_load,
+    fwd_a_setup,
+    linked_output,
+    num_taps,
+    split_pixel,
+    split_tap,
+)
+from .strided import batch_base, reduce_step
+
+
+@triton.jit
+def im2col_kernel(X, COL, geo, col_geo, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Grid: (row tiles, taps * channel chunks, groups)."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    t = tl.program_id(1)
+    group = tl.program_id(2)
+    offs_k = tl.arange(0, BLOCK_K)
+    state = fwd_a_setup(geo, group, offs_m)
+    tile = fwd_a_load(X, geo, state, group, t, offs_k, BLOCK_K)
+    tap, c = reduce_step(t, geo.cg, offs_k, BLOCK_K)
+    rows = batch_base(col_geo, group) + offs_m * col_geo.s_row + tap * col_geo.s_i
+    mask = (offs_m < col_geo.rows)[:, None] & (c < geo.cg)[None, :]
+    tl.store(COL + rows[:, None] + c[None, :] * col_geo.s_col, tile, mask=mask)
+
+
+@triton.jit
+def col2im_kernel(
+    COL,
+    DX,
+    geo,
+    col_geo,
+    alpha,
+    beta,
+    BETA_NONZERO: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """dx[n, c, i] = alpha * sum over taps of col[(n, o), tap, c] for o linked to i, + beta*dx.
+
+    Grid: (input-pixel tiles, channel tiles, groups).
+    """
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    group = tl.program_id(2)
+    _, idp, ihp, iwp, rows_ok = bwd_data_a_setup(geo, group, offs_m)
+    n, _, _, _ = split_pixel(offs_m, geo.in_size)
+    sd, sh, sw = geo.stride
+    dd, dh, dw = geo.dilation
+    OD, OH, OW = geo.out_size
+    base = batch_base(col_geo, group)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for tap in range(num_taps(geo)):
+        rd, rh, rw = split_tap(tap, geo.kernel)
+        od, ok_d = linked_output(idp, rd, dd, sd, OD)
+        oh, ok_h = linked_output(ihp, rh, dh, sh, OH)
+        ow, ok_w = linked_output(iwp, rw, dw, sw, OW)
+        m_out = ((n * OD + od) * OH + oh) * OW + ow
+        rows = base + m_out * col_geo.s_row + tap * col_geo.s_i
+        ptrs = COL + rows[:, None] + (offs_n * col_geo.s_col)[None, :]
+        ok = (rows_ok & ok_d & ok_h & ok_w)[:, None] & (offs_n < geo.cg)[None, :]
+        acc += tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)
+    offs, mask, chan = bwd_data_c_addr(geo, group, offs_m, offs_n)
+    epilogue(
+        DX, offs, mask, acc, alpha, beta, DX, chan, offs_n < geo.cg, False, BETA_NONZERO, identity
+    )

@@ -1,0 +1,117 @@
+"""Algorithm selection: by heuristic with a preference (Get) or by running them all (Find)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from ..algos import ALGORITHMS, NO_WORKSPACE, ConvAlgorithm, ConvTensors, get_algorithm
+from ..algos.implicit_gemm import split_count
+from ..core import ConvProblem, Direction, NotSupportedError, allocate_workspace, bad_param
+
+PREFERENCES = ("fastest", "no_workspace")
+
+# Times measured by find, per problem: get() prefers them over the heuristic.
+_measured: dict[ConvProblem, list[AlgoPerf]] = {}
+
+
+@dataclass(frozen=True)
+class AlgoPerf:
+    """One algorithm's result for one problem, as cuDNN's Find returns it."""
+
+    algo: str
+    time_ms: float
+    workspace_bytes: int
+    deterministic: bool
+    status: str = "ok"
+
+
+def _check_limit(workspace_limit: int | None) -> None:
+    if workspace_limit is not None and (
+        not isinstance(workspace_limit, int) or workspace_limit < 0
+    ):
+        raise bad_param("workspace_limit", workspace_limit, "None or an int >= 0 (bytes)")
+
+
+def _heuristic_order(p: ConvProblem) -> list[str]:
+    """Algorithms from the likely fastest down, without running anything."""
+    if p.direction == Direction.BACKWARD_FILTER and split_count(p) > 1:
+        return ["IMPLICIT_GEMM_SPLIT_K", "IMPLICIT_GEMM", "GEMM"]
+    return ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K", "GEMM"]
+
+
+def choose(
+    p: ConvProblem, preference: str = "fastest", workspace_limit: int | None = None
+) -> ConvAlgorithm:
+    """The algorithm to run `p` with, under the preference and the workspace limit (bytes)."""
+    if preference not in PREFERENCES:
+        raise bad_param("preference", preference, f"one of {PREFERENCES}")
+    _check_limit(workspace_limit)
+    if preference == "no_workspace":
+        workspace_limit = 0
+
+    def fits(a: ConvAlgorithm) -> bool:
+        return a.supports(p) is None and (
+            workspace_limit is None or a.workspace_bytes(p) <= workspace_limit
+        )
+
+    measured = [r.algo for r in _measured.get(p, []) if r.status == "ok"]
+    for name in measured + _heuristic_order(p):
+        if fits(ALGORITHMS[name]):
+            return ALGORITHMS[name]
+    return ALGORITHMS[NO_WORKSPACE]
+
+
+def resolve(p: ConvProblem, algo: str, workspace_limit: int | None) -> ConvAlgorithm:
+    """`algo` ("auto" or a name) checked against `p` and the workspace limit."""
+    if algo == "auto":
+        return choose(p, "fastest", workspace_limit)
+    _check_limit(workspace_limit)
+    a = get_algorithm(algo)
+    reason = a.supports(p)
+    if reason is not None:
+        raise NotSupportedError(f"algo={algo!r} is not supported for this problem: {reason}")
+    need = a.workspace_bytes(p)
+    if workspace_limit is not None and need > workspace_limit:
+        raise bad_param(
+            "workspace_limit", workspace_limit, f">= {need} bytes, what algo={algo!r} needs"
+        )
+    return a
+
+
+def _time_ms(fn, device: str) -> float:
+    if device == "cuda":
+        return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+    fn()  # the interpreter has nothing to warm up beyond this
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def find(p: ConvProblem, tensors: ConvTensors) -> list[AlgoPerf]:
+    """Run every supported algorithm on `tensors` (scratch data of p's shapes), fastest first.
+
+    The written tensor is overwritten. Results are remembered for `choose`.
+    """
+    results = []
+    for a in ALGORITHMS.values():
+        reason = a.supports(p)
+        if reason is not None:
+            continue
+        need = a.workspace_bytes(p)
+        try:
+            ws = allocate_workspace(need, torch.device(tensors.x.device))
+            ms = _time_ms(lambda a=a, ws=ws: a.run(p, tensors, ws), p.device)
+            results.append(AlgoPerf(a.name, ms, need, a.deterministic(p)))
+        except Exception as e:  # one failing algorithm must not hide the others
+            results.append(AlgoPerf(a.name, math.inf, need, a.deterministic(p), f"failed: {e}"))
+    results.sort(key=lambda r: r.time_ms)
+    _measured[p] = results
+    return results
+
+
+__all__ = ["PREFERENCES", "AlgoPerf", "choose", "find", "resolve"]
