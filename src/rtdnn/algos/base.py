@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -32,10 +33,16 @@ class ConvTensors:
         return ConvTensors(self.x, t, self.y, self.bias)
 
 
+Runner = Callable[[ConvTensors, "torch.Tensor | None", float, float], None]
+
+
 class ConvAlgorithm:
     """One way to compute a convolution. Subclasses set `name` and implement the methods."""
 
     name: str = ""
+
+    def __init__(self) -> None:
+        self._runners: dict[ConvProblem, Runner] = {}
 
     def supports(self, p: ConvProblem) -> str | None:
         """None if this algorithm can run `p`, else the reason it cannot."""
@@ -53,16 +60,9 @@ class ConvAlgorithm:
         """Tile shapes worth timing for `p` (the first is the default)."""
         raise NotImplementedError
 
-    def launch(
-        self,
-        p: ConvProblem,
-        t: ConvTensors,
-        workspace: torch.Tensor | None,
-        alpha: float,
-        beta: float,
-        tiles: TileConfig,
-    ) -> None:
-        """Run the kernels with the given tiles. Inputs are already validated."""
+    def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
+        """Build the launches for `p` with these tiles; the result runs (tensors, workspace,
+        alpha, beta). Inputs are already validated."""
         raise NotImplementedError
 
     def run(
@@ -73,8 +73,12 @@ class ConvAlgorithm:
         alpha: float = 1.0,
         beta: float = 0.0,
     ) -> None:
-        """Compute the direction's output with the tile shape chosen for `p`."""
-        self.launch(p, t, workspace, alpha, beta, choose_tiles(self, p, t, workspace))
+        """Compute the direction's output, with the tile shape chosen for `p` on first use."""
+        runner = self._runners.get(p)
+        if runner is None:
+            tiles = choose_tiles(self, p, t, workspace)
+            runner = self._runners[p] = self.prepare(p, tiles)
+        runner(t, workspace, alpha, beta)
 
     def __repr__(self) -> str:
         return self.name

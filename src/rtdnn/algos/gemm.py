@@ -18,9 +18,9 @@ from ..core import ConvProblem, Direction
 from ..kernels import conv_addressing as ca
 from ..kernels import strided
 from ..kernels.im2col import col2im_kernel, im2col_kernel
-from ..kernels.launch import Operand, Output, TileConfig, launch_brgemm
+from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
 from ..kernels.strided import StridedGeometry
-from .base import ConvAlgorithm, ConvTensors
+from .base import ConvAlgorithm, ConvTensors, Runner
 from .geometry import conv_geometry, dot_precision
 from .implicit_gemm import gemm_shape, split_count
 from .tiles import gemm_candidates
@@ -35,6 +35,10 @@ def _col_sizes(p: ConvProblem) -> tuple[int, int, int, int]:
 def _col_bytes(p: ConvProblem) -> int:
     itemsize = 4 if p.direction == Direction.BACKWARD_DATA else p.dtype.itemsize
     return math.prod(_col_sizes(p)) * itemsize
+
+
+def _align(nbytes: int, to: int = 256) -> int:
+    return (nbytes + to - 1) // to * to
 
 
 class Gemm(ConvAlgorithm):
@@ -61,62 +65,76 @@ class Gemm(ConvAlgorithm):
         rows, cols, depth, _ = gemm_shape(p)
         return gemm_candidates(p, rows, cols, depth)
 
-    def launch(self, p, t: ConvTensors, workspace, alpha, beta, tiles: TileConfig) -> None:
+    def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
         geo = conv_geometry(p)
         g, m, taps, cg = _col_sizes(p)
+        kg = p.out_channels // g
         col_dtype = torch.float32 if p.direction == Direction.BACKWARD_DATA else p.dtype
-        col = workspace[: _col_bytes(p)].view(col_dtype)
+        col_bytes = _col_bytes(p)
         # col[g, m, tap, c], contiguous; as A of the forward GEMM, step i is the tap.
         col_geo = StridedGeometry(m, cg, 1, m * taps * cg, 0, cg, taps * cg, 1, 0)
         precision = dot_precision(p)
+        warps = dict(num_warps=tiles.num_warps)
 
         if p.direction == Direction.BACKWARD_DATA:
-            dcol = Output(
-                col, strided.strided_c_addr,
-                StridedGeometry(m, taps * cg, 1, m * taps * cg, 0, 0, taps * cg, 1, 0),
-            )  # fmt: skip
-            launch_brgemm(
-                Operand(t.y, ca.dy_rows_a_setup, ca.dy_rows_a_load, geo),
-                Operand(t.w, ca.filter_cols_b_setup, ca.filter_cols_b_load, geo),
-                dcol, m=m, n=taps * cg, steps=triton.cdiv(p.out_channels // g, tiles.block_k),
-                batches=g, tiles=tiles, precision=precision,
+            dcol_geo = StridedGeometry(m, taps * cg, 1, m * taps * cg, 0, 0, taps * cg, 1, 0)
+            gemm = BrgemmLaunch(
+                Operand(ca.dy_rows_a_setup, ca.dy_rows_a_load, geo),
+                Operand(ca.filter_cols_b_setup, ca.filter_cols_b_load, geo),
+                Output(strided.strided_c_addr, dcol_geo),
+                m=m, n=taps * cg, steps=triton.cdiv(kg, tiles.block_k), batches=g,
+                tiles=tiles, precision=precision,
             )  # fmt: skip
             in_pixels = p.batch * math.prod(p.in_spatial)
-            grid = (triton.cdiv(in_pixels, tiles.block_m), triton.cdiv(cg, tiles.block_n), g)
-            col2im_kernel[grid](
-                col, t.x, geo, col_geo, float(alpha), float(beta), BETA_NONZERO=beta != 0,
-                BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, num_warps=tiles.num_warps,
+            col2im = KernelLaunch(
+                col2im_kernel,
+                (triton.cdiv(in_pixels, tiles.block_m), triton.cdiv(cg, tiles.block_n), g),
+                warps, geo=geo, col_geo=col_geo, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
             )  # fmt: skip
-            return
 
-        im2col_grid = (triton.cdiv(m, tiles.block_m), taps * triton.cdiv(cg, tiles.block_k), g)
-        im2col_kernel[im2col_grid](
-            t.x, col, geo, col_geo, BLOCK_M=tiles.block_m, BLOCK_K=tiles.block_k,
-            num_warps=tiles.num_warps,
+            def run_backward_data(t: ConvTensors, workspace, alpha, beta) -> None:
+                dcol = workspace[:col_bytes].view(col_dtype)
+                gemm(t.y, t.w, dcol)
+                col2im(COL=dcol, DX=t.x, alpha=float(alpha), beta=float(beta),
+                       BETA_NONZERO=beta != 0)  # fmt: skip
+
+            return run_backward_data
+
+        im2col = KernelLaunch(
+            im2col_kernel,
+            (triton.cdiv(m, tiles.block_m), taps * triton.cdiv(cg, tiles.block_k), g),
+            warps, geo=geo, col_geo=col_geo, BLOCK_M=tiles.block_m, BLOCK_K=tiles.block_k,
         )  # fmt: skip
         if p.direction == Direction.FORWARD:
-            launch_brgemm(
-                Operand(col, strided.strided_a_setup, strided.strided_a_load, col_geo),
-                Operand(t.w, ca.fwd_b_setup, ca.fwd_b_load, geo),
-                Output(t.y, ca.fwd_c_addr, geo),
-                m=m, n=p.out_channels // g, steps=taps * triton.cdiv(cg, tiles.block_k),
-                batches=g, tiles=tiles, alpha=alpha, beta=beta, bias=t.bias,
-                precision=precision,
+            gemm = BrgemmLaunch(
+                Operand(strided.strided_a_setup, strided.strided_a_load, col_geo),
+                Operand(ca.fwd_b_setup, ca.fwd_b_load, geo),
+                Output(ca.fwd_c_addr, geo),
+                m=m, n=kg, steps=taps * triton.cdiv(cg, tiles.block_k), batches=g,
+                tiles=tiles, precision=precision,
             )  # fmt: skip
-            return
+
+            def run_forward(t: ConvTensors, workspace, alpha, beta) -> None:
+                col = workspace[:col_bytes].view(col_dtype)
+                im2col(X=t.x, COL=col)
+                gemm(col, t.w, t.y, alpha=alpha, beta=beta, bias=t.bias)
+
+            return run_forward
+
         # Backward-filter: batch entry (group, tap) reads col[group, :, tap, :] as B.
         col_b = StridedGeometry(m, cg, taps, m * taps * cg, cg, 0, taps * cg, 1, 0)
-        splits = self._splits(p)
-        partials = workspace[_align(_col_bytes(p)) :] if splits > 1 else None
-        launch_brgemm(
-            Operand(t.y, ca.bwd_filter_a_setup, ca.bwd_filter_a_load, geo),
-            Operand(col, strided.strided_b_setup, strided.strided_b_load, col_b),
-            Output(t.w, ca.bwd_filter_c_addr, geo),
-            m=p.out_channels // g, n=cg, steps=triton.cdiv(m, tiles.block_k),
-            batches=g * taps, tiles=tiles, alpha=alpha, beta=beta, precision=precision,
-            splits=splits, workspace=partials,
+        gemm = BrgemmLaunch(
+            Operand(ca.bwd_filter_a_setup, ca.bwd_filter_a_load, geo),
+            Operand(strided.strided_b_setup, strided.strided_b_load, col_b),
+            Output(ca.bwd_filter_c_addr, geo),
+            m=kg, n=cg, steps=triton.cdiv(m, tiles.block_k), batches=g * taps, tiles=tiles,
+            precision=precision, splits=self._splits(p),
         )  # fmt: skip
 
+        def run_backward_filter(t: ConvTensors, workspace, alpha, beta) -> None:
+            col = workspace[:col_bytes].view(col_dtype)
+            im2col(X=t.x, COL=col)
+            partials = workspace[_align(col_bytes) :] if gemm.splits > 1 else None
+            gemm(t.y, col, t.w, alpha=alpha, beta=beta, workspace=partials)
 
-def _align(nbytes: int, to: int = 256) -> int:
-    return (nbytes + to - 1) // to * to
+        return run_backward_filter

@@ -62,7 +62,7 @@ def choose_tiles(algo, p: ConvProblem, tensors, workspace) -> TileConfig:
         for tiles in candidates:
             try:
                 ms = triton.testing.do_bench(
-                    lambda tiles=tiles: algo.launch(p, trial, workspace, 1.0, 0.0, tiles),
+                    lambda run=algo.prepare(p, tiles): run(trial, workspace, 1.0, 0.0),
                     warmup=5,
                     rep=20,
                     return_mode="median",

@@ -135,10 +135,13 @@ def empty_like_layout(shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
     This is how outputs keep the input's memory format: channels-last in, channels-last out.
     """
     n = len(shape)
-    order = [0, *range(2, n), 1] if channels_last(like) else list(range(n))
-    physical = torch.empty([shape[d] for d in order], dtype=like.dtype, device=like.device)
-    inverse = [order.index(d) for d in range(len(order))]
-    return physical.permute(inverse)
+    order = (0, *range(2, n), 1) if channels_last(like) else range(n)
+    strides = [0] * n
+    step = 1
+    for d in reversed(tuple(order)):
+        strides[d] = step
+        step *= shape[d]
+    return torch.empty_strided(tuple(shape), strides, dtype=like.dtype, device=like.device)
 
 
 def channels_last(t: torch.Tensor) -> bool:

@@ -13,12 +13,13 @@ does not, as in cuDNN. `math` is "fp32" (strict) or "tf32" for float32 data; Non
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
 
 from .. import select
-from ..algos import ConvTensors
+from ..algos import ConvAlgorithm, ConvTensors
 from ..algos.geometry import output_geometry, parallel_slots
 from ..core import (
     ConvDesc,
@@ -40,10 +41,32 @@ from ..kernels.reduce import channel_partial_sum_kernel, channel_sum_finish_kern
 IntOrSeq = int | Sequence[int]
 
 
+def _hashable(v):
+    return tuple(v) if isinstance(v, list) else v
+
+
 def _conv_desc(ndim, stride, padding, dilation, groups, mode, math) -> ConvDesc:
-    return ConvDesc.create(
-        ndim - 2, stride, padding, dilation, groups, mode, resolve_math_mode(math)
-    )
+    args = (ndim, stride, padding, dilation, groups, mode, resolve_math_mode(math))
+    try:
+        return _cached_conv_desc(*map(_hashable, args))
+    except TypeError:  # an unhashable argument: validate it without the cache
+        return ConvDesc.create(ndim - 2, *args[1:])
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_conv_desc(ndim, stride, padding, dilation, groups, mode, math) -> ConvDesc:
+    return ConvDesc.create(ndim - 2, stride, padding, dilation, groups, mode, math)
+
+
+# Shape checks and algorithm choice depend only on shapes, strides, dtype and parameters:
+# remember them per problem so that repeated calls (every training step) skip straight to
+# the launch. Only problems that passed validation are stored.
+_plans: dict[tuple, tuple[ConvProblem, ConvAlgorithm, int]] = {}
+
+
+@functools.lru_cache(maxsize=4096)
+def _output_shape(x_shape: tuple, w_shape: tuple, conv: ConvDesc) -> tuple[int, ...]:
+    return conv_output_shape(x_shape, w_shape, conv)
 
 
 def _shape_arg(name: str, shape, ndim: int) -> tuple[int, ...]:
@@ -72,20 +95,23 @@ def _run(
     algo: str,
     workspace_limit: int | None,
 ) -> None:
-    device = tensors.x.device
-    check_runnable(device)
-    p = ConvProblem.create(
-        direction,
-        TensorDesc.of(tensors.x),
-        TensorDesc.of(tensors.w),
-        TensorDesc.of(tensors.y),
-        conv,
-        device.type,
-        tensors.bias is not None,
-    )
-    algorithm = select.resolve(p, algo, workspace_limit)
-    workspace = allocate_workspace(algorithm.workspace_bytes(p), device)
-    algorithm.run(p, tensors, workspace, alpha, beta)
+    x, w, y = tensors.x, tensors.w, tensors.y
+    device = x.device
+    key = (
+        direction, x.shape, x.stride(), w.shape, w.stride(), y.shape, y.stride(), x.dtype,
+        device, tensors.bias is not None, conv, algo, workspace_limit,
+    )  # fmt: skip
+    plan = _plans.get(key)
+    if plan is None:
+        check_runnable(device)
+        p = ConvProblem.create(
+            direction, TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y), conv, device.type,
+            tensors.bias is not None,
+        )  # fmt: skip
+        algorithm = select.resolve(p, algo, workspace_limit)
+        plan = _plans[key] = (p, algorithm, algorithm.workspace_bytes(p))
+    p, algorithm, workspace_bytes = plan
+    algorithm.run(p, tensors, allocate_workspace(workspace_bytes, device), alpha, beta)
 
 
 def conv_forward(
@@ -115,7 +141,7 @@ def conv_forward(
     x = check_tensor("x", x, ndim=(3, 4, 5))
     w = check_tensor("w", w, ndim=x.dim(), dtype=x.dtype, device=x.device)
     conv = _conv_desc(x.dim(), stride, padding, dilation, groups, mode, math)
-    y_shape = conv_output_shape(x.shape, w.shape, conv)
+    y_shape = _output_shape(x.shape, w.shape, conv)
     if bias is not None:
         bias = check_tensor("bias", bias, ndim=1, dtype=x.dtype, device=x.device)
         if bias.shape[0] != w.shape[0]:
@@ -153,7 +179,7 @@ def conv_backward_data(
     w = check_tensor("w", w, ndim=dy.dim(), dtype=dy.dtype, device=dy.device)
     x_shape = _shape_arg("x_shape", x_shape, dy.dim())
     conv = _conv_desc(dy.dim(), stride, padding, dilation, groups, mode, math)
-    conv_output_shape(x_shape, w.shape, conv)
+    _output_shape(x_shape, w.shape, conv)
     check_scaling(alpha, beta, out)
     dx = _output(out, x_shape, dy)
     tensors = ConvTensors(dx, w, dy)
@@ -187,7 +213,7 @@ def conv_backward_filter(
     dy = check_tensor("dy", dy, ndim=x.dim(), dtype=x.dtype, device=x.device)
     w_shape = _shape_arg("w_shape", w_shape, x.dim())
     conv = _conv_desc(x.dim(), stride, padding, dilation, groups, mode, math)
-    conv_output_shape(x.shape, w_shape, conv)
+    _output_shape(x.shape, w_shape, conv)
     check_scaling(alpha, beta, out)
     dw = _output(out, w_shape, x)
     tensors = ConvTensors(x, dw, dy)

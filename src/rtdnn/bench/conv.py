@@ -1,0 +1,236 @@
+"""Convolution benchmark: rtdnn beside PyTorch/cuDNN on a layer suite, in one process.
+
+Every layer is run through both, rtdnn's result is checked against cuDNN's, and both are timed
+with triton.testing.do_bench (median, L2 flushed before each run). Throughput is reported as
+TFLOP/s and as a percent of the matmul ceiling measured on the same GPU at the start.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from importlib import resources
+
+import torch
+import torch.nn.functional as F
+
+from .. import ops
+from ..algos import ALGORITHMS
+from ..core import NotSupportedError
+from ..reference import rel_error
+
+DTYPES = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+}
+DIRECTIONS = ("forward", "backward_data", "backward_filter")
+# rtdnn vs cuDNN differ by both sides' rounding; these bound rel. error for a correct result.
+AGREEMENT = {torch.bfloat16: 2e-2, torch.float16: 3e-3, torch.float32: 5e-3}
+
+
+@dataclass
+class Row:
+    layer: str
+    direction: str
+    algo: str
+    rtdnn_ms: float
+    cudnn_ms: float
+    ratio: float  # cuDNN time / rtdnn time: above 1 means rtdnn is faster
+    tflops: float
+    ceiling_pct: float
+    rel_err_vs_cudnn: float
+    ok: bool
+
+
+def load_suite(name: str) -> list[dict]:
+    text = resources.files("rtdnn.bench").joinpath("suites", f"{name}.json").read_text()
+    return json.loads(text)["layers"]
+
+
+def suites() -> list[str]:
+    folder = resources.files("rtdnn.bench").joinpath("suites")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def _bench(fn) -> float:
+    import triton
+
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def matmul_ceiling(dtype: torch.dtype) -> float:
+    """Measured TFLOP/s of a large matmul in this dtype (TF32 for float32) on random data."""
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=dtype)
+    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    ms = _bench(lambda: a @ b)
+    return 2 * n**3 / ms / 1e9
+
+
+def _channels_last(t: torch.Tensor) -> torch.Tensor:
+    return t.movedim(1, -1).contiguous().movedim(-1, 1)
+
+
+def _layer_tensors(layer: dict, dtype: torch.dtype, batch: int | None):
+    n = batch or layer["n"]
+    spatial = layer["spatial"]
+    kernel = layer["kernel"]
+    g = layer.get("groups", 1)
+    x = _channels_last(torch.randn(n, layer["c"], *spatial, device="cuda", dtype=dtype))
+    fan_in = layer["c"] // g * math.prod(kernel)
+    w = torch.randn(layer["k"], layer["c"] // g, *kernel, device="cuda", dtype=dtype)
+    w = _channels_last(w / math.sqrt(fan_in))
+    return x, w
+
+
+def _conv_args(layer: dict) -> dict:
+    return dict(
+        stride=layer["stride"],
+        padding=layer["padding"],
+        dilation=layer["dilation"],
+        groups=layer.get("groups", 1),
+    )
+
+
+def run_layer(layer: dict, direction: str, dtype: torch.dtype, batch: int | None) -> Row:
+    x, w = _layer_tensors(layer, dtype, batch)
+    args = _conv_args(layer)
+    conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[x.dim()]
+    y = conv(x, w, None, args["stride"], args["padding"], args["dilation"], args["groups"])
+    dy = torch.randn_like(y)
+    nd = x.dim() - 2
+
+    def cudnn_backward(mask):
+        return torch.ops.aten.convolution_backward(
+            dy, x, w, None, args["stride"], args["padding"], args["dilation"], False,
+            [0] * nd, args["groups"], mask,
+        )  # fmt: skip
+
+    if direction == "forward":
+        ours = lambda: ops.conv_forward(x, w, **args)
+        theirs = lambda: conv(x, w, None, *args.values())
+        expected = y
+    elif direction == "backward_data":
+        ours = lambda: ops.conv_backward_data(dy, w, x.shape, **args)
+        theirs = lambda: cudnn_backward([True, False, False])[0]
+        expected = theirs()
+    else:
+        ours = lambda: ops.conv_backward_filter(x, dy, w.shape, **args)
+        theirs = lambda: cudnn_backward([False, True, False])[1]
+        expected = theirs()
+    algo = ops.get_conv_algorithm(x, w, direction=direction, **args)
+    err = rel_error(ours(), expected.double().cpu())
+    ours_ms = _bench(ours)
+    theirs_ms = _bench(theirs)
+    flops = 2 * y.numel() * (x.shape[1] // args["groups"]) * math.prod(w.shape[2:])
+    tflops = flops / ours_ms / 1e9
+    return Row(
+        layer["name"], direction, algo, ours_ms, theirs_ms, theirs_ms / ours_ms, tflops, 0.0,
+        err, err < AGREEMENT[dtype],
+    )  # fmt: skip
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def markdown(rows: list[Row], title: str) -> str:
+    lines = [
+        f"### {title}",
+        "",
+        "| layer | direction | algo | rtdnn ms | cuDNN ms | ratio | TFLOP/s | % ceiling | ok |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.layer} | {r.direction} | {r.algo} | {r.rtdnn_ms:.3f} | {r.cudnn_ms:.3f} | "
+            f"{r.ratio:.2f} | {r.tflops:.0f} | {r.ceiling_pct:.0f} | "
+            f"{'yes' if r.ok else f'NO ({r.rel_err_vs_cudnn:.1e})'} |"
+        )
+    for d in DIRECTIONS:
+        sub = [r.ratio for r in rows if r.direction == d]
+        if sub:
+            lines.append(f"| **geomean** | {d} | | | | **{geomean(sub):.2f}** | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def run_suite(
+    suite: str,
+    dtype_name: str,
+    directions: list[str],
+    batch: int | None = None,
+    limit: int | None = None,
+    out_dir: str | None = None,
+) -> list[Row]:
+    from tqdm import tqdm
+
+    dtype = DTYPES[dtype_name]
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    ceiling = matmul_ceiling(dtype)
+    layers = load_suite(suite)[:limit]
+    rows: list[Row] = []
+    work = [(layer, d) for d in directions for layer in layers]
+    for layer, d in tqdm(work, desc=f"{suite} {dtype_name}", unit="layer"):
+        row = run_layer(layer, d, dtype, batch)
+        row.ceiling_pct = 100 * row.tflops / ceiling
+        rows.append(row)
+    title = (
+        f"{suite}, {dtype_name}{' (TF32)' if dtype == torch.float32 else ''}, "
+        f"batch {batch or 'as in suite'}, {torch.cuda.get_device_name()}, "
+        f"matmul ceiling {ceiling:.0f} TFLOP/s"
+    )
+    md = markdown(rows, title)
+    print(md)
+    if out_dir:
+        import os
+
+        os.makedirs(out_dir, exist_ok=True)
+        stem = f"{out_dir}/conv_{suite}_{dtype_name}"
+        with open(stem + ".json", "w") as f:
+            json.dump({"title": title, "rows": [asdict(r) for r in rows]}, f, indent=1)
+        with open(stem + ".md", "w") as f:
+            f.write(md)
+    return rows
+
+
+def self_check() -> list[tuple[str, float, bool]]:
+    """Every convolution algorithm and direction on tiny shapes against the float64 reference
+    (through the interpreter on a machine without a GPU)."""
+    from .. import reference as R
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 6, 5, device=device)
+    w = torch.randn(6, 2, 3, 3, device=device)
+    args = dict(stride=(2, 1), padding=1, dilation=1, groups=2, math="fp32")
+    ref_args = {k: v for k, v in args.items() if k != "math"}
+    y = R.conv_forward(x, w, **ref_args)
+    dy = torch.randn(y.shape, device=device)
+    results = []
+    for direction in DIRECTIONS:
+        for algo in ALGORITHMS:
+            try:
+                if direction == "forward":
+                    out = ops.conv_forward(x, w, algo=algo, **args)
+                    ref = y
+                elif direction == "backward_data":
+                    out = ops.conv_backward_data(dy, w, x.shape, algo=algo, **args)
+                    ref = R.conv_backward_data(dy, w, x.shape, **ref_args)
+                else:
+                    out = ops.conv_backward_filter(x, dy, w.shape, algo=algo, **args)
+                    ref = R.conv_backward_filter(x, dy, w.shape, **ref_args)
+            except NotSupportedError:  # e.g. split-K outside backward-filter
+                continue
+            err = rel_error(out, ref)
+            results.append((f"conv {direction} {algo}", err, err < 1e-5))
+    db = ops.conv_backward_bias(dy)
+    err = rel_error(db, R.conv_backward_bias(dy))
+    results.append(("conv backward_bias", err, err < 1e-5))
+    return results

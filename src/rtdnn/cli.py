@@ -1,0 +1,91 @@
+"""Command line: `rtdnn info`, `rtdnn bench`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+
+
+def _info(args) -> int:
+    import torch
+    import triton
+
+    import rtdnn
+    from rtdnn.core import INTERPRETED
+
+    print(f"rtdnn     {rtdnn.__version__}")
+    print(f"python    {platform.python_version()}")
+    print(f"torch     {torch.__version__} (cuDNN {torch.backends.cudnn.version()})")
+    print(f"triton    {triton.__version__}")
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        print(f"device    {p.name}, {p.multi_processor_count} SMs, {p.total_memory >> 30} GiB")
+    else:
+        print("device    no CUDA device: CPU tensors only, through Triton's interpreter")
+    mode = "interpreted (TRITON_INTERPRET=1)" if INTERPRETED else "compiled"
+    print(f"kernels   {mode}")
+    cache = os.environ.get("TRITON_CACHE_DIR", os.path.expanduser("~/.triton/cache"))
+    print(f"cache     Triton kernels: {cache}")
+    return 0
+
+
+def _self_check() -> int:
+    from rtdnn.bench.conv import self_check
+
+    failed = 0
+    for name, err, ok in self_check():
+        failed += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name:40s} rel. error {err:.1e}")
+    print(f"self-check: {'all passed' if not failed else f'{failed} failed'}")
+    return 1 if failed else 0
+
+
+def _bench(args) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        print("No CUDA device: running the correctness self-check through Triton's interpreter.")
+        print("Performance needs a GPU: run `rtdnn bench` on a machine with one.")
+        return _self_check()
+    from rtdnn.bench.conv import DIRECTIONS, run_suite
+
+    directions = list(DIRECTIONS) if args.direction == "all" else [args.direction]
+    rows = run_suite(args.suite, args.dtype, directions, args.batch, args.limit, args.out)
+    return 0 if all(r.ok for r in rows) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rtdnn", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="versions, device, compiled or interpreted, cache locations")
+    bench = sub.add_parser("bench", help="benchmark against PyTorch/cuDNN (self-check on CPU)")
+    bench.add_argument("--suite", default="resnet50", help="layer suite (default resnet50)")
+    bench.add_argument("--dtype", default="bf16", help="bf16, fp16 or float32 (TF32)")
+    bench.add_argument(
+        "--direction",
+        default="all",
+        choices=["all", "forward", "backward_data", "backward_filter"],
+    )
+    bench.add_argument("--batch", type=int, default=None, help="override the suite's batch")
+    bench.add_argument("--limit", type=int, default=None, help="only the first N layers")
+    bench.add_argument("--out", default="bench-results", help="folder for JSON and markdown")
+    args = parser.parse_args(argv)
+    if args.command == "bench" and not _cpu_ready():
+        # Without a GPU the self-check runs in the interpreter, which must be chosen before
+        # triton is imported: re-run this command with it set.
+        os.environ["TRITON_INTERPRET"] = "1"
+        os.execv(sys.executable, [sys.executable, "-m", "rtdnn.cli", *sys.argv[1:]])
+    return {"info": _info, "bench": _bench}[args.command](args)
+
+
+def _cpu_ready() -> bool:
+    """True if kernels can run here as things stand: a GPU, or the interpreter already on."""
+    import torch
+
+    return torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

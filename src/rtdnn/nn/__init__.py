@@ -1,0 +1,5 @@
+"""Drop-in replacements for torch.nn modules, computed by rtdnn."""
+
+from .conv import Conv1d, Conv2d, Conv3d
+
+__all__ = ["Conv1d", "Conv2d", "Conv3d"]
