@@ -8,6 +8,8 @@ one small tile is used: its cost there is per program, not per element.
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 
 import torch
@@ -17,6 +19,8 @@ from ..core import ConvProblem
 from ..kernels.launch import TileConfig
 
 CPU_TILES = TileConfig(32, 32, 16, group_m=1, num_warps=1, num_stages=1)
+
+log = logging.getLogger("rtdnn.tiles")
 
 _chosen: dict[tuple[str, ConvProblem], TileConfig] = {}
 
@@ -62,14 +66,16 @@ def choose_tiles(algo, p: ConvProblem, tensors, workspace) -> TileConfig:
         for tiles in candidates:
             try:
                 ms = triton.testing.do_bench(
-                    lambda run=algo.prepare(p, tiles): run(trial, workspace, 1.0, 0.0),
+                    functools.partial(algo.prepare(p, tiles), trial, workspace, 1.0, 0.0),
                     warmup=5,
                     rep=20,
                     return_mode="median",
                 )
             except triton.runtime.errors.OutOfResources:
                 continue
+            log.debug("%s %s: %s %.4f ms", algo.name, p.key(), tiles, ms)
             if ms < best_ms:
                 best, best_ms = tiles, ms
+        log.info("%s %s: chose %s (%.4f ms)", algo.name, p.key(), best, best_ms)
     _chosen[key] = best
     return best
