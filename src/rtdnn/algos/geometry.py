@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 
 import torch
 
 from ..core import ConvProblem, TensorDesc
-from ..kernels.conv_addressing import ConvGeometry
+from ..kernels.conv_addressing import ConvGeometry, PhaseGeometry
 
 
 def _to_3d(values: tuple[int, ...], fill: int) -> tuple[int, ...]:
@@ -39,6 +41,28 @@ def conv_geometry(p: ConvProblem) -> ConvGeometry:
         y_strides=_strides_3d(p.y),
         offsets=(p.x.offset, w.offset, p.y.offset),
     )
+
+
+def data_phases(p: ConvProblem) -> list[PhaseGeometry]:
+    """The stride phases of backward-data (see conv_addressing): one per combination of
+    (input index + padding) mod stride over the spatial dims; a single phase at stride 1."""
+    per_dim = []
+    for size, kernel, s, pad, dil in zip(
+        _to_3d(p.in_spatial, 1), _to_3d(p.kernel, 1), _to_3d(p.conv.stride, 1),
+        _to_3d(p.conv.padding, 0), _to_3d(p.conv.dilation, 1), strict=True,
+    ):  # fmt: skip
+        options = []
+        for q in range(s):
+            first = (q - pad) % s
+            count = max(0, -(-(size - first) // s))
+            step = s // math.gcd(s, dil)
+            reaching = [r for r in range(kernel) if (r * dil) % s == q]
+            tap0 = reaching[0] if reaching else 0
+            options.append(
+                (first, count, tap0, step, len(range(tap0, kernel, step)) * bool(reaching))
+            )
+        per_dim.append(options)
+    return [PhaseGeometry(*zip(*combo, strict=True)) for combo in itertools.product(*per_dim)]
 
 
 def output_geometry(y: TensorDesc) -> ConvGeometry:

@@ -12,11 +12,14 @@ import math
 
 import triton
 
-from ..core import ConvProblem, Direction
+from ..core import ConvProblem, Direction, TensorDesc
 from ..kernels import conv_addressing as ca
+from ..kernels import strided
+from ..kernels.conv_addressing import DataGeometry
+from ..kernels.strided import StridedGeometry
 from ..kernels.launch import BrgemmLaunch, Operand, Output, TileConfig
 from .base import ConvAlgorithm, ConvTensors, Runner
-from .geometry import conv_geometry, dot_precision, parallel_slots
+from .geometry import conv_geometry, data_phases, dot_precision, parallel_slots
 from .tiles import gemm_candidates
 
 
@@ -41,6 +44,56 @@ def split_count(p: ConvProblem) -> int:
     return max(1, min(triton.cdiv(parallel_slots(p.device), tiles), most))
 
 
+def pixel_stride(desc: TensorDesc) -> int | None:
+    """The one stride that steps through every pixel (n and spatial dims) of `desc` in order,
+    or None if the pixels are not evenly spaced (e.g. NCHW with N > 1, or a padded view)."""
+    step = expected = None
+    for d in reversed([0, *range(2, desc.ndim)]):
+        if desc.shape[d] == 1:
+            continue
+        if expected is None:
+            step = desc.strides[d]
+            expected = step * desc.shape[d]
+        elif desc.strides[d] != expected:
+            return None
+        else:
+            expected *= desc.shape[d]
+    return 1 if step is None else step
+
+
+def pointwise_operands(p: ConvProblem, geo) -> tuple[Operand, Operand] | None:
+    """A and B of a 1x1, stride-1, unpadded convolution whose pixels are evenly spaced: a plain
+    GEMM over pixels, addressed as strided matrices (no per-step index arithmetic)."""
+    if any(k != 1 for k in p.kernel) or any(s != 1 for s in p.conv.stride):
+        return None
+    if any(q != 0 for q in p.conv.padding):
+        return None
+    sx, sy = pixel_stride(p.x), pixel_stride(p.y)
+    if sx is None or sy is None:
+        return None
+    pixels = p.batch * math.prod(p.out_spatial)
+    cg, kg = p.in_channels // p.groups, p.out_channels // p.groups
+    xs_c, ys_k = p.x.strides[1], p.y.strides[1]
+    ws_k, ws_c = geo.w_strides[0], geo.w_strides[1]
+    x_off, w_off, y_off = geo.offsets
+
+    def matrix(rows, cols, group_stride, s_row, s_col, offset):
+        return StridedGeometry(rows, cols, 1, group_stride, 0, 0, s_row, s_col, offset)
+
+    a_load, b_load = strided.strided_a_load, strided.strided_b_load
+    a_setup, b_setup = strided.strided_a_setup, strided.strided_b_setup
+    if p.direction == Direction.FORWARD:  # x[P, c] @ w[c, k]
+        a = matrix(pixels, cg, cg * xs_c, sx, xs_c, x_off)
+        b = matrix(cg, kg, kg * ws_k, ws_c, ws_k, w_off)
+    elif p.direction == Direction.BACKWARD_DATA:  # dy[P, k] @ w[k, c]
+        a = matrix(pixels, kg, kg * ys_k, sy, ys_k, y_off)
+        b = matrix(kg, cg, kg * ws_k, ws_k, ws_c, w_off)
+    else:  # dy^T[k, P] @ x[P, c]
+        a = matrix(kg, pixels, kg * ys_k, ys_k, sy, y_off)
+        b = matrix(pixels, cg, cg * xs_c, sx, xs_c, x_off)
+    return Operand(a_setup, a_load, a), Operand(b_setup, b_load, b)
+
+
 class ImplicitGemm(ConvAlgorithm):
     name = "IMPLICIT_GEMM"
 
@@ -58,21 +111,21 @@ class ImplicitGemm(ConvAlgorithm):
         geo = conv_geometry(p)
         rows, cols, depth, batches = gemm_shape(p)
         taps = math.prod(p.kernel)
+        if p.direction == Direction.BACKWARD_DATA:
+            return self._prepare_backward_data(p, geo, tiles)
         if p.direction == Direction.FORWARD:
             a = Operand(ca.fwd_a_setup, ca.fwd_a_load, geo)
             b = Operand(ca.fwd_b_setup, ca.fwd_b_load, geo)
             c = Output(ca.fwd_c_addr, geo)
-            steps = taps * triton.cdiv(depth, tiles.block_k)
-        elif p.direction == Direction.BACKWARD_DATA:
-            a = Operand(ca.bwd_data_a_setup, ca.bwd_data_a_load, geo)
-            b = Operand(ca.bwd_data_b_setup, ca.bwd_data_b_load, geo)
-            c = Output(ca.bwd_data_c_addr, geo)
             steps = taps * triton.cdiv(depth, tiles.block_k)
         else:
             a = Operand(ca.bwd_filter_a_setup, ca.bwd_filter_a_load, geo)
             b = Operand(ca.bwd_filter_b_setup, ca.bwd_filter_b_load, geo)
             c = Output(ca.bwd_filter_c_addr, geo)
             steps = triton.cdiv(depth, tiles.block_k)
+        pointwise = pointwise_operands(p, geo)
+        if pointwise is not None:
+            a, b = pointwise
         gemm = BrgemmLaunch(
             a, b, c, m=rows, n=cols, steps=steps, batches=batches, tiles=tiles,
             precision=dot_precision(p), splits=self.splits(p),
@@ -82,10 +135,43 @@ class ImplicitGemm(ConvAlgorithm):
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
             if direction == Direction.FORWARD:
                 gemm(t.x, t.w, t.y, alpha=alpha, beta=beta, bias=t.bias)
-            elif direction == Direction.BACKWARD_DATA:
-                gemm(t.y, t.w, t.x, alpha=alpha, beta=beta)
             else:
                 gemm(t.y, t.x, t.w, alpha=alpha, beta=beta, workspace=workspace)
+
+        return run
+
+    def _prepare_backward_data(self, p: ConvProblem, geo, tiles: TileConfig) -> Runner:
+        """One GEMM per stride phase (a single one at stride 1)."""
+        pointwise = pointwise_operands(p, geo)
+        kg, cg = p.out_channels // p.groups, p.in_channels // p.groups
+        gemms = []
+        for phase in data_phases(p):
+            pixels = p.batch * math.prod(phase.count)
+            if pixels == 0:
+                continue
+            g = DataGeometry(geo, phase)
+            a = Operand(ca.bwd_data_a_setup, ca.bwd_data_a_load, g)
+            b = Operand(ca.bwd_data_b_setup, ca.bwd_data_b_load, g)
+            if pointwise is not None:
+                a, b = pointwise
+            steps = math.prod(phase.taps) * triton.cdiv(kg, tiles.block_k)
+            gemms.append(
+                BrgemmLaunch(
+                    a,
+                    b,
+                    Output(ca.bwd_data_c_addr, g),
+                    m=pixels,
+                    n=cg,
+                    steps=steps,
+                    batches=p.groups,
+                    tiles=tiles,
+                    precision=dot_precision(p),
+                )  # fmt: skip
+            )
+
+        def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            for gemm in gemms:
+                gemm(t.y, t.w, t.x, alpha=alpha, beta=beta)
 
         return run
 

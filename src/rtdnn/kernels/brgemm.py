@@ -14,6 +14,9 @@ functions passed in as compile-time arguments:
     C_ADDR(c_geo, b, offs_m, offs_n)            -> (element offsets, mask, channel of each column)
 
 `*_geo` are tuples of integers (sizes and strides) that only the addressing functions read.
+They arrive as one tuple `geos` of the distinct geometries, picked by the compile-time indices
+A_GEO, B_GEO and C_GEO: a convolution passes its geometry once, not three times, which keeps
+the launch cheap (the host-side cost of a launch grows with the number of arguments).
 Convolution in every direction, explicit-GEMM convolution and linear layers are all this one
 kernel with different addressing (see `conv_addressing.py` and `strided.py`).
 
@@ -84,15 +87,16 @@ def brgemm_kernel(
     C,
     BIAS,
     WS,
-    a_geo,
-    b_geo,
-    c_geo,
+    geos,
     M,
     N,
     STEPS,
     steps_per_split,
     alpha,
     beta,
+    A_GEO: tl.constexpr,
+    B_GEO: tl.constexpr,
+    C_GEO: tl.constexpr,
     A_SETUP: tl.constexpr,
     A_LOAD: tl.constexpr,
     B_SETUP: tl.constexpr,
@@ -108,6 +112,9 @@ def brgemm_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
+    a_geo = geos[A_GEO]
+    b_geo = geos[B_GEO]
+    c_geo = geos[C_GEO]
     pid_m, pid_n = tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_z = tl.program_id(1)
     batch = pid_z // SPLITS

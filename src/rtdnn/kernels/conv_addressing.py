@@ -163,60 +163,102 @@ def fwd_c_addr(geo, group, offs_m, offs_n):
     return rows[:, None] + (chan * ys_k)[None, :], mask, chan
 
 
-# -- backward-data -------------------------------------------------------------------------
+# -- backward-data: one launch per stride phase ----------------------------------------------
+#
+# With stride s, input pixel i receives gradient only through taps r with (i + pad - r*dil)
+# divisible by s. Pixels are split by phase q = (i + pad) mod s; each phase is its own GEMM over
+# the pixels of that phase and only the taps that reach them, so no work is spent on taps that
+# contribute nothing (a 3x3 stride-2 layer does 9/4 taps per pixel on average, not 9).
+
+
+class PhaseGeometry(NamedTuple):
+    """Per spatial dim: first input index of the phase, how many, first tap, tap step, taps."""
+
+    first: tuple
+    count: tuple
+    tap0: tuple
+    tap_step: tuple
+    taps: tuple
+
+
+class DataGeometry(NamedTuple):
+    conv: ConvGeometry
+    phase: PhaseGeometry
 
 
 @triton.jit
 def bwd_data_a_setup(geo, group, offs_m):
-    n, id, ih, iw = split_pixel(offs_m, geo.in_size)
-    pd, ph, pw = geo.padding
-    base = geo.offsets[2] + n * geo.y_strides[0] + group * geo.kg * geo.y_strides[1]
-    rows_ok = offs_m < num_pixels(geo, geo.in_size)
-    return base, id + pd, ih + ph, iw + pw, rows_ok
+    conv = geo.conv
+    n, a, b, c = split_pixel(offs_m, geo.phase.count)
+    fd, fh, fw = geo.phase.first
+    sd, sh, sw = conv.stride
+    pd, ph, pw = conv.padding
+    base = conv.offsets[2] + n * conv.y_strides[0] + group * conv.kg * conv.y_strides[1]
+    rows_ok = offs_m < num_pixels(conv, geo.phase.count)
+    return base, fd + sd * a + pd, fh + sh * b + ph, fw + sw * c + pw, rows_ok
+
+
+@triton.jit
+def phase_tap(tap, phase):
+    """The j-th tap of this phase -> (rd, rh, rw)."""
+    jd, jh, jw = split_tap(tap, phase.taps)
+    r0d, r0h, r0w = phase.tap0
+    qd, qh, qw = phase.tap_step
+    return r0d + jd * qd, r0h + jh * qh, r0w + jw * qw
 
 
 @triton.jit
 def bwd_data_a_load(DY, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
-    """dy at the output pixels that input pixel i feeds through tap `tap` (zero if none)."""
+    """dy at the output pixels that input pixel i reaches through this phase's tap."""
+    conv = geo.conv
     base, idp, ihp, iwp, rows_ok = state
-    tap, k = reduce_step(t, geo.kg, offs_k, BLOCK_K)
-    rd, rh, rw = split_tap(tap, geo.kernel)
-    sd, sh, sw = geo.stride
-    dd, dh, dw = geo.dilation
-    OD, OH, OW = geo.out_size
-    od, ok_d = linked_output(idp, rd, dd, sd, OD)
-    oh, ok_h = linked_output(ihp, rh, dh, sh, OH)
-    ow, ok_w = linked_output(iwp, rw, dw, sw, OW)
-    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    tap, k = reduce_step(t, conv.kg, offs_k, BLOCK_K)
+    rd, rh, rw = phase_tap(tap, geo.phase)
+    sd, sh, sw = conv.stride
+    dd, dh, dw = conv.dilation
+    OD, OH, OW = conv.out_size
+    # Exact divisions: the phase guarantees divisibility, so truncation is harmless.
+    od = (idp - rd * dd) // sd
+    oh = (ihp - rh * dh) // sh
+    ow = (iwp - rw * dw) // sw
+    ok = (od >= 0) & (od < OD) & (oh >= 0) & (oh < OH) & (ow >= 0) & (ow < OW)
+    ys_n, ys_k, ys_d, ys_h, ys_w = conv.y_strides
     pix = od * ys_d + oh * ys_h + ow * ys_w
     ptrs = DY + (base + pix)[:, None] + k[None, :] * ys_k
-    mask = (rows_ok & ok_d & ok_h & ok_w)[:, None] & (k < geo.kg)[None, :]
+    mask = (rows_ok & ok)[:, None] & (k < conv.kg)[None, :]
     return tl.load(ptrs, mask=mask, other=0.0)
 
 
 @triton.jit
 def bwd_data_b_setup(geo, group, offs_n):
-    ws_k = geo.w_strides[0]
-    base = geo.offsets[1] + group * geo.kg * ws_k + offs_n * geo.w_strides[1]
-    return base, offs_n < geo.cg
+    conv = geo.conv
+    base = conv.offsets[1] + group * conv.kg * conv.w_strides[0] + offs_n * conv.w_strides[1]
+    return base, offs_n < conv.cg
 
 
 @triton.jit
 def bwd_data_b_load(Wt, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
     """Filter slice w[k, c, tap] as a [k, c] tile."""
+    conv = geo.conv
     base, cols_ok = state
-    tap, k = reduce_step(t, geo.kg, offs_k, BLOCK_K)
-    ptrs = Wt + tap_offset(tap, geo) + base[None, :] + k[:, None] * geo.w_strides[0]
-    return tl.load(ptrs, mask=(k < geo.kg)[:, None] & cols_ok[None, :], other=0.0)
+    tap, k = reduce_step(t, conv.kg, offs_k, BLOCK_K)
+    rd, rh, rw = phase_tap(tap, geo.phase)
+    ws_k, ws_c, ws_d, ws_h, ws_w = conv.w_strides
+    ptrs = Wt + (rd * ws_d + rh * ws_h + rw * ws_w) + base[None, :] + k[:, None] * ws_k
+    return tl.load(ptrs, mask=(k < conv.kg)[:, None] & cols_ok[None, :], other=0.0)
 
 
 @triton.jit
 def bwd_data_c_addr(geo, group, offs_m, offs_n):
-    n, id, ih, iw = split_pixel(offs_m, geo.in_size)
-    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
-    rows = geo.offsets[0] + n * xs_n + id * xs_d + ih * xs_h + iw * xs_w
-    chan = group * geo.cg + offs_n
-    mask = (offs_m < num_pixels(geo, geo.in_size))[:, None] & (offs_n < geo.cg)[None, :]
+    conv = geo.conv
+    n, a, b, c = split_pixel(offs_m, geo.phase.count)
+    fd, fh, fw = geo.phase.first
+    sd, sh, sw = conv.stride
+    xs_n, xs_c, xs_d, xs_h, xs_w = conv.x_strides
+    pix = (fd + sd * a) * xs_d + (fh + sh * b) * xs_h + (fw + sw * c) * xs_w
+    rows = conv.offsets[0] + n * xs_n + pix
+    chan = group * conv.cg + offs_n
+    mask = (offs_m < num_pixels(conv, geo.phase.count))[:, None] & (offs_n < conv.cg)[None, :]
     return rows[:, None] + (chan * xs_c)[None, :], mask, chan
 
 

@@ -11,11 +11,10 @@ import triton.language as tl
 
 from .brgemm import epilogue, identity
 from .conv_addressing import (
-    bwd_data_a_setup,
-    bwd_data_c_addr,
     fwd_a_load,
     fwd_a_setup,
     linked_output,
+    num_pixels,
     num_taps,
     split_pixel,
     split_tap,
@@ -57,8 +56,10 @@ def col2im_kernel(
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     group = tl.program_id(2)
-    _, idp, ihp, iwp, rows_ok = bwd_data_a_setup(geo, group, offs_m)
-    n, _, _, _ = split_pixel(offs_m, geo.in_size)
+    n, id, ih, iw = split_pixel(offs_m, geo.in_size)
+    pd, ph, pw = geo.padding
+    idp, ihp, iwp = id + pd, ih + ph, iw + pw
+    rows_ok = offs_m < num_pixels(geo, geo.in_size)
     sd, sh, sw = geo.stride
     dd, dh, dw = geo.dilation
     OD, OH, OW = geo.out_size
@@ -74,7 +75,11 @@ def col2im_kernel(
         ptrs = COL + rows[:, None] + (offs_n * col_geo.s_col)[None, :]
         ok = (rows_ok & ok_d & ok_h & ok_w)[:, None] & (offs_n < geo.cg)[None, :]
         acc += tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)
-    offs, mask, chan = bwd_data_c_addr(geo, group, offs_m, offs_n)
+    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
+    rows = geo.offsets[0] + n * xs_n + id * xs_d + ih * xs_h + iw * xs_w
+    chan = group * geo.cg + offs_n
+    offs = rows[:, None] + (chan * xs_c)[None, :]
+    mask = rows_ok[:, None] & (offs_n < geo.cg)[None, :]
     epilogue(
         DX, offs, mask, acc, alpha, beta, DX, chan, offs_n < geo.cg, False, BETA_NONZERO, identity
     )

@@ -30,9 +30,9 @@ class TileConfig:
     num_stages: int = 3
 
 
-def _alignment(values) -> tuple:
-    """Pointer alignment of every tensor argument: part of Triton's specialization."""
-    return tuple(v.data_ptr() % 16 == 0 for v in values if isinstance(v, torch.Tensor))
+def _alignment(tensors) -> tuple:
+    """Pointer alignment of the tensor arguments: part of Triton's specialization."""
+    return tuple(t.data_ptr() % 16 == 0 for t in tensors if isinstance(t, torch.Tensor))
 
 
 class KernelLaunch:
@@ -50,14 +50,16 @@ class KernelLaunch:
         self.aligned = None
 
     def __call__(self, **changes) -> None:
+        """Launch; `changes` must name the same arguments on every call (the tensors)."""
         args = {**self.args, **changes}
         values = [args[name] for name in self.fn.arg_names]
-        if self.compiled is not None and _alignment(values) == self.aligned:
+        aligned = _alignment(changes.values())
+        if self.compiled is not None and aligned == self.aligned:
             self.compiled[self.grid](*values)
             return
         kernel = self.fn[self.grid](*values, **self.options)
         if not INTERPRETED:
-            self.compiled, self.aligned = kernel, _alignment(values)
+            self.compiled, self.aligned = kernel, aligned
 
 
 @dataclass(frozen=True)
@@ -97,9 +99,10 @@ class BrgemmLaunch:
         activation=identity,
         splits: int = 1,
     ):
+        # steps == 0 is valid: C = beta * C + bias (e.g. pixels no filter tap reaches).
         splits = max(1, min(splits, steps))
         self.steps_per_split = triton.cdiv(steps, splits)
-        self.splits = triton.cdiv(steps, self.steps_per_split)
+        self.splits = triton.cdiv(steps, self.steps_per_split) if steps else 1
         self.partial_bytes = batches * self.splits * m * n * 4 if self.splits > 1 else 0
         self.config = dict(
             a=a, b=b, c=c, m=m, n=n, steps=steps, batches=batches, tiles=tiles,
@@ -115,11 +118,17 @@ class BrgemmLaunch:
             ACTIVATION=cfg["activation"], HAS_BIAS=has_bias, BETA_NONZERO=beta_nonzero,
             SPLITS=self.splits,
         )  # fmt: skip
+        # Each distinct geometry is passed once; the operands pick theirs by index.
+        geos: list[tuple] = []
+        for g in (a.geo, b.geo, c.geo):
+            if g not in geos:
+                geos.append(g)
         main = KernelLaunch(
             brgemm_kernel,
             (triton.cdiv(m, t.block_m) * triton.cdiv(n, t.block_n), cfg["batches"] * self.splits),
             dict(num_warps=t.num_warps, num_stages=t.num_stages),
-            a_geo=a.geo, b_geo=b.geo, c_geo=c.geo, M=m, N=n, STEPS=cfg["steps"],
+            geos=tuple(geos), A_GEO=geos.index(a.geo), B_GEO=geos.index(b.geo),
+            C_GEO=geos.index(c.geo), M=m, N=n, STEPS=cfg["steps"],
             steps_per_split=self.steps_per_split,
             A_SETUP=a.setup, A_LOAD=a.load, B_SETUP=b.setup, B_LOAD=b.load, C_ADDR=c.addr,
             PRECISION=cfg["precision"], BLOCK_M=t.block_m, BLOCK_N=t.block_n,
