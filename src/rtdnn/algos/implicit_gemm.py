@@ -23,16 +23,28 @@ from .geometry import conv_geometry, data_phases, dot_precision, parallel_slots
 from .tiles import gemm_candidates
 
 
+#: Below this many channels per group, forward and backward-filter pack (tap, channel) into
+#: one reduction (or column) index rather than giving each tap its own mostly empty chunk.
+PACK_BELOW = 16
+
+
+def packed(p: ConvProblem) -> bool:
+    return p.direction != Direction.BACKWARD_DATA and p.in_channels // p.groups < PACK_BELOW
+
+
 def gemm_shape(p: ConvProblem) -> tuple[int, int, int, int]:
     """(rows, cols, reduction chunk length, batch entries) of each direction's GEMM."""
     g = p.groups
     cg, kg = p.in_channels // g, p.out_channels // g
     taps = math.prod(p.kernel)
+    pixels = p.batch * math.prod(p.out_spatial)
     if p.direction == Direction.FORWARD:
-        return p.batch * math.prod(p.out_spatial), kg, cg, g
+        return pixels, kg, taps * cg if packed(p) else cg, g
     if p.direction == Direction.BACKWARD_DATA:
         return p.batch * math.prod(p.in_spatial), cg, kg, g
-    return kg, cg, p.batch * math.prod(p.out_spatial), g * taps
+    if packed(p):
+        return kg, taps * cg, pixels, g
+    return kg, cg, pixels, g * taps
 
 
 def split_count(p: ConvProblem) -> int:
@@ -113,11 +125,21 @@ class ImplicitGemm(ConvAlgorithm):
         taps = math.prod(p.kernel)
         if p.direction == Direction.BACKWARD_DATA:
             return self._prepare_backward_data(p, geo, tiles)
-        if p.direction == Direction.FORWARD:
+        if p.direction == Direction.FORWARD and packed(p):
+            a = Operand(ca.fwd_a_setup, ca.fwd_packed_a_load, geo)
+            b = Operand(ca.fwd_b_setup, ca.fwd_packed_b_load, geo)
+            c = Output(ca.fwd_c_addr, geo)
+            steps = triton.cdiv(depth, tiles.block_k)
+        elif p.direction == Direction.FORWARD:
             a = Operand(ca.fwd_a_setup, ca.fwd_a_load, geo)
             b = Operand(ca.fwd_b_setup, ca.fwd_b_load, geo)
             c = Output(ca.fwd_c_addr, geo)
             steps = taps * triton.cdiv(depth, tiles.block_k)
+        elif packed(p):
+            a = Operand(ca.bwd_filter_packed_a_setup, ca.bwd_filter_a_load, geo)
+            b = Operand(ca.bwd_filter_packed_b_setup, ca.bwd_filter_packed_b_load, geo)
+            c = Output(ca.bwd_filter_packed_c_addr, geo)
+            steps = triton.cdiv(depth, tiles.block_k)
         else:
             a = Operand(ca.bwd_filter_a_setup, ca.bwd_filter_a_load, geo)
             b = Operand(ca.bwd_filter_b_setup, ca.bwd_filter_b_load, geo)

@@ -353,3 +353,92 @@ def filter_cols_b_load(Wt, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
     k = t * BLOCK_K + offs_k
     ptrs = Wt + base[None, :] + k[:, None] * geo.w_strides[0]
     return tl.load(ptrs, mask=(k < geo.kg)[:, None] & cols_ok[None, :], other=0.0)
+
+
+# -- few channels per group: filter taps and channels packed into one reduction dim -----------
+#
+# With C/g = 3 (an RGB stem) a reduction chunk of one tap holds 3 useful channels out of 16 or
+# more. Packing (tap, c) into one index kappa = tap * C/g + c fills every chunk instead; the
+# price is 2-D index arithmetic per element, which is small next to the wasted work it saves.
+
+
+@triton.jit
+def split_packed(kappa, geo):
+    """kappa = tap * cg + c -> (rd, rh, rw, c)."""
+    tap = kappa // geo.cg
+    rd, rh, rw = split_tap(tap, geo.kernel)
+    return rd, rh, rw, kappa - tap * geo.cg
+
+
+@triton.jit
+def fwd_packed_a_load(X, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
+    base, id0, ih0, iw0, rows_ok = state
+    kappa = t * BLOCK_K + offs_k
+    rd, rh, rw, c = split_packed(kappa, geo)
+    dd, dh, dw = geo.dilation
+    pix, inside = input_offset(
+        id0[:, None] + (rd * dd)[None, :],
+        ih0[:, None] + (rh * dh)[None, :],
+        iw0[:, None] + (rw * dw)[None, :],
+        geo.in_size,
+        geo.x_strides,
+    )
+    ptrs = X + base[:, None] + pix + (c * geo.x_strides[1])[None, :]
+    mask = rows_ok[:, None] & inside & (kappa < num_taps(geo) * geo.cg)[None, :]
+    return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
+def fwd_packed_b_load(Wt, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
+    base, cols_ok = state
+    kappa = t * BLOCK_K + offs_k
+    rd, rh, rw, c = split_packed(kappa, geo)
+    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
+    rows = c * ws_c + rd * ws_d + rh * ws_h + rw * ws_w
+    mask = (kappa < num_taps(geo) * geo.cg)[:, None] & cols_ok[None, :]
+    return tl.load(Wt + rows[:, None] + base[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def bwd_filter_packed_a_setup(geo, group, offs_m):
+    base = geo.offsets[2] + (group * geo.kg + offs_m) * geo.y_strides[1]
+    return base, offs_m < geo.kg
+
+
+@triton.jit
+def bwd_filter_packed_b_setup(geo, group, offs_n):
+    rd, rh, rw, c = split_packed(offs_n, geo)
+    dd, dh, dw = geo.dilation
+    pd, ph, pw = geo.padding
+    base = geo.offsets[0] + (group * geo.cg + c) * geo.x_strides[1]
+    cols_ok = offs_n < num_taps(geo) * geo.cg
+    return base, cols_ok, rd * dd - pd, rh * dh - ph, rw * dw - pw
+
+
+@triton.jit
+def bwd_filter_packed_b_load(X, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
+    """Input pixels for output pixels t*BK ... under each column's own tap: [pixel, (tap, c)]."""
+    base, cols_ok, shift_d, shift_h, shift_w = state
+    j = t * BLOCK_K + offs_k
+    n, od, oh, ow = split_pixel(j, geo.out_size)
+    sd, sh, sw = geo.stride
+    pix, inside = input_offset(
+        (od * sd)[:, None] + shift_d[None, :],
+        (oh * sh)[:, None] + shift_h[None, :],
+        (ow * sw)[:, None] + shift_w[None, :],
+        geo.in_size,
+        geo.x_strides,
+    )
+    rows_ok = j < num_pixels(geo, geo.out_size)
+    ptrs = X + (n * geo.x_strides[0])[:, None] + pix + base[None, :]
+    return tl.load(ptrs, mask=rows_ok[:, None] & inside & cols_ok[None, :], other=0.0)
+
+
+@triton.jit
+def bwd_filter_packed_c_addr(geo, group, offs_m, offs_n):
+    rd, rh, rw, c = split_packed(offs_n, geo)
+    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
+    rows = geo.offsets[1] + (group * geo.kg + offs_m) * ws_k
+    cols = c * ws_c + rd * ws_d + rh * ws_h + rw * ws_w
+    mask = (offs_m < geo.kg)[:, None] & (offs_n < num_taps(geo) * geo.cg)[None, :]
+    return rows[:, None] + cols[None, :], mask, offs_n
