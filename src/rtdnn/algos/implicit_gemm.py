@@ -1,9 +1,10 @@
 """IMPLICIT_GEMM: the batch-reduce GEMM reads its operands straight from x, w and dy, with the
 im2col addresses computed in the kernel. No workspace, every direction.
 
-IMPLICIT_GEMM_SPLIT_K: backward-filter only. Its GEMM is small (K/g x C/g per filter tap) and
-its reduction long (every output pixel), so the pixels are split among several programs that
-write float32 partial sums to a workspace, summed afterwards in a fixed order (deterministic).
+IMPLICIT_GEMM_SPLIT_K: forward and backward-filter. When the output has too few tiles to fill
+the GPU (backward-filter's K/g x C/g per filter tap with a reduction over every pixel; forward on
+small late-stage images) the reduction is split among several programs that write float32
+partial sums to a workspace, summed afterwards in a fixed order (deterministic).
 """
 
 from __future__ import annotations
@@ -48,11 +49,15 @@ def gemm_shape(p: ConvProblem) -> tuple[int, int, int, int]:
 
 
 def split_count(p: ConvProblem) -> int:
-    """Backward-filter splits: enough programs to fill the device, each with a long enough
-    share of the pixels (16 steps of 64 on a GPU; small on the CPU so tests split too)."""
-    rows, cols, pixels, batches = gemm_shape(p)
+    """Reduction splits: enough programs to fill the device, each with a long enough share of
+    the reduction (16 chunks of 64 on a GPU; small on the CPU so tests split too)."""
+    if p.direction == Direction.BACKWARD_DATA:
+        return 1
+    rows, cols, depth, batches = gemm_shape(p)
+    if p.direction == Direction.FORWARD and not packed(p):
+        depth *= math.prod(p.kernel)
     tiles = triton.cdiv(rows, 128) * triton.cdiv(cols, 128) * batches
-    most = max(1, pixels // (16 * 64 if p.device == "cuda" else 32))
+    most = max(1, depth // (16 * 64 if p.device == "cuda" else 32))
     return max(1, min(triton.cdiv(parallel_slots(p.device), tiles), most))
 
 
@@ -156,7 +161,7 @@ class ImplicitGemm(ConvAlgorithm):
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
             if direction == Direction.FORWARD:
-                gemm(t.x, t.w, t.y, alpha=alpha, beta=beta, bias=t.bias)
+                gemm(t.x, t.w, t.y, alpha=alpha, beta=beta, bias=t.bias, workspace=workspace)
             else:
                 gemm(t.y, t.x, t.w, alpha=alpha, beta=beta, workspace=workspace)
 
@@ -202,8 +207,8 @@ class ImplicitGemmSplitK(ImplicitGemm):
     name = "IMPLICIT_GEMM_SPLIT_K"
 
     def supports(self, p: ConvProblem) -> str | None:
-        if p.direction != Direction.BACKWARD_FILTER:
-            return "split-K is for backward-filter, whose reduction runs over every pixel"
+        if p.direction == Direction.BACKWARD_DATA:
+            return "backward-data runs one GEMM per stride phase, which are not split"
         return None
 
     def splits(self, p: ConvProblem) -> int:

@@ -16,6 +16,7 @@ import torch
 import triton
 
 from ..core import ConvProblem
+from ..core.timing import device_time_ms
 from ..kernels.launch import TileConfig
 
 CPU_TILES = TileConfig(32, 32, 16, group_m=1, num_warps=1, num_stages=1)
@@ -29,24 +30,26 @@ def gemm_candidates(p: ConvProblem, rows: int, cols: int, depth: int) -> list[Ti
     """Tiles for a rows x cols output whose reduction chunks are `depth` long (e.g. C/g)."""
     if p.device != "cuda":
         return [CPU_TILES]
-    bk_max = 64 if p.dtype.itemsize == 2 else 32
-    bk = max(16, min(bk_max, triton.next_power_of_2(depth)))
+    # Reduction chunks: 64 (16-bit) or 32 (float32) elements, or 2x that when the reduction
+    # is long enough; never much more than its length.
+    bk_base = 64 if p.dtype.itemsize == 2 else 32
+    bk = max(16, min(bk_base, triton.next_power_of_2(depth)))
     shapes = [
-        (128, 128, 8, 3),
-        (128, 64, 4, 4),
-        (64, 128, 4, 4),
-        (128, 256, 8, 3),
-        (256, 128, 8, 3),
-        (64, 64, 4, 4),
-        (64, 32, 4, 4),
+        (128, 128, bk, 8, 3),
+        (128, 128, 2 * bk, 8, 3),
+        (64, 128, bk, 4, 4),
+        (128, 64, bk, 4, 4),
+        (128, 256, bk, 8, 3),
+        (256, 128, bk, 8, 3),
+        (64, 64, bk, 4, 4),
     ]
     out = []
-    for bm, bn, warps, stages in shapes:
-        # Skip tiles far larger than the output: they only add masked work.
-        if bm > 2 * max(16, rows) or bn > 2 * max(16, cols):
+    for bm, bn, bk_, warps, stages in shapes:
+        # Skip tiles far larger than the output or the reduction: they only add masked work.
+        if bm > 2 * max(16, rows) or bn > 2 * max(16, cols) or bk_ > max(bk, depth):
             continue
-        out.append(TileConfig(bm, bn, bk, 8, warps, stages))
-    return out or [TileConfig(64, 32, bk, 8, 4, 4)]
+        out.append(TileConfig(bm, bn, bk_, 8, warps, stages))
+    return out or [TileConfig(64, 64, bk, 8, 4, 4)]
 
 
 def choose_tiles(algo, p: ConvProblem, tensors, workspace) -> TileConfig:
@@ -65,12 +68,8 @@ def choose_tiles(algo, p: ConvProblem, tensors, workspace) -> TileConfig:
         best_ms = float("inf")
         for tiles in candidates:
             try:
-                ms = triton.testing.do_bench(
-                    functools.partial(algo.prepare(p, tiles), trial, workspace, 1.0, 0.0),
-                    warmup=5,
-                    rep=20,
-                    return_mode="median",
-                )
+                run = algo.prepare(p, tiles)
+                ms = device_time_ms(functools.partial(run, trial, workspace, 1.0, 0.0), rep_ms=20)
             except triton.runtime.errors.OutOfResources:
                 continue
             log.debug("%s %s: %s %.4f ms", algo.name, p.key(), tiles, ms)

@@ -7,11 +7,11 @@ import time
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from ..algos import ALGORITHMS, NO_WORKSPACE, ConvAlgorithm, ConvTensors, get_algorithm
 from ..algos.implicit_gemm import split_count
 from ..core import ConvProblem, Direction, NotSupportedError, allocate_workspace, bad_param
+from ..core.timing import device_time_ms
 
 PREFERENCES = ("fastest", "no_workspace")
 
@@ -39,7 +39,7 @@ def _check_limit(workspace_limit: int | None) -> None:
 
 def _heuristic_order(p: ConvProblem) -> list[str]:
     """Algorithms from the likely fastest down, without running anything."""
-    if p.direction == Direction.BACKWARD_FILTER and split_count(p) > 1:
+    if p.direction != Direction.BACKWARD_DATA and split_count(p) > 1:
         return ["IMPLICIT_GEMM_SPLIT_K", "IMPLICIT_GEMM", "GEMM"]
     return ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K", "GEMM"]
 
@@ -85,7 +85,7 @@ def resolve(p: ConvProblem, algo: str, workspace_limit: int | None) -> ConvAlgor
 
 def _time_ms(fn, device: str) -> float:
     if device == "cuda":
-        return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+        return device_time_ms(fn, rep_ms=50)
     fn()  # the interpreter has nothing to warm up beyond this
     start = time.perf_counter()
     fn()
