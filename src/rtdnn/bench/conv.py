@@ -186,10 +186,16 @@ def run_suite(
     layers = load_suite(suite)[:limit]
     rows: list[Row] = []
     work = [(layer, d) for d in directions for layer in layers]
-    for layer, d in tqdm(work, desc=f"{suite} {dtype_name}", unit="layer"):
+    progress = tqdm(work, desc=f"{suite} {dtype_name}", unit="layer")
+    for layer, d in progress:
         row = run_layer(layer, d, dtype, batch)
         row.ceiling_pct = 100 * row.tflops / ceiling
         rows.append(row)
+        progress.write(
+            f"{row.layer:12s} {row.direction:16s} {row.algo:22s} {row.rtdnn_ms:.3f} ms vs "
+            f"{row.cudnn_ms:.3f} ms: {row.ratio:.2f}x (eager {row.rtdnn_eager_ms:.3f} vs "
+            f"{row.cudnn_eager_ms:.3f})"
+        )
     title = (
         f"{suite}, {dtype_name}{' (TF32)' if dtype == torch.float32 else ''}, "
         f"batch {batch or 'as in suite'}, {torch.cuda.get_device_name()}, "
