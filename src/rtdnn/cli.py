@@ -52,7 +52,10 @@ def _bench(args) -> int:
     from rtdnn.bench.conv import DIRECTIONS, run_suite
 
     directions = list(DIRECTIONS) if args.direction == "all" else [args.direction]
-    rows = run_suite(args.suite, args.dtype, directions, args.batch, args.limit, args.out)
+    rows = run_suite(
+        args.suite, args.dtype, directions, args.batch, args.limit, args.out, args.find,
+        args.eager,
+    )  # fmt: skip
     return 0 if all(r.ok for r in rows) else 1
 
 
@@ -71,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--batch", type=int, default=None, help="override the suite's batch")
     bench.add_argument("--limit", type=int, default=None, help="only the first N layers")
     bench.add_argument("--out", default="bench-results", help="folder for JSON and markdown")
+    bench.add_argument(
+        "--find", action="store_true", help="let rtdnn measure every algorithm per layer first"
+    )
+    bench.add_argument(
+        "--eager", action="store_true", help="also time plain calls (host overhead included)"
+    )
     args = parser.parse_args(argv)
     if args.command == "bench" and not _cpu_ready():
         # Without a GPU the self-check runs in the interpreter, which must be chosen before

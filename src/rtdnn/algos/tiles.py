@@ -41,7 +41,6 @@ def gemm_candidates(p: ConvProblem, rows: int, cols: int, depth: int) -> list[Ti
         (128, 64, bk, 4, 4),
         (128, 256, bk, 8, 3),
         (256, 128, bk, 8, 3),
-        (64, 64, bk, 4, 4),
     ]
     out = []
     for bm, bn, bk_, warps, stages in shapes:

@@ -101,7 +101,14 @@ def _conv_args(layer: dict) -> dict:
     )
 
 
-def run_layer(layer: dict, direction: str, dtype: torch.dtype, batch: int | None) -> Row:
+def run_layer(
+    layer: dict,
+    direction: str,
+    dtype: torch.dtype,
+    batch: int | None,
+    find: bool = False,
+    eager: bool = False,
+) -> Row:
     x, w = _layer_tensors(layer, dtype, batch)
     args = _conv_args(layer)
     conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[x.dim()]
@@ -127,11 +134,14 @@ def run_layer(layer: dict, direction: str, dtype: torch.dtype, batch: int | None
         ours = lambda: ops.conv_backward_filter(x, dy, w.shape, **args)
         theirs = lambda: cudnn_backward([False, True, False])[1]
         expected = theirs()
-    ops.find_conv_algorithms(x, w, direction=direction, **args)
+    if find:
+        ops.find_conv_algorithms(x, w, direction=direction, **args)
     algo = ops.get_conv_algorithm(x, w, direction=direction, **args)
     err = rel_error(ours(), expected.double().cpu())
     ours_ms, theirs_ms = _bench(ours), _bench(theirs)
-    ours_eager, theirs_eager = _bench(ours, graph=False), _bench(theirs, graph=False)
+    ours_eager = theirs_eager = float("nan")
+    if eager:
+        ours_eager, theirs_eager = _bench(ours, graph=False), _bench(theirs, graph=False)
     flops = 2 * y.numel() * (x.shape[1] // args["groups"]) * math.prod(w.shape[2:])
     tflops = flops / ours_ms / 1e9
     return Row(
@@ -145,26 +155,32 @@ def geomean(values: list[float]) -> float:
 
 
 def markdown(rows: list[Row], title: str) -> str:
-    lines = [
-        f"### {title}",
-        "",
-        "| layer | direction | algo | rtdnn ms | cuDNN ms | ratio | TFLOP/s | % ceiling "
-        "| eager rtdnn ms | eager cuDNN ms | eager ratio | ok |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
+    eager = any(not math.isnan(r.rtdnn_eager_ms) for r in rows)
+    head = "| layer | direction | algo | rtdnn ms | cuDNN ms | ratio | TFLOP/s | % ceiling |"
+    rule = "|---|---|---|---:|---:|---:|---:|---:|"
+    if eager:
+        head += " eager rtdnn ms | eager cuDNN ms | eager ratio |"
+        rule += "---:|---:|---:|"
+    lines = [f"### {title}", "", head + " ok |", rule + "---|"]
     for r in rows:
-        lines.append(
+        line = (
             f"| {r.layer} | {r.direction} | {r.algo} | {r.rtdnn_ms:.3f} | {r.cudnn_ms:.3f} | "
-            f"{r.ratio:.2f} | {r.tflops:.0f} | {r.ceiling_pct:.0f} | {r.rtdnn_eager_ms:.3f} | "
-            f"{r.cudnn_eager_ms:.3f} | {r.cudnn_eager_ms / r.rtdnn_eager_ms:.2f} | "
-            f"{'yes' if r.ok else f'NO ({r.rel_err_vs_cudnn:.1e})'} |"
+            f"{r.ratio:.2f} | {r.tflops:.0f} | {r.ceiling_pct:.0f} |"
         )
+        if eager:
+            line += (
+                f" {r.rtdnn_eager_ms:.3f} | {r.cudnn_eager_ms:.3f} | "
+                f"{r.cudnn_eager_ms / r.rtdnn_eager_ms:.2f} |"
+            )
+        lines.append(line + f" {'yes' if r.ok else f'NO ({r.rel_err_vs_cudnn:.1e})'} |")
     for d in DIRECTIONS:
         sub = [r for r in rows if r.direction == d]
         if sub:
-            dev = geomean([r.ratio for r in sub])
-            eager = geomean([r.cudnn_eager_ms / r.rtdnn_eager_ms for r in sub])
-            lines.append(f"| **geomean** | {d} | | | | **{dev:.2f}** | | | | | **{eager:.2f}** | |")
+            line = f"| **geomean** | {d} | | | | **{geomean([r.ratio for r in sub]):.2f}** | | |"
+            if eager:
+                ratio = geomean([r.cudnn_eager_ms / r.rtdnn_eager_ms for r in sub])
+                line += f" | | **{ratio:.2f}** |"
+            lines.append(line + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -175,6 +191,8 @@ def run_suite(
     batch: int | None = None,
     limit: int | None = None,
     out_dir: str | None = None,
+    find: bool = False,
+    eager: bool = False,
 ) -> list[Row]:
     from tqdm import tqdm
 
@@ -186,9 +204,14 @@ def run_suite(
     layers = load_suite(suite)[:limit]
     rows: list[Row] = []
     work = [(layer, d) for d in directions for layer in layers]
+    title = (
+        f"{suite}, {dtype_name}{' (TF32)' if dtype == torch.float32 else ''}, "
+        f"batch {batch or 'as in suite'}, {torch.cuda.get_device_name()}, "
+        f"matmul ceiling {ceiling:.0f} TFLOP/s"
+    )
     progress = tqdm(work, desc=f"{suite} {dtype_name}", unit="layer")
     for layer, d in progress:
-        row = run_layer(layer, d, dtype, batch)
+        row = run_layer(layer, d, dtype, batch, find, eager)
         row.ceiling_pct = 100 * row.tflops / ceiling
         rows.append(row)
         progress.write(
@@ -196,23 +219,20 @@ def run_suite(
             f"{row.cudnn_ms:.3f} ms: {row.ratio:.2f}x (eager {row.rtdnn_eager_ms:.3f} vs "
             f"{row.cudnn_eager_ms:.3f})"
         )
-    title = (
-        f"{suite}, {dtype_name}{' (TF32)' if dtype == torch.float32 else ''}, "
-        f"batch {batch or 'as in suite'}, {torch.cuda.get_device_name()}, "
-        f"matmul ceiling {ceiling:.0f} TFLOP/s"
-    )
-    md = markdown(rows, title)
-    print(md)
-    if out_dir:
-        import os
-
-        os.makedirs(out_dir, exist_ok=True)
-        stem = f"{out_dir}/conv_{suite}_{dtype_name}"
-        with open(stem + ".json", "w") as f:
-            json.dump({"title": title, "rows": [asdict(r) for r in rows]}, f, indent=1)
-        with open(stem + ".md", "w") as f:
-            f.write(md)
+        if out_dir:  # rewritten after every layer, so an interrupted run keeps what it did
+            _write(out_dir, f"conv_{suite}_{dtype_name}", title, rows)
+    print(markdown(rows, title))
     return rows
+
+
+def _write(out_dir: str, stem: str, title: str, rows: list[Row]) -> None:
+    import os
+
+    os.makedirs(out_dir, exist_ok=True)
+    with open(f"{out_dir}/{stem}.json", "w") as f:
+        json.dump({"title": title, "rows": [asdict(r) for r in rows]}, f, indent=1)
+    with open(f"{out_dir}/{stem}.md", "w") as f:
+        f.write(markdown(rows, title))
 
 
 def self_check() -> list[tuple[str, float, bool]]:
