@@ -210,6 +210,16 @@ def test_alpha_zero_beta_one_keeps_out(algo, gen):
         assert torch.equal(out, prior)
 
 
+@pytest.mark.parametrize("math_mode", ["tf32", None])
+def test_tf32_and_default_math_modes_run(math_mode, gen):
+    """math="tf32" and None (torch's allow_tf32 decides) are accepted for float32 data; the
+    interpreter multiplies in full float32 anyway, so only a TF32-sized error bound holds."""
+    x = make_tensor((1, 16, 3, 3), torch.float32, generator=gen)
+    w = make_tensor((2, 16, 3, 3), torch.float32, generator=gen)
+    y = rtdnn.conv_forward(x, w, padding=1, math=math_mode)
+    assert reference.rel_error(y, reference.conv_forward(x, w, padding=1)) < 2e-3
+
+
 # -- bias ----------------------------------------------------------------------------------
 
 

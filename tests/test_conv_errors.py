@@ -76,6 +76,9 @@ COMMON_CASES = [
     ("stride not an int", "stride", dict(stride=1.5)),
     ("dilation 0", "dilation", dict(dilation=0)),
     ("groups 0", "groups", dict(groups=0)),
+    ("groups a bool", "groups", dict(groups=True)),
+    ("padding of wrong length", "padding", dict(padding=[1])),
+    ("dilation of wrong length", "dilation", dict(dilation=(1, 1, 1))),
     ("groups not dividing C", "groups", dict(groups=3)),  # C=4, K=6
     ("unknown mode", "mode", dict(mode="correlation")),
     ("unknown algo", "algo", dict(algo="WINOGRAD")),
