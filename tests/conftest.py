@@ -1,0 +1,185 @@
+"""Shared setup and helpers for the convolution tests.
+
+The kernels run in Triton's interpreter on the CPU: TRITON_INTERPRET must be set before triton
+(and so rtdnn) is first imported, which is why it is the first thing this file does.
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import math  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import rtdnn  # noqa: E402
+from rtdnn import reference  # noqa: E402
+from rtdnn.core import INTERPRETED  # noqa: E402
+
+# Relative error (||out - ref|| / ||ref||, see reference.rel_error) allowed per storage dtype,
+# against a float64 reference computed from the very same (already rounded) inputs.
+#   float32 with math="fp32": strict IEEE float32 products and accumulation.
+#   float16: float32 accumulation; the error is dominated by rounding the result to float16
+#            (2**-11 relative per element).
+# bfloat16 is deliberately absent: the interpreter's bf16 tl.dot is wrong on the CPU.
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3}
+
+#: Every test dtype, and the math mode that goes with it.
+DTYPES = (torch.float32, torch.float16)
+MATH = "fp32"
+
+LAYOUTS = ("contiguous", "channels_last", "strided")
+
+
+def pytest_configure(config):
+    # Triton's interpreter converts 1-element arrays with int(); NumPy >= 1.25 warns each time.
+    config.addinivalue_line(
+        "filterwarnings",
+        "ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning",
+    )
+    if not INTERPRETED:
+        raise pytest.UsageError(
+            "rtdnn was imported before TRITON_INTERPRET=1 was set: the CPU tests cannot run"
+        )
+
+
+def tolerance(dtype: torch.dtype) -> float:
+    return TOLERANCE[dtype]
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype | None = None):
+    """out matches the float64 reference within the dtype's tolerance (NaN never matches)."""
+    dtype = out.dtype if dtype is None else dtype
+    assert tuple(out.shape) == tuple(ref.shape), (tuple(out.shape), tuple(ref.shape))
+    err = reference.rel_error(out, ref)
+    assert err <= tolerance(dtype), f"relative error {err:.3e} > {tolerance(dtype):.0e}"
+
+
+# -- tensors in a given memory layout -----------------------------------------------------
+
+
+def _strided_base_shape(shape) -> list[int]:
+    """A bigger tensor that `strided` views: one extra channel, every other element of the
+    last dim. The view has a non-zero storage offset and no unit stride."""
+    return [shape[0], shape[1] + 1, *shape[2:-1], 2 * shape[-1]]
+
+
+def _strided_view(base: torch.Tensor) -> torch.Tensor:
+    return base[:, 1:, ..., ::2]
+
+
+def empty_in_layout(shape, dtype, layout: str, fill: float = math.nan) -> torch.Tensor:
+    """A tensor of `shape` in `layout` whose every storage element (gaps included) is `fill`."""
+    shape = list(shape)
+    if layout == "contiguous":
+        return torch.full(shape, fill, dtype=dtype)
+    if layout == "channels_last":
+        physical = [shape[0], *shape[2:], shape[1]]
+        return torch.full(physical, fill, dtype=dtype).movedim(-1, 1)
+    if layout == "strided":
+        return _strided_view(torch.full(_strided_base_shape(shape), fill, dtype=dtype))
+    raise ValueError(layout)
+
+
+def make_tensor(shape, dtype, layout: str = "contiguous", generator=None) -> torch.Tensor:
+    """Standard-normal values (rounded to `dtype`) in `layout`:
+
+    contiguous     plain row-major
+    channels_last  channel dim innermost (movedim(1, -1).contiguous().movedim(-1, 1))
+    strided        a view of every other element of a bigger tensor, offset by one channel;
+                   the elements between are NaN, so reading them poisons the result
+    """
+    values = torch.randn(list(shape), generator=generator, dtype=torch.float32).to(dtype)
+    if layout == "contiguous":
+        return values.contiguous()
+    if layout == "channels_last":
+        return values.movedim(1, -1).contiguous().movedim(-1, 1)
+    t = empty_in_layout(shape, dtype, layout)
+    t.copy_(values)
+    return t
+
+
+def poisoned_like(t: torch.Tensor) -> torch.Tensor:
+    """A tensor with t's shape, strides and dtype, all of whose storage is NaN.
+
+    Pass it as `out` with beta == 0: any element the op fails to write stays NaN.
+    """
+    if any(s < 0 for s in t.stride()):
+        raise ValueError("negative strides are not supported here")
+    size = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+    return torch.full((size,), math.nan, dtype=t.dtype).as_strided(t.shape, t.stride())
+
+
+def poisoned(shape, dtype, layout: str = "contiguous") -> torch.Tensor:
+    """NaN everywhere, in `layout`."""
+    return empty_in_layout(shape, dtype, layout)
+
+
+def whole_storage(t: torch.Tensor) -> torch.Tensor:
+    """Every element of t's storage as a 1-D tensor (gaps of a strided view included)."""
+    return torch.empty(0, dtype=t.dtype).set_(t.untyped_storage())
+
+
+def assert_gaps_untouched(out: torch.Tensor) -> None:
+    """The storage around a strided `out` was NaN and must still be: only the view is written."""
+    storage = whole_storage(out)
+    gaps = storage.numel() - out.numel()
+    assert int(torch.isnan(out).sum()) == 0, "NaN left in the output"
+    assert int(torch.isnan(storage).sum()) == gaps, "an element outside the view was written"
+
+
+def is_channels_last(t: torch.Tensor) -> bool:
+    """The channel dim is innermost in memory (size-1 dims do not count)."""
+    return t.movedim(1, -1).is_contiguous()
+
+
+def assert_layout_follows(result: torch.Tensor, source: torch.Tensor, layout: str) -> None:
+    """A freshly allocated result keeps `source`'s memory format: channels-last in,
+    channels-last out; anything else gives a contiguous result.
+
+    A channels-last tensor whose channel dim or whose every spatial dim has size 1 (so that
+    torch's .contiguous() left it as it was) is also plain contiguous: either result is right.
+    """
+    if layout == "channels_last" and not source.is_contiguous():
+        assert is_channels_last(result), f"channels-last lost: strides {result.stride()}"
+    elif layout == "channels_last":
+        assert is_channels_last(result) or result.is_contiguous(), result.stride()
+    else:
+        assert result.is_contiguous(), f"expected contiguous, got strides {result.stride()}"
+
+
+# -- convolution arithmetic ----------------------------------------------------------------
+
+
+def out_size(in_size, kernel, stride, padding, dilation) -> tuple[int, ...]:
+    return tuple(
+        (i + 2 * p - d * (r - 1) - 1) // s + 1
+        for i, r, s, p, d in zip(in_size, kernel, stride, padding, dilation, strict=True)
+    )
+
+
+@pytest.fixture
+def gen():
+    """A seeded generator, so each test sees the same data on every run."""
+    return torch.Generator().manual_seed(1234)
+
+
+__all__ = [
+    "DTYPES",
+    "LAYOUTS",
+    "MATH",
+    "TOLERANCE",
+    "assert_close",
+    "assert_gaps_untouched",
+    "assert_layout_follows",
+    "empty_in_layout",
+    "is_channels_last",
+    "make_tensor",
+    "out_size",
+    "poisoned",
+    "poisoned_like",
+    "rtdnn",
+    "tolerance",
+    "whole_storage",
+]

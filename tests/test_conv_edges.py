@@ -1,0 +1,415 @@
+"""Explicit edge cases of the convolution API, each checked against the float64 reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import (
+    MATH,
+    assert_close,
+    assert_gaps_untouched,
+    is_channels_last,
+    make_tensor,
+    out_size,
+    poisoned,
+    poisoned_like,
+)
+
+import rtdnn
+from rtdnn import reference
+from rtdnn.algos.implicit_gemm import split_count
+from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
+
+ALGOS = ["IMPLICIT_GEMM", "GEMM"]
+FILTER_ALGOS = ["IMPLICIT_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K"]
+
+
+def _conv_kwargs(stride, padding, dilation, groups=1, mode="cross_correlation"):
+    return dict(stride=stride, padding=padding, dilation=dilation, groups=groups, mode=mode)
+
+
+def check_all_directions(
+    x_shape, w_shape, *, algo, filter_algo=None, dtype=torch.float32, gen=None, **conv
+):
+    """Forward, backward-data and backward-filter of one problem, each written into a
+    NaN-poisoned `out`, against the reference. Returns (y, dx, dw) for further checks."""
+    conv = _conv_kwargs(**{"stride": 1, "padding": 0, "dilation": 1, **conv})
+    spatial = len(x_shape) - 2
+    as_t = lambda v: (v,) * spatial if isinstance(v, int) else tuple(v)
+    o = out_size(
+        x_shape[2:], w_shape[2:], as_t(conv["stride"]), as_t(conv["padding"]),
+        as_t(conv["dilation"]),
+    )  # fmt: skip
+    y_shape = (x_shape[0], w_shape[0], *o)
+    x = make_tensor(x_shape, dtype, generator=gen)
+    w = make_tensor(w_shape, dtype, generator=gen)
+    dy = make_tensor(y_shape, dtype, generator=gen)
+
+    y = rtdnn.conv_forward(x, w, out=poisoned(y_shape, dtype), algo=algo, math=MATH, **conv)
+    assert_close(y, reference.conv_forward(x, w, **conv))
+
+    dx = rtdnn.conv_backward_data(
+        dy, w, x_shape, out=poisoned(x_shape, dtype), algo=algo, math=MATH, **conv
+    )
+    assert_close(dx, reference.conv_backward_data(dy, w, x_shape, **conv))
+
+    dw = rtdnn.conv_backward_filter(
+        x, dy, w_shape, out=poisoned(w_shape, dtype), algo=filter_algo or algo, math=MATH, **conv
+    )
+    assert_close(dw, reference.conv_backward_filter(x, dy, w_shape, **conv))
+    return y, dx, dw
+
+
+# -- small sizes ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("spatial", [(5,), (4, 3), (2, 3, 2)], ids=["1d", "2d", "3d"])
+def test_batch_one_single_channel(algo, spatial, gen):
+    nd = len(spatial)
+    check_all_directions((1, 1, *spatial), (1, 1, *([2] * nd)), algo=algo, gen=gen, padding=1)
+
+
+@pytest.mark.parametrize("algo", FILTER_ALGOS)
+def test_one_pixel_output(algo, gen):
+    """A 3x3 filter over a 3x3 image: one output pixel, every input pixel one filter tap."""
+    algo_fwd = "IMPLICIT_GEMM" if algo == "IMPLICIT_GEMM_SPLIT_K" else algo
+    y, _, _ = check_all_directions(
+        (2, 3, 3, 3), (4, 3, 3, 3), algo=algo_fwd, filter_algo=algo, gen=gen
+    )
+    assert y.shape == (2, 4, 1, 1)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_one_pixel_output_from_dilation_and_stride(algo, gen):
+    """Dilation 2 spans the whole 5-wide input; stride 3 leaves no second position."""
+    y, _, _ = check_all_directions(
+        (1, 2, 5, 5), (2, 2, 3, 3), algo=algo, gen=gen, dilation=2, stride=3
+    )
+    assert y.shape == (1, 2, 1, 1)
+
+
+# -- padding and stride --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize(
+    "kernel, padding, stride", [(1, 3, 1), (2, 3, 2), (3, (3, 0), (1, 2))], ids=str
+)
+def test_padding_larger_than_kernel(algo, kernel, padding, stride, gen):
+    check_all_directions(
+        (2, 3, 4, 5), (2, 3, kernel, kernel), algo=algo, gen=gen, padding=padding, stride=stride
+    )
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_output_rows_of_padding_only_are_bias(algo, gen):
+    """With padding 3 and a 1x1 filter, the outer three rings of y see only zeros: y == bias."""
+    x = make_tensor((1, 2, 2, 2), torch.float32, generator=gen)
+    w = make_tensor((3, 2, 1, 1), torch.float32, generator=gen)
+    b = torch.tensor([1.5, -2.0, 0.25])
+    y = rtdnn.conv_forward(x, w, b, padding=3, algo=algo, math=MATH)
+    assert y.shape == (1, 3, 8, 8)
+    ring = torch.ones(8, 8, dtype=torch.bool)
+    ring[3:5, 3:5] = False
+    assert torch.equal(y[0][:, ring], b[:, None].expand(3, int(ring.sum())))
+    assert_close(y, reference.conv_forward(x, w, b, padding=3))
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("kernel", [1, 2])
+def test_stride_larger_than_kernel(algo, kernel, gen):
+    """Stride 3 skips input pixels: their gradient must be written as exactly zero."""
+    x_shape, w_shape = (2, 2, 7, 8), (3, 2, kernel, kernel)
+    _, dx, _ = check_all_directions(x_shape, w_shape, algo=algo, gen=gen, stride=3)
+    skipped = torch.ones(7, 8, dtype=torch.bool)
+    for i in range(0, 7, 3):
+        for j in range(0, 8, 3):
+            skipped[i : i + kernel, j : j + kernel] = False
+    assert skipped.any()
+    assert torch.all(dx[:, :, skipped] == 0)
+
+
+# -- sizes that do not fill the 32x32x16 CPU tile ------------------------------------------
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_sizes_not_multiple_of_tile(algo, gen):
+    """33 output (and input) pixels and 17 input / 33 output channels: every GEMM dim has a
+    ragged last tile (32 + 1 rows, 16 + 1 reduction channels, 32 + 1 columns)."""
+    y, dx, dw = check_all_directions(
+        (1, 17, 3, 11), (33, 17, 3, 3), algo=algo, filter_algo=algo, gen=gen, padding=1
+    )
+    assert y.shape == (1, 33, 3, 11)
+
+
+def test_sizes_not_multiple_of_tile_split_k(gen):
+    x = make_tensor((1, 17, 3, 11), torch.float32, generator=gen)
+    dy = make_tensor((1, 33, 3, 11), torch.float32, generator=gen)
+    dw = rtdnn.conv_backward_filter(
+        x, dy, (33, 17, 1, 1), algo="IMPLICIT_GEMM_SPLIT_K", out=poisoned((33, 17, 1, 1), x.dtype)
+    )
+    assert_close(dw, reference.conv_backward_filter(x, dy, (33, 17, 1, 1)))
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_grouped_ragged_channels(algo, gen):
+    """Groups of 17 input and 3 output channels."""
+    check_all_directions((1, 34, 2, 3), (6, 17, 2, 2), algo=algo, gen=gen, groups=2, padding=1)
+
+
+# -- 1x1 convolution -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_one_by_one_is_a_matmul(algo, gen):
+    x = make_tensor((2, 5, 3, 4), torch.float32, "channels_last", gen)
+    w = make_tensor((6, 5, 1, 1), torch.float32, generator=gen)
+    y = rtdnn.conv_forward(x, w, algo=algo, math=MATH)
+    expected = torch.einsum("nchw,kc->nkhw", x.double(), w[:, :, 0, 0].double())
+    assert_close(y, expected)
+    assert is_channels_last(y)
+
+
+# -- unusual strides and scaling ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_broadcast_inputs(algo, gen):
+    """Inputs may overlap themselves (stride 0): they are only read."""
+    x = make_tensor((1, 3, 1, 5), torch.float32, generator=gen).expand(2, 3, 4, 5)
+    w = make_tensor((2, 3, 1, 1), torch.float32, generator=gen).expand(2, 3, 2, 2)
+    assert 0 in x.stride() and 0 in w.stride()
+    y = rtdnn.conv_forward(x, w, padding=1, algo=algo, math=MATH)
+    assert_close(y, reference.conv_forward(x, w, padding=1))
+    dy = make_tensor((2, 2, 1, 6), torch.float32, generator=gen).expand(2, 2, 5, 6)
+    dx = rtdnn.conv_backward_data(dy, w, x.shape, padding=1, algo=algo, math=MATH)
+    assert_close(dx, reference.conv_backward_data(dy, w, x.shape, padding=1))
+    dw = rtdnn.conv_backward_filter(x, dy, w.shape, padding=1, algo=algo, math=MATH)
+    assert_close(dw, reference.conv_backward_filter(x, dy, w.shape, padding=1))
+
+
+@pytest.mark.parametrize("algo", FILTER_ALGOS)
+def test_alpha_zero_beta_one_keeps_out(algo, gen):
+    """out = 0 * op + 1 * out: bit-identical to its prior value, in every direction."""
+    x = make_tensor((1, 2, 4, 4), torch.float32, generator=gen)
+    w = make_tensor((3, 2, 3, 3), torch.float32, generator=gen)
+    dy = make_tensor((1, 3, 2, 2), torch.float32, generator=gen)
+    scale = dict(alpha=0.0, beta=1.0, math=MATH)
+    fwd_algo = "IMPLICIT_GEMM" if algo == "IMPLICIT_GEMM_SPLIT_K" else algo
+    for call, shape in [
+        (lambda o: rtdnn.conv_forward(x, w, out=o, algo=fwd_algo, **scale), dy.shape),
+        (lambda o: rtdnn.conv_backward_data(dy, w, x.shape, out=o, algo=fwd_algo, **scale),
+         x.shape),
+        (lambda o: rtdnn.conv_backward_filter(x, dy, w.shape, out=o, algo=algo, **scale),
+         w.shape),
+    ]:  # fmt: skip
+        out = make_tensor(shape, torch.float32, generator=gen)
+        prior = out.clone()
+        assert call(out) is out
+        assert torch.equal(out, prior)
+
+
+@pytest.mark.parametrize("math_mode", ["tf32", None])
+def test_tf32_and_default_math_modes_run(math_mode, gen):
+    """math="tf32" and None (torch's allow_tf32 decides) are accepted for float32 data; the
+    interpreter multiplies in full float32 anyway, so only a TF32-sized error bound holds."""
+    x = make_tensor((1, 16, 3, 3), torch.float32, generator=gen)
+    w = make_tensor((2, 16, 3, 3), torch.float32, generator=gen)
+    y = rtdnn.conv_forward(x, w, padding=1, math=math_mode)
+    assert reference.rel_error(y, reference.conv_forward(x, w, padding=1)) < 2e-3
+
+
+# -- bias ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_forward_bias_with_alpha_beta(algo, dtype, gen):
+    x = make_tensor((2, 3, 4, 4), dtype, generator=gen)
+    w = make_tensor((5, 3, 3, 3), dtype, generator=gen)
+    b = make_tensor((10,), dtype, generator=gen)[::2]  # a strided bias
+    out = make_tensor((2, 5, 2, 2), dtype, generator=gen)
+    prior = out.clone()
+    y = rtdnn.conv_forward(x, w, b, alpha=0.5, beta=-1.5, out=out, algo=algo, math=MATH)
+    assert y is out
+    assert_close(y, reference.conv_forward(x, w, b, alpha=0.5, beta=-1.5, out=prior))
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_forward_bias_is_not_scaled_by_alpha(algo, gen):
+    """y = alpha * conv + bias: with a zero filter every output is exactly the bias."""
+    x = make_tensor((1, 2, 3, 3), torch.float32, generator=gen)
+    w = torch.zeros(4, 2, 2, 2)
+    b = torch.tensor([1.0, -2.0, 0.5, 3.0])
+    y = rtdnn.conv_forward(x, w, b, alpha=3.0, algo=algo, math=MATH)
+    assert torch.equal(y, b.view(1, 4, 1, 1).expand(1, 4, 2, 2))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_backward_bias(layout, dtype, gen):
+    dy = make_tensor((2, 5, 3, 4), dtype, layout, gen)
+    db = rtdnn.conv_backward_bias(dy)
+    assert db.shape == (5,) and db.dtype == dtype
+    assert_close(db, reference.conv_backward_bias(dy))
+
+
+@pytest.mark.parametrize("spatial", [(7,), (3, 5), (2, 2, 3)], ids=["1d", "2d", "3d"])
+def test_backward_bias_alpha_beta_in_place(spatial, gen):
+    dy = make_tensor((2, 4, *spatial), torch.float32, generator=gen)
+    out = make_tensor((4,), torch.float32, generator=gen)
+    prior = out.clone()
+    db = rtdnn.conv_backward_bias(dy, alpha=-0.5, beta=2.0, out=out)
+    assert db is out
+    assert_close(db, reference.conv_backward_bias(dy, alpha=-0.5, beta=2.0, out=prior))
+
+
+def test_backward_bias_beta_zero_ignores_nan_out(gen):
+    dy = make_tensor((1, 3, 4, 4), torch.float32, generator=gen)
+    out = poisoned_like(torch.empty(3))
+    db = rtdnn.conv_backward_bias(dy, alpha=2.0, out=out)
+    assert db is out
+    assert_close(db, reference.conv_backward_bias(dy, alpha=2.0))
+
+
+def test_backward_bias_strided_out(gen):
+    """out is every other element of a NaN buffer: only those elements may be written."""
+    dy = make_tensor((2, 3, 5), torch.float32, generator=gen)
+    out = torch.full((6,), float("nan"))[::2]
+    db = rtdnn.conv_backward_bias(dy, out=out)
+    assert_close(db, reference.conv_backward_bias(dy))
+    assert_gaps_untouched(out)
+
+
+def test_backward_bias_channels_last_dy_into_out(gen):
+    dy = make_tensor((2, 4, 3, 3), torch.float32, "channels_last", gen)
+    out = torch.empty(4)
+    assert_close(rtdnn.conv_backward_bias(dy, out=out), reference.conv_backward_bias(dy))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=IndexError,
+    reason="BUG: conv_backward_bias without `out` on a channels-last dy raises IndexError: "
+    "empty_like_layout((K,), dy) builds the channels-last order [0, 1] for a 1-D shape",
+)
+def test_backward_bias_channels_last_dy(gen):
+    dy = make_tensor((2, 4, 3, 3), torch.float32, "channels_last", gen)
+    db = rtdnn.conv_backward_bias(dy)
+    assert db.shape == (4,)
+    assert_close(db, reference.conv_backward_bias(dy))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: channel_partial_sum_kernel only masks j < total, not the end of its slice: "
+    "when pixels per slice is not a multiple of BLOCK_P=64 the last block of each slice also "
+    "sums the first pixels of the next slice (dy=ones(1,1,600) gives 620, not 600)",
+)
+@pytest.mark.parametrize("pixels", [513, 600])
+def test_backward_bias_many_pixels(pixels):
+    dy = torch.ones(1, 1, pixels)
+    db = rtdnn.conv_backward_bias(dy)
+    assert db.item() == pixels
+
+
+def test_backward_bias_many_pixels_random(gen):
+    """More pixels than one slice (>= 512), split evenly into multiples of 64: correct."""
+    dy = make_tensor((2, 3, 16, 32), torch.float32, generator=gen)  # 1024 pixels
+    assert_close(rtdnn.conv_backward_bias(dy), reference.conv_backward_bias(dy))
+
+
+# -- true convolution ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_convolution_mode_by_hand(algo):
+    """x = [1, 2, 3], w = [1, 0, -1]: cross-correlation gives 1 - 3 = -2, convolution 3 - 1."""
+    x = torch.tensor([[[1.0, 2.0, 3.0]]])
+    w = torch.tensor([[[1.0, 0.0, -1.0]]])
+    xc = rtdnn.conv_forward(x, w, algo=algo, math=MATH)
+    cv = rtdnn.conv_forward(x, w, mode="convolution", algo=algo, math=MATH)
+    assert xc.flatten().tolist() == [-2.0]
+    assert cv.flatten().tolist() == [2.0]
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("spatial", [(6,), (4, 5), (3, 3, 3)], ids=["1d", "2d", "3d"])
+def test_convolution_equals_flipped_cross_correlation(algo, spatial, gen):
+    """mode="convolution" with w is cross-correlation with w flipped in every spatial dim,
+    in all three directions (the gradient w.r.t. the filter comes back flipped)."""
+    nd = len(spatial)
+    kernel = (3, 2, 2)[:nd] if nd < 3 else (2, 2, 2)
+    x_shape, w_shape = (1, 4, *spatial), (4, 2, *kernel)
+    conv = dict(padding=1, stride=(2, 1, 1)[:nd], groups=2, algo=algo, math=MATH)
+    flip = list(range(2, 2 + nd))
+    x = make_tensor(x_shape, torch.float32, generator=gen)
+    w = make_tensor(w_shape, torch.float32, generator=gen)
+    wf = w.flip(flip)
+
+    y = rtdnn.conv_forward(x, w, mode="convolution", **conv)
+    torch.testing.assert_close(y, rtdnn.conv_forward(x, wf, **conv), rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(y, rtdnn.conv_forward(x, w, **conv))
+
+    dy = make_tensor(y.shape, torch.float32, generator=gen)
+    dx = rtdnn.conv_backward_data(dy, w, x_shape, mode="convolution", **conv)
+    torch.testing.assert_close(dx, rtdnn.conv_backward_data(dy, wf, x_shape, **conv))
+
+    dw = rtdnn.conv_backward_filter(x, dy, w_shape, mode="convolution", **conv)
+    dwf = rtdnn.conv_backward_filter(x, dy, w_shape, **conv)
+    torch.testing.assert_close(dw, dwf.flip(flip), rtol=1e-6, atol=1e-6)
+
+
+# -- split-K with more than one split ------------------------------------------------------
+
+
+def _splits(x, dy, w_shape) -> int:
+    conv = ConvDesc.create(1, 1, 0, 1, 1, "cross_correlation", MATH)
+    p = ConvProblem.create(
+        Direction.BACKWARD_FILTER, TensorDesc.of(x), TensorDesc(tuple(w_shape), (3, 3, 1),
+        x.dtype), TensorDesc.of(dy), conv, "cpu",
+    )  # fmt: skip
+    return split_count(p)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["IMPLICIT_GEMM_SPLIT_K", "GEMM"])
+def test_backward_filter_split_into_several_parts(algo, gen):
+    """2050 output pixels (>= 2 x 1024) make backward-filter split its reduction; the
+    partial sums must add up to the reference, identically on every run (deterministic)."""
+    x = make_tensor((2, 1, 1027), torch.float32, generator=gen)
+    dy = make_tensor((2, 1, 1025), torch.float32, generator=gen)
+    assert _splits(x, dy, (1, 1, 3)) == 2
+    p_args = dict(algo=algo, math=MATH, alpha=0.5)
+    dw = rtdnn.conv_backward_filter(x, dy, (1, 1, 3), **p_args)
+    assert_close(dw, reference.conv_backward_filter(x, dy, (1, 1, 3), alpha=0.5))
+    out = make_tensor((1, 1, 3), torch.float32, generator=gen)
+    prior = out.clone()
+    dw2 = rtdnn.conv_backward_filter(x, dy, (1, 1, 3), beta=1.0, out=out, **p_args)
+    assert torch.equal(dw2, dw + prior), "not deterministic, or beta applied twice"
+
+
+@pytest.mark.slow
+def test_split_k_grouped_channels_last_into_strided_out(gen):
+    """Split-K over 2 groups x 2 taps (4 batch entries, 2 splits each): the reduction's
+    epilogue must address every (group, tap) slice of a strided `out`, with beta."""
+    x = make_tensor((1, 4, 2050), torch.float32, "channels_last", gen)
+    dy = make_tensor((1, 6, 2049), torch.float32, generator=gen)
+    w_shape = (6, 2, 2)
+    conv = ConvDesc.create(1, 1, 0, 1, 2, "cross_correlation", MATH)
+    p = ConvProblem.create(
+        Direction.BACKWARD_FILTER, TensorDesc.of(x), TensorDesc.of(torch.empty(w_shape)),
+        TensorDesc.of(dy), conv, "cpu",
+    )  # fmt: skip
+    assert split_count(p) == 2
+    out = make_tensor(w_shape, torch.float32, "strided", gen)
+    prior = out.clone()
+    dw = rtdnn.conv_backward_filter(
+        x, dy, w_shape, groups=2, alpha=1.5, beta=-0.5, out=out, algo="IMPLICIT_GEMM_SPLIT_K",
+        math=MATH,
+    )  # fmt: skip
+    assert dw is out
+    assert_close(dw, reference.conv_backward_filter(x, dy, w_shape, groups=2, alpha=1.5,
+                                                    beta=-0.5, out=prior))  # fmt: skip
+    assert_gaps_untouched(out)

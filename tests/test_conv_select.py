@@ -1,0 +1,225 @@
+"""Algorithm selection: get_conv_algorithm (heuristic, preference, workspace limit) and
+find_conv_algorithms (runs every supported algorithm), and algo="auto" afterwards."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import MATH, assert_close, make_tensor
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+import rtdnn
+from rtdnn import reference, select
+from rtdnn.algos import ALGORITHMS
+from rtdnn.core import (
+    ConvDesc,
+    ConvProblem,
+    Direction,
+    TensorDesc,
+    conv_output_shape,
+    empty_like_layout,
+)
+
+DIRECTIONS = ["forward", "backward_data", "backward_filter"]
+SUPPORTED = {
+    "forward": {"IMPLICIT_GEMM", "GEMM"},
+    "backward_data": {"IMPLICIT_GEMM", "GEMM"},
+    "backward_filter": {"IMPLICIT_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K"},
+}
+
+
+def problem(direction: str, x, w, *, stride=1, padding=0, dilation=1, groups=1) -> ConvProblem:
+    """The ConvProblem that get/find describe for x and w in `direction`."""
+    conv = ConvDesc.create(
+        x.dim() - 2, stride, padding, dilation, groups, "cross_correlation", MATH
+    )
+    y = empty_like_layout(conv_output_shape(x.shape, w.shape, conv), x)
+    return ConvProblem.create(
+        Direction(direction), TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y), conv, "cpu"
+    )
+
+
+def workspace(name: str, p: ConvProblem) -> int:
+    return ALGORITHMS[name].workspace_bytes(p)
+
+
+# get_conv_algorithm runs nothing, so its problems may be large (the tensors are never read).
+@st.composite
+def geometries(draw):
+    nd = draw(st.integers(1, 3))
+    groups = draw(st.sampled_from([1, 2, 4]))
+    c = groups * draw(st.integers(1, 8))
+    k = groups * draw(st.integers(1, 8))
+    size = st.integers(1, {1: 4096, 2: 64, 3: 16}[nd])
+    in_size = [draw(size) for _ in range(nd)]
+    kernel = [draw(st.integers(1, 3)) for _ in range(nd)]
+    stride = draw(st.integers(1, 2))
+    padding = draw(st.integers(0, 2))
+    assume(
+        all((i + 2 * padding - r) // stride + 1 >= 1 for i, r in zip(in_size, kernel, strict=True))
+    )
+    x = torch.empty(draw(st.integers(1, 4)), c, *in_size)
+    w = torch.empty(k, c // groups, *kernel)
+    dtype = draw(st.sampled_from([torch.float32, torch.float16]))
+    return x.to(dtype), w.to(dtype), dict(stride=stride, padding=padding, groups=groups)
+
+
+@settings(max_examples=60, deadline=None)
+@given(geo=geometries(), direction=st.sampled_from(DIRECTIONS), frac=st.floats(0, 0.999))
+def test_get_respects_workspace_limit_below_gemm(geo, direction, frac):
+    x, w, conv = geo
+    p = problem(direction, x, w, **conv)
+    need = workspace("GEMM", p)
+    limit = int(need * frac)
+    assume(limit < need)
+    name = rtdnn.get_conv_algorithm(
+        x, w, direction=direction, math=MATH, workspace_limit=limit, **conv
+    )
+    assert name != "GEMM"
+    assert workspace(name, p) <= limit
+    assert ALGORITHMS[name].supports(p) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(geo=geometries(), direction=st.sampled_from(DIRECTIONS))
+def test_get_no_workspace_preference(geo, direction):
+    x, w, conv = geo
+    p = problem(direction, x, w, **conv)
+    name = rtdnn.get_conv_algorithm(
+        x, w, direction=direction, math=MATH, preference="no_workspace", **conv
+    )
+    assert workspace(name, p) == 0
+    assert ALGORITHMS[name].supports(p) is None
+
+
+def test_get_prefers_split_k_when_it_splits_but_not_without_workspace():
+    """4096 output pixels: split-K's heuristic pick needs a workspace; no_workspace and a
+    zero limit must fall back to an algorithm without one."""
+    x, w = torch.empty(2, 4, 2048), torch.empty(4, 4, 1)
+    p = problem("backward_filter", x, w)
+    assert workspace("IMPLICIT_GEMM_SPLIT_K", p) > 0
+    get = lambda **kw: rtdnn.get_conv_algorithm(x, w, direction="backward_filter", **kw)
+    assert get() == "IMPLICIT_GEMM_SPLIT_K"
+    assert get(preference="no_workspace") == "IMPLICIT_GEMM"
+    assert get(workspace_limit=0) == "IMPLICIT_GEMM"
+    assert get(workspace_limit=workspace("IMPLICIT_GEMM_SPLIT_K", p)) == "IMPLICIT_GEMM_SPLIT_K"
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_get_returns_a_supported_algorithm(direction):
+    x, w = torch.empty(1, 4, 6, 6), torch.empty(8, 2, 3, 3)
+    name = rtdnn.get_conv_algorithm(x, w, direction=direction, groups=2)
+    assert name in SUPPORTED[direction]
+
+
+# -- find -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_find_runs_every_supported_algorithm(direction, gen):
+    conv = dict(stride=1, padding=1, groups=2)
+    x = make_tensor((1, 4, 4, 3), torch.float32, generator=gen)
+    w = make_tensor((4, 2, 2, 2), torch.float32, generator=gen)
+    x0, w0 = x.clone(), w.clone()
+    p = problem(direction, x, w, **conv)
+
+    results = rtdnn.find_conv_algorithms(x, w, direction=direction, math=MATH, **conv)
+
+    assert {r.algo for r in results} == SUPPORTED[direction]
+    assert len(results) == len(SUPPORTED[direction])
+    for r in results:
+        assert isinstance(r, rtdnn.AlgoPerf)
+        assert r.status == "ok", r
+        assert math.isfinite(r.time_ms) and r.time_ms > 0, r
+        assert r.workspace_bytes == workspace(r.algo, p), r
+        assert isinstance(r.deterministic, bool)
+    times = [r.time_ms for r in results]
+    assert times == sorted(times), "not fastest first"
+    assert torch.equal(x, x0) and torch.equal(w, w0), "find modified the caller's tensors"
+
+    # Measured times take precedence over the heuristic...
+    assert rtdnn.get_conv_algorithm(x, w, direction=direction, math=MATH, **conv) == (
+        results[0].algo
+    )
+    # ...but never over the workspace limit.
+    limit = workspace("GEMM", p) - 1
+    limited = rtdnn.get_conv_algorithm(
+        x, w, direction=direction, math=MATH, workspace_limit=limit, **conv
+    )
+    assert limited != "GEMM" and workspace(limited, p) <= limit
+    assert (
+        workspace(
+            rtdnn.get_conv_algorithm(
+                x, w, direction=direction, math=MATH, preference="no_workspace", **conv
+            ),
+            p,
+        )
+        == 0
+    )
+
+    # algo="auto" now runs the measured choice, and computes the right thing.
+    y_shape = tuple(p.y.shape)
+    if direction == "forward":
+        out = rtdnn.conv_forward(x, w, algo="auto", math=MATH, **conv)
+        expected = reference.conv_forward(x, w, **conv)
+    elif direction == "backward_data":
+        dy = make_tensor(y_shape, torch.float32, generator=gen)
+        out = rtdnn.conv_backward_data(dy, w, x.shape, algo="auto", math=MATH, **conv)
+        expected = reference.conv_backward_data(dy, w, x.shape, **conv)
+    else:
+        dy = make_tensor(y_shape, torch.float32, generator=gen)
+        out = rtdnn.conv_backward_filter(x, dy, w.shape, algo="auto", math=MATH, **conv)
+        expected = reference.conv_backward_filter(x, dy, w.shape, **conv)
+    assert_close(out, expected)
+
+
+def test_auto_with_workspace_limit_runs_and_is_correct(gen):
+    x = make_tensor((1, 3, 5, 5), torch.float32, generator=gen)
+    w = make_tensor((2, 3, 3, 3), torch.float32, generator=gen)
+    for limit in (0, workspace("GEMM", problem("forward", x, w)) - 1):
+        y = rtdnn.conv_forward(x, w, algo="auto", workspace_limit=limit, math=MATH)
+        assert_close(y, reference.conv_forward(x, w))
+
+
+def test_named_algorithm_with_enough_workspace(gen):
+    """algo="GEMM" with a limit of exactly its need is accepted."""
+    x = make_tensor((1, 3, 5, 5), torch.float32, generator=gen)
+    w = make_tensor((2, 3, 3, 3), torch.float32, generator=gen)
+    need = workspace("GEMM", problem("forward", x, w))
+    y = rtdnn.conv_forward(x, w, algo="GEMM", workspace_limit=need, math=MATH)
+    assert_close(y, reference.conv_forward(x, w))
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_measured_gemm_still_obeys_workspace_limit(direction, gen, monkeypatch):
+    """Make find measure GEMM as the fastest (a fake timer that still runs every algorithm):
+    get then returns GEMM, except under a limit below GEMM's workspace or no_workspace."""
+    monkeypatch.setattr(select, "_measured", {})  # keep other tests' measurements apart
+    x = make_tensor((1, 2, 3, 3), torch.float32, generator=gen)
+    w = make_tensor((2, 2, 2, 2), torch.float32, generator=gen)
+    p = problem(direction, x, w)
+    order = iter([a.name for a in ALGORITHMS.values() if a.supports(p) is None])
+
+    def fake_time_ms(fn, device):
+        fn()
+        return 0.5 if next(order) == "GEMM" else 2.0
+
+    monkeypatch.setattr(select, "_time_ms", fake_time_ms)
+    results = rtdnn.find_conv_algorithms(x, w, direction=direction, math=MATH)
+    assert results[0].algo == "GEMM" and results[0].time_ms == 0.5, results
+
+    get = lambda **kw: rtdnn.get_conv_algorithm(x, w, direction=direction, math=MATH, **kw)
+    need = workspace("GEMM", p)
+    assert get() == "GEMM"
+    assert get(workspace_limit=need) == "GEMM"
+    below = get(workspace_limit=need - 1)
+    assert below != "GEMM" and workspace(below, p) <= need - 1
+    assert workspace(get(preference="no_workspace"), p) == 0
+
+    # algo="auto" under the same limit runs (without GEMM) and is right.
+    if direction == "forward":
+        y = rtdnn.conv_forward(x, w, algo="auto", workspace_limit=need - 1, math=MATH)
+        assert_close(y, reference.conv_forward(x, w))
