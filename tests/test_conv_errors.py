@@ -167,13 +167,12 @@ def test_out_overlapping_itself(fn):
     assert_rejected(fn, "out", out)
 
 
-@pytest.mark.parametrize("fn", DIRECTIONS, ids=DIRECTION_IDS)
-def test_split_k_outside_backward_filter(fn):
-    call = lambda **o: fn(algo="IMPLICIT_GEMM_SPLIT_K", **o)
-    if fn is backward_filter:
-        assert fn(algo="IMPLICIT_GEMM_SPLIT_K").shape == W_SHAPE  # the one place it runs
-        return
-    assert_rejected(call, "algo", valid_out(fn), error=rtdnn.NotSupportedError)
+def test_split_k_not_for_backward_data():
+    """Backward-data runs one GEMM per stride phase and is never split."""
+    call = lambda **o: backward_data(algo="IMPLICIT_GEMM_SPLIT_K", **o)
+    assert_rejected(call, "algo", valid_out(backward_data), error=rtdnn.NotSupportedError)
+    assert forward(algo="IMPLICIT_GEMM_SPLIT_K").dim() == len(W_SHAPE)
+    assert backward_filter(algo="IMPLICIT_GEMM_SPLIT_K").shape == W_SHAPE
 
 
 @pytest.mark.parametrize("fn", DIRECTIONS, ids=DIRECTION_IDS)
@@ -335,4 +334,4 @@ def test_errors_are_value_errors():
     with pytest.raises(ValueError):
         forward(padding=-1)
     with pytest.raises(NotImplementedError):
-        forward(algo="IMPLICIT_GEMM_SPLIT_K")
+        backward_data(algo="IMPLICIT_GEMM_SPLIT_K")

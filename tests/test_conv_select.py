@@ -25,7 +25,7 @@ from rtdnn.core import (
 
 DIRECTIONS = ["forward", "backward_data", "backward_filter"]
 SUPPORTED = {
-    "forward": {"IMPLICIT_GEMM", "GEMM"},
+    "forward": {"IMPLICIT_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K"},
     "backward_data": {"IMPLICIT_GEMM", "GEMM"},
     "backward_filter": {"IMPLICIT_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K"},
 }

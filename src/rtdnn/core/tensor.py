@@ -135,7 +135,8 @@ def empty_like_layout(shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
     This is how outputs keep the input's memory format: channels-last in, channels-last out.
     """
     n = len(shape)
-    order = (0, *range(2, n), 1) if channels_last(like) else range(n)
+    cl = n == like.dim() and channels_last(like)
+    order = (0, *range(2, n), 1) if cl else range(n)
     strides = [0] * n
     step = 1
     for d in reversed(tuple(order)):

@@ -21,11 +21,12 @@ def channel_partial_sum_kernel(
     ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
     acc = tl.zeros((BLOCK_K,), dtype=tl.float32)
     start = slice_id * pixels_per_slice
-    for p0 in range(start, tl.minimum(start + pixels_per_slice, total), BLOCK_P):
+    end = tl.minimum(start + pixels_per_slice, total)
+    for p0 in range(start, end, BLOCK_P):
         j = p0 + tl.arange(0, BLOCK_P)
         n, od, oh, ow = split_pixel(j, geo.out_size)
         pix = geo.offsets[2] + n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
-        mask = (j < total)[:, None] & (offs_k < geo.kg)[None, :]
+        mask = (j < end)[:, None] & (offs_k < geo.kg)[None, :]
         tile = tl.load(DY + pix[:, None] + (offs_k * ys_k)[None, :], mask=mask, other=0.0)
         acc += tl.sum(tile.to(tl.float32), axis=0)
     tl.store(PART + slice_id * geo.kg + offs_k, acc, mask=offs_k < geo.kg)
