@@ -4,7 +4,6 @@ against torch.matmul, the implicit-GEMM forward of the same size, and what the c
 import torch
 import triton
 
-from rtdnn.kernels import conv_addressing as ca
 from rtdnn.kernels import strided
 from rtdnn.kernels.launch import BrgemmLaunch, Operand, Output, TileConfig
 from rtdnn.kernels.strided import StridedGeometry
@@ -19,13 +18,23 @@ gc = StridedGeometry(M, N, 1, 0, 0, 0, N, 1, 0)
 flops = 2 * M * N * K
 ms = triton.testing.do_bench(lambda: a @ b, return_mode="median")
 print(f"torch.matmul {M}x{N}x{K}: {ms * 1e3:.1f} us {flops / ms / 1e9:.0f} TFLOP/s")
-for bm, bn, bk, w, s in [(128, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 3),
-                         (64, 128, 64, 4, 4), (128, 64, 64, 4, 4), (128, 128, 128, 8, 3)]:
+for bm, bn, bk, w, s in [
+    (128, 128, 64, 8, 3),
+    (128, 128, 64, 4, 4),
+    (128, 256, 64, 8, 3),
+    (64, 128, 64, 4, 4),
+    (128, 64, 64, 4, 4),
+    (128, 128, 128, 8, 3),
+]:
     t = TileConfig(bm, bn, bk, 8, w, s)
     g = BrgemmLaunch(
         Operand(strided.strided_a_setup, strided.strided_a_load, ga),
         Operand(strided.strided_b_setup, strided.strided_b_load, gb),
-        Output(strided.strided_c_addr, gc), m=M, n=N, steps=triton.cdiv(K, bk), batches=1,
+        Output(strided.strided_c_addr, gc),
+        m=M,
+        n=N,
+        steps=triton.cdiv(K, bk),
+        batches=1,
         tiles=t,
     )
     ms = triton.testing.do_bench(lambda g=g: g(a, b, c), return_mode="median")
@@ -33,5 +42,15 @@ for bm, bn, bk, w, s in [(128, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 
     print(f"brgemm strided {t}: {ms * 1e3:.1f} us {flops / ms / 1e9:.0f} TFLOP/s err {err:.1e}")
     k = g._variants[(False, False)][0].compiled
     ttgir = k.asm["ttgir"]
-    print("   wgmma:", "warp_group_dot" in ttgir, " async_copy:", "async_copy" in ttgir,
-          " regs:", k.n_regs, " spills:", k.n_spills, " smem:", k.metadata.shared)
+    print(
+        "   wgmma:",
+        "warp_group_dot" in ttgir,
+        " async_copy:",
+        "async_copy" in ttgir,
+        " regs:",
+        k.n_regs,
+        " spills:",
+        k.n_spills,
+        " smem:",
+        k.metadata.shared,
+    )

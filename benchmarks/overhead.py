@@ -6,7 +6,6 @@ import time
 
 import torch
 
-import rtdnn
 from rtdnn import ops
 
 dev = "cuda"

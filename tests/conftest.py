@@ -1,12 +1,16 @@
-"""Shared setup and helpers for the convolution tests.
+"""Shared setup and helpers for the tests.
 
 The kernels run in Triton's interpreter on the CPU: TRITON_INTERPRET must be set before triton
-(and so rtdnn) is first imported, which is why it is the first thing this file does.
+(and so rtdnn) is first imported, which is why it is the first thing this file does. The GPU
+test modules (test_*_gpu.py) need compiled kernels instead: run them on a GPU machine with
+RTDNN_GPU_TESTS=1, which leaves the interpreter off (see README).
 """
 
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+GPU_RUN = os.environ.get("RTDNN_GPU_TESTS") == "1"
+if not GPU_RUN:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import math  # noqa: E402
 
@@ -38,7 +42,7 @@ def pytest_configure(config):
         "filterwarnings",
         "ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning",
     )
-    if not INTERPRETED:
+    if not INTERPRETED and not GPU_RUN:
         raise pytest.UsageError(
             "rtdnn was imported before TRITON_INTERPRET=1 was set: the CPU tests cannot run"
         )

@@ -21,8 +21,10 @@ def _filter(w: torch.Tensor, mode: str) -> torch.Tensor:
     return w.flip(list(range(2, w.dim()))) if mode == "convolution" else w
 
 
-def conv_forward(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
-                 mode="cross_correlation", alpha=1.0, beta=0.0, out=None) -> torch.Tensor:  # fmt: skip
+def conv_forward(
+    x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation",
+    alpha=1.0, beta=0.0, out=None,
+) -> torch.Tensor:  # fmt: skip
     y = _CONV[x.dim()](_f64(x), _filter(_f64(w), mode), None, stride, padding, dilation, groups)
     y = alpha * y
     if bias is not None:
@@ -40,15 +42,19 @@ def _conv_grads(x, w, dy, stride, padding, dilation, groups, mode):
     return dx, dw
 
 
-def conv_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, groups=1,
-                       mode="cross_correlation", alpha=1.0, beta=0.0, out=None) -> torch.Tensor:  # fmt: skip
+def conv_backward_data(
+    dy, w, x_shape, *, stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation",
+    alpha=1.0, beta=0.0, out=None,
+) -> torch.Tensor:  # fmt: skip
     x = torch.zeros(x_shape, dtype=torch.float64)
     dx, _ = _conv_grads(x, w, dy, stride, padding, dilation, groups, mode)
     return alpha * dx + (beta * _f64(out) if beta != 0 else 0)
 
 
-def conv_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
-                         mode="cross_correlation", alpha=1.0, beta=0.0, out=None) -> torch.Tensor:  # fmt: skip
+def conv_backward_filter(
+    x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation",
+    alpha=1.0, beta=0.0, out=None,
+) -> torch.Tensor:  # fmt: skip
     w = torch.zeros(w_shape, dtype=torch.float64)
     _, dw = _conv_grads(x, w, dy, stride, padding, dilation, groups, mode)
     return alpha * dw + (beta * _f64(out) if beta != 0 else 0)

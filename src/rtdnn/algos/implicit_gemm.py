@@ -17,12 +17,11 @@ from ..core import ConvProblem, Direction, TensorDesc
 from ..kernels import conv_addressing as ca
 from ..kernels import strided
 from ..kernels.conv_addressing import DataGeometry
-from ..kernels.strided import StridedGeometry
 from ..kernels.launch import BrgemmLaunch, Operand, Output, TileConfig
+from ..kernels.strided import StridedGeometry
 from .base import ConvAlgorithm, ConvTensors, Runner
 from .geometry import conv_geometry, data_phases, dot_precision, parallel_slots
 from .tiles import gemm_candidates
-
 
 #: Below this many channels per group, forward and backward-filter pack (tap, channel) into
 #: one reduction (or column) index rather than giving each tap its own mostly empty chunk.

@@ -91,7 +91,9 @@ def conv_output_size(
     """Output spatial size: floor((i + 2p - d*(r-1) - 1) / s) + 1 per dim."""
     return tuple(
         (i + 2 * p - d * (r - 1) - 1) // s + 1
-        for i, r, s, p, d in zip(in_size, kernel, conv.stride, conv.padding, conv.dilation)
+        for i, r, s, p, d in zip(
+            in_size, kernel, conv.stride, conv.padding, conv.dilation, strict=True
+        )
     )
 
 

@@ -120,7 +120,7 @@ def check_out(out: torch.Tensor, shape: Sequence[int], like: torch.Tensor) -> No
 
 
 def _overlaps_itself(t: torch.Tensor) -> bool:
-    dims = sorted((abs(st), sz) for st, sz in zip(t.stride(), t.shape) if sz > 1)
+    dims = sorted((abs(st), sz) for st, sz in zip(t.stride(), t.shape, strict=True) if sz > 1)
     extent = 1
     for stride, size in dims:
         if stride < extent:

@@ -1,0 +1,98 @@
+"""Convolution on the GPU: every algorithm and direction in bfloat16, float16 and float32 (TF32
+and strict) on moderately sized inputs, against the float64 reference; autograd through
+rtdnn.nn.Conv2d in bfloat16. Run with RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU.
+"""
+
+import os
+
+import pytest
+import torch
+
+import rtdnn
+import rtdnn.algos
+import rtdnn.nn as rnn
+from rtdnn import reference as R
+
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(
+        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
+    ),
+    pytest.mark.gpu,
+]
+
+#: (dtype, math mode) -> relative error allowed against float64.
+CASES = {
+    "bf16": (torch.bfloat16, None, 1e-2),
+    "fp16": (torch.float16, None, 2e-3),
+    "tf32": (torch.float32, "tf32", 2e-3),
+    "fp32": (torch.float32, "fp32", 1e-5),
+}
+SHAPES = [
+    # x shape, w shape, conv parameters
+    ((4, 64, 17, 15), (96, 64, 3, 3), dict(padding=1)),
+    ((3, 32, 20, 20), (64, 32, 3, 3), dict(stride=2, padding=1)),
+    ((2, 3, 33, 31), (32, 3, 7, 7), dict(stride=2, padding=3)),
+    ((4, 128, 9, 9), (256, 128, 1, 1), dict()),
+    ((2, 64, 11, 12), (64, 64, 1, 1), dict(stride=2)),
+    ((2, 48, 6, 7, 5), (24, 12, 3, 3, 3), dict(padding=1, groups=4)),
+    ((3, 40, 50), (40, 1, 5), dict(padding=4, dilation=2, groups=40)),
+    ((2, 32, 13, 13), (32, 32, 3, 3), dict(padding=2, dilation=2, mode="convolution")),
+]
+
+
+def _channels_last(t):
+    return t.movedim(1, -1).contiguous().movedim(-1, 1)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: str(s[0]) if isinstance(s, tuple) else "")
+def test_all_directions_and_algorithms(case, layout, shape):
+    dtype, math_mode, tol = CASES[case]
+    xs, ws, conv = shape
+    x = torch.randn(xs, device="cuda", dtype=dtype)
+    w = torch.randn(ws, device="cuda", dtype=dtype) / ws[1] ** 0.5
+    if layout == "channels_last":
+        x, w = _channels_last(x), _channels_last(w)
+    y_ref = R.conv_forward(x, w, **conv)
+    dy = torch.randn(y_ref.shape, device="cuda", dtype=dtype)
+    for algo in rtdnn.algos.ALGORITHMS:
+        for direction in ("forward", "backward_data", "backward_filter"):
+            try:
+                if direction == "forward":
+                    out = rtdnn.conv_forward(x, w, algo=algo, math=math_mode, **conv)
+                    ref = y_ref
+                elif direction == "backward_data":
+                    out = rtdnn.conv_backward_data(
+                        dy, w, x.shape, algo=algo, math=math_mode, **conv
+                    )
+                    ref = R.conv_backward_data(dy, w, x.shape, **conv)
+                else:
+                    out = rtdnn.conv_backward_filter(
+                        x, dy, w.shape, algo=algo, math=math_mode, **conv
+                    )
+                    ref = R.conv_backward_filter(x, dy, w.shape, **conv)
+            except rtdnn.NotSupportedError:
+                assert algo == "IMPLICIT_GEMM_SPLIT_K" and direction == "backward_data"
+                continue
+            err = R.rel_error(out, ref)
+            assert err < tol, f"{algo} {direction}: rel. error {err:.2e}"
+
+
+def test_nn_conv2d_autograd_bf16():
+    torch.manual_seed(0)
+    ref = torch.nn.Conv2d(64, 128, 3, padding=1, bias=True).cuda().to(torch.bfloat16)
+    mine = rnn.Conv2d(64, 128, 3, padding=1, bias=True).cuda().to(torch.bfloat16)
+    mine.load_state_dict(ref.state_dict())
+    x = _channels_last(torch.randn(8, 64, 28, 28, device="cuda", dtype=torch.bfloat16))
+    x1 = x.clone().requires_grad_(True)
+    x2 = x.clone().requires_grad_(True)
+    y1, y2 = ref(x1), mine(x2)
+    g = torch.randn_like(y1)
+    y1.backward(g)
+    y2.backward(g)
+    assert y2.is_contiguous(memory_format=torch.channels_last)
+    for a, b in ((y2, y1), (x2.grad, x1.grad), (mine.weight.grad, ref.weight.grad),
+                 (mine.bias.grad, ref.bias.grad)):  # fmt: skip
+        assert R.rel_error(a, b.double().cpu()) < 2e-2
