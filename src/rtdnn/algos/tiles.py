@@ -23,16 +23,23 @@ CPU_TILES = TileConfig(32, 32, 16, group_m=1, num_warps=1, num_stages=1)
 
 log = logging.getLogger("rtdnn.tiles")
 
-_chosen: dict[tuple[str, ConvProblem], TileConfig] = {}
+_chosen: dict[object, TileConfig] = {}
 
 
 def gemm_candidates(p: ConvProblem, rows: int, cols: int, depth: int) -> list[TileConfig]:
     """Tiles for a rows x cols output whose reduction chunks are `depth` long (e.g. C/g)."""
-    if p.device != "cuda":
+    return tile_candidates(p.device, p.dtype, rows, cols, depth)
+
+
+def tile_candidates(
+    device: str, dtype: torch.dtype, rows: int, cols: int, depth: int
+) -> list[TileConfig]:
+    """Tiles for a rows x cols GEMM output whose reduction chunks are `depth` long."""
+    if device != "cuda":
         return [CPU_TILES]
     # Reduction chunks: 64 (16-bit) or 32 (float32) elements, or 2x that when the reduction
     # is long enough; never much more than its length.
-    bk_base = 64 if p.dtype.itemsize == 2 else 32
+    bk_base = 64 if dtype.itemsize == 2 else 32
     bk = max(16, min(bk_base, triton.next_power_of_2(depth)))
     shapes = [
         (128, 128, bk, 8, 3),
@@ -51,29 +58,45 @@ def gemm_candidates(p: ConvProblem, rows: int, cols: int, depth: int) -> list[Ti
     return out or [TileConfig(64, 64, bk, 8, 4, 4)]
 
 
-def choose_tiles(algo, p: ConvProblem, tensors, workspace) -> TileConfig:
-    """The tile config to run `algo` on `p` with, timing the candidates on first use."""
-    key = (algo.name, p)
+def tune(key, candidates: list[TileConfig], make_run) -> TileConfig:
+    """The fastest of `candidates` for `key`, timing `make_run(tiles)()` once per candidate on
+    the GPU (remembered for the process); the first candidate elsewhere or with
+    RTDNN_AUTOTUNE=0. `make_run` must not write anything the caller reads."""
     if key in _chosen:
         return _chosen[key]
-    candidates = algo.tile_candidates(p)
     best = candidates[0]
-    if p.device == "cuda" and len(candidates) > 1 and os.environ.get("RTDNN_AUTOTUNE") != "0":
-        written = tensors.written(p.direction)
-        scratch = torch.empty_strided(
-            written.shape, written.stride(), dtype=written.dtype, device=written.device
-        )
-        trial = tensors.with_written(p.direction, scratch)
+    if (
+        len(candidates) > 1
+        and torch.cuda.is_available()
+        and os.environ.get("RTDNN_AUTOTUNE") != "0"
+    ):
         best_ms = float("inf")
         for tiles in candidates:
             try:
-                run = algo.prepare(p, tiles)
-                ms = device_time_ms(functools.partial(run, trial, workspace, 1.0, 0.0), rep_ms=20)
+                ms = device_time_ms(make_run(tiles), rep_ms=20)
             except triton.runtime.errors.OutOfResources:
                 continue
-            log.debug("%s %s: %s %.4f ms", algo.name, p.key(), tiles, ms)
+            log.debug("%s: %s %.4f ms", key, tiles, ms)
             if ms < best_ms:
                 best, best_ms = tiles, ms
-        log.info("%s %s: chose %s (%.4f ms)", algo.name, p.key(), best, best_ms)
+        log.info("%s: chose %s (%.4f ms)", key, best, best_ms)
     _chosen[key] = best
     return best
+
+
+def choose_tiles(algo, p: ConvProblem, tensors, workspace) -> TileConfig:
+    """The tile config to run `algo` on `p` with, timing the candidates on first use on scratch
+    output, so the caller's `out` is never touched by the trials."""
+    candidates = algo.tile_candidates(p)
+    if p.device != "cuda" or len(candidates) == 1:
+        return candidates[0]
+    written = tensors.written(p.direction)
+    scratch = torch.empty_strided(
+        written.shape, written.stride(), dtype=written.dtype, device=written.device
+    )
+    trial = tensors.with_written(p.direction, scratch)
+
+    def make_run(tiles):
+        return functools.partial(algo.prepare(p, tiles), trial, workspace, 1.0, 0.0)
+
+    return tune((algo.name, p.key()), candidates, make_run)
