@@ -12,8 +12,13 @@ from .ops import (
     conv_backward_data,
     conv_backward_filter,
     conv_forward,
+    cross_entropy,
     find_conv_algorithms,
     get_conv_algorithm,
+    linear,
+    linear_backward_bias,
+    linear_backward_data,
+    linear_backward_weight,
 )
 from .select import AlgoPerf
 
@@ -30,6 +35,11 @@ __all__ = [
     "conv_backward_data",
     "conv_backward_filter",
     "conv_forward",
+    "cross_entropy",
     "find_conv_algorithms",
     "get_conv_algorithm",
+    "linear",
+    "linear_backward_bias",
+    "linear_backward_data",
+    "linear_backward_weight",
 ]

@@ -114,3 +114,133 @@ def _conv_backward(ctx, dy):
 
 
 conv_forward.register_autograd(_conv_backward, setup_context=_conv_setup_context)
+
+
+# -- linear -----------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("rtdnn::linear", mutates_args=())
+def linear(x: Tensor, w: Tensor, bias: Tensor | None, activation: str | None) -> Tensor:
+    return ops.linear(x, w, bias, activation=activation)
+
+
+@linear.register_fake
+def _(x, w, bias, activation):
+    return x.new_empty((*x.shape[:-1], w.shape[0]))
+
+
+@torch.library.custom_op("rtdnn::linear_backward_data", mutates_args=())
+def linear_backward_data(dy: Tensor, w: Tensor) -> Tensor:
+    return ops.linear_backward_data(dy, w)
+
+
+@linear_backward_data.register_fake
+def _(dy, w):
+    return dy.new_empty((*dy.shape[:-1], w.shape[1]))
+
+
+@torch.library.custom_op("rtdnn::linear_backward_weight", mutates_args=())
+def linear_backward_weight(x: Tensor, dy: Tensor) -> Tensor:
+    return ops.linear_backward_weight(x, dy)
+
+
+@linear_backward_weight.register_fake
+def _(x, dy):
+    return x.new_empty((dy.shape[-1], x.shape[-1]))
+
+
+@torch.library.custom_op("rtdnn::linear_backward_bias", mutates_args=())
+def linear_backward_bias(dy: Tensor) -> Tensor:
+    return ops.linear_backward_bias(dy)
+
+
+@linear_backward_bias.register_fake
+def _(dy):
+    return dy.new_empty((dy.shape[-1],))
+
+
+def _linear_setup_context(ctx, inputs, output):
+    x, w, bias, activation = inputs
+    # ReLU's derivative is read off its output: y > 0 exactly where the pre-activation is.
+    ctx.save_for_backward(x, w, output if activation == "relu" else None)
+    ctx.has_bias = bias is not None
+
+
+def _linear_backward(ctx, dy):
+    x, w, y = ctx.saved_tensors
+    if y is not None:
+        dy = torch.where(y > 0, dy, torch.zeros((), dtype=dy.dtype, device=dy.device))
+    need_x, need_w, need_b = ctx.needs_input_grad[:3]
+    dx = linear_backward_data(dy, w) if need_x else None
+    dw = linear_backward_weight(x, dy) if need_w else None
+    db = linear_backward_bias(dy) if ctx.has_bias and need_b else None
+    return dx, dw, db, None
+
+
+linear.register_autograd(_linear_backward, setup_context=_linear_setup_context)
+
+
+# -- cross-entropy ----------------------------------------------------------------------------
+
+
+@torch.library.custom_op("rtdnn::cross_entropy", mutates_args=())
+def cross_entropy(
+    logits: Tensor,
+    target: Tensor,
+    weight: Tensor | None,
+    ignore_index: int,
+    label_smoothing: float,
+    reduction: str,
+) -> tuple[Tensor, Tensor, Tensor]:
+    return ops.cross_entropy_forward(
+        logits, target, weight, ignore_index=ignore_index, label_smoothing=label_smoothing,
+        reduction=reduction,
+    )  # fmt: skip
+
+
+@cross_entropy.register_fake
+def _(logits, target, weight, ignore_index, label_smoothing, reduction):
+    rows = target.numel()
+    shape = target.shape if reduction == "none" else ()
+    stats = logits.new_empty((rows,), dtype=torch.float32)
+    return logits.new_empty(shape), stats, torch.empty_like(stats)
+
+
+@torch.library.custom_op("rtdnn::cross_entropy_backward", mutates_args=())
+def cross_entropy_backward(
+    grad: Tensor,
+    logits: Tensor,
+    target: Tensor,
+    lse: Tensor,
+    w_t: Tensor,
+    weight: Tensor | None,
+    ignore_index: int,
+    label_smoothing: float,
+    reduction: str,
+) -> Tensor:
+    return ops.cross_entropy_backward(
+        grad, logits, target, lse, w_t, weight, ignore_index=ignore_index,
+        label_smoothing=label_smoothing, reduction=reduction,
+    )  # fmt: skip
+
+
+@cross_entropy_backward.register_fake
+def _(grad, logits, target, lse, w_t, weight, ignore_index, label_smoothing, reduction):
+    return torch.empty_like(logits)
+
+
+def _ce_setup_context(ctx, inputs, output):
+    logits, target, weight, ignore_index, label_smoothing, reduction = inputs
+    _, lse, w_t = output
+    ctx.save_for_backward(logits, target, lse, w_t, weight)
+    ctx.args = (ignore_index, label_smoothing, reduction)
+    ctx.mark_non_differentiable(lse, w_t)
+
+
+def _ce_backward(ctx, grad, _lse, _w_t):
+    logits, target, lse, w_t, weight = ctx.saved_tensors
+    dx = cross_entropy_backward(grad, logits, target, lse, w_t, weight, *ctx.args)
+    return dx, None, None, None, None, None
+
+
+cross_entropy.register_autograd(_ce_backward, setup_context=_ce_setup_context)

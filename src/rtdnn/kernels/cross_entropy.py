@@ -30,9 +30,10 @@ def cross_entropy_fwd_kernel(X, T, W, LOSS, LSE, WT, C, stride_row, stride_class
         inside = c < C
         x = tl.load(base + c * stride_class, mask=inside, other=float("-inf")).to(tl.float32)
         m_new = tl.maximum(m, x)
-        # Lanes that have only seen -inf keep a zero sum (avoid -inf - -inf = NaN).
-        scale = tl.exp(tl.where(m_new == float("-inf"), 0.0, m - m_new))
-        s = s * scale + tl.where(inside, tl.exp(x - m_new), 0.0)
+        # Lanes that have only seen -inf keep a zero sum: shift by 0 there, not by -inf,
+        # so that no -inf - -inf = NaN is ever formed.
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s = s * tl.exp(m - shift) + tl.where(inside, tl.exp(x - shift), 0.0)
         m = m_new
         w = inside.to(tl.float32)
         if HAS_WEIGHT:
