@@ -20,12 +20,15 @@ from .ops import (
     linear_backward_data,
     linear_backward_weight,
 )
+from .convert import ConversionReport, convert
 from .select import AlgoPerf
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AlgoPerf",
+    "ConversionReport",
+    "convert",
     "AllocFailedError",
     "BadParamError",
     "Error",
