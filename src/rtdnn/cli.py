@@ -1,4 +1,4 @@
-"""Command line: `rtdnn info`, `rtdnn bench`."""
+"""Command line: `rtdnn info`, `rtdnn bench`, `rtdnn demo`."""
 
 from __future__ import annotations
 
@@ -59,6 +59,27 @@ def _bench(args) -> int:
     return 0 if all(r.ok for r in rows) else 1
 
 
+def _demo(args) -> int:
+    import torch
+
+    from rtdnn.demo import train
+
+    if not torch.cuda.is_available():
+        print(
+            "No CUDA device: training through Triton's interpreter on the CPU, on a budget of "
+            f"{args.budget or 200:.0f} s (on a GPU this takes seconds)."
+        )
+    result = train(epochs=args.epochs, budget_s=args.budget, plot=args.plot)
+    print(
+        f"test accuracy {result['accuracy']:.1%} after {result['steps']} steps "
+        f"({result['seconds']:.1f} s on {result['device']}"
+        f"{', stopped at the time budget' if result['stopped_at_budget'] else ''})"
+    )
+    if args.plot:
+        print(f"loss curve written to {args.plot}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rtdnn", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -80,13 +101,17 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--eager", action="store_true", help="also time plain calls (host overhead included)"
     )
+    demo = sub.add_parser("demo", help="train a small CNN on the digits data set")
+    demo.add_argument("--epochs", type=int, default=None, help="default 20 (GPU), 6 (CPU)")
+    demo.add_argument("--budget", type=float, default=None, help="seconds; default 200 on CPU")
+    demo.add_argument("--plot", default=None, help="write the loss curve to this PNG")
     args = parser.parse_args(argv)
-    if args.command == "bench" and not _cpu_ready():
+    if args.command in ("bench", "demo") and not _cpu_ready():
         # Without a GPU the self-check runs in the interpreter, which must be chosen before
         # triton is imported: re-run this command with it set.
         os.environ["TRITON_INTERPRET"] = "1"
         os.execv(sys.executable, [sys.executable, "-m", "rtdnn.cli", *sys.argv[1:]])
-    return {"info": _info, "bench": _bench}[args.command](args)
+    return {"info": _info, "bench": _bench, "demo": _demo}[args.command](args)
 
 
 def _cpu_ready() -> bool:
