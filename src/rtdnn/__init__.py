@@ -1,5 +1,6 @@
 """rtdnn: deep-learning primitives with cuDNN's semantics, generated at run time with Triton."""
 
+from .convert import ConversionReport, convert
 from .core import (
     AllocFailedError,
     BadParamError,
@@ -20,7 +21,6 @@ from .ops import (
     linear_backward_data,
     linear_backward_weight,
 )
-from .convert import ConversionReport, convert
 from .select import AlgoPerf
 
 __version__ = "0.1.0"
