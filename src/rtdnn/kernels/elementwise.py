@@ -1,0 +1,223 @@
+"""One elementwise kernel for every map-like primitive: activations, dropout, op_tensor,
+add/scale/set/transform tensor.
+
+    OUT[e] = alpha * OP(A[e], B[e], C[e], index(e), p0, p1, p2, seed) + beta * OUT[e]
+
+`OP` is a @triton.jit function passed as a compile-time constant. Each operand has its own
+strides (0 for a broadcast dim), so layouts may differ between operands.
+
+Addressing. The host (`plan`) drops size-1 dims, orders the rest by the output's strides and
+merges dims that are contiguous in every operand, so equal dense layouts (NCHW with NCHW,
+channels-last with channels-last) become one flat dim. What is left is at most six dims: two
+tile dims t0, t1 and four outer dims. t1 is the output's innermost dim; t0 is the innermost dim
+of an input that is not laid out like the output (a transpose, e.g. NCHW -> NHWC), else the
+output's next dim. A program owns one [BLOCK_0, BLOCK_1] tile at one outer position, so the
+only integer division is on scalars, and strides equal to 1 are compile-time constants (Triton
+specializes them), which gives vectorized loads and stores along each operand's contiguous dim.
+Offsets are int32: callers make sure every operand spans fewer than 2**31 elements.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import triton
+import triton.language as tl
+
+MAX_DIMS = 6
+
+
+class EwGeometry(NamedTuple):
+    sizes: tuple  # (o0, o1, o2, o3, t0, t1)
+    tiles: tuple  # (tiles over t0, tiles over t1)
+    a: tuple  # strides of A in the order of `sizes`
+    b: tuple
+    c: tuple
+    out: tuple
+    index: tuple  # strides of the logical (row-major) index, for counter-based RNG
+
+
+@triton.jit
+def _offsets(st, o0, o1, o2, o3, i0, i1):
+    base = o0 * st[0] + o1 * st[1] + o2 * st[2] + o3 * st[3]
+    return base + (i0 * st[4])[:, None] + (i1 * st[5])[None, :]
+
+
+@triton.jit
+def elementwise_kernel(
+    A, B, C, OUT, geo, alpha, beta, p0, p1, p2, seed,
+    OP: tl.constexpr, NUM_IN: tl.constexpr, NEED_INDEX: tl.constexpr,
+    BETA_NONZERO: tl.constexpr, BLOCK_0: tl.constexpr, BLOCK_1: tl.constexpr,
+):  # fmt: skip
+    s0, s1, s2, s3, t0, t1 = geo.sizes
+    tiles0, tiles1 = geo.tiles
+    pid = tl.program_id(0)
+    j1 = pid % tiles1
+    rest = pid // tiles1
+    j0 = rest % tiles0
+    rest = rest // tiles0
+    o3 = rest % s3
+    rest = rest // s3
+    o2 = rest % s2
+    rest = rest // s2
+    o1 = rest % s1
+    o0 = rest // s1
+    i0 = j0 * BLOCK_0 + tl.arange(0, BLOCK_0)
+    i1 = j1 * BLOCK_1 + tl.arange(0, BLOCK_1)
+    mask = (i0 < t0)[:, None] & (i1 < t1)[None, :]
+    a = tl.zeros((BLOCK_0, BLOCK_1), dtype=tl.float32)
+    b = a
+    c = a
+    if NUM_IN >= 1:
+        a = tl.load(A + _offsets(geo.a, o0, o1, o2, o3, i0, i1), mask=mask).to(tl.float32)
+    if NUM_IN >= 2:
+        b = tl.load(B + _offsets(geo.b, o0, o1, o2, o3, i0, i1), mask=mask).to(tl.float32)
+    if NUM_IN >= 3:
+        c = tl.load(C + _offsets(geo.c, o0, o1, o2, o3, i0, i1), mask=mask).to(tl.float32)
+    if NEED_INDEX:
+        index = _offsets(geo.index, o0, o1, o2, o3, i0, i1)
+    else:
+        index = i1
+    v = alpha * OP(a, b, c, index, p0, p1, p2, seed)
+    out_ptrs = OUT + _offsets(geo.out, o0, o1, o2, o3, i0, i1)
+    if BETA_NONZERO:
+        v += beta * tl.load(out_ptrs, mask=mask).to(tl.float32)
+    tl.store(out_ptrs, v.to(OUT.dtype.element_ty), mask=mask)
+
+
+# -- operations (OP) -----------------------------------------------------------------------
+
+
+@triton.jit
+def op_first(a, b, c, index, p0, p1, p2, seed):
+    """A itself: copies, transforms, add_tensor (alpha * A + beta * OUT), scale_tensor."""
+    return a
+
+
+@triton.jit
+def op_fill(a, b, c, index, p0, p1, p2, seed):
+    return a * 0.0 + p0
+
+
+# -- planning (host side) --------------------------------------------------------------------
+
+
+def _np2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def row_major_strides(shape) -> tuple[int, ...]:
+    strides, step = [], 1
+    for s in reversed(tuple(shape)):
+        strides.append(step)
+        step *= s
+    return tuple(reversed(strides))
+
+
+class EwPlan(NamedTuple):
+    geo: EwGeometry
+    grid: tuple
+    block_0: int
+    block_1: int
+    num_warps: int
+
+
+def coalesce(shape, strides_list, order=None):
+    """Drop size-1 dims, visit the rest in `order` (outermost first), merge neighbours that are
+    contiguous in every stride list. Returns (sizes, [strides per tensor])."""
+    dims = [d for d in (order if order is not None else range(len(shape))) if shape[d] != 1]
+    sizes: list[int] = []
+    merged: list[list[int]] = [[] for _ in strides_list]
+    for d in dims:
+        if sizes and all(m[-1] == st[d] * shape[d] for m, st in zip(merged, strides_list)):
+            sizes[-1] *= shape[d]
+            for m, st in zip(merged, strides_list):
+                m[-1] = st[d]
+            continue
+        sizes.append(shape[d])
+        for m, st in zip(merged, strides_list):
+            m.append(st[d])
+    return sizes, merged
+
+
+def plan(
+    shape, out_strides, in_strides: list, *, index: bool = False, elem_bytes: int = 4
+) -> EwPlan | None:
+    """Tile the iteration space; None if more than MAX_DIMS dims remain after merging.
+
+    in_strides: strides of each loaded input (up to three, broadcast dims have stride 0).
+    index: also carry the row-major logical index of every element (for dropout's RNG).
+    """
+    shape = tuple(int(s) for s in shape)
+    nd = len(shape)
+    ins = [tuple(s) for s in in_strides]
+    idx = row_major_strides(shape)
+    # Outermost first by the output's strides; ties (size-1 dims) keep logical order.
+    order = sorted(range(nd), key=lambda d: (-abs(out_strides[d]), d))
+    lists = [tuple(out_strides), *ins] + ([idx] if index else [])
+    sizes, merged = coalesce(shape, lists, order)
+    if not sizes:
+        sizes, merged = [1], [[0] for _ in lists]
+    if len(sizes) > MAX_DIMS:
+        return None
+    n = len(sizes)
+    t1 = n - 1
+    t0 = None
+    # An input whose innermost dim is not the output's: tile over both (a transpose).
+    for st in merged[1 : 1 + len(ins)]:
+        cand = [d for d in range(n) if st[d] != 0]
+        if not cand:
+            continue
+        inner = min(cand, key=lambda d: abs(st[d]))
+        if inner != t1 and (st[t1] == 0 or abs(st[inner]) < abs(st[t1])):
+            t0 = inner
+            break
+    transpose = t0 is not None
+    if t0 is None and n >= 2:
+        t0 = n - 2
+    outer = [d for d in range(n) if d not in (t0, t1)]
+    # Per program: 32 bytes per thread per operand at 8 warps (16-byte vectors, 2 per thread).
+    total = 8 * 32 * max(1, 32 // elem_bytes)
+    size1 = sizes[t1]
+    size0 = sizes[t0] if t0 is not None else 1
+    if transpose:
+        block_1 = min(_np2(size1), 64)
+        block_0 = min(_np2(size0), max(1, total // block_1))
+    else:
+        block_1 = min(_np2(size1), total)
+        block_0 = min(_np2(size0), max(1, total // block_1))
+    pad = 4 - len(outer)
+    full_sizes = (1,) * pad + tuple(sizes[d] for d in outer) + (size0, size1)
+
+    def arrange(st):
+        return (0,) * pad + tuple(st[d] for d in outer) + (
+            st[t0] if t0 is not None else 0,
+            st[t1],
+        )
+
+    arranged = [arrange(st) for st in merged]
+    zero = (0,) * MAX_DIMS
+    out_st = arranged[0]
+    in_st = arranged[1 : 1 + len(ins)] + [zero] * (3 - len(ins))
+    idx_st = arranged[-1] if index else zero
+    tiles = (triton.cdiv(size0, block_0), triton.cdiv(size1, block_1))
+    geo = EwGeometry(full_sizes, tiles, in_st[0], in_st[1], in_st[2], out_st, idx_st)
+    programs = tiles[0] * tiles[1]
+    for s in full_sizes[:4]:
+        programs *= s
+    warps = max(1, min(8, block_0 * block_1 // 256))
+    return EwPlan(geo, (programs,), block_0, block_1, warps)
+
+
+def launch(
+    op, out, inputs: list, plan_: EwPlan, *, alpha=1.0, beta=0.0, p=(0.0, 0.0, 0.0), seed=0,
+    index=False,
+):  # fmt: skip
+    """Run elementwise_kernel with a plan made for these tensors' shapes and strides."""
+    a, b, c = (list(inputs) + [out] * 3)[:3]
+    elementwise_kernel[plan_.grid](
+        a, b, c, out, plan_.geo, float(alpha), float(beta),
+        float(p[0]), float(p[1]), float(p[2]), int(seed),
+        OP=op, NUM_IN=len(inputs), NEED_INDEX=index, BETA_NONZERO=beta != 0,
+        BLOCK_0=plan_.block_0, BLOCK_1=plan_.block_1, num_warps=plan_.num_warps,
+    )  # fmt: skip
