@@ -15,6 +15,7 @@ from ..core import (
     empty_like_layout,
 )
 from ..core.tensor import MAX_ELEMENTS
+from ..kernels import elementwise as ew
 
 
 def span(t: torch.Tensor) -> int:
@@ -91,3 +92,19 @@ def spatial5(shape: Sequence[int], strides: Sequence[int]) -> tuple[tuple, tuple
         (*shape[:2], *(1,) * pad, *shape[2:]),
         (*strides[:2], *(0,) * pad, *strides[2:]),
     )
+
+
+def elementwise_plan(
+    shape, out: torch.Tensor, inputs: list[torch.Tensor], *, index: bool = False
+) -> ew.EwPlan:
+    """Tile an elementwise op over `shape`; NotSupportedError if the operands' strides leave
+    more dims than the kernel addresses after merging contiguous ones."""
+    elem = max(t.element_size() for t in (out, *inputs))
+    strides = [t.stride() for t in inputs]
+    p = ew.plan(shape, out.stride(), strides, index=index, elem_bytes=elem)
+    if p is None:
+        raise NotSupportedError(
+            f"shape {tuple(shape)} with these strides leaves more than {ew.MAX_DIMS} dims after "
+            "merging contiguous ones: make the operands contiguous first"
+        )
+    return p

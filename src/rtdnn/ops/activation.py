@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import torch
 
-from ..core import NotSupportedError, bad_param, check_tensor
+from ..core import bad_param, check_tensor
 from ..kernels import elementwise as ew
 from ..kernels.activation import ACTIVATIONS
-from ._common import check_real, check_span, output
+from ._common import check_real, check_span, elementwise_plan, output
 
 MODES = tuple(ACTIVATIONS)
 
@@ -69,17 +69,6 @@ def _params(mode: str, coef) -> tuple[float, float, float]:
     return c, 0.0, 0.0
 
 
-def _plan(shape, out: torch.Tensor, inputs: list[torch.Tensor], index: bool = False):
-    elem = max(t.element_size() for t in (out, *inputs))
-    p = ew.plan(shape, out.stride(), [t.stride() for t in inputs], index=index, elem_bytes=elem)
-    if p is None:
-        raise NotSupportedError(
-            f"shape {tuple(shape)} with these strides leaves more than {ew.MAX_DIMS} dims after "
-            "merging contiguous ones: make the operands contiguous first"
-        )
-    return p
-
-
 def activation_forward(
     x: torch.Tensor,
     mode: str,
@@ -98,7 +87,7 @@ def activation_forward(
     check_span("x", x)
     p = _params(mode, coef)
     y = output(out, x.shape, x, alpha, beta, preserve_strides=True)
-    plan = _plan(x.shape, y, [x])
+    plan = elementwise_plan(x.shape, y, [x])
     ew.launch(act.forward, y, [x], plan, alpha=alpha, beta=beta, p=p)
     return y
 
@@ -137,6 +126,6 @@ def activation_backward(
             inputs.append(t)
     p = _params(mode, coef)
     dx = output(out, dy.shape, dy, alpha, beta, preserve_strides=True)
-    plan = _plan(dy.shape, dx, inputs)
+    plan = elementwise_plan(dy.shape, dx, inputs)
     ew.launch(act.backward, dx, inputs, plan, alpha=alpha, beta=beta, p=p)
     return dx
