@@ -151,4 +151,3 @@ ACTIVATIONS: dict[str, Activation] = {
     "gelu": Activation(gelu_fwd, gelu_bwd, "x"),
     "gelu_tanh": Activation(gelu_tanh_fwd, gelu_tanh_bwd, "x"),
 }
-

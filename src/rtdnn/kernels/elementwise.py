@@ -24,6 +24,8 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
+from .layout import merge_dims, next_pow2
+
 MAX_DIMS = 6
 
 
@@ -102,10 +104,6 @@ def op_fill(a, b, c, index, p0, p1, p2, seed):
 # -- planning (host side) --------------------------------------------------------------------
 
 
-def _np2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
 def row_major_strides(shape) -> tuple[int, ...]:
     strides, step = [], 1
     for s in reversed(tuple(shape)):
@@ -120,24 +118,6 @@ class EwPlan(NamedTuple):
     block_0: int
     block_1: int
     num_warps: int
-
-
-def coalesce(shape, strides_list, order=None):
-    """Drop size-1 dims, visit the rest in `order` (outermost first), merge neighbours that are
-    contiguous in every stride list. Returns (sizes, [strides per tensor])."""
-    dims = [d for d in (order if order is not None else range(len(shape))) if shape[d] != 1]
-    sizes: list[int] = []
-    merged: list[list[int]] = [[] for _ in strides_list]
-    for d in dims:
-        if sizes and all(m[-1] == st[d] * shape[d] for m, st in zip(merged, strides_list)):
-            sizes[-1] *= shape[d]
-            for m, st in zip(merged, strides_list):
-                m[-1] = st[d]
-            continue
-        sizes.append(shape[d])
-        for m, st in zip(merged, strides_list):
-            m.append(st[d])
-    return sizes, merged
 
 
 def plan(
@@ -155,7 +135,7 @@ def plan(
     # Outermost first by the output's strides; ties (size-1 dims) keep logical order.
     order = sorted(range(nd), key=lambda d: (-abs(out_strides[d]), d))
     lists = [tuple(out_strides), *ins] + ([idx] if index else [])
-    sizes, merged = coalesce(shape, lists, order)
+    sizes, merged = merge_dims(order, shape, lists)
     if not sizes:
         sizes, merged = [1], [[0] for _ in lists]
     if len(sizes) > MAX_DIMS:
@@ -181,18 +161,22 @@ def plan(
     size1 = sizes[t1]
     size0 = sizes[t0] if t0 is not None else 1
     if transpose:
-        block_1 = min(_np2(size1), 64)
-        block_0 = min(_np2(size0), max(1, total // block_1))
+        block_1 = min(next_pow2(size1), 64)
+        block_0 = min(next_pow2(size0), max(1, total // block_1))
     else:
-        block_1 = min(_np2(size1), total)
-        block_0 = min(_np2(size0), max(1, total // block_1))
+        block_1 = min(next_pow2(size1), total)
+        block_0 = min(next_pow2(size0), max(1, total // block_1))
     pad = 4 - len(outer)
     full_sizes = (1,) * pad + tuple(sizes[d] for d in outer) + (size0, size1)
 
     def arrange(st):
-        return (0,) * pad + tuple(st[d] for d in outer) + (
-            st[t0] if t0 is not None else 0,
-            st[t1],
+        return (
+            (0,) * pad
+            + tuple(st[d] for d in outer)
+            + (
+                st[t0] if t0 is not None else 0,
+                st[t1],
+            )
         )
 
     arranged = [arrange(st) for st in merged]

@@ -24,6 +24,8 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
+from .layout import merge_dims, next_pow2
+
 GATHER_MAX = 1024
 
 
@@ -172,10 +174,6 @@ def lrn_bwd_kernel(
 # -- planning (host side) --------------------------------------------------------------------
 
 
-def _np2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
 class LrnPlan(NamedTuple):
     geo: LrnGeometry
     grid: tuple
@@ -185,29 +183,12 @@ class LrnPlan(NamedTuple):
     gather: bool
 
 
-def _merge(dims, shape, lists):
-    sizes: list[int] = []
-    merged: list[list[int]] = [[] for _ in lists]
-    for d in dims:
-        if shape[d] == 1:
-            continue
-        if sizes and all(m[-1] == st[d] * shape[d] for m, st in zip(merged, lists)):
-            sizes[-1] *= shape[d]
-            for m, st in zip(merged, lists):
-                m[-1] = st[d]
-            continue
-        sizes.append(shape[d])
-        for m, st in zip(merged, lists):
-            m.append(st[d])
-    return sizes, merged
-
-
 def plan_lrn(shape, strides: list, *, elem_bytes: int, whole_c: bool) -> LrnPlan:
     """strides: [x, dy, out] over shape (N, C, *S). whole_c: one tile spans all channels
     (the backward's gather path), if C <= GATHER_MAX."""
     nd = len(shape)
     pos = sorted((d for d in range(nd) if d != 1), key=lambda d: (-abs(strides[0][d]), d))
-    p_sizes, p_st = _merge(pos, shape, strides)  # at most N, D, H, W: 4 dims
+    p_sizes, p_st = merge_dims(pos, shape, strides)  # at most N, D, H, W: 4 dims
     if not p_sizes:
         p_sizes, p_st = [1], [[0] for _ in strides]
     pad = 4 - len(p_sizes)
@@ -218,15 +199,15 @@ def plan_lrn(shape, strides: list, *, elem_bytes: int, whole_c: bool) -> LrnPlan
     gather = whole_c and C <= GATHER_MAX
     tile = 2048 if elem_bytes >= 4 else 4096
     if gather:
-        block_c = _np2(C)
+        block_c = next_pow2(C)
     else:
-        block_c = min(_np2(C), 128 if strides[0][1] == 1 else 16)
-    block_p = max(1, min(_np2(P), tile // block_c))
+        block_c = min(next_pow2(C), 128 if strides[0][1] == 1 else 16)
+    block_p = max(1, min(next_pow2(P), tile // block_c))
     p_tiles = triton.cdiv(P, block_p)
     c_tiles = triton.cdiv(C, block_c)
     geo = LrnGeometry(
         tuple(p_sizes[:3]), P, C,
-        *(tuple(m) + (st[1],) for m, st in zip(p_st, strides)), p_tiles, c_tiles,
+        *(tuple(m) + (st[1],) for m, st in zip(p_st, strides, strict=True)), p_tiles, c_tiles,
     )  # fmt: skip
     programs = c_tiles * p_tiles * p_sizes[0] * p_sizes[1] * p_sizes[2]
     warps = max(4, min(16, block_p * block_c // 256))

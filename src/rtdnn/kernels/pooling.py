@@ -26,6 +26,8 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
+from .layout import next_pow2
+
 MAX = tl.constexpr(0)
 AVG_INCLUDE_PAD = tl.constexpr(1)
 AVG_EXCLUDE_PAD = tl.constexpr(2)
@@ -204,7 +206,9 @@ def pool_bwd_kernel(
                 ok = ok_d & ok_h & (ow >= 0) & (rw - jw * dw == 0) & (jw < KW) & mask
                 y_offs = y_base + od * ys_d + oh * ys_h + ow * ys_w
                 if MODE == MAX:
-                    tap = tl.load(IDX + i_base + od * is_d + oh * is_h + ow * is_w, mask=ok, other=-1)
+                    tap = tl.load(
+                        IDX + i_base + od * is_d + oh * is_h + ow * is_w, mask=ok, other=-1
+                    )
                     hit = tap.to(tl.int32) == (jd * KH + jh) * KW + jw
                     # Load under `ok` (uniform along the inner axis, so vectorized) and select.
                     g = tl.load(DY + y_offs, mask=ok, other=0.0).to(tl.float32)
@@ -313,10 +317,6 @@ def adaptive_bwd_kernel(
 # -- planning (host side) --------------------------------------------------------------------
 
 
-def _np2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
 class PoolTiles(NamedTuple):
     grid: tuple
     rows: int
@@ -335,8 +335,8 @@ def pool_tiles(n: int, c: int, size: tuple, cl: bool, elem_bytes: int) -> PoolTi
     else:
         rows, inner = n * c * d * h, w
     tile = 8 * 32 * max(1, 16 // elem_bytes)  # outputs per program
-    block_i = min(_np2(inner), 128 if cl else 64)
-    block_r = max(1, min(_np2(rows), tile // block_i))
+    block_i = min(next_pow2(inner), 128 if cl else 64)
+    block_r = max(1, min(next_pow2(rows), tile // block_i))
     inner_tiles = triton.cdiv(inner, block_i)
     grid = (triton.cdiv(rows, block_r) * inner_tiles,)
     warps = max(1, min(8, block_r * block_i // 256))

@@ -24,6 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .layout import merge_dims, next_pow2
+
 # Op codes: module constants read in @triton.jit code must be tl.constexpr.
 ADD = tl.constexpr(0)
 MUL = tl.constexpr(1)
@@ -236,10 +238,6 @@ def reduce_finish_kernel(
 # -- planning (host side) --------------------------------------------------------------------
 
 
-def _np2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
 class ReducePlan(NamedTuple):
     geo: ReduceGeometry
     grid: tuple
@@ -247,24 +245,6 @@ class ReducePlan(NamedTuple):
     block_k: int
     block_r: int
     num_warps: int
-
-
-def _merge(dims, shape, lists):
-    """Merge neighbours of `dims` (outermost first) that are contiguous in every stride list."""
-    sizes: list[int] = []
-    merged: list[list[int]] = [[] for _ in lists]
-    for d in dims:
-        if shape[d] == 1:
-            continue
-        if sizes and all(m[-1] == st[d] * shape[d] for m, st in zip(merged, lists)):
-            sizes[-1] *= shape[d]
-            for m, st in zip(merged, lists):
-                m[-1] = st[d]
-            continue
-        sizes.append(shape[d])
-        for m, st in zip(merged, lists):
-            m.append(st[d])
-    return sizes, merged
 
 
 def _pad4(sizes, lists):
@@ -290,8 +270,8 @@ def plan_reduce(
     # contiguous, and becomes its vector axis.
     kept.sort(key=lambda d: (-abs(x_strides[d]), d))
     red_sorted = sorted(red_logical, key=lambda d: (-abs(x_strides[d]), d))
-    k_sizes, (xk, ok) = _merge(kept, shape, [x_strides, out_strides])
-    r_sizes, (xr, ir) = _merge(red_sorted, shape, [x_strides, idx])
+    k_sizes, (xk, ok) = merge_dims(kept, shape, [x_strides, out_strides])
+    r_sizes, (xr, ir) = merge_dims(red_sorted, shape, [x_strides, idx])
     if len(k_sizes) > 4 or len(r_sizes) > 4:
         return None
     k_sizes, (xk, ok) = _pad4(k_sizes, [xk, ok])
@@ -299,11 +279,11 @@ def plan_reduce(
     kin, rin = k_sizes[3], r_sizes[3]
     tile = 8 * 32 * max(1, 32 // elem_bytes)  # elements per program per step
     if xk[3] == 1 and xr[3] != 1:  # kept dim contiguous: long along K
-        block_k = min(_np2(kin), 256)
-        block_r = min(_np2(rin), max(1, tile // block_k))
+        block_k = min(next_pow2(kin), 256)
+        block_r = min(next_pow2(rin), max(1, tile // block_k))
     else:  # reduced dim contiguous, or neither
-        block_r = min(_np2(rin), tile)
-        block_k = min(_np2(kin), max(1, tile // block_r))
+        block_r = min(next_pow2(rin), tile)
+        block_k = min(next_pow2(kin), max(1, tile // block_r))
     k_tiles = triton.cdiv(kin, block_k)
     r_chunks = triton.cdiv(rin, block_r)
     work = r_sizes[0] * r_sizes[1] * r_sizes[2] * r_chunks

@@ -20,6 +20,8 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
+from .layout import merge_dims, next_pow2
+
 FAST = tl.constexpr(0)
 ACCURATE = tl.constexpr(1)
 LOG = tl.constexpr(2)
@@ -247,10 +249,6 @@ def softmax_apply_kernel(
 # -- planning (host side) --------------------------------------------------------------------
 
 
-def _np2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
 class SoftmaxPlan(NamedTuple):
     geo: SoftmaxGeometry
     fused: bool
@@ -259,23 +257,6 @@ class SoftmaxPlan(NamedTuple):
     block_p: int
     block_r: int
     num_warps: int
-
-
-def _merge(dims, shape, lists):
-    sizes: list[int] = []
-    merged: list[list[int]] = [[] for _ in lists]
-    for d in dims:
-        if shape[d] == 1:
-            continue
-        if sizes and all(m[-1] == st[d] * shape[d] for m, st in zip(merged, lists)):
-            sizes[-1] *= shape[d]
-            for m, st in zip(merged, lists):
-                m[-1] = st[d]
-            continue
-        sizes.append(shape[d])
-        for m, st in zip(merged, lists):
-            m.append(st[d])
-    return sizes, merged
 
 
 def plan_softmax(
@@ -287,8 +268,8 @@ def plan_softmax(
     red_dims = sorted(reduced, key=lambda d: (-abs(strides[0][d]), d))
     pos_dims = sorted((d for d in range(nd) if d not in reduced),
                       key=lambda d: (-abs(strides[0][d]), d))  # fmt: skip
-    r_sizes, r_st = _merge(red_dims, shape, strides)
-    p_sizes, p_st = _merge(pos_dims, shape, strides)
+    r_sizes, r_st = merge_dims(red_dims, shape, strides)
+    p_sizes, p_st = merge_dims(pos_dims, shape, strides)
     if len(r_sizes) > 1 or len(p_sizes) > 4:
         return None
     if not r_sizes:
@@ -306,12 +287,12 @@ def plan_softmax(
 
     fused = R <= fused_max
     if fused:
-        block_r = _np2(R)
+        block_r = next_pow2(R)
         tile = max(block_r, 2048 if elem_bytes >= 4 else 4096)
     else:
         block_r = 2048 if elem_bytes >= 4 else 4096
         tile = block_r
-    block_p = max(1, min(_np2(P), tile // block_r))
+    block_p = max(1, min(next_pow2(P), tile // block_r))
     p_tiles = triton.cdiv(P, block_p)
     programs = p_tiles * p_sizes[0] * p_sizes[1] * p_sizes[2]
     splits, seg_len = 1, R
@@ -346,9 +327,7 @@ def launch_softmax(a, b, out, plan: SoftmaxPlan, algo: str, backward: bool, alph
     n_pos = g.outer[0] * g.outer[1] * g.outer[2] * g.p
     part = torch.empty((2, plan.splits, n_pos), dtype=torch.float32, device=a.device)
     b = a if b is None else b
-    softmax_stats_kernel[plan.grid](
-        a, b, part[0], part[1], g, ALGO=code, BACKWARD=backward, **opts
-    )
+    softmax_stats_kernel[plan.grid](a, b, part[0], part[1], g, ALGO=code, BACKWARD=backward, **opts)
     softmax_apply_kernel[plan.grid](
         a, b, out, part[0], part[1], g, plan.splits, alpha, beta, ALGO=code,
         BACKWARD=backward, BETA_NONZERO=beta != 0, **opts,

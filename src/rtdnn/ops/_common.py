@@ -20,7 +20,7 @@ from ..kernels import elementwise as ew
 
 def span(t: torch.Tensor) -> int:
     """Elements between the lowest and highest address the tensor touches, plus one."""
-    return 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
+    return 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride(), strict=True))
 
 
 def check_span(name: str, t: torch.Tensor) -> None:

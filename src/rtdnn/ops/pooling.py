@@ -50,14 +50,14 @@ def pool_desc(x_dim: int, mode, window, stride, padding, dilation, ceil_mode) ->
     dilation = int_tuple("dilation", dilation, nd, minimum=1)
     if not isinstance(ceil_mode, bool):
         raise bad_param("ceil_mode", ceil_mode, "a bool")
-    if any(p > k // 2 for p, k in zip(padding, window)):
+    if any(p > k // 2 for p, k in zip(padding, window, strict=True)):
         raise bad_param("padding", padding, f"at most half the window {window} in every dim")
     return PoolDesc(mode, window, stride, padding, dilation, ceil_mode)
 
 
 def pool_output_size(in_size: Sequence[int], p: PoolDesc) -> tuple[int, ...]:
     out = []
-    for i, k, s, pad, d in zip(in_size, p.window, p.stride, p.padding, p.dilation):
+    for i, k, s, pad, d in zip(in_size, p.window, p.stride, p.padding, p.dilation, strict=True):
         span = i + 2 * pad - d * (k - 1) - 1
         o = (-(-span // s) if p.ceil_mode else span // s) + 1
         if p.ceil_mode and (o - 1) * s >= i + pad:
@@ -199,7 +199,7 @@ def pooling_backward(
     dil3 = geo.dilation
     md, mh, mw = (
         K.windows_per_input(k, s, d, o)
-        for k, s, d, o in zip((kd, kh, kw), stride3, dil3, out5[2:])
+        for k, s, d, o in zip((kd, kh, kw), stride3, dil3, out5[2:], strict=True)
     )
     K.pool_bwd_kernel[tiles.grid](
         dy, taps if taps is not None else dy, dx, geo, float(alpha), float(beta),
@@ -244,7 +244,7 @@ def adaptive_avg_pool(
     cl = _is_cl(x)
     tiles = K.pool_tiles(shape5[0], shape5[1], out5[2:], cl, x.element_size())
     geo = _geometry(None, shape5, x_st, y_st, (0,) * 5, out5[2:], tiles)
-    kd, kh, kw = (K.adaptive_max_window(i, o) for i, o in zip(shape5[2:], out5[2:]))
+    kd, kh, kw = (K.adaptive_max_window(i, o) for i, o in zip(shape5[2:], out5[2:], strict=True))
     K.adaptive_fwd_kernel[tiles.grid](
         x, y, geo, float(alpha), float(beta), KD=kd, KH=kh, KW=kw, CL=cl,
         BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i,
@@ -281,12 +281,10 @@ def adaptive_avg_pool_backward(
     cl = _is_cl(dx)
     tiles = K.pool_tiles(shape5[0], shape5[1], shape5[2:], cl, dx.element_size())
     geo = _geometry(None, shape5, dx_st, dy_st, (0,) * 5, out5[2:], tiles)
-    md, mh, mw = (K.adaptive_max_window(o, i) for i, o in zip(shape5[2:], out5[2:]))
+    md, mh, mw = (K.adaptive_max_window(o, i) for i, o in zip(shape5[2:], out5[2:], strict=True))
     K.adaptive_bwd_kernel[tiles.grid](
         dy, dx, geo, float(alpha), float(beta), MD=md, MH=mh, MW=mw, CL=cl,
         BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i,
         num_warps=tiles.num_warps,
     )  # fmt: skip
     return dx
-
-

@@ -42,7 +42,7 @@ def _broadcast(name: str, t: torch.Tensor, shape: Sequence[int]) -> torch.Tensor
     """t expanded to `shape` (a view with stride 0 along broadcast dims)."""
     shape = tuple(shape)
     ok = t.dim() <= len(shape) and all(
-        s in (1, n) for s, n in zip(reversed(t.shape), reversed(shape))
+        s in (1, n) for s, n in zip(reversed(t.shape), reversed(shape), strict=False)
     )
     if not ok:
         raise bad_param(f"{name}.shape", tuple(t.shape), f"broadcastable to {shape}")
@@ -53,7 +53,9 @@ def _check_inplace(name: str, y: torch.Tensor) -> torch.Tensor:
     """A tensor written in place: like `out`, it must not overlap itself."""
     y = check_tensor(name, y)
     if overlaps_itself(y):
-        raise BadParamError(f"{name} has overlapping elements (a broadcast view): it cannot be written")
+        raise BadParamError(
+            f"{name} has overlapping elements (a broadcast view): it cannot be written"
+        )
     check_span(name, y)
     check_runnable(y.device)
     return y
@@ -245,9 +247,7 @@ def reduce_tensor(
     idx = None
     if indices:
         # The kernel writes indices at out's offsets: give them out's strides.
-        idx = torch.empty_strided(
-            y_full.shape, y_full.stride(), dtype=torch.int64, device=x.device
-        )
+        idx = torch.empty_strided(y_full.shape, y_full.stride(), dtype=torch.int64, device=x.device)
     red.launch_reduce(x, y_full, idx, plan, op, alpha, beta)
     if not indices:
         return y
