@@ -27,6 +27,7 @@ ACCURATE = tl.constexpr(1)
 LOG = tl.constexpr(2)
 ALGOS = {"fast": 0, "accurate": 1, "log": 2}
 FUSED_MAX = 16384
+SPLIT_BLOCK = 4096  # elements of 16-bit data per chunk of a long row (half for 32-bit)
 
 
 class SoftmaxGeometry(NamedTuple):
@@ -260,7 +261,7 @@ class SoftmaxPlan(NamedTuple):
 
 
 def plan_softmax(
-    shape, reduced, strides: list, *, slots: int, elem_bytes: int, fused_max: int = FUSED_MAX
+    shape, reduced, strides: list, *, slots: int, elem_bytes: int, fused_max: int | None = None
 ) -> SoftmaxPlan | None:
     """strides: [a, b, out] stride tuples over `shape`. None when the reduced dims do not
     merge into one strided axis or more than 4 position dims remain."""
@@ -285,12 +286,12 @@ def plan_softmax(
     def st(k):
         return (*p_st[k], r_st[k][0])
 
-    fused = R <= fused_max
+    fused = R <= (FUSED_MAX if fused_max is None else fused_max)
     if fused:
         block_r = next_pow2(R)
         tile = max(block_r, 2048 if elem_bytes >= 4 else 4096)
     else:
-        block_r = 2048 if elem_bytes >= 4 else 4096
+        block_r = min(next_pow2(R), SPLIT_BLOCK // 2 if elem_bytes >= 4 else SPLIT_BLOCK)
         tile = block_r
     block_p = max(1, min(next_pow2(P), tile // block_r))
     p_tiles = triton.cdiv(P, block_p)
