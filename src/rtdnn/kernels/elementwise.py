@@ -19,6 +19,7 @@ Offsets are int32: callers make sure every operand spans fewer than 2**31 elemen
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import triton
@@ -120,12 +121,14 @@ class EwPlan(NamedTuple):
     num_warps: int
 
 
+@functools.lru_cache(maxsize=4096)
 def plan(
-    shape, out_strides, in_strides: list, *, index: bool = False, elem_bytes: int = 4
+    shape: tuple, out_strides: tuple, in_strides: tuple, *, index: bool = False, elem_bytes: int = 4
 ) -> EwPlan | None:
     """Tile the iteration space; None if more than MAX_DIMS dims remain after merging.
 
-    in_strides: strides of each loaded input (up to three, broadcast dims have stride 0).
+    in_strides: a tuple of the strides of each loaded input (up to three; broadcast dims have
+    stride 0). Cached: every step of a training loop asks for the same plans.
     index: also carry the row-major logical index of every element (for dropout's RNG).
     """
     shape = tuple(int(s) for s in shape)

@@ -19,6 +19,7 @@ recomputing kernel. y is not read: it is x * D^-beta, recomputed.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import triton
@@ -183,9 +184,12 @@ class LrnPlan(NamedTuple):
     gather: bool
 
 
-def plan_lrn(shape, strides: list, *, elem_bytes: int, whole_c: bool) -> LrnPlan:
+@functools.lru_cache(maxsize=4096)
+def plan_lrn(
+    shape, strides: tuple, *, elem_bytes: int, whole_c: bool, gather_max: int = GATHER_MAX
+) -> LrnPlan:
     """strides: [x, dy, out] over shape (N, C, *S). whole_c: one tile spans all channels
-    (the backward's gather path), if C <= GATHER_MAX."""
+    (the backward's gather path), if C <= gather_max."""
     nd = len(shape)
     pos = sorted((d for d in range(nd) if d != 1), key=lambda d: (-abs(strides[0][d]), d))
     p_sizes, p_st = merge_dims(pos, shape, strides)  # at most N, D, H, W: 4 dims
@@ -196,7 +200,7 @@ def plan_lrn(shape, strides: list, *, elem_bytes: int, whole_c: bool) -> LrnPlan
     p_st = [[0] * pad + m for m in p_st]
     C = shape[1]
     P = p_sizes[3]
-    gather = whole_c and C <= GATHER_MAX
+    gather = whole_c and C <= gather_max
     tile = 2048 if elem_bytes >= 4 else 4096
     if gather:
         block_c = next_pow2(C)

@@ -21,6 +21,7 @@ byte per output, instead of reading y; dx then takes dy where the tap is itself.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import triton
@@ -327,6 +328,7 @@ class PoolTiles(NamedTuple):
     num_warps: int
 
 
+@functools.lru_cache(maxsize=4096)
 def pool_tiles(n: int, c: int, size: tuple, cl: bool, elem_bytes: int) -> PoolTiles:
     """Tiles over a tensor (n, c, *size) in the CL or NC variant."""
     d, h, w = size

@@ -18,6 +18,7 @@ extremum wins, and NaN beats every number (the first NaN wins), as in torch.max.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -252,6 +253,7 @@ def _pad4(sizes, lists):
     return (1,) * pad + tuple(sizes), [(0,) * pad + tuple(m) for m in lists]
 
 
+@functools.lru_cache(maxsize=4096)
 def plan_reduce(
     shape, x_strides, out_strides, reduced, *, slots: int, elem_bytes: int
 ) -> ReducePlan | None:

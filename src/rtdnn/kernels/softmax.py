@@ -15,6 +15,7 @@ is read twice; that costs a third more traffic than one pass.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import triton
@@ -260,8 +261,16 @@ class SoftmaxPlan(NamedTuple):
     num_warps: int
 
 
+@functools.lru_cache(maxsize=4096)
 def plan_softmax(
-    shape, reduced, strides: list, *, slots: int, elem_bytes: int, fused_max: int | None = None
+    shape,
+    reduced,
+    strides: tuple,
+    *,
+    slots: int,
+    elem_bytes: int,
+    fused_max: int = FUSED_MAX,
+    split_block: int = SPLIT_BLOCK,
 ) -> SoftmaxPlan | None:
     """strides: [a, b, out] stride tuples over `shape`. None when the reduced dims do not
     merge into one strided axis or more than 4 position dims remain."""
@@ -286,12 +295,12 @@ def plan_softmax(
     def st(k):
         return (*p_st[k], r_st[k][0])
 
-    fused = R <= (FUSED_MAX if fused_max is None else fused_max)
+    fused = R <= fused_max
     if fused:
         block_r = next_pow2(R)
         tile = max(block_r, 2048 if elem_bytes >= 4 else 4096)
     else:
-        block_r = min(next_pow2(R), SPLIT_BLOCK // 2 if elem_bytes >= 4 else SPLIT_BLOCK)
+        block_r = min(next_pow2(R), split_block // 2 if elem_bytes >= 4 else split_block)
         tile = block_r
     block_p = max(1, min(next_pow2(P), tile // block_r))
     p_tiles = triton.cdiv(P, block_p)

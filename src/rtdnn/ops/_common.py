@@ -100,8 +100,8 @@ def elementwise_plan(
     """Tile an elementwise op over `shape`; NotSupportedError if the operands' strides leave
     more dims than the kernel addresses after merging contiguous ones."""
     elem = max(t.element_size() for t in (out, *inputs))
-    strides = [t.stride() for t in inputs]
-    p = ew.plan(shape, out.stride(), strides, index=index, elem_bytes=elem)
+    strides = tuple(t.stride() for t in inputs)
+    p = ew.plan(tuple(shape), out.stride(), strides, index=index, elem_bytes=elem)
     if p is None:
         raise NotSupportedError(
             f"shape {tuple(shape)} with these strides leaves more than {ew.MAX_DIMS} dims after "

@@ -45,7 +45,7 @@ def lrn_forward(
     check_span("x", x)
     size, a, b, k = _params(size, lrn_alpha, lrn_beta, lrn_k)
     y = output(out, x.shape, x, alpha, beta, preserve_strides=True)
-    strides = [x.stride(), x.stride(), y.stride()]
+    strides = (x.stride(), x.stride(), y.stride())
     plan = K.plan_lrn(x.shape, strides, elem_bytes=x.element_size(), whole_c=False)
     K.lrn_fwd_kernel[plan.grid](
         x, y, plan.geo, a, b, k, float(alpha), float(beta), SIZE=size,
@@ -84,8 +84,10 @@ def lrn_backward(
     check_span("dy", dy)
     size, a, b, k = _params(size, lrn_alpha, lrn_beta, lrn_k)
     dx = output(out, dy.shape, dy, alpha, beta, preserve_strides=True)
-    strides = [x.stride(), dy.stride(), dx.stride()]
-    plan = K.plan_lrn(x.shape, strides, elem_bytes=x.element_size(), whole_c=True)
+    strides = (x.stride(), dy.stride(), dx.stride())
+    plan = K.plan_lrn(
+        x.shape, strides, elem_bytes=x.element_size(), whole_c=True, gather_max=K.GATHER_MAX
+    )
     K.lrn_bwd_kernel[plan.grid](
         x, dy, dx, plan.geo, a, b, k, float(alpha), float(beta), SIZE=size,
         GATHER=plan.gather, BETA_NONZERO=beta != 0, BLOCK_P=plan.block_p,

@@ -42,10 +42,12 @@ def _reduced(mode: str, ndim: int) -> tuple[int, ...]:
 
 def _plan(shape, mode, tensors, device, elem_bytes):
     strides = [t.stride() for t in tensors]
-    strides += [strides[-1]] * (3 - len(strides))
+    strides = tuple(strides + [strides[-1]] * (3 - len(strides)))
     slots = 2 * parallel_slots(device.type)
-    return K.plan_softmax(shape, _reduced(mode, len(shape)), strides, slots=slots,
-                          elem_bytes=elem_bytes)  # fmt: skip
+    return K.plan_softmax(
+        tuple(shape), _reduced(mode, len(shape)), strides, slots=slots, elem_bytes=elem_bytes,
+        fused_max=K.FUSED_MAX, split_block=K.SPLIT_BLOCK,
+    )  # fmt: skip
 
 
 def softmax_forward(
