@@ -253,17 +253,18 @@ def lrn_backward(dy, x, y, size, *, lrn_alpha=1e-4, lrn_beta=0.75, lrn_k=1.0, al
 
 
 def philox_uniform(seed: int, index: torch.Tensor) -> torch.Tensor:
-    """Triton's tl.rand(seed, index) for int32 indices, re-implemented with numpy uint32
-    arithmetic (Philox4x32-10, first output, Triton's uint -> [0, 1) float32 mapping)."""
+    """rtdnn's dropout uniform for int32 logical indices e: output e % 4 of Triton's
+    tl.rand4x(seed, e // 4) (Philox4x32-10), re-implemented with numpy uint32 arithmetic."""
     import numpy as np
 
-    c0 = index.numpy().astype(np.uint64) & 0xFFFFFFFF
+    e = index.numpy().astype(np.int64)
+    mask = np.uint64(0xFFFFFFFF)
+    c0 = (e // 4).astype(np.uint64) & mask
     c1 = np.zeros_like(c0)
     c2 = np.zeros_like(c0)
     c3 = np.zeros_like(c0)
     k0 = np.uint64(seed & 0xFFFFFFFF)
     k1 = np.uint64((seed >> 32) & 0xFFFFFFFF)
-    mask = np.uint64(0xFFFFFFFF)
     a, b = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
     for _ in range(10):
         p0, p2 = a * c0, b * c2  # < 2**64: exact in uint64
@@ -275,13 +276,15 @@ def philox_uniform(seed: int, index: torch.Tensor) -> torch.Tensor:
         )
         k0 = (k0 + np.uint64(0x9E3779B9)) & mask
         k1 = (k1 + np.uint64(0xBB67AE85)) & mask
-    r = c0.astype(np.uint32).view(np.int32).astype(np.int64)
+    lane = e % 4
+    r = np.select([lane == 0, lane == 1, lane == 2], [c0, c1, c2], c3)
+    r = r.astype(np.uint32).view(np.int32).astype(np.int64)
     r = np.where(r < 0, -r - 1, r).astype(np.float32) * np.float32(4.6566127342e-10)
     return torch.from_numpy(r.astype(np.float32))
 
 
 def dropout_mask(shape, p: float, seed: int) -> torch.Tensor:
-    """The keep mask rtdnn's dropout uses: uniform(seed, row-major index) >= p (in float32)."""
+    """The keep mask rtdnn's dropout uses: u(seed, row-major index) >= p (in float32)."""
     n = 1
     for s in shape:
         n *= s

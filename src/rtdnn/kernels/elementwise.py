@@ -1,10 +1,17 @@
 """One elementwise kernel for every map-like primitive: activations, dropout, op_tensor,
 add/scale/set/transform tensor.
 
-    OUT[e] = alpha * OP(A[e], B[e], C[e], index(e), p0, p1, p2, seed) + beta * OUT[e]
+    OUT[e] = alpha * OP(A[e], B[e], C[e], u(e), p0, p1, p2, seed) + beta * OUT[e]
 
 `OP` is a @triton.jit function passed as a compile-time constant. Each operand has its own
 strides (0 for a broadcast dim), so layouts may differ between operands.
+
+u(e) (only when RNG is on, for dropout) is a uniform [0, 1) float keyed by the seed and the
+element's logical (row-major) index e: Philox4x32-10 run on counter e // 4, output e % 4. One
+Philox call yields four numbers; the kernel uses all four on four neighbouring elements
+(RNG_GROUPED), which is what keeps dropout memory-bound rather than integer-ALU-bound, and
+falls back to one call per element (same numbers) when neighbours in the tile are not logical
+neighbours.
 
 Addressing. The host (`plan`) drops size-1 dims, orders the rest by the output's strides and
 merges dims that are contiguous in every operand, so equal dense layouts (NCHW with NCHW,
@@ -40,6 +47,11 @@ class EwGeometry(NamedTuple):
     index: tuple  # strides of the logical (row-major) index, for counter-based RNG
 
 
+RNG_OFF = tl.constexpr(0)
+RNG_PER_ELEMENT = tl.constexpr(1)
+RNG_GROUPED = tl.constexpr(2)
+
+
 @triton.jit
 def _offsets(st, o0, o1, o2, o3, i0, i1):
     base = o0 * st[0] + o1 * st[1] + o2 * st[2] + o3 * st[3]
@@ -47,11 +59,33 @@ def _offsets(st, o0, o1, o2, o3, i0, i1):
 
 
 @triton.jit
+def _uniform(seed, o0, o1, o2, o3, i0, j1, st, RNG: tl.constexpr, BLOCK_0: tl.constexpr,
+             BLOCK_1: tl.constexpr):  # fmt: skip
+    """u(e) for the tile: Philox4x32-10 output e % 4 of counter e // 4."""
+    if RNG == RNG_GROUPED:
+        # Logical index is contiguous along axis 1 and rows start at multiples of 4.
+        row = o0 * st[0] + o1 * st[1] + o2 * st[2] + o3 * st[3] + i0 * st[4] + j1 * BLOCK_1
+        ctr = (row // 4)[:, None] + tl.arange(0, BLOCK_1 // 4)[None, :]
+        u0, u1, u2, u3 = tl.rand4x(seed, ctr)
+        # tl.join appends a minor dim: join(join(u0, u2), join(u1, u3))[., k, j, i] = u_{2j+i},
+        # which the reshape puts at position 4k + 2j + i: element e gets u_{e % 4}.
+        u = tl.join(tl.join(u0, u2), tl.join(u1, u3))
+        return tl.reshape(u, (BLOCK_0, BLOCK_1))
+    else:
+        i1 = j1 * BLOCK_1 + tl.arange(0, BLOCK_1)
+        e = _offsets(st, o0, o1, o2, o3, i0, i1)
+        u0, u1, u2, u3 = tl.rand4x(seed, e // 4)
+        lane = e % 4
+        return tl.where(lane == 0, u0, tl.where(lane == 1, u1, tl.where(lane == 2, u2, u3)))
+
+
+@triton.jit
 def elementwise_kernel(
     A, B, C, OUT, geo, alpha, beta, p0, p1, p2, seed,
-    OP: tl.constexpr, NUM_IN: tl.constexpr, NEED_INDEX: tl.constexpr,
+    OP: tl.constexpr, NUM_IN: tl.constexpr, RNG: tl.constexpr, EVEN: tl.constexpr,
     BETA_NONZERO: tl.constexpr, BLOCK_0: tl.constexpr, BLOCK_1: tl.constexpr,
 ):  # fmt: skip
+    """EVEN: the tiles cover the iteration space exactly, so no masks (always vectorizable)."""
     s0, s1, s2, s3, t0, t1 = geo.sizes
     tiles0, tiles1 = geo.tiles
     pid = tl.program_id(0)
@@ -67,7 +101,10 @@ def elementwise_kernel(
     o0 = rest // s1
     i0 = j0 * BLOCK_0 + tl.arange(0, BLOCK_0)
     i1 = j1 * BLOCK_1 + tl.arange(0, BLOCK_1)
-    mask = (i0 < t0)[:, None] & (i1 < t1)[None, :]
+    if EVEN:
+        mask = None
+    else:
+        mask = (i0 < t0)[:, None] & (i1 < t1)[None, :]
     a = tl.zeros((BLOCK_0, BLOCK_1), dtype=tl.float32)
     b = a
     c = a
@@ -77,11 +114,11 @@ def elementwise_kernel(
         b = tl.load(B + _offsets(geo.b, o0, o1, o2, o3, i0, i1), mask=mask).to(tl.float32)
     if NUM_IN >= 3:
         c = tl.load(C + _offsets(geo.c, o0, o1, o2, o3, i0, i1), mask=mask).to(tl.float32)
-    if NEED_INDEX:
-        index = _offsets(geo.index, o0, o1, o2, o3, i0, i1)
+    if RNG != RNG_OFF:
+        u = _uniform(seed, o0, o1, o2, o3, i0, j1, geo.index, RNG, BLOCK_0, BLOCK_1)
     else:
-        index = i1
-    v = alpha * OP(a, b, c, index, p0, p1, p2, seed)
+        u = a
+    v = alpha * OP(a, b, c, u, p0, p1, p2, seed)
     out_ptrs = OUT + _offsets(geo.out, o0, o1, o2, o3, i0, i1)
     if BETA_NONZERO:
         v += beta * tl.load(out_ptrs, mask=mask).to(tl.float32)
@@ -119,6 +156,8 @@ class EwPlan(NamedTuple):
     block_0: int
     block_1: int
     num_warps: int
+    even: bool  # tiles cover the space exactly: no masks
+    rng: int  # RNG_OFF, RNG_PER_ELEMENT or RNG_GROUPED
 
 
 @functools.lru_cache(maxsize=4096)
@@ -129,14 +168,19 @@ def plan(
 
     in_strides: a tuple of the strides of each loaded input (up to three; broadcast dims have
     stride 0). Cached: every step of a training loop asks for the same plans.
-    index: also carry the row-major logical index of every element (for dropout's RNG).
+    index: the op draws random numbers keyed by the logical index (dropout). The iteration
+    order then follows the logical order, so t1 is the logical innermost dim and groups of
+    four logical neighbours share one Philox call; a channels-last input becomes a transposed
+    tile (t0 = channels), which keeps its loads contiguous.
     """
     shape = tuple(int(s) for s in shape)
     nd = len(shape)
     ins = [tuple(s) for s in in_strides]
     idx = row_major_strides(shape)
-    # Outermost first by the output's strides; ties (size-1 dims) keep logical order.
-    order = sorted(range(nd), key=lambda d: (-abs(out_strides[d]), d))
+    if index:
+        order = list(range(nd))
+    else:  # outermost first by the output's strides; ties (size-1 dims) keep logical order
+        order = sorted(range(nd), key=lambda d: (-abs(out_strides[d]), d))
     lists = [tuple(out_strides), *ins] + ([idx] if index else [])
     sizes, merged = merge_dims(order, shape, lists)
     if not sizes:
@@ -146,8 +190,10 @@ def plan(
     n = len(sizes)
     t1 = n - 1
     t0 = None
-    # An input whose innermost dim is not the output's: tile over both (a transpose).
-    for st in merged[1 : 1 + len(ins)]:
+    # The output (or, with index, an input) whose innermost dim is not t1: tile over both
+    # (a transpose, e.g. NCHW -> NHWC), so that both sides are read or written contiguously.
+    candidates = merged[: 1 + len(ins)] if index else merged[1 : 1 + len(ins)]
+    for st in candidates:
         cand = [d for d in range(n) if st[d] != 0]
         if not cand:
             continue
@@ -165,22 +211,15 @@ def plan(
     size0 = sizes[t0] if t0 is not None else 1
     if transpose:
         block_1 = min(next_pow2(size1), 64)
-        block_0 = min(next_pow2(size0), max(1, total // block_1))
     else:
         block_1 = min(next_pow2(size1), total)
-        block_0 = min(next_pow2(size0), max(1, total // block_1))
+    block_0 = min(next_pow2(size0), max(1, total // block_1))
     pad = 4 - len(outer)
     full_sizes = (1,) * pad + tuple(sizes[d] for d in outer) + (size0, size1)
 
     def arrange(st):
-        return (
-            (0,) * pad
-            + tuple(st[d] for d in outer)
-            + (
-                st[t0] if t0 is not None else 0,
-                st[t1],
-            )
-        )
+        inner = (st[t0] if t0 is not None else 0, st[t1])
+        return (0,) * pad + tuple(st[d] for d in outer) + inner
 
     arranged = [arrange(st) for st in merged]
     zero = (0,) * MAX_DIMS
@@ -193,18 +232,22 @@ def plan(
     for s in full_sizes[:4]:
         programs *= s
     warps = max(1, min(8, block_0 * block_1 // 256))
-    return EwPlan(geo, (programs,), block_0, block_1, warps)
+    even = size1 % block_1 == 0 and size0 % block_0 == 0
+    rng = RNG_OFF.value
+    if index:
+        grouped = idx_st[5] == 1 and size1 % 4 == 0 and block_1 % 4 == 0
+        rng = RNG_GROUPED.value if grouped else RNG_PER_ELEMENT.value
+    return EwPlan(geo, (programs,), block_0, block_1, warps, even, rng)
 
 
 def launch(
-    op, out, inputs: list, plan_: EwPlan, *, alpha=1.0, beta=0.0, p=(0.0, 0.0, 0.0), seed=0,
-    index=False,
+    op, out, inputs: list, plan_: EwPlan, *, alpha=1.0, beta=0.0, p=(0.0, 0.0, 0.0), seed=0
 ):  # fmt: skip
     """Run elementwise_kernel with a plan made for these tensors' shapes and strides."""
     a, b, c = (list(inputs) + [out] * 3)[:3]
     elementwise_kernel[plan_.grid](
         a, b, c, out, plan_.geo, float(alpha), float(beta),
         float(p[0]), float(p[1]), float(p[2]), int(seed),
-        OP=op, NUM_IN=len(inputs), NEED_INDEX=index, BETA_NONZERO=beta != 0,
+        OP=op, NUM_IN=len(inputs), RNG=plan_.rng, EVEN=plan_.even, BETA_NONZERO=beta != 0,
         BLOCK_0=plan_.block_0, BLOCK_1=plan_.block_1, num_warps=plan_.num_warps,
     )  # fmt: skip

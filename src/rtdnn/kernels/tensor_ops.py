@@ -49,9 +49,8 @@ UNARY = ("sqrt", "not")
 
 
 @triton.jit
-def dropout_op(a, b, c, index, p0, p1, p2, seed):
-    """Keep an element when its Philox uniform (keyed by seed, counter = logical index) is
-    >= p (p0), and scale kept ones by 1 / (1 - p) (p1). Multiplying by 0 (not selecting 0)
-    keeps NaN inputs NaN, as torch's dropout does."""
-    keep = tl.rand(seed, index) >= p0
-    return a * tl.where(keep, p1, 0.0)
+def dropout_op(a, b, c, u, p0, p1, p2, seed):
+    """Keep an element when its uniform u (the kernel's counter-based Philox number for the
+    element's logical index) is >= p (p0), and scale kept ones by 1 / (1 - p) (p1).
+    Multiplying by 0 (not selecting 0) keeps NaN inputs NaN, as torch's dropout does."""
+    return a * tl.where(u >= p0, p1, 0.0)

@@ -3,8 +3,9 @@
     y  = alpha * x * mask / (1 - p) + beta * out          (forward)
     dx = alpha * dy * mask / (1 - p) + beta * out         (backward)
 
-mask[e] = philox_uniform(seed, e) >= p, where e is the element's row-major (logical) index in
-the tensor's shape. The mask therefore depends only on (seed, shape, p): not on strides,
+mask[e] = u(seed, e) >= p, where e is the element's row-major (logical) index in the tensor's
+shape and u is output e % 4 of Philox4x32-10 (Triton's tl.rand4x) on counter e // 4, mapped to
+[0, 1) as tl.rand does. The mask therefore depends only on (seed, shape, p): not on strides,
 memory format, launch grid or device count, and the backward recomputes it from the seed
 instead of storing it (no reserve space). Any shape, any strides, float32/16/bfloat16.
 """
@@ -34,10 +35,7 @@ def _run(name: str, t: torch.Tensor, p, seed, alpha, beta, out) -> torch.Tensor:
     prob, scale = _check(p, seed)
     y = output(out, t.shape, t, alpha, beta, preserve_strides=True)
     plan = elementwise_plan(t.shape, y, [t], index=True)
-    ew.launch(
-        dropout_op, y, [t], plan, alpha=alpha, beta=beta, p=(prob, scale, 0.0), seed=seed,
-        index=True,
-    )  # fmt: skip
+    ew.launch(dropout_op, y, [t], plan, alpha=alpha, beta=beta, p=(prob, scale, 0.0), seed=seed)
     return y
 
 
