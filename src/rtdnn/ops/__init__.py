@@ -1,5 +1,6 @@
 """The public functional API, one module per primitive family."""
 
+from .activation import activation_backward, activation_forward, activation_needs
 from .conv import (
     conv_backward_bias,
     conv_backward_data,
@@ -8,21 +9,57 @@ from .conv import (
     find_conv_algorithms,
     get_conv_algorithm,
 )
+from .dropout import dropout_backward, dropout_forward
 from .linear import linear, linear_backward_bias, linear_backward_data, linear_backward_weight
 from .loss import cross_entropy, cross_entropy_backward, cross_entropy_forward
+from .lrn import lrn_backward, lrn_forward
+from .pooling import (
+    adaptive_avg_pool,
+    adaptive_avg_pool_backward,
+    pooling_backward,
+    pooling_forward,
+)
+from .softmax import softmax_backward, softmax_forward
+from .tensor_ops import (
+    add_tensor,
+    op_tensor,
+    reduce_tensor,
+    scale_tensor,
+    set_tensor,
+    transform_tensor,
+)
 
 __all__ = [
-    "cross_entropy",
-    "cross_entropy_backward",
-    "cross_entropy_forward",
-    "linear",
-    "linear_backward_bias",
-    "linear_backward_data",
-    "linear_backward_weight",
+    "activation_backward",
+    "activation_forward",
+    "activation_needs",
+    "adaptive_avg_pool",
+    "adaptive_avg_pool_backward",
+    "add_tensor",
     "conv_backward_bias",
     "conv_backward_data",
     "conv_backward_filter",
     "conv_forward",
+    "cross_entropy",
+    "cross_entropy_backward",
+    "cross_entropy_forward",
+    "dropout_backward",
+    "dropout_forward",
     "find_conv_algorithms",
     "get_conv_algorithm",
+    "linear",
+    "linear_backward_bias",
+    "linear_backward_data",
+    "linear_backward_weight",
+    "lrn_backward",
+    "lrn_forward",
+    "op_tensor",
+    "pooling_backward",
+    "pooling_forward",
+    "reduce_tensor",
+    "scale_tensor",
+    "set_tensor",
+    "softmax_backward",
+    "softmax_forward",
+    "transform_tensor",
 ]

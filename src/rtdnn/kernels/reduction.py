@@ -1,0 +1,327 @@
+"""Reductions over any set of dims: add, mul, min, max, amax, avg, norm1, norm2, with indices.
+
+The host (`plan_reduce`) splits x's dims into kept dims (one output element each) and reduced
+dims, merges contiguous neighbours, and picks one of each as a vector axis: a program owns a
+[BLOCK_K, BLOCK_R] tile of (innermost kept dim, innermost reduced dim), so whichever of the two
+is contiguous in memory is read with vector loads; the other kept dims come from the program id
+and the other reduced dims are a scalar loop. Programs accumulate in float32 in a 2-D register
+tile and reduce it across lanes once at the end.
+
+When few outputs share a long reduction (a global sum, per-channel sums of NHWC data) each
+output's work is split over `splits` programs that write float32 partials; a finish kernel
+combines them in a fixed order, so results are deterministic.
+
+Indices (min, max, amax) are flat positions in the reduced dims, row-major in x's dim order. The
+loop does not visit elements in that order, so ties are broken by comparing indices: the first
+extremum wins, and NaN beats every number (the first NaN wins), as in torch.max.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from .layout import merge_dims, next_pow2
+
+# Op codes: module constants read in @triton.jit code must be tl.constexpr.
+ADD = tl.constexpr(0)
+MUL = tl.constexpr(1)
+MIN = tl.constexpr(2)
+MAX = tl.constexpr(3)
+AMAX = tl.constexpr(4)
+AVG = tl.constexpr(5)
+NORM1 = tl.constexpr(6)
+NORM2 = tl.constexpr(7)
+OPS = {"add": 0, "mul": 1, "min": 2, "max": 3, "amax": 4, "avg": 5, "norm1": 6, "norm2": 7}
+INDEXED = ("min", "max", "amax")
+BIG_INDEX = tl.constexpr(2**31 - 1)
+
+
+class ReduceGeometry(NamedTuple):
+    kept: tuple  # sizes (k0, k1, k2, k_inner)
+    red: tuple  # sizes (r0, r1, r2, r_inner)
+    x_kept: tuple  # x strides along kept dims
+    x_red: tuple  # x strides along reduced dims
+    out_kept: tuple  # out strides along kept dims
+    idx_red: tuple  # row-major logical index strides along reduced dims
+    k_tiles: int
+    r_chunks: int  # chunks of BLOCK_R over r_inner
+    work_per_split: int  # (outer reduced position, chunk) pairs per split
+    count: int  # number of reduced elements
+
+
+@triton.jit
+def _identity(OP: tl.constexpr):
+    if OP == MUL:
+        return 1.0
+    elif OP == MIN:
+        return float("inf")
+    elif OP == MAX:
+        return float("-inf")
+    else:
+        return 0.0
+
+
+@triton.jit
+def _prep(v, OP: tl.constexpr):
+    if OP == NORM1 or OP == AMAX:
+        v = tl.abs(v)
+    elif OP == NORM2:
+        v = v * v
+    return v
+
+
+@triton.jit
+def _better(v, i, m, j, LOWER: tl.constexpr):
+    """True where (v, i) beats (m, j): NaN first, then the larger (smaller if LOWER), then the
+    lower index."""
+    v_nan = v != v
+    m_nan = m != m
+    if LOWER:
+        wins = v < m
+    else:
+        wins = v > m
+    num = (~v_nan) & (~m_nan) & (wins | ((v == m) & (i < j)))
+    return (v_nan & ~m_nan) | (v_nan & m_nan & (i < j)) | num
+
+
+@triton.jit
+def _mul(a, b):
+    return a * b
+
+
+@triton.jit
+def _combine_lanes(acc, acc_i, OP: tl.constexpr):
+    """Reduce the [BLOCK_K, BLOCK_R] accumulators along axis 1."""
+    if OP == MUL:
+        return tl.reduce(acc, 1, _mul), tl.min(acc_i, 1)
+    elif OP == MIN or OP == MAX or OP == AMAX:
+        is_nan = acc != acc
+        any_nan = tl.max(is_nan.to(tl.int32), 1) > 0
+        if OP == MIN:
+            m = tl.min(tl.where(is_nan, float("inf"), acc), 1)
+        else:
+            m = tl.max(tl.where(is_nan, float("-inf"), acc), 1)
+        m = tl.where(any_nan, float("nan"), m)
+        hit = tl.where(any_nan[:, None], is_nan, acc == m[:, None])
+        idx = tl.min(tl.where(hit, acc_i, BIG_INDEX), 1)
+        return m, idx
+    else:
+        return tl.sum(acc, 1), tl.min(acc_i, 1)
+
+
+@triton.jit
+def _finish(v, count, OP: tl.constexpr):
+    if OP == AVG:
+        v = v / count
+    elif OP == NORM2:
+        v = tl.sqrt_rn(v)
+    return v
+
+
+@triton.jit
+def reduce_kernel(
+    X, OUT, IDX, PART_V, PART_I, geo, alpha, beta,
+    OP: tl.constexpr, SPLIT: tl.constexpr, WITH_INDEX: tl.constexpr,
+    BETA_NONZERO: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    # Unpack tuples before any loop: Triton 3.6 loses tuple elements specialized to 1 after a
+    # runtime loop ("'NoneType' object has no attribute 'type'").
+    k0s, k1s, k2s, kin = geo.kept
+    r0s, r1s, r2s, rin = geo.red
+    ok0, ok1, ok2, ok3 = geo.out_kept
+    count = geo.count
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    kt = pid % geo.k_tiles
+    rest = pid // geo.k_tiles
+    k2 = rest % k2s
+    rest = rest // k2s
+    k1 = rest % k1s
+    k0 = rest // k1s
+    xk = geo.x_kept
+    x_base = k0 * xk[0] + k1 * xk[1] + k2 * xk[2]
+    offs_k = kt * BLOCK_K + tl.arange(0, BLOCK_K)
+    k_ok = offs_k < kin
+    x_k = (offs_k * xk[3])[:, None]
+    lanes = tl.arange(0, BLOCK_R)
+    xr0, xr1, xr2, xr3 = geo.x_red
+    ir0, ir1, ir2, ir3 = geo.idx_red
+    r_chunks = geo.r_chunks
+    acc = tl.full((BLOCK_K, BLOCK_R), _identity(OP), tl.float32)
+    acc_i = tl.full((BLOCK_K, BLOCK_R), BIG_INDEX, tl.int32)
+    w_start = split * geo.work_per_split
+    w_end = tl.minimum(w_start + geo.work_per_split, r0s * r1s * r2s * r_chunks)
+    for w in range(w_start, w_end):
+        chunk = w % r_chunks
+        ro = w // r_chunks
+        r2 = ro % r2s
+        ro = ro // r2s
+        r1 = ro % r1s
+        r0 = ro // r1s
+        offs_r = chunk * BLOCK_R + lanes
+        mask = k_ok[:, None] & (offs_r < rin)[None, :]
+        ptrs = X + x_base + r0 * xr0 + r1 * xr1 + r2 * xr2 + x_k + (offs_r * xr3)[None, :]
+        v = tl.load(ptrs, mask=mask, other=_identity(OP)).to(tl.float32)
+        v = _prep(v, OP)
+        if OP == MUL:
+            acc = acc * v
+        elif OP == MIN or OP == MAX or OP == AMAX:
+            i = r0 * ir0 + r1 * ir1 + r2 * ir2 + offs_r * ir3
+            i = tl.where(mask, tl.broadcast_to(i[None, :], (BLOCK_K, BLOCK_R)), BIG_INDEX)
+            upd = _better(v, i, acc, acc_i, OP == MIN) & mask
+            acc = tl.where(upd, v, acc)
+            acc_i = tl.where(upd, i, acc_i)
+        else:
+            acc = acc + v
+    val, idx = _combine_lanes(acc, acc_i, OP)
+    if SPLIT:
+        kflat = ((k0 * k1s + k1) * k2s + k2) * kin + offs_k
+        n_kept = k0s * k1s * k2s * kin
+        tl.store(PART_V + split * n_kept + kflat, val, mask=k_ok)
+        if WITH_INDEX:
+            tl.store(PART_I + split * n_kept + kflat, idx, mask=k_ok)
+    else:
+        o_offs = k0 * ok0 + k1 * ok1 + k2 * ok2 + offs_k * ok3
+        res = alpha * _finish(val, count, OP)
+        if BETA_NONZERO:
+            res += beta * tl.load(OUT + o_offs, mask=k_ok).to(tl.float32)
+        tl.store(OUT + o_offs, res.to(OUT.dtype.element_ty), mask=k_ok)
+        if WITH_INDEX:
+            tl.store(IDX + o_offs, idx.to(tl.int64), mask=k_ok)
+
+
+@triton.jit
+def reduce_finish_kernel(
+    OUT, IDX, PART_V, PART_I, geo, splits, alpha, beta,
+    OP: tl.constexpr, WITH_INDEX: tl.constexpr, BETA_NONZERO: tl.constexpr,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Combine the partials of each kept element, split 0 first (deterministic)."""
+    k0s, k1s, k2s, kin = geo.kept
+    ok0, ok1, ok2, ok3 = geo.out_kept  # before the loop (see reduce_kernel)
+    count = geo.count
+    n_kept = k0s * k1s * k2s * kin
+    kflat = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    in_range = kflat < n_kept
+    kk = kflat % kin
+    rest = kflat // kin
+    k2 = rest % k2s
+    rest = rest // k2s
+    k1 = rest % k1s
+    k0 = rest // k1s
+    acc = tl.full((BLOCK,), _identity(OP), tl.float32)
+    acc_i = tl.full((BLOCK,), BIG_INDEX, tl.int32)
+    for s in range(splits):
+        v = tl.load(PART_V + s * n_kept + kflat, mask=in_range, other=_identity(OP))
+        if OP == MUL:
+            acc = acc * v
+        elif OP == MIN or OP == MAX or OP == AMAX:
+            i = tl.load(PART_I + s * n_kept + kflat, mask=in_range, other=BIG_INDEX)
+            upd = _better(v, i, acc, acc_i, OP == MIN)
+            acc = tl.where(upd, v, acc)
+            acc_i = tl.where(upd, i, acc_i)
+        else:
+            acc = acc + v
+    o_offs = k0 * ok0 + k1 * ok1 + k2 * ok2 + kk * ok3
+    res = alpha * _finish(acc, count, OP)
+    if BETA_NONZERO:
+        res += beta * tl.load(OUT + o_offs, mask=in_range).to(tl.float32)
+    tl.store(OUT + o_offs, res.to(OUT.dtype.element_ty), mask=in_range)
+    if WITH_INDEX:
+        tl.store(IDX + o_offs, acc_i.to(tl.int64), mask=in_range)
+
+
+# -- planning (host side) --------------------------------------------------------------------
+
+
+class ReducePlan(NamedTuple):
+    geo: ReduceGeometry
+    grid: tuple
+    splits: int
+    block_k: int
+    block_r: int
+    num_warps: int
+
+
+def _pad4(sizes, lists):
+    pad = 4 - len(sizes)
+    return (1,) * pad + tuple(sizes), [(0,) * pad + tuple(m) for m in lists]
+
+
+@functools.lru_cache(maxsize=4096)
+def plan_reduce(
+    shape, x_strides, out_strides, reduced, *, slots: int, elem_bytes: int
+) -> ReducePlan | None:
+    """None if more than 4 kept or 4 reduced dims remain after merging."""
+    nd = len(shape)
+    red_logical = [d for d in range(nd) if d in reduced]
+    # Row-major index over the reduced dims, in x's dim order.
+    idx = [0] * nd
+    step = 1
+    for d in reversed(red_logical):
+        idx[d] = step
+        step *= shape[d]
+    count = step
+    kept = [d for d in range(nd) if d not in reduced]
+    # Both groups outermost-first by x's strides: the innermost of each is the most
+    # contiguous, and becomes its vector axis.
+    kept.sort(key=lambda d: (-abs(x_strides[d]), d))
+    red_sorted = sorted(red_logical, key=lambda d: (-abs(x_strides[d]), d))
+    k_sizes, (xk, ok) = merge_dims(kept, shape, [x_strides, out_strides])
+    r_sizes, (xr, ir) = merge_dims(red_sorted, shape, [x_strides, idx])
+    if len(k_sizes) > 4 or len(r_sizes) > 4:
+        return None
+    k_sizes, (xk, ok) = _pad4(k_sizes, [xk, ok])
+    r_sizes, (xr, ir) = _pad4(r_sizes, [xr, ir])
+    kin, rin = k_sizes[3], r_sizes[3]
+    tile = 8 * 32 * max(1, 32 // elem_bytes)  # elements per program per step
+    if xk[3] == 1 and xr[3] != 1:  # kept dim contiguous: long along K
+        block_k = min(next_pow2(kin), 256)
+        block_r = min(next_pow2(rin), max(1, tile // block_k))
+    else:  # reduced dim contiguous, or neither
+        block_r = min(next_pow2(rin), tile)
+        block_k = min(next_pow2(kin), max(1, tile // block_r))
+    k_tiles = triton.cdiv(kin, block_k)
+    r_chunks = triton.cdiv(rin, block_r)
+    work = r_sizes[0] * r_sizes[1] * r_sizes[2] * r_chunks
+    kept_programs = k_tiles * k_sizes[0] * k_sizes[1] * k_sizes[2]
+    splits = 1
+    if kept_programs < slots and work > 1:
+        splits = min(work, triton.cdiv(slots, kept_programs))
+    per_split = triton.cdiv(work, splits)
+    splits = triton.cdiv(work, per_split)
+    geo = ReduceGeometry(k_sizes, r_sizes, xk, xr, ok, ir, k_tiles, r_chunks, per_split, count)
+    warps = max(1, min(8, block_k * block_r // 256))
+    return ReducePlan(geo, (kept_programs, splits), splits, block_k, block_r, warps)
+
+
+def launch_reduce(x, out, idx, plan: ReducePlan, op: str, alpha: float, beta: float) -> None:
+    """idx: an int64 tensor with out's shape and strides, or None."""
+    with_index = idx is not None
+    split = plan.splits > 1
+    geo = plan.geo
+    part_v = part_i = out
+    if split:
+        n_kept = geo.kept[0] * geo.kept[1] * geo.kept[2] * geo.kept[3]
+        part_v = torch.empty((plan.splits, n_kept), dtype=torch.float32, device=x.device)
+        part_i = part_v
+        if with_index:
+            part_i = torch.empty((plan.splits, n_kept), dtype=torch.int32, device=x.device)
+    idx_arg = idx if with_index else out
+    code = OPS[op]
+    reduce_kernel[plan.grid](
+        x, out, idx_arg, part_v, part_i, geo, float(alpha), float(beta),
+        OP=code, SPLIT=split, WITH_INDEX=with_index, BETA_NONZERO=beta != 0,
+        BLOCK_K=plan.block_k, BLOCK_R=plan.block_r, num_warps=plan.num_warps,
+    )  # fmt: skip
+    if split:
+        block = 256
+        reduce_finish_kernel[(triton.cdiv(part_v.shape[1], block),)](
+            out, idx_arg, part_v, part_i, geo, plan.splits, float(alpha), float(beta),
+            OP=code, WITH_INDEX=with_index, BETA_NONZERO=beta != 0, BLOCK=block, num_warps=4,
+        )  # fmt: skip

@@ -1,0 +1,110 @@
+"""Checks and helpers shared by the memory-bound primitive families (not by convolution)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..core import (
+    NotSupportedError,
+    bad_param,
+    check_out,
+    check_runnable,
+    check_scaling,
+    empty_like_layout,
+)
+from ..core.tensor import MAX_ELEMENTS
+from ..kernels import elementwise as ew
+
+
+def span(t: torch.Tensor) -> int:
+    """Elements between the lowest and highest address the tensor touches, plus one."""
+    return 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride(), strict=True))
+
+
+def check_span(name: str, t: torch.Tensor) -> None:
+    """Kernels address memory with int32 offsets from the data pointer."""
+    if span(t) > MAX_ELEMENTS:
+        raise NotSupportedError(
+            f"{name} spans {span(t)} elements in memory: views spanning 2**31 or more "
+            "elements are not supported"
+        )
+
+
+def check_real(name: str, v: object) -> float:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        raise bad_param(name, v, "a real number")
+    return float(v)
+
+
+def output(
+    out: torch.Tensor | None,
+    shape: Sequence[int],
+    like: torch.Tensor,
+    alpha: float,
+    beta: float,
+    *,
+    preserve_strides: bool = False,
+) -> torch.Tensor:
+    """Validate alpha, beta and `out`, or allocate the result in `like`'s memory format.
+
+    preserve_strides: allocate with torch.empty_like's rule (same strides as a dense `like`),
+    which keeps elementwise ops on any dense layout a single flat pass.
+    """
+    check_scaling(alpha, beta, out)
+    if out is None:
+        check_runnable(like.device)
+        if preserve_strides and tuple(shape) == tuple(like.shape):
+            return torch.empty_like(like)
+        return empty_like_layout(shape, like)
+    check_out(out, shape, like)
+    check_span("out", out)
+    check_runnable(like.device)
+    return out
+
+
+def int_tuple(name: str, value, n: int, *, minimum: int) -> tuple[int, ...]:
+    """An int or a sequence of n ints, each >= minimum."""
+    if isinstance(value, bool):
+        raise bad_param(name, value, f"an int or a sequence of {n} ints >= {minimum}")
+    if isinstance(value, int):
+        t = (value,) * n
+    else:
+        try:
+            t = tuple(value)
+        except TypeError:
+            raise bad_param(name, value, f"an int or a sequence of {n} ints") from None
+        if len(t) == 1 and n > 1:
+            t = t * n
+        if len(t) != n or not all(isinstance(v, int) and not isinstance(v, bool) for v in t):
+            raise bad_param(name, value, f"an int or a sequence of {n} ints")
+    if any(v < minimum for v in t):
+        raise bad_param(name, value, f"every entry >= {minimum}")
+    return t
+
+
+def spatial5(shape: Sequence[int], strides: Sequence[int]) -> tuple[tuple, tuple]:
+    """(N, C, *S) with 1 to 3 spatial dims as (N, C, D, H, W): missing leading spatial dims get
+    size 1 and stride 0, which Triton folds away at compile time."""
+    pad = 5 - len(shape)
+    return (
+        (*shape[:2], *(1,) * pad, *shape[2:]),
+        (*strides[:2], *(0,) * pad, *strides[2:]),
+    )
+
+
+def elementwise_plan(
+    shape, out: torch.Tensor, inputs: list[torch.Tensor], *, index: bool = False
+) -> ew.EwPlan:
+    """Tile an elementwise op over `shape`; NotSupportedError if the operands' strides leave
+    more dims than the kernel addresses after merging contiguous ones."""
+    elem = max(t.element_size() for t in (out, *inputs))
+    strides = tuple(t.stride() for t in inputs)
+    p = ew.plan(tuple(shape), out.stride(), strides, index=index, elem_bytes=elem)
+    if p is None:
+        raise NotSupportedError(
+            f"shape {tuple(shape)} with these strides leaves more than {ew.MAX_DIMS} dims after "
+            "merging contiguous ones: make the operands contiguous first"
+        )
+    return p
