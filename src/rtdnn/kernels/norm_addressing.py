@@ -1,0 +1,192 @@
+"""Addressing and statistics shared by every normalization kernel.
+
+Every normalization (batch, layer, RMS, group, instance) is one computation on a tensor whose
+dims are split into *kept* dims, which index the statistics, and *reduced* dims, which each
+statistic is taken over:
+
+    batch norm (spatial)      x (N, C, *S)        kept (C)          reduced (N, *S)
+    batch norm (per-act.)     x (N, C, *S)        kept (C, *S)      reduced (N)
+    layer / RMS norm          x (*L, *D)          kept (*L)         reduced (*D)
+    group norm                x (N, G, C/G, *S)   kept (N, G)       reduced (C/G, *S)
+    instance norm             x (N, C, *S)        kept (N, C)       reduced (*S)
+
+The host merges adjacent dims wherever every tensor of the call allows it and pads to four
+kept and four reduced dims (size 1 in front). A tensor is then addressed by a `Layout`: its
+strides over the kept dims and over the reduced dims. Broadcast operands (weight, bias,
+statistics) are just tensors with zero strides, so one kernel serves every family.
+
+Kernels work on tiles of [BLOCK_R reduced positions, BLOCK_K kept indices]. A program owns a
+block of kept indices, whose offsets it computes once; it then walks reduced tiles. Tile t is
+(i0, i1, i2, chunk of dim 3): the three outer reduced indices are scalars and only the inner
+dim is a vector, so no per-element division is needed in the loop.
+
+Statistics are accumulated per tile exactly (the tile mean, then the sum of squared deviations
+from it, in registers) and tiles are merged with Chan et al.'s parallel formula. This keeps
+full float32 precision on data with a large mean and a small spread, where E[x^2] - E[x]^2
+would cancel, and it is deterministic: the order of the merges is fixed.
+"""
+
+from typing import NamedTuple
+
+import triton
+import triton.language as tl
+
+#: Activations that the fused kernels apply after the normalization (and the residual add).
+ACTIVATIONS = ("identity", "relu")
+
+
+class NormGeometry(NamedTuple):
+    ksize: tuple  # four kept dims, outermost first; the flat kept index is row-major over them
+    rsize: tuple  # four reduced dims; rsize[3] is the vector dim of a tile
+    kept: int  # number of statistics: the product of ksize
+    chunks: int  # cdiv(rsize[3], BLOCK_R)
+    tiles: int  # rsize[0] * rsize[1] * rsize[2] * chunks
+
+
+class Layout(NamedTuple):
+    k: tuple  # strides (elements) over the four kept dims
+    r: tuple  # strides over the four reduced dims
+
+
+@triton.jit
+def kept_offsets(k, ksize, kstride, KD: tl.constexpr):
+    """Element offsets of flat kept indices `k`; KD (1 to 4) dims are actually split."""
+    s0, s1, s2, s3 = ksize
+    t0, t1, t2, t3 = kstride
+    if KD == 1:
+        off = k * t3
+    else:
+        off = (k % s3) * t3
+        q = k // s3
+        if KD == 2:
+            off += q * t2
+        else:
+            off += (q % s2) * t2
+            q = q // s2
+            if KD == 3:
+                off += q * t1
+            else:
+                off += (q % s1) * t1 + (q // s1) * t0
+    return off
+
+
+@triton.jit
+def tile_coords(t, geo, BLOCK_R: tl.constexpr):
+    """Reduced tile t -> (i0, i1, i2, first index of its chunk of dim 3), all scalars."""
+    s0, s1, s2, s3 = geo.rsize
+    c = t % geo.chunks
+    q = t // geo.chunks
+    i2 = q % s2
+    q = q // s2
+    i1 = q % s1
+    i0 = q // s1
+    return i0, i1, i2, c * BLOCK_R
+
+
+@triton.jit
+def tile_offsets(coords, rstride, offs_r):
+    """Element offsets (a BLOCK_R vector) of one tile's reduced positions in one tensor."""
+    i0, i1, i2, start = coords
+    t0, t1, t2, t3 = rstride
+    return i0 * t0 + i1 * t1 + i2 * t2 + (start + offs_r) * t3
+
+
+@triton.jit
+def tile_mask(coords, geo, offs_r, kmask):
+    """[BLOCK_R, BLOCK_K] validity of a tile, and its reduced-position mask alone."""
+    i0, i1, i2, start = coords
+    s0, s1, s2, s3 = geo.rsize
+    rmask = (start + offs_r) < s3
+    return rmask[:, None] & kmask[None, :], rmask
+
+
+@triton.jit
+def load_tile(PTR, layout, coords, offs_r, koff, mask):
+    """A [BLOCK_R, BLOCK_K] tile of one tensor as float32 (0 where masked)."""
+    roff = tile_offsets(coords, layout.r, offs_r)
+    return tl.load(PTR + roff[:, None] + koff[None, :], mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def store_tile(
+    PTR, layout, coords, offs_r, koff, mask, value, alpha, beta, BETA_NONZERO: tl.constexpr
+):
+    """PTR[tile] = alpha * value + beta * PTR[tile], cast to PTR's dtype.
+
+    The prior value is read only when beta != 0: an unset output may hold NaN, and 0 * NaN
+    is NaN.
+    """
+    ptrs = PTR + tile_offsets(coords, layout.r, offs_r)[:, None] + koff[None, :]
+    out = alpha * value
+    if BETA_NONZERO:
+        out += beta * tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(ptrs, out.to(PTR.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def tile_moments(x, mask, rmask):
+    """Count (scalar), mean and sum of squared deviations (per kept lane) of one tile."""
+    n = tl.sum(rmask.to(tl.float32), axis=0)
+    mean = tl.sum(x, axis=0) / n
+    d = tl.where(mask, x - mean[None, :], 0.0)
+    return n, mean, tl.sum(d * d, axis=0)
+
+
+@triton.jit
+def chan_merge(n_a, mean_a, m2_a, n_b, mean_b, m2_b):
+    """Chan et al.: merge two (count, mean, M2) summaries of disjoint sets of values."""
+    n = n_a + n_b
+    w = tl.where(n > 0, n_b / tl.maximum(n, 1.0), 0.0)
+    delta = mean_b - mean_a
+    return n, mean_a + delta * w, m2_a + m2_b + delta * delta * (n_a * w)
+
+
+@triton.jit
+def inv_std(mean, m2, n, eps, IS_RMS: tl.constexpr):
+    """1 / sqrt(var + eps) from a summary; RMS norm uses the mean square var + mean^2."""
+    var = m2 / n
+    if IS_RMS:
+        var += mean * mean
+    return 1.0 / tl.sqrt(var + eps)
+
+
+@triton.jit
+def activate(v, ACT: tl.constexpr):
+    """ACT indexes ACTIVATIONS."""
+    if ACT == 1:
+        v = tl.maximum(v, 0.0)
+    return v
+
+
+@triton.jit
+def activation_grad(pre, dy, ACT: tl.constexpr):
+    """dy * act'(pre), the gradient at the activation's input."""
+    if ACT == 1:
+        dy = tl.where(pre > 0.0, dy, 0.0)
+    return dy
+
+
+@triton.jit
+def normalized(x, mean, rstd, IS_RMS: tl.constexpr):
+    """xhat = (x - mean) * rstd, or x * rstd for RMS norm (no centering)."""
+    if IS_RMS:
+        return x * rstd[None, :]
+    return (x - mean[None, :]) * rstd[None, :]
+
+
+@triton.jit
+def affine(
+    xhat, W, B, Z, pl, zl, coords, offs_r, pk, zk, mask,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
+):  # fmt: skip
+    """xhat * w + b + z for one tile, every term optional; also returns w (or 1)."""
+    v = xhat
+    w = 1.0
+    if HAS_W:
+        w = load_tile(W, pl, coords, offs_r, pk, mask)
+        v = v * w
+    if HAS_B:
+        v += load_tile(B, pl, coords, offs_r, pk, mask)
+    if HAS_Z:
+        v += load_tile(Z, zl, coords, offs_r, zk, mask)
+    return v, w

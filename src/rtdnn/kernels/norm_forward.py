@@ -1,0 +1,189 @@
+"""Normalization forward kernels (see norm_addressing.py for the geometry).
+
+    y = alpha * act(xhat * w + b + z) + beta * y,   xhat = (x - mean) * rstd
+
+Two ways to get there:
+
+* Row kernel (`norm_row_forward_kernel`): one program owns a block of kept indices and every
+  reduced position of them. When the whole reduced extent is one tile (SINGLE) the tile stays
+  in registers, so x is read once: layer and RMS norm rows, small groups. Otherwise the program
+  walks the tiles twice (statistics, then the output); the second walk mostly hits L2.
+* Split (two-stage, deterministic): `norm_stats_partial_kernel` runs a grid of (kept block,
+  slice of reduced tiles) and writes one (count, mean, M2) summary per slice;
+  `norm_stats_finish_kernel` merges the slices in a fixed order, writes mean and 1/std and
+  updates running statistics; `norm_apply_kernel` is the elementwise pass. Used when there
+  are too few kept indices to fill the GPU (batch norm: C channels over N*H*W rows).
+"""
+
+import triton
+import triton.language as tl
+
+from .norm_addressing import (
+    activate,
+    affine,
+    chan_merge,
+    inv_std,
+    kept_offsets,
+    load_tile,
+    normalized,
+    store_tile,
+    tile_coords,
+    tile_mask,
+    tile_moments,
+)
+
+
+@triton.jit
+def _apply_tile(
+    X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, mean, rstd,
+    alpha, beta, IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    coords = tile_coords(t, geo, BLOCK_R)
+    mask, rmask = tile_mask(coords, geo, offs_r, kmask)
+    x = load_tile(X, xl, coords, offs_r, xk, mask)
+    xhat = normalized(x, mean, rstd, IS_RMS)
+    v, w = affine(xhat, W, B, Z, pl, zl, coords, offs_r, pk, zk, mask, HAS_W, HAS_B, HAS_Z)
+    store_tile(Y, yl, coords, offs_r, yk, mask, activate(v, ACT), alpha, beta, BETA_NONZERO)
+
+
+@triton.jit
+def norm_row_forward_kernel(
+    X, Y, Z, W, B, MEAN, RSTD, geo, xl, yl, zl, pl, eps, inv_count, alpha, beta,
+    IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
+    ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, SINGLE: tl.constexpr, KD: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """Grid: (cdiv(kept, BLOCK_K),). MEAN and RSTD are float32, indexed by the flat kept index."""
+    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    offs_r = tl.arange(0, BLOCK_R)
+    kmask = offs_k < geo.kept
+    xk = kept_offsets(offs_k, geo.ksize, xl.k, KD)
+    yk = kept_offsets(offs_k, geo.ksize, yl.k, KD)
+    zk = kept_offsets(offs_k, geo.ksize, zl.k, KD)
+    pk = kept_offsets(offs_k, geo.ksize, pl.k, KD)
+    if SINGLE:
+        # The whole reduced extent is one tile: exact two-pass statistics in registers.
+        coords = tile_coords(0, geo, BLOCK_R)
+        mask, rmask = tile_mask(coords, geo, offs_r, kmask)
+        x = load_tile(X, xl, coords, offs_r, xk, mask)
+        if IS_RMS:
+            mean = tl.zeros((BLOCK_K,), tl.float32)
+            rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) * inv_count + eps)
+        else:
+            mean = tl.sum(x, axis=0) * inv_count
+            d = tl.where(mask, x - mean[None, :], 0.0)
+            rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) * inv_count + eps)
+        xhat = normalized(x, mean, rstd, IS_RMS)
+        v, w = affine(xhat, W, B, Z, pl, zl, coords, offs_r, pk, zk, mask, HAS_W, HAS_B, HAS_Z)
+        store_tile(Y, yl, coords, offs_r, yk, mask, activate(v, ACT), alpha, beta, BETA_NONZERO)
+    else:
+        n = tl.zeros((BLOCK_K,), tl.float32)
+        mean = tl.zeros((BLOCK_K,), tl.float32)
+        m2 = tl.zeros((BLOCK_K,), tl.float32)
+        for t in range(0, geo.tiles):
+            coords = tile_coords(t, geo, BLOCK_R)
+            mask, rmask = tile_mask(coords, geo, offs_r, kmask)
+            x = load_tile(X, xl, coords, offs_r, xk, mask)
+            n_t, mean_t, m2_t = tile_moments(x, mask, rmask)
+            n, mean, m2 = chan_merge(n, mean, m2, n_t, mean_t, m2_t)
+        rstd = inv_std(mean, m2, n, eps, IS_RMS)
+        for t in range(0, geo.tiles):
+            _apply_tile(
+                X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, mean,
+                rstd, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, BLOCK_R,
+            )  # fmt: skip
+    tl.store(MEAN + offs_k, mean, mask=kmask)
+    tl.store(RSTD + offs_k, rstd, mask=kmask)
+
+
+@triton.jit
+def norm_stats_partial_kernel(
+    X, PART, geo, xl, tiles_per_slice, KD: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """Grid: (cdiv(kept, BLOCK_K), slices). PART (3, slices, kept) float32: count, mean, M2."""
+    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    s = tl.program_id(1)
+    slices = tl.num_programs(1)
+    offs_r = tl.arange(0, BLOCK_R)
+    kmask = offs_k < geo.kept
+    xk = kept_offsets(offs_k, geo.ksize, xl.k, KD)
+    n = tl.zeros((BLOCK_K,), tl.float32)
+    mean = tl.zeros((BLOCK_K,), tl.float32)
+    m2 = tl.zeros((BLOCK_K,), tl.float32)
+    first = s * tiles_per_slice
+    for t in range(first, tl.minimum(first + tiles_per_slice, geo.tiles)):
+        coords = tile_coords(t, geo, BLOCK_R)
+        mask, rmask = tile_mask(coords, geo, offs_r, kmask)
+        x = load_tile(X, xl, coords, offs_r, xk, mask)
+        n_t, mean_t, m2_t = tile_moments(x, mask, rmask)
+        n, mean, m2 = chan_merge(n, mean, m2, n_t, mean_t, m2_t)
+    base = PART + s * geo.kept + offs_k
+    plane = slices * geo.kept
+    tl.store(base, n, mask=kmask)
+    tl.store(base + plane, mean, mask=kmask)
+    tl.store(base + 2 * plane, m2, mask=kmask)
+
+
+@triton.jit
+def norm_stats_finish_kernel(
+    PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, kept, slices, eps, momentum,
+    IS_RMS: tl.constexpr, UPDATE_RUNNING: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """Merge the slices' summaries in slice order; write mean and 1/std (float32) and, with
+    UPDATE_RUNNING, running = (1 - momentum) * running + momentum * batch statistic, where the
+    running variance takes the unbiased batch variance M2 / (n - 1), as cuDNN and torch do."""
+    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = offs_k < kept
+    plane = slices * kept
+    n = tl.load(PART + offs_k, mask=mask, other=1.0)
+    mean = tl.load(PART + plane + offs_k, mask=mask, other=0.0)
+    m2 = tl.load(PART + 2 * plane + offs_k, mask=mask, other=0.0)
+    for s in range(1, slices):
+        base = PART + s * kept + offs_k
+        n_s = tl.load(base, mask=mask, other=0.0)
+        mean_s = tl.load(base + plane, mask=mask, other=0.0)
+        m2_s = tl.load(base + 2 * plane, mask=mask, other=0.0)
+        n, mean, m2 = chan_merge(n, mean, m2, n_s, mean_s, m2_s)
+    tl.store(MEAN + offs_k, mean, mask=mask)
+    tl.store(RSTD + offs_k, inv_std(mean, m2, n, eps, IS_RMS), mask=mask)
+    if UPDATE_RUNNING:
+        rm = tl.load(RUN_MEAN + offs_k, mask=mask, other=0.0).to(tl.float32)
+        rv = tl.load(RUN_VAR + offs_k, mask=mask, other=0.0).to(tl.float32)
+        unbiased = m2 / tl.maximum(n - 1.0, 1.0)
+        rm = (1.0 - momentum) * rm + momentum * mean
+        rv = (1.0 - momentum) * rv + momentum * unbiased
+        tl.store(RUN_MEAN + offs_k, rm.to(RUN_MEAN.dtype.element_ty), mask=mask)
+        tl.store(RUN_VAR + offs_k, rv.to(RUN_VAR.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def norm_apply_kernel(
+    X, Y, Z, W, B, MEAN, RSTD, geo, xl, yl, zl, pl, sl, eps, alpha, beta, tiles_per_slice,
+    STATS_ARE_VAR: tl.constexpr, IS_RMS: tl.constexpr, HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr,
+    KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """The elementwise pass. Grid: (cdiv(kept, BLOCK_K), slices). MEAN and RSTD are addressed
+    by `sl`; with STATS_ARE_VAR, RSTD holds a variance (running statistics, inference) and
+    1 / sqrt(var + eps) is taken here, once per kept index."""
+    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    s = tl.program_id(1)
+    offs_r = tl.arange(0, BLOCK_R)
+    kmask = offs_k < geo.kept
+    xk = kept_offsets(offs_k, geo.ksize, xl.k, KD)
+    yk = kept_offsets(offs_k, geo.ksize, yl.k, KD)
+    zk = kept_offsets(offs_k, geo.ksize, zl.k, KD)
+    pk = kept_offsets(offs_k, geo.ksize, pl.k, KD)
+    sk = kept_offsets(offs_k, geo.ksize, sl.k, KD)
+    mean = tl.load(MEAN + sk, mask=kmask, other=0.0).to(tl.float32)
+    rstd = tl.load(RSTD + sk, mask=kmask, other=1.0).to(tl.float32)
+    if STATS_ARE_VAR:
+        rstd = 1.0 / tl.sqrt(rstd + eps)
+    first = s * tiles_per_slice
+    for t in range(first, tl.minimum(first + tiles_per_slice, geo.tiles)):
+        _apply_tile(
+            X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, mean, rstd,
+            alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, BLOCK_R,
+        )  # fmt: skip
