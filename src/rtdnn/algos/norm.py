@@ -85,13 +85,13 @@ def _merge(dims, shape, strides: list[tuple[int, ...]]) -> tuple[list[int], list
         if n == 1:
             continue
         cur = [s[d] for s in strides]
-        if sizes and all(m[-1] == c * n for m, c in zip(merged, cur)):
+        if sizes and all(m[-1] == c * n for m, c in zip(merged, cur, strict=True)):
             sizes[-1] *= n
-            for m, c in zip(merged, cur):
+            for m, c in zip(merged, cur, strict=True):
                 m[-1] = c
         else:
             sizes.append(n)
-            for m, c in zip(merged, cur):
+            for m, c in zip(merged, cur, strict=True):
                 m.append(c)
     return sizes, merged
 
@@ -146,7 +146,7 @@ def geometry(shape, kept_dims, strides: list[tuple[int, ...]]) -> Geometry:
     kept dims keep their logical order, so the flat kept index is row-major over them."""
     nd = len(shape)
     for s in strides:
-        span = sum((n - 1) * abs(st) for n, st in zip(shape, s))
+        span = sum((n - 1) * abs(st) for n, st in zip(shape, s, strict=True))
         if span > INT32_LIMIT:
             raise NotSupportedError(
                 f"a tensor spans {span + 1} elements: offsets above 2**31 - 1 are not supported"
@@ -163,7 +163,7 @@ def geometry(shape, kept_dims, strides: list[tuple[int, ...]]) -> Geometry:
             f"{len(rsizes)} reduced dims after merging; at most {MAX_DIMS} each are supported "
             "(make the input contiguous)"
         )
-    layouts = tuple(Layout(_pad(k, 0), _pad(r, 0)) for k, r in zip(kstrides, rstrides))
+    layouts = tuple(Layout(_pad(k, 0), _pad(r, 0)) for k, r in zip(kstrides, rstrides, strict=True))
     ksize, rsize = _pad(ksizes, 1), _pad(rsizes, 1)
     return Geometry((ksize, rsize, math.prod(ksize)), layouts, max(1, len(ksizes)))
 
@@ -263,6 +263,14 @@ def _act(activation: str) -> int:
     return ACTIVATIONS.index(activation)
 
 
+def _pmode(pl: Layout) -> int:
+    """What weight and bias depend on (kernels/norm_addressing.tile_params): 1 the kept dims
+    only (or no parameters), 2 the reduced dims only, 0 both."""
+    if not any(pl.r):
+        return 1
+    return 2 if not any(pl.k) else 0
+
+
 # -- forward ------------------------------------------------------------------------------------
 
 
@@ -332,7 +340,7 @@ def _forward_plan(x, y, z, w, b, kept, rms, activation, beta, running, pol) -> _
     xl, yl, zl, pl = (_layout_of(g, i) for i in range(4))
     flags = dict(
         IS_RMS=rms, HAS_W=w is not None, HAS_B=b is not None, HAS_Z=z is not None,
-        ACT=_act(activation), BETA_NONZERO=beta != 0, KD=g.kd,
+        ACT=_act(activation), BETA_NONZERO=beta != 0, PMODE=_pmode(pl), KD=g.kd,
     )  # fmt: skip
     itemsize = x.element_size()
     if running is None and use_row_path(g, itemsize, x.device, pol):
@@ -407,8 +415,8 @@ def forward_apply(
             norm_apply_kernel, (kept_blocks, slices), dict(num_warps=t.num_warps), geo=geo,
             xl=xl, yl=yl, zl=zl, pl=pl, sl=sl, tiles_per_slice=per_slice,
             STATS_ARE_VAR=stat_is_var, IS_RMS=rms, HAS_W=w is not None, HAS_B=b is not None,
-            HAS_Z=z is not None, ACT=_act(activation), BETA_NONZERO=beta != 0, KD=g.kd,
-            BLOCK_R=t.block_r, BLOCK_K=t.block_k,
+            HAS_Z=z is not None, ACT=_act(activation), BETA_NONZERO=beta != 0,
+            PMODE=_pmode(pl), KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
         )  # fmt: skip
     plan(
         X=x, Y=y, Z=_or(z, x), W=_or(w, x), B=_or(b, x), MEAN=mean, RSTD=stat, eps=float(eps),
@@ -479,7 +487,8 @@ def _row_backward_plan(dy, x, dx, kept, w, dw, db, rms, beta, pol) -> _RowBackwa
         norm_row_backward_kernel, (programs,), dict(num_warps=t.num_warps), geo=geo, dyl=dyl,
         xl=xl, pl=pl, zl=xl, dxl=dxl, inv_count=1.0 / g.count, kept_blocks=kept_blocks,
         params=params, IS_RMS=rms, HAS_W=w is not None, HAS_B=False, HAS_Z=False, ACT=0,
-        BETA_NONZERO=beta != 0, PARAM_GRADS=grads, BIAS_GRAD=db is not None, SINGLE=single,
+        BETA_NONZERO=beta != 0, PARAM_GRADS=grads, BIAS_GRAD=db is not None,
+        PMODE=_pmode(pl), SINGLE=single,
         KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
     )  # fmt: skip
     finish = None
@@ -573,8 +582,8 @@ def _split_backward_plan(
     opts = dict(num_warps=t.num_warps)
     act = _act(activation)
     flags = dict(
-        IS_RMS=rms, HAS_W=w is not None, HAS_B=b is not None, HAS_Z=z is not None, KD=g.kd,
-        BLOCK_R=t.block_r, BLOCK_K=t.block_k,
+        IS_RMS=rms, HAS_W=w is not None, HAS_B=b is not None, HAS_Z=z is not None,
+        PMODE=_pmode(pl), KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
     )  # fmt: skip
     partial = KernelLaunch(
         norm_bwd_partial_kernel, grid, opts, geo=geo, dyl=dyl, xl=xl, pl=pl, zl=zl, sl=sl,

@@ -175,18 +175,42 @@ def normalized(x, mean, rstd, IS_RMS: tl.constexpr):
 
 
 @triton.jit
-def affine(
-    xhat, W, B, Z, pl, zl, coords, offs_r, pk, zk, mask,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
-):  # fmt: skip
-    """xhat * w + b + z for one tile, every term optional; also returns w (or 1)."""
-    v = xhat
+def preload_params(W, B, pk, kmask, HAS_W: tl.constexpr, HAS_B: tl.constexpr, PMODE: tl.constexpr):
+    """Weight and bias vectors over the kept lanes, loaded once per program when they depend
+    on the kept dims only (PMODE 1: batch norm); 1 and 0 otherwise."""
     w = 1.0
+    b = 0.0
+    if PMODE == 1:
+        if HAS_W:
+            w = tl.load(W + pk, mask=kmask, other=0.0).to(tl.float32)
+        if HAS_B:
+            b = tl.load(B + pk, mask=kmask, other=0.0).to(tl.float32)
+    return w, b
+
+
+@triton.jit
+def _param(P, pl, coords, offs_r, pk, mask, rmask, pre, PMODE: tl.constexpr):
+    if PMODE == 1:
+        return pre[None, :]
+    elif PMODE == 2:
+        roff = tile_offsets(coords, pl.r, offs_r)
+        return tl.load(P + roff, mask=rmask, other=0.0).to(tl.float32)[:, None]
+    else:
+        return load_tile(P, pl, coords, offs_r, pk, mask)
+
+
+@triton.jit
+def tile_params(
+    W, B, pl, coords, offs_r, pk, mask, rmask, wpre, bpre,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, PMODE: tl.constexpr,
+):  # fmt: skip
+    """Weight and bias of one tile (1 and 0 when absent). PMODE says what they depend on:
+    0 anything (a full tile is loaded), 1 the kept dims only (preloaded vectors), 2 the
+    reduced dims only (one vector per tile: layer norm)."""
+    w = 1.0
+    b = 0.0
     if HAS_W:
-        w = load_tile(W, pl, coords, offs_r, pk, mask)
-        v = v * w
+        w = _param(W, pl, coords, offs_r, pk, mask, rmask, wpre, PMODE)
     if HAS_B:
-        v += load_tile(B, pl, coords, offs_r, pk, mask)
-    if HAS_Z:
-        v += load_tile(Z, zl, coords, offs_r, zk, mask)
-    return v, w
+        b = _param(B, pl, coords, offs_r, pk, mask, rmask, bpre, PMODE)
+    return w, b

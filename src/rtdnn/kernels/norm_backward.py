@@ -28,35 +28,41 @@ import triton.language as tl
 
 from .norm_addressing import (
     activation_grad,
-    affine,
     kept_offsets,
     load_tile,
     normalized,
+    preload_params,
     store_tile,
     tile_coords,
     tile_mask,
     tile_offsets,
+    tile_params,
 )
 
 
 @triton.jit
 def _grad_tile(
-    DY, X, W, B, Z, geo, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask, mean, rstd,
-    IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
-    ACT: tl.constexpr,
+    DY, X, W, B, Z, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask, rmask, mean, rstd,
+    wpre, bpre, IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    HAS_Z: tl.constexpr, ACT: tl.constexpr, PMODE: tl.constexpr,
 ):  # fmt: skip
-    """xhat, dpre (dy through the activation) and w (or 1) of one tile."""
+    """xhat, dpre (dy through the activation; 0 where masked) and w (or 1) of one tile."""
     x = load_tile(X, xl, coords, offs_r, xk, mask)
     dy = load_tile(DY, dyl, coords, offs_r, dyk, mask)
     xhat = normalized(x, mean, rstd, IS_RMS)
     if ACT != 0:
-        pre, w = affine(xhat, W, B, Z, pl, zl, coords, offs_r, pk, zk, mask, HAS_W, HAS_B, HAS_Z)
+        w, b = tile_params(
+            W, B, pl, coords, offs_r, pk, mask, rmask, wpre, bpre, HAS_W, HAS_B, PMODE
+        )
+        pre = xhat * w + b
+        if HAS_Z:
+            pre += load_tile(Z, zl, coords, offs_r, zk, mask)
         dy = activation_grad(pre, dy, ACT)
     else:
-        w = 1.0
-        if HAS_W:
-            w = load_tile(W, pl, coords, offs_r, pk, mask)
-    return xhat, tl.where(mask, dy, 0.0), w
+        w, b = tile_params(
+            W, B, pl, coords, offs_r, pk, mask, rmask, wpre, bpre, HAS_W, False, PMODE
+        )
+    return xhat, dy, w
 
 
 @triton.jit
@@ -65,7 +71,8 @@ def norm_row_backward_kernel(
     kept_blocks, params,
     IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
     ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PARAM_GRADS: tl.constexpr,
-    BIAS_GRAD: tl.constexpr, SINGLE: tl.constexpr, KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+    BIAS_GRAD: tl.constexpr, PMODE: tl.constexpr, SINGLE: tl.constexpr, KD: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Grid: (programs,), each walking kept blocks pid, pid + programs, ...
 
@@ -87,20 +94,22 @@ def norm_row_backward_kernel(
         dxk = kept_offsets(offs_k, geo.ksize, dxl.k, KD)
         mean = tl.load(MEAN + offs_k, mask=kmask, other=0.0)
         rstd = tl.load(RSTD + offs_k, mask=kmask, other=0.0)
+        wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
         if SINGLE:
             coords = tile_coords(0, geo, BLOCK_R)
             mask, rmask = tile_mask(coords, geo, offs_r, kmask)
             xhat, dp, w = _grad_tile(
-                DY, X, W, B, Z, geo, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask,
-                mean, rstd, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT,
+                DY, X, W, B, Z, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask, rmask,
+                mean, rstd, wpre, bpre, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
             )  # fmt: skip
             g = dp * w
             c2 = tl.sum(g * xhat, axis=0) * inv_count
             dx = g - xhat * c2[None, :]
             if not IS_RMS:
                 dx -= (tl.sum(g, axis=0) * inv_count)[None, :]
-            store_tile(DX, dxl, coords, offs_r, dxk, mask, dx * rstd[None, :], alpha, beta,
-                       BETA_NONZERO)  # fmt: skip
+            store_tile(
+                DX, dxl, coords, offs_r, dxk, mask, dx * rstd[None, :], alpha, beta, BETA_NONZERO
+            )
             if PARAM_GRADS:
                 acc_w += tl.sum(dp * xhat, axis=1)
                 if BIAS_GRAD:
@@ -112,8 +121,8 @@ def norm_row_backward_kernel(
                 coords = tile_coords(t, geo, BLOCK_R)
                 mask, rmask = tile_mask(coords, geo, offs_r, kmask)
                 xhat, dp, w = _grad_tile(
-                    DY, X, W, B, Z, geo, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask,
-                    mean, rstd, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT,
+                    DY, X, W, B, Z, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask,
+                    rmask, mean, rstd, wpre, bpre, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
                 )  # fmt: skip
                 g = dp * w
                 c1 += tl.sum(g, axis=0)
@@ -124,14 +133,16 @@ def norm_row_backward_kernel(
                 coords = tile_coords(t, geo, BLOCK_R)
                 mask, rmask = tile_mask(coords, geo, offs_r, kmask)
                 xhat, dp, w = _grad_tile(
-                    DY, X, W, B, Z, geo, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask,
-                    mean, rstd, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT,
+                    DY, X, W, B, Z, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask,
+                    rmask, mean, rstd, wpre, bpre, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
                 )  # fmt: skip
                 dx = dp * w - xhat * c2[None, :]
                 if not IS_RMS:
                     dx -= c1[None, :]
-                store_tile(DX, dxl, coords, offs_r, dxk, mask, dx * rstd[None, :], alpha, beta,
-                           BETA_NONZERO)  # fmt: skip
+                store_tile(
+                    DX, dxl, coords, offs_r, dxk, mask, dx * rstd[None, :], alpha, beta,
+                    BETA_NONZERO,
+                )  # fmt: skip
                 if PARAM_GRADS:
                     # This program's own partial row: read-modify-write with no other writer.
                     poff = pid * params + tile_offsets(coords, pl.r, offs_r)
@@ -174,8 +185,8 @@ def param_grad_finish_kernel(
 def norm_bwd_partial_kernel(
     DY, X, W, B, Z, MEAN, RSTD, DZ, PART, geo, dyl, xl, pl, zl, sl, dzl, tiles_per_slice,
     IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
-    ACT: tl.constexpr, WRITE_DZ: tl.constexpr, KD: tl.constexpr, BLOCK_R: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    ACT: tl.constexpr, WRITE_DZ: tl.constexpr, PMODE: tl.constexpr, KD: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Grid: (cdiv(kept, BLOCK_K), slices). PART (2, slices, kept) float32: the slice's sums of
     dpre * xhat and of dpre per kept index. With WRITE_DZ, dz = dpre is stored on the way."""
@@ -192,6 +203,7 @@ def norm_bwd_partial_kernel(
     dzk = kept_offsets(offs_k, geo.ksize, dzl.k, KD)
     mean = tl.load(MEAN + sk, mask=kmask, other=0.0)
     rstd = tl.load(RSTD + sk, mask=kmask, other=0.0)
+    wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
     a = tl.zeros((BLOCK_K,), tl.float32)
     b = tl.zeros((BLOCK_K,), tl.float32)
     first = s * tiles_per_slice
@@ -199,8 +211,8 @@ def norm_bwd_partial_kernel(
         coords = tile_coords(t, geo, BLOCK_R)
         mask, rmask = tile_mask(coords, geo, offs_r, kmask)
         xhat, dp, w = _grad_tile(
-            DY, X, W, B, Z, geo, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask, mean,
-            rstd, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT,
+            DY, X, W, B, Z, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask, rmask, mean,
+            rstd, wpre, bpre, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
         )  # fmt: skip
         a += tl.sum(dp * xhat, axis=0)
         b += tl.sum(dp, axis=0)
@@ -225,7 +237,8 @@ def norm_bwd_finish_kernel(
         group norm      outer N, groups G, group_size C/G (the partial pass keeps (N, C))
 
     Grid: (cdiv(groups, BLOCK_G),). Writes DW, DB (sums over outer and slices) and COEF
-    (2, outer, groups) float32: mean_r(w * dpre) and mean_r(w * dpre * xhat) per statistic.
+    (2, outer, groups) float32: mean_r(w * dpre) and mean_r(w * dpre * xhat) per statistic,
+    inv_count being 1 / (values per statistic).
     """
     offs_g = tl.program_id(0) * BLOCK_G + tl.arange(0, BLOCK_G)
     offs_c = tl.arange(0, BLOCK_C)
@@ -261,8 +274,8 @@ def norm_bwd_apply_kernel(
     DY, X, W, B, Z, MEAN, RSTD, COEF, DX, geo, dyl, xl, pl, zl, sl, dxl, coef_plane, alpha,
     beta, tiles_per_slice,
     TRAINING: tl.constexpr, IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-    HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, KD: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+    HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr,
+    KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """The elementwise dx pass. Grid: (cdiv(kept, BLOCK_K), slices). COEF is addressed like
     the statistics (`sl`), with its second coefficient `coef_plane` elements further on."""
@@ -278,6 +291,7 @@ def norm_bwd_apply_kernel(
     dxk = kept_offsets(offs_k, geo.ksize, dxl.k, KD)
     mean = tl.load(MEAN + sk, mask=kmask, other=0.0).to(tl.float32)
     rstd = tl.load(RSTD + sk, mask=kmask, other=0.0).to(tl.float32)
+    wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
     c1 = tl.load(COEF + sk, mask=kmask, other=0.0)
     c2 = tl.load(COEF + coef_plane + sk, mask=kmask, other=0.0)
     first = s * tiles_per_slice
@@ -285,13 +299,14 @@ def norm_bwd_apply_kernel(
         coords = tile_coords(t, geo, BLOCK_R)
         mask, rmask = tile_mask(coords, geo, offs_r, kmask)
         xhat, dp, w = _grad_tile(
-            DY, X, W, B, Z, geo, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask, mean,
-            rstd, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT,
+            DY, X, W, B, Z, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask, rmask, mean,
+            rstd, wpre, bpre, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
         )  # fmt: skip
         dx = dp * w
         if TRAINING:
             dx -= xhat * c2[None, :]
             if not IS_RMS:
                 dx -= c1[None, :]
-        store_tile(DX, dxl, coords, offs_r, dxk, mask, dx * rstd[None, :], alpha, beta,
-                   BETA_NONZERO)  # fmt: skip
+        store_tile(
+            DX, dxl, coords, offs_r, dxk, mask, dx * rstd[None, :], alpha, beta, BETA_NONZERO
+        )

@@ -20,39 +20,57 @@ import triton.language as tl
 
 from .norm_addressing import (
     activate,
-    affine,
     chan_merge,
     inv_std,
     kept_offsets,
     load_tile,
     normalized,
+    preload_params,
     store_tile,
     tile_coords,
     tile_mask,
     tile_moments,
+    tile_params,
 )
 
 
 @triton.jit
+def _output_tile(
+    Y, Z, W, B, geo, yl, zl, pl, coords, offs_r, yk, zk, pk, mask, rmask, xhat, wpre, bpre,
+    alpha, beta, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
+    ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr,
+):  # fmt: skip
+    """Y[tile] = alpha * act(xhat * w + b + z) + beta * Y[tile]."""
+    w, b = tile_params(W, B, pl, coords, offs_r, pk, mask, rmask, wpre, bpre, HAS_W, HAS_B, PMODE)
+    v = xhat * w + b
+    if HAS_Z:
+        v += load_tile(Z, zl, coords, offs_r, zk, mask)
+    store_tile(Y, yl, coords, offs_r, yk, mask, activate(v, ACT), alpha, beta, BETA_NONZERO)
+
+
+@triton.jit
 def _apply_tile(
-    X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, mean, rstd,
-    alpha, beta, IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-    HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, BLOCK_R: tl.constexpr,
+    X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, mean, rstd, wpre,
+    bpre, alpha, beta, IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
 ):  # fmt: skip
     coords = tile_coords(t, geo, BLOCK_R)
     mask, rmask = tile_mask(coords, geo, offs_r, kmask)
     x = load_tile(X, xl, coords, offs_r, xk, mask)
     xhat = normalized(x, mean, rstd, IS_RMS)
-    v, w = affine(xhat, W, B, Z, pl, zl, coords, offs_r, pk, zk, mask, HAS_W, HAS_B, HAS_Z)
-    store_tile(Y, yl, coords, offs_r, yk, mask, activate(v, ACT), alpha, beta, BETA_NONZERO)
+    _output_tile(
+        Y, Z, W, B, geo, yl, zl, pl, coords, offs_r, yk, zk, pk, mask, rmask, xhat, wpre, bpre,
+        alpha, beta, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, PMODE,
+    )  # fmt: skip
 
 
 @triton.jit
 def norm_row_forward_kernel(
     X, Y, Z, W, B, MEAN, RSTD, geo, xl, yl, zl, pl, eps, inv_count, alpha, beta,
     IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
-    ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, SINGLE: tl.constexpr, KD: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr, SINGLE: tl.constexpr,
+    KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Grid: (cdiv(kept, BLOCK_K),). MEAN and RSTD are float32, indexed by the flat kept index."""
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -62,6 +80,7 @@ def norm_row_forward_kernel(
     yk = kept_offsets(offs_k, geo.ksize, yl.k, KD)
     zk = kept_offsets(offs_k, geo.ksize, zl.k, KD)
     pk = kept_offsets(offs_k, geo.ksize, pl.k, KD)
+    wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
     if SINGLE:
         # The whole reduced extent is one tile: exact two-pass statistics in registers.
         coords = tile_coords(0, geo, BLOCK_R)
@@ -75,8 +94,10 @@ def norm_row_forward_kernel(
             d = tl.where(mask, x - mean[None, :], 0.0)
             rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) * inv_count + eps)
         xhat = normalized(x, mean, rstd, IS_RMS)
-        v, w = affine(xhat, W, B, Z, pl, zl, coords, offs_r, pk, zk, mask, HAS_W, HAS_B, HAS_Z)
-        store_tile(Y, yl, coords, offs_r, yk, mask, activate(v, ACT), alpha, beta, BETA_NONZERO)
+        _output_tile(
+            Y, Z, W, B, geo, yl, zl, pl, coords, offs_r, yk, zk, pk, mask, rmask, xhat, wpre,
+            bpre, alpha, beta, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, PMODE,
+        )  # fmt: skip
     else:
         n = tl.zeros((BLOCK_K,), tl.float32)
         mean = tl.zeros((BLOCK_K,), tl.float32)
@@ -91,7 +112,8 @@ def norm_row_forward_kernel(
         for t in range(0, geo.tiles):
             _apply_tile(
                 X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, mean,
-                rstd, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, BLOCK_R,
+                rstd, wpre, bpre, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO,
+                PMODE, BLOCK_R,
             )  # fmt: skip
     tl.store(MEAN + offs_k, mean, mask=kmask)
     tl.store(RSTD + offs_k, rstd, mask=kmask)
@@ -163,7 +185,7 @@ def norm_apply_kernel(
     X, Y, Z, W, B, MEAN, RSTD, geo, xl, yl, zl, pl, sl, eps, alpha, beta, tiles_per_slice,
     STATS_ARE_VAR: tl.constexpr, IS_RMS: tl.constexpr, HAS_W: tl.constexpr,
     HAS_B: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr,
-    KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+    PMODE: tl.constexpr, KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """The elementwise pass. Grid: (cdiv(kept, BLOCK_K), slices). MEAN and RSTD are addressed
     by `sl`; with STATS_ARE_VAR, RSTD holds a variance (running statistics, inference) and
@@ -181,9 +203,11 @@ def norm_apply_kernel(
     rstd = tl.load(RSTD + sk, mask=kmask, other=1.0).to(tl.float32)
     if STATS_ARE_VAR:
         rstd = 1.0 / tl.sqrt(rstd + eps)
+    wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
     first = s * tiles_per_slice
     for t in range(first, tl.minimum(first + tiles_per_slice, geo.tiles)):
         _apply_tile(
             X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, mean, rstd,
-            alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, BLOCK_R,
+            wpre, bpre, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, PMODE,
+            BLOCK_R,
         )  # fmt: skip
