@@ -327,7 +327,8 @@ def forward_train(
         PART=part, MEAN=mean, RSTD=rstd, RUN_MEAN=rm, RUN_VAR=rv, eps=float(eps),
         momentum=float(momentum),
     )  # fmt: skip
-    plan.apply(**tensors, **inv)
+    # The finish pass left the mean relative to the shift in part[1, 0] (the shift: part[3, 0]).
+    plan.apply(**{**tensors, "MEAN": part[1, 0]}, SHIFT=part[3, 0], **inv)
 
 
 def _or(t: torch.Tensor | None, default: torch.Tensor) -> torch.Tensor:
@@ -361,7 +362,7 @@ def _forward_plan(x, y, z, w, b, kept, rms, activation, beta, running, pol) -> _
     opts = dict(num_warps=t.num_warps)
     partial = KernelLaunch(
         norm_stats_partial_kernel, grid, opts, geo=geo, xl=xl, tiles_per_slice=per_slice,
-        KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
+        IS_RMS=rms, KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
     )  # fmt: skip
     fb = min(128, _pow2(g.kept))
     finish = KernelLaunch(
@@ -372,10 +373,11 @@ def _forward_plan(x, y, z, w, b, kept, rms, activation, beta, running, pol) -> _
     sl = Layout(contiguous_strides(g.ksize, range(MAX_DIMS)), (0,) * MAX_DIMS)
     apply = KernelLaunch(
         norm_apply_kernel, grid, opts, geo=geo, xl=xl, yl=yl, zl=zl, pl=pl, sl=sl,
-        tiles_per_slice=per_slice, STATS_ARE_VAR=False, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
+        tiles_per_slice=per_slice, SHIFTED=True, STATS_ARE_VAR=False, BLOCK_R=t.block_r,
+        BLOCK_K=t.block_k,
         **flags,
     )  # fmt: skip
-    return _ForwardPlan(partial=partial, finish=finish, apply=apply, part_shape=(3, slices, g.kept))
+    return _ForwardPlan(partial=partial, finish=finish, apply=apply, part_shape=(4, slices, g.kept))
 
 
 def forward_apply(
@@ -413,13 +415,14 @@ def forward_apply(
         xl, yl, zl, pl, sl = (_layout_of(g, i) for i in range(5))
         plan = _plans[key] = KernelLaunch(
             norm_apply_kernel, (kept_blocks, slices), dict(num_warps=t.num_warps), geo=geo,
-            xl=xl, yl=yl, zl=zl, pl=pl, sl=sl, tiles_per_slice=per_slice,
+            xl=xl, yl=yl, zl=zl, pl=pl, sl=sl, tiles_per_slice=per_slice, SHIFTED=False,
             STATS_ARE_VAR=stat_is_var, IS_RMS=rms, HAS_W=w is not None, HAS_B=b is not None,
             HAS_Z=z is not None, ACT=_act(activation), BETA_NONZERO=beta != 0,
             PMODE=_pmode(pl), KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
         )  # fmt: skip
     plan(
-        X=x, Y=y, Z=_or(z, x), W=_or(w, x), B=_or(b, x), MEAN=mean, RSTD=stat, eps=float(eps),
+        X=x, Y=y, Z=_or(z, x), W=_or(w, x), B=_or(b, x), SHIFT=mean, MEAN=mean, RSTD=stat,
+        eps=float(eps),
         alpha=float(alpha), beta=float(beta),
     )  # fmt: skip
 

@@ -124,11 +124,13 @@ def store_tile(
 
 
 @triton.jit
-def tile_moments(x, mask, rmask):
-    """Count (scalar), mean and sum of squared deviations (per kept lane) of one tile."""
+def tile_moments(x, shift, mask, rmask):
+    """Count (scalar), mean of x - shift and sum of squared deviations (per kept lane) of one
+    tile, exactly in registers (two passes over the tile)."""
     n = tl.sum(rmask.to(tl.float32), axis=0)
-    mean = tl.sum(x, axis=0) / n
-    d = tl.where(mask, x - mean[None, :], 0.0)
+    d = tl.where(mask, x - shift[None, :], 0.0)
+    mean = tl.sum(d, axis=0) / n
+    d = tl.where(mask, d - mean[None, :], 0.0)
     return n, mean, tl.sum(d * d, axis=0)
 
 
@@ -167,11 +169,22 @@ def activation_grad(pre, dy, ACT: tl.constexpr):
 
 
 @triton.jit
-def normalized(x, mean, rstd, IS_RMS: tl.constexpr):
-    """xhat = (x - mean) * rstd, or x * rstd for RMS norm (no centering)."""
+def shift_of(X, xk, kmask, IS_RMS: tl.constexpr):
+    """Each statistic's first value (reduced index 0, offset 0), a shift K. Statistics are
+    accumulated on x - K, whose magnitude is the spread of the data, not its mean, so no
+    partial mean near 1e3 is ever rounded to float32; RMS norm needs no shift (0)."""
+    if IS_RMS:
+        return tl.zeros(xk.shape, tl.float32)
+    return tl.load(X + xk, mask=kmask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def normalized(x, shift, mean, rstd, IS_RMS: tl.constexpr):
+    """xhat = ((x - shift) - mean) * rstd, mean taken relative to the shift (x - shift is exact
+    for x near the shift); x * rstd for RMS norm (no centering)."""
     if IS_RMS:
         return x * rstd[None, :]
-    return (x - mean[None, :]) * rstd[None, :]
+    return ((x - shift[None, :]) - mean[None, :]) * rstd[None, :]
 
 
 @triton.jit

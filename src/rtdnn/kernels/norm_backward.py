@@ -49,7 +49,7 @@ def _grad_tile(
     """xhat, dpre (dy through the activation; 0 where masked) and w (or 1) of one tile."""
     x = load_tile(X, xl, coords, offs_r, xk, mask)
     dy = load_tile(DY, dyl, coords, offs_r, dyk, mask)
-    xhat = normalized(x, mean, rstd, IS_RMS)
+    xhat = normalized(x, tl.zeros_like(mean), mean, rstd, IS_RMS)
     if ACT != 0:
         w, b = tile_params(
             W, B, pl, coords, offs_r, pk, mask, rmask, wpre, bpre, HAS_W, HAS_B, PMODE

@@ -26,6 +26,7 @@ from .norm_addressing import (
     load_tile,
     normalized,
     preload_params,
+    shift_of,
     store_tile,
     tile_coords,
     tile_mask,
@@ -50,15 +51,15 @@ def _output_tile(
 
 @triton.jit
 def _apply_tile(
-    X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, mean, rstd, wpre,
-    bpre, alpha, beta, IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, shift, mean, rstd,
+    wpre, bpre, alpha, beta, IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
     HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr,
     BLOCK_R: tl.constexpr,
 ):  # fmt: skip
     coords = tile_coords(t, geo, BLOCK_R)
     mask, rmask = tile_mask(coords, geo, offs_r, kmask)
     x = load_tile(X, xl, coords, offs_r, xk, mask)
-    xhat = normalized(x, mean, rstd, IS_RMS)
+    xhat = normalized(x, shift, mean, rstd, IS_RMS)
     _output_tile(
         Y, Z, W, B, geo, yl, zl, pl, coords, offs_r, yk, zk, pk, mask, rmask, xhat, wpre, bpre,
         alpha, beta, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, PMODE,
@@ -81,6 +82,7 @@ def norm_row_forward_kernel(
     zk = kept_offsets(offs_k, geo.ksize, zl.k, KD)
     pk = kept_offsets(offs_k, geo.ksize, pl.k, KD)
     wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
+    shift = shift_of(X, xk, kmask, IS_RMS)
     if SINGLE:
         # The whole reduced extent is one tile: exact two-pass statistics in registers.
         coords = tile_coords(0, geo, BLOCK_R)
@@ -89,11 +91,13 @@ def norm_row_forward_kernel(
         if IS_RMS:
             mean = tl.zeros((BLOCK_K,), tl.float32)
             rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) * inv_count + eps)
+            xhat = x * rstd[None, :]
         else:
-            mean = tl.sum(x, axis=0) * inv_count
-            d = tl.where(mask, x - mean[None, :], 0.0)
+            d = tl.where(mask, x - shift[None, :], 0.0)
+            mean = tl.sum(d, axis=0) * inv_count
+            d = tl.where(mask, d - mean[None, :], 0.0)
             rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) * inv_count + eps)
-        xhat = normalized(x, mean, rstd, IS_RMS)
+            xhat = d * rstd[None, :]
         _output_tile(
             Y, Z, W, B, geo, yl, zl, pl, coords, offs_r, yk, zk, pk, mask, rmask, xhat, wpre,
             bpre, alpha, beta, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, PMODE,
@@ -106,31 +110,33 @@ def norm_row_forward_kernel(
             coords = tile_coords(t, geo, BLOCK_R)
             mask, rmask = tile_mask(coords, geo, offs_r, kmask)
             x = load_tile(X, xl, coords, offs_r, xk, mask)
-            n_t, mean_t, m2_t = tile_moments(x, mask, rmask)
+            n_t, mean_t, m2_t = tile_moments(x, shift, mask, rmask)
             n, mean, m2 = chan_merge(n, mean, m2, n_t, mean_t, m2_t)
         rstd = inv_std(mean, m2, n, eps, IS_RMS)
         for t in range(0, geo.tiles):
             _apply_tile(
-                X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, mean,
-                rstd, wpre, bpre, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO,
-                PMODE, BLOCK_R,
+                X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, shift,
+                mean, rstd, wpre, bpre, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT,
+                BETA_NONZERO, PMODE, BLOCK_R,
             )  # fmt: skip
-    tl.store(MEAN + offs_k, mean, mask=kmask)
+    tl.store(MEAN + offs_k, shift + mean, mask=kmask)
     tl.store(RSTD + offs_k, rstd, mask=kmask)
 
 
 @triton.jit
 def norm_stats_partial_kernel(
-    X, PART, geo, xl, tiles_per_slice, KD: tl.constexpr, BLOCK_R: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    X, PART, geo, xl, tiles_per_slice, IS_RMS: tl.constexpr, KD: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """Grid: (cdiv(kept, BLOCK_K), slices). PART (3, slices, kept) float32: count, mean, M2."""
+    """Grid: (cdiv(kept, BLOCK_K), slices). PART (4, slices, kept) float32: count, mean of
+    x - shift, M2, and the shift (the same in every slice: the statistic's first value)."""
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     s = tl.program_id(1)
     slices = tl.num_programs(1)
     offs_r = tl.arange(0, BLOCK_R)
     kmask = offs_k < geo.kept
     xk = kept_offsets(offs_k, geo.ksize, xl.k, KD)
+    shift = shift_of(X, xk, kmask, IS_RMS)
     n = tl.zeros((BLOCK_K,), tl.float32)
     mean = tl.zeros((BLOCK_K,), tl.float32)
     m2 = tl.zeros((BLOCK_K,), tl.float32)
@@ -139,13 +145,14 @@ def norm_stats_partial_kernel(
         coords = tile_coords(t, geo, BLOCK_R)
         mask, rmask = tile_mask(coords, geo, offs_r, kmask)
         x = load_tile(X, xl, coords, offs_r, xk, mask)
-        n_t, mean_t, m2_t = tile_moments(x, mask, rmask)
+        n_t, mean_t, m2_t = tile_moments(x, shift, mask, rmask)
         n, mean, m2 = chan_merge(n, mean, m2, n_t, mean_t, m2_t)
     base = PART + s * geo.kept + offs_k
     plane = slices * geo.kept
     tl.store(base, n, mask=kmask)
     tl.store(base + plane, mean, mask=kmask)
     tl.store(base + 2 * plane, m2, mask=kmask)
+    tl.store(base + 3 * plane, shift, mask=kmask)
 
 
 @triton.jit
@@ -155,26 +162,31 @@ def norm_stats_finish_kernel(
 ):  # fmt: skip
     """Merge the slices' summaries in slice order; write mean and 1/std (float32) and, with
     UPDATE_RUNNING, running = (1 - momentum) * running + momentum * batch statistic, where the
-    running variance takes the unbiased batch variance M2 / (n - 1), as cuDNN and torch do."""
+    running variance takes the unbiased batch variance M2 / (n - 1), as cuDNN and torch do.
+
+    The merged mean of x - shift replaces slice 0's partial mean in PART: the apply pass
+    normalizes with (x - shift) - mean, exact where x - mean rounded to float32 is not."""
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     mask = offs_k < kept
     plane = slices * kept
     n = tl.load(PART + offs_k, mask=mask, other=1.0)
     mean = tl.load(PART + plane + offs_k, mask=mask, other=0.0)
-    m2 = tl.load(PART + 2 * plane + offs_k, mask=mask, other=0.0)
+    m2 = tl.load(PART + 2 * plane + offs_k, mask=mask, other=1.0)
+    shift = tl.load(PART + 3 * plane + offs_k, mask=mask, other=0.0)
     for s in range(1, slices):
         base = PART + s * kept + offs_k
         n_s = tl.load(base, mask=mask, other=0.0)
         mean_s = tl.load(base + plane, mask=mask, other=0.0)
         m2_s = tl.load(base + 2 * plane, mask=mask, other=0.0)
         n, mean, m2 = chan_merge(n, mean, m2, n_s, mean_s, m2_s)
-    tl.store(MEAN + offs_k, mean, mask=mask)
+    tl.store(PART + plane + offs_k, mean, mask=mask)
+    tl.store(MEAN + offs_k, shift + mean, mask=mask)
     tl.store(RSTD + offs_k, inv_std(mean, m2, n, eps, IS_RMS), mask=mask)
     if UPDATE_RUNNING:
         rm = tl.load(RUN_MEAN + offs_k, mask=mask, other=0.0).to(tl.float32)
         rv = tl.load(RUN_VAR + offs_k, mask=mask, other=0.0).to(tl.float32)
         unbiased = m2 / tl.maximum(n - 1.0, 1.0)
-        rm = (1.0 - momentum) * rm + momentum * mean
+        rm = (1.0 - momentum) * rm + momentum * (shift + mean)
         rv = (1.0 - momentum) * rv + momentum * unbiased
         tl.store(RUN_MEAN + offs_k, rm.to(RUN_MEAN.dtype.element_ty), mask=mask)
         tl.store(RUN_VAR + offs_k, rv.to(RUN_VAR.dtype.element_ty), mask=mask)
@@ -182,13 +194,15 @@ def norm_stats_finish_kernel(
 
 @triton.jit
 def norm_apply_kernel(
-    X, Y, Z, W, B, MEAN, RSTD, geo, xl, yl, zl, pl, sl, eps, alpha, beta, tiles_per_slice,
-    STATS_ARE_VAR: tl.constexpr, IS_RMS: tl.constexpr, HAS_W: tl.constexpr,
-    HAS_B: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr,
-    PMODE: tl.constexpr, KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+    X, Y, Z, W, B, SHIFT, MEAN, RSTD, geo, xl, yl, zl, pl, sl, eps, alpha, beta,
+    tiles_per_slice, SHIFTED: tl.constexpr, STATS_ARE_VAR: tl.constexpr, IS_RMS: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr,
+    BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr, KD: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """The elementwise pass. Grid: (cdiv(kept, BLOCK_K), slices). MEAN and RSTD are addressed
-    by `sl`; with STATS_ARE_VAR, RSTD holds a variance (running statistics, inference) and
+    """The elementwise pass. Grid: (cdiv(kept, BLOCK_K), slices). SHIFT, MEAN and RSTD are
+    addressed by `sl`. SHIFTED: MEAN is relative to SHIFT (from the split statistics); else
+    SHIFT is unused. STATS_ARE_VAR: RSTD holds a variance (running statistics, inference) and
     1 / sqrt(var + eps) is taken here, once per kept index."""
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     s = tl.program_id(1)
@@ -201,13 +215,17 @@ def norm_apply_kernel(
     sk = kept_offsets(offs_k, geo.ksize, sl.k, KD)
     mean = tl.load(MEAN + sk, mask=kmask, other=0.0).to(tl.float32)
     rstd = tl.load(RSTD + sk, mask=kmask, other=1.0).to(tl.float32)
+    if SHIFTED:
+        shift = tl.load(SHIFT + sk, mask=kmask, other=0.0)
+    else:
+        shift = tl.zeros((BLOCK_K,), tl.float32)
     if STATS_ARE_VAR:
         rstd = 1.0 / tl.sqrt(rstd + eps)
     wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
     first = s * tiles_per_slice
     for t in range(first, tl.minimum(first + tiles_per_slice, geo.tiles)):
         _apply_tile(
-            X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, mean, rstd,
-            wpre, bpre, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, PMODE,
-            BLOCK_R,
+            X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, shift, mean,
+            rstd, wpre, bpre, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO,
+            PMODE, BLOCK_R,
         )  # fmt: skip
