@@ -5,7 +5,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from _norm_helpers import LAYOUTS, check, make, scaling  # noqa: E402
+from _norm_helpers import LAYOUTS, check, make, scaling, term_size  # noqa: E402
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -46,8 +46,10 @@ def _params(p, x):
 
 def _count(p):
     shape = p["shape"]
-    return shape[0] if p["mode"] == "per_activation" else shape[0] * int(
-        torch.tensor(shape[2:]).prod()
+    return (
+        shape[0]
+        if p["mode"] == "per_activation"
+        else shape[0] * int(torch.tensor(shape[2:]).prod())
     )
 
 
@@ -116,7 +118,7 @@ def test_backward_matches_reference(p, training):
         training=training, alpha=alpha, beta=beta, out=prior,
     )  # fmt: skip
     # dx of training-mode batch norm is a difference of nearly equal terms: a few more ulps.
-    check(dx, ref[0], p["dtype"], factor=4, what="dx")
+    check(dx, ref[0], p["dtype"], factor=4, what="dx", floor=term_size(dy, invstd.max(), w))
     check(dw, ref[1], factor=10, what="dweight")
     check(db, ref[2], factor=10, what="dbias")
     assert dw.dtype == torch.float32 and tuple(dw.shape) == pshape
@@ -229,7 +231,8 @@ def test_module_without_running_stats(affine):
     for mode in ("train", "eval"):
         getattr(ours, mode)()
         getattr(theirs, mode)()
-        check(ours(x), theirs(x).double(), what=mode)
+        with torch.no_grad():
+            check(ours(x), theirs(x).double(), what=mode)
 
 
 def test_state_dict_round_trips_both_ways():
