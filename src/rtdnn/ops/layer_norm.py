@@ -26,6 +26,8 @@ def _normalized(x: torch.Tensor, normalized_shape) -> tuple[tuple[int, ...], tup
     """(kept dims, normalized shape) after checking that x ends with normalized_shape."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
     try:
+        if isinstance(shape, (str, bytes)) or any(isinstance(s, bool) for s in shape):
+            raise TypeError
         shape = tuple(int(s) for s in shape)
     except (TypeError, ValueError):
         raise bad_param("normalized_shape", normalized_shape, "an int or ints") from None
