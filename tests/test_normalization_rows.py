@@ -107,7 +107,7 @@ def policy(monkeypatch):
         (dict(), (3, 2, 40)),  # rows longer than a tile: two walks
         (dict(row_elements=16, row_pack=16), (7, 3, 5)),  # two reduced dims: walked tiles
         (dict(force_path="split"), (3, 40)),  # few long rows: split statistics
-        (dict(programs_per_slot=1, max_block_r=8), (20, 6)),  # many kept blocks per program
+        (dict(max_block_r=8), (40, 6)),  # several kept blocks per backward program
     ],
 )
 def test_layer_norm_paths(policy, changes, shape):

@@ -49,18 +49,23 @@ class TilePolicy:
     row_pack: int  # short rows are packed into tiles of about this many elements
     split_elements: int  # elements of one split-path tile
     max_block_r: int  # cap on BLOCK_R
-    programs_per_slot: int  # split grids and the persistent row-backward grid aim this high
+    programs_per_slot: int  # split grids aim at this many programs per parallel slot
+    row_programs_per_slot: int  # programs of the persistent row backward, per slot
     max_slices: int  # cap on reduced slices per kept block (split path)
     force_path: str | None = None  # "row" or "split" for tests; None decides by the problem
 
 
+# Split grids are oversubscribed (8 programs per slot, about 16 per SM) so that the last wave
+# is a small fraction of the work whatever the occupancy. The persistent row backward keeps
+# one partial dweight row per program, so it runs about 4 programs per SM: a multiple of the
+# SM count, and few enough partial rows to be a few percent of the traffic.
 GPU_POLICY = TilePolicy(
     row_elements=16384, row_pack=4096, split_elements=4096, max_block_r=16384,
-    programs_per_slot=2, max_slices=1024,
+    programs_per_slot=8, row_programs_per_slot=2, max_slices=2048,
 )  # fmt: skip
 CPU_POLICY = TilePolicy(
     row_elements=64, row_pack=32, split_elements=32, max_block_r=16, programs_per_slot=1,
-    max_slices=3,
+    row_programs_per_slot=1, max_slices=3,
 )  # fmt: skip
 
 
@@ -205,7 +210,7 @@ def row_tiles(g: Geometry, itemsize: int, pol: TilePolicy) -> Tiles:
     else:
         block_r = min(_pow2(g.rsize[3]), pol.row_elements, pol.max_block_r)
         block_k = min(_pow2(g.kept), max(1, pol.row_pack // block_r))
-    return Tiles(block_r, block_k, _warps(block_r * block_k, 1024))
+    return Tiles(block_r, block_k, _warps(block_r * block_k, 512))
 
 
 def _warps(elements: int, per_warp: int) -> int:
@@ -482,14 +487,14 @@ def _row_backward_plan(dy, x, dx, kept, w, dw, db, rms, beta, pol) -> _RowBackwa
     t = row_tiles(g, x.element_size(), pol)
     geo = g.for_tiles(t.block_r)
     kept_blocks = triton.cdiv(g.kept, t.block_k)
-    programs = min(kept_blocks, pol.programs_per_slot * parallel_slots(x.device.type))
+    programs = min(kept_blocks, pol.row_programs_per_slot * parallel_slots(x.device.type))
     single = _single(g, t)
     params = g.count
     grads = dw is not None
     main = KernelLaunch(
         norm_row_backward_kernel, (programs,), dict(num_warps=t.num_warps), geo=geo, dyl=dyl,
         xl=xl, pl=pl, zl=xl, dxl=dxl, inv_count=1.0 / g.count, kept_blocks=kept_blocks,
-        params=params, IS_RMS=rms, HAS_W=w is not None, HAS_B=False, HAS_Z=False, ACT=0,
+        n_params=params, IS_RMS=rms, HAS_W=w is not None, HAS_B=False, HAS_Z=False, ACT=0,
         BETA_NONZERO=beta != 0, PARAM_GRADS=grads, BIAS_GRAD=db is not None,
         PMODE=_pmode(pl), SINGLE=single,
         KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
@@ -499,7 +504,7 @@ def _row_backward_plan(dy, x, dx, kept, w, dw, db, rms, beta, pol) -> _RowBackwa
         fb = min(1024, _pow2(params))
         finish = KernelLaunch(
             param_grad_finish_kernel, (triton.cdiv(params, fb),), dict(num_warps=4),
-            params=params, parts=programs, HAS_DB=db is not None, BLOCK=fb,
+            n_params=params, n_parts=programs, HAS_DB=db is not None, BLOCK=fb,
         )  # fmt: skip
     shape = (programs, params) if grads else (1,)
     return _RowBackwardPlan(main, finish, shape, grads and not single)

@@ -20,6 +20,10 @@ block of kept indices, whose offsets it computes once; it then walks reduced til
 (i0, i1, i2, chunk of dim 3): the three outer reduced indices are scalars and only the inner
 dim is a vector, so no per-element division is needed in the loop.
 
+Kernels unpack `geo` and the layouts into plain tuples before any loop and pass those to the
+helpers: Triton 3.6 fails to compile an index into a NamedTuple argument inside a loop when
+the indexed leaf was specialized to a constant (a size or stride of 1).
+
 Statistics are accumulated per tile exactly (the tile mean, then the sum of squared deviations
 from it, in registers) and tiles are merged with Chan et al.'s parallel formula. This keeps
 full float32 precision on data with a large mean and a small spread, where E[x^2] - E[x]^2
@@ -71,11 +75,11 @@ def kept_offsets(k, ksize, kstride, KD: tl.constexpr):
 
 
 @triton.jit
-def tile_coords(t, geo, BLOCK_R: tl.constexpr):
+def tile_coords(t, rsize, chunks, BLOCK_R: tl.constexpr):
     """Reduced tile t -> (i0, i1, i2, first index of its chunk of dim 3), all scalars."""
-    s0, s1, s2, s3 = geo.rsize
-    c = t % geo.chunks
-    q = t // geo.chunks
+    s0, s1, s2, s3 = rsize
+    c = t % chunks
+    q = t // chunks
     i2 = q % s2
     q = q // s2
     i1 = q % s1
@@ -92,31 +96,32 @@ def tile_offsets(coords, rstride, offs_r):
 
 
 @triton.jit
-def tile_mask(coords, geo, offs_r, kmask):
+def tile_mask(coords, rsize, offs_r, kmask):
     """[BLOCK_R, BLOCK_K] validity of a tile, and its reduced-position mask alone."""
     i0, i1, i2, start = coords
-    s0, s1, s2, s3 = geo.rsize
+    s0, s1, s2, s3 = rsize
     rmask = (start + offs_r) < s3
     return rmask[:, None] & kmask[None, :], rmask
 
 
 @triton.jit
-def load_tile(PTR, layout, coords, offs_r, koff, mask):
-    """A [BLOCK_R, BLOCK_K] tile of one tensor as float32 (0 where masked)."""
-    roff = tile_offsets(coords, layout.r, offs_r)
+def load_tile(PTR, rstride, coords, offs_r, koff, mask):
+    """A [BLOCK_R, BLOCK_K] tile of one tensor as float32 (0 where masked); `rstride` is the
+    tensor's reduced strides, `koff` its offsets of the tile's kept indices."""
+    roff = tile_offsets(coords, rstride, offs_r)
     return tl.load(PTR + roff[:, None] + koff[None, :], mask=mask, other=0.0).to(tl.float32)
 
 
 @triton.jit
 def store_tile(
-    PTR, layout, coords, offs_r, koff, mask, value, alpha, beta, BETA_NONZERO: tl.constexpr
+    PTR, rstride, coords, offs_r, koff, mask, value, alpha, beta, BETA_NONZERO: tl.constexpr
 ):
     """PTR[tile] = alpha * value + beta * PTR[tile], cast to PTR's dtype.
 
     The prior value is read only when beta != 0: an unset output may hold NaN, and 0 * NaN
     is NaN.
     """
-    ptrs = PTR + tile_offsets(coords, layout.r, offs_r)[:, None] + koff[None, :]
+    ptrs = PTR + tile_offsets(coords, rstride, offs_r)[:, None] + koff[None, :]
     out = alpha * value
     if BETA_NONZERO:
         out += beta * tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
@@ -202,28 +207,28 @@ def preload_params(W, B, pk, kmask, HAS_W: tl.constexpr, HAS_B: tl.constexpr, PM
 
 
 @triton.jit
-def _param(P, pl, coords, offs_r, pk, mask, rmask, pre, PMODE: tl.constexpr):
+def _param(P, prs, coords, offs_r, pk, mask, rmask, pre, PMODE: tl.constexpr):
     if PMODE == 1:
         return pre[None, :]
     elif PMODE == 2:
-        roff = tile_offsets(coords, pl.r, offs_r)
+        roff = tile_offsets(coords, prs, offs_r)
         return tl.load(P + roff, mask=rmask, other=0.0).to(tl.float32)[:, None]
     else:
-        return load_tile(P, pl, coords, offs_r, pk, mask)
+        return load_tile(P, prs, coords, offs_r, pk, mask)
 
 
 @triton.jit
 def tile_params(
-    W, B, pl, coords, offs_r, pk, mask, rmask, wpre, bpre,
+    W, B, prs, coords, offs_r, pk, mask, rmask, wpre, bpre,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, PMODE: tl.constexpr,
 ):  # fmt: skip
-    """Weight and bias of one tile (1 and 0 when absent). PMODE says what they depend on:
-    0 anything (a full tile is loaded), 1 the kept dims only (preloaded vectors), 2 the
-    reduced dims only (one vector per tile: layer norm)."""
+    """Weight and bias of one tile (1 and 0 when absent); `prs` their reduced strides. PMODE
+    says what they depend on: 0 anything (a full tile is loaded), 1 the kept dims only
+    (preloaded vectors), 2 the reduced dims only (one vector per tile: layer norm)."""
     w = 1.0
     b = 0.0
     if HAS_W:
-        w = _param(W, pl, coords, offs_r, pk, mask, rmask, wpre, PMODE)
+        w = _param(W, prs, coords, offs_r, pk, mask, rmask, wpre, PMODE)
     if HAS_B:
-        b = _param(B, pl, coords, offs_r, pk, mask, rmask, bpre, PMODE)
+        b = _param(B, prs, coords, offs_r, pk, mask, rmask, bpre, PMODE)
     return w, b

@@ -42,25 +42,25 @@ from .norm_addressing import (
 
 @triton.jit
 def _grad_tile(
-    DY, X, W, B, Z, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask, rmask, mean, rstd,
+    DY, X, W, B, Z, dyr, xr, pr, zr, coords, offs_r, dyk, xk, pk, zk, mask, rmask, mean, rstd,
     wpre, bpre, IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
     HAS_Z: tl.constexpr, ACT: tl.constexpr, PMODE: tl.constexpr,
 ):  # fmt: skip
     """xhat, dpre (dy through the activation; 0 where masked) and w (or 1) of one tile."""
-    x = load_tile(X, xl, coords, offs_r, xk, mask)
-    dy = load_tile(DY, dyl, coords, offs_r, dyk, mask)
+    x = load_tile(X, xr, coords, offs_r, xk, mask)
+    dy = load_tile(DY, dyr, coords, offs_r, dyk, mask)
     xhat = normalized(x, tl.zeros_like(mean), mean, rstd, IS_RMS)
     if ACT != 0:
         w, b = tile_params(
-            W, B, pl, coords, offs_r, pk, mask, rmask, wpre, bpre, HAS_W, HAS_B, PMODE
+            W, B, pr, coords, offs_r, pk, mask, rmask, wpre, bpre, HAS_W, HAS_B, PMODE
         )
         pre = xhat * w + b
         if HAS_Z:
-            pre += load_tile(Z, zl, coords, offs_r, zk, mask)
+            pre += load_tile(Z, zr, coords, offs_r, zk, mask)
         dy = activation_grad(pre, dy, ACT)
     else:
         w, b = tile_params(
-            W, B, pl, coords, offs_r, pk, mask, rmask, wpre, bpre, HAS_W, False, PMODE
+            W, B, pr, coords, offs_r, pk, mask, rmask, wpre, bpre, HAS_W, False, PMODE
         )
     return xhat, dy, w
 
@@ -68,7 +68,7 @@ def _grad_tile(
 @triton.jit
 def norm_row_backward_kernel(
     DY, X, W, B, Z, MEAN, RSTD, DX, PW, PB, geo, dyl, xl, pl, zl, dxl, inv_count, alpha, beta,
-    kept_blocks, params,
+    kept_blocks, n_params,
     IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
     ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PARAM_GRADS: tl.constexpr,
     BIAS_GRAD: tl.constexpr, PMODE: tl.constexpr, SINGLE: tl.constexpr, KD: tl.constexpr,
@@ -76,9 +76,15 @@ def norm_row_backward_kernel(
 ):  # fmt: skip
     """Grid: (programs,), each walking kept blocks pid, pid + programs, ...
 
-    PW, PB: (programs, params) float32 partial sums of dw and (with BIAS_GRAD) db, addressed by
+    PW, PB: (programs, n_params) float32 partial sums of dw and (with BIAS_GRAD) db, addressed by
     the weight's layout `pl` over the reduced dims (which must not depend on the kept dims).
     """
+    ksize, rsize, kept, chunks, tiles = geo
+    dyks, dyr = dyl
+    xks, xr = xl
+    pks, pr = pl
+    zks, zr = zl
+    dxks, dxr = dxl
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     offs_r = tl.arange(0, BLOCK_R)
@@ -86,20 +92,20 @@ def norm_row_backward_kernel(
     acc_b = tl.zeros((BLOCK_R,), tl.float32)
     for kb in range(pid, kept_blocks, programs):
         offs_k = kb * BLOCK_K + tl.arange(0, BLOCK_K)
-        kmask = offs_k < geo.kept
-        dyk = kept_offsets(offs_k, geo.ksize, dyl.k, KD)
-        xk = kept_offsets(offs_k, geo.ksize, xl.k, KD)
-        pk = kept_offsets(offs_k, geo.ksize, pl.k, KD)
-        zk = kept_offsets(offs_k, geo.ksize, zl.k, KD)
-        dxk = kept_offsets(offs_k, geo.ksize, dxl.k, KD)
+        kmask = offs_k < kept
+        dyk = kept_offsets(offs_k, ksize, dyks, KD)
+        xk = kept_offsets(offs_k, ksize, xks, KD)
+        pk = kept_offsets(offs_k, ksize, pks, KD)
+        zk = kept_offsets(offs_k, ksize, zks, KD)
+        dxk = kept_offsets(offs_k, ksize, dxks, KD)
         mean = tl.load(MEAN + offs_k, mask=kmask, other=0.0)
         rstd = tl.load(RSTD + offs_k, mask=kmask, other=0.0)
         wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
         if SINGLE:
-            coords = tile_coords(0, geo, BLOCK_R)
-            mask, rmask = tile_mask(coords, geo, offs_r, kmask)
+            coords = tile_coords(0, rsize, chunks, BLOCK_R)
+            mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
             xhat, dp, w = _grad_tile(
-                DY, X, W, B, Z, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask, rmask,
+                DY, X, W, B, Z, dyr, xr, pr, zr, coords, offs_r, dyk, xk, pk, zk, mask, rmask,
                 mean, rstd, wpre, bpre, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
             )  # fmt: skip
             g = dp * w
@@ -108,7 +114,7 @@ def norm_row_backward_kernel(
             if not IS_RMS:
                 dx -= (tl.sum(g, axis=0) * inv_count)[None, :]
             store_tile(
-                DX, dxl, coords, offs_r, dxk, mask, dx * rstd[None, :], alpha, beta, BETA_NONZERO
+                DX, dxr, coords, offs_r, dxk, mask, dx * rstd[None, :], alpha, beta, BETA_NONZERO
             )
             if PARAM_GRADS:
                 acc_w += tl.sum(dp * xhat, axis=1)
@@ -117,11 +123,11 @@ def norm_row_backward_kernel(
         else:
             c1 = tl.zeros((BLOCK_K,), tl.float32)
             c2 = tl.zeros((BLOCK_K,), tl.float32)
-            for t in range(0, geo.tiles):
-                coords = tile_coords(t, geo, BLOCK_R)
-                mask, rmask = tile_mask(coords, geo, offs_r, kmask)
+            for t in range(0, tiles):
+                coords = tile_coords(t, rsize, chunks, BLOCK_R)
+                mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
                 xhat, dp, w = _grad_tile(
-                    DY, X, W, B, Z, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask,
+                    DY, X, W, B, Z, dyr, xr, pr, zr, coords, offs_r, dyk, xk, pk, zk, mask,
                     rmask, mean, rstd, wpre, bpre, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
                 )  # fmt: skip
                 g = dp * w
@@ -129,23 +135,23 @@ def norm_row_backward_kernel(
                 c2 += tl.sum(g * xhat, axis=0)
             c1 = c1 * inv_count
             c2 = c2 * inv_count
-            for t in range(0, geo.tiles):
-                coords = tile_coords(t, geo, BLOCK_R)
-                mask, rmask = tile_mask(coords, geo, offs_r, kmask)
+            for t in range(0, tiles):
+                coords = tile_coords(t, rsize, chunks, BLOCK_R)
+                mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
                 xhat, dp, w = _grad_tile(
-                    DY, X, W, B, Z, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask,
+                    DY, X, W, B, Z, dyr, xr, pr, zr, coords, offs_r, dyk, xk, pk, zk, mask,
                     rmask, mean, rstd, wpre, bpre, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
                 )  # fmt: skip
                 dx = dp * w - xhat * c2[None, :]
                 if not IS_RMS:
                     dx -= c1[None, :]
                 store_tile(
-                    DX, dxl, coords, offs_r, dxk, mask, dx * rstd[None, :], alpha, beta,
+                    DX, dxr, coords, offs_r, dxk, mask, dx * rstd[None, :], alpha, beta,
                     BETA_NONZERO,
                 )  # fmt: skip
                 if PARAM_GRADS:
                     # This program's own partial row: read-modify-write with no other writer.
-                    poff = pid * params + tile_offsets(coords, pl.r, offs_r)
+                    poff = pid * n_params + tile_offsets(coords, pr, offs_r)
                     pw = tl.load(PW + poff, mask=rmask, other=0.0)
                     tl.store(PW + poff, pw + tl.sum(dp * xhat, axis=1), mask=rmask)
                     if BIAS_GRAD:
@@ -155,9 +161,9 @@ def norm_row_backward_kernel(
                     # visible to all of them before the next block's load.
                     tl.debug_barrier()
     if SINGLE and PARAM_GRADS:
-        coords = tile_coords(0, geo, BLOCK_R)
-        rmask = offs_r < geo.rsize[3]
-        poff = pid * params + tile_offsets(coords, pl.r, offs_r)
+        coords = tile_coords(0, rsize, chunks, BLOCK_R)
+        rmask = offs_r < rsize[3]
+        poff = pid * n_params + tile_offsets(coords, pr, offs_r)
         tl.store(PW + poff, acc_w, mask=rmask)
         if BIAS_GRAD:
             tl.store(PB + poff, acc_b, mask=rmask)
@@ -165,17 +171,17 @@ def norm_row_backward_kernel(
 
 @triton.jit
 def param_grad_finish_kernel(
-    PW, PB, DW, DB, params, parts, HAS_DB: tl.constexpr, BLOCK: tl.constexpr
+    PW, PB, DW, DB, n_params, n_parts, HAS_DB: tl.constexpr, BLOCK: tl.constexpr
 ):
-    """DW[p] = sum over parts i, in order, of PW[i, p] (and DB from PB)."""
+    """DW[p] = sum over n_parts i, in order, of PW[i, p] (and DB from PB)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < params
+    mask = offs < n_params
     acc_w = tl.zeros((BLOCK,), tl.float32)
     acc_b = tl.zeros((BLOCK,), tl.float32)
-    for i in range(parts):
-        acc_w += tl.load(PW + i * params + offs, mask=mask, other=0.0)
+    for i in range(n_parts):
+        acc_w += tl.load(PW + i * n_params + offs, mask=mask, other=0.0)
         if HAS_DB:
-            acc_b += tl.load(PB + i * params + offs, mask=mask, other=0.0)
+            acc_b += tl.load(PB + i * n_params + offs, mask=mask, other=0.0)
     tl.store(DW + offs, acc_w.to(DW.dtype.element_ty), mask=mask)
     if HAS_DB:
         tl.store(DB + offs, acc_b.to(DB.dtype.element_ty), mask=mask)
@@ -190,37 +196,44 @@ def norm_bwd_partial_kernel(
 ):  # fmt: skip
     """Grid: (cdiv(kept, BLOCK_K), slices). PART (2, slices, kept) float32: the slice's sums of
     dpre * xhat and of dpre per kept index. With WRITE_DZ, dz = dpre is stored on the way."""
+    ksize, rsize, kept, chunks, tiles = geo
+    dyks, dyr = dyl
+    xks, xr = xl
+    pks, pr = pl
+    zks, zr = zl
+    sks, sr = sl
+    dzks, dzr = dzl
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     s = tl.program_id(1)
     slices = tl.num_programs(1)
     offs_r = tl.arange(0, BLOCK_R)
-    kmask = offs_k < geo.kept
-    dyk = kept_offsets(offs_k, geo.ksize, dyl.k, KD)
-    xk = kept_offsets(offs_k, geo.ksize, xl.k, KD)
-    pk = kept_offsets(offs_k, geo.ksize, pl.k, KD)
-    zk = kept_offsets(offs_k, geo.ksize, zl.k, KD)
-    sk = kept_offsets(offs_k, geo.ksize, sl.k, KD)
-    dzk = kept_offsets(offs_k, geo.ksize, dzl.k, KD)
+    kmask = offs_k < kept
+    dyk = kept_offsets(offs_k, ksize, dyks, KD)
+    xk = kept_offsets(offs_k, ksize, xks, KD)
+    pk = kept_offsets(offs_k, ksize, pks, KD)
+    zk = kept_offsets(offs_k, ksize, zks, KD)
+    sk = kept_offsets(offs_k, ksize, sks, KD)
+    dzk = kept_offsets(offs_k, ksize, dzks, KD)
     mean = tl.load(MEAN + sk, mask=kmask, other=0.0)
     rstd = tl.load(RSTD + sk, mask=kmask, other=0.0)
     wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
     a = tl.zeros((BLOCK_K,), tl.float32)
     b = tl.zeros((BLOCK_K,), tl.float32)
     first = s * tiles_per_slice
-    for t in range(first, tl.minimum(first + tiles_per_slice, geo.tiles)):
-        coords = tile_coords(t, geo, BLOCK_R)
-        mask, rmask = tile_mask(coords, geo, offs_r, kmask)
+    for t in range(first, tl.minimum(first + tiles_per_slice, tiles)):
+        coords = tile_coords(t, rsize, chunks, BLOCK_R)
+        mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
         xhat, dp, w = _grad_tile(
-            DY, X, W, B, Z, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask, rmask, mean,
+            DY, X, W, B, Z, dyr, xr, pr, zr, coords, offs_r, dyk, xk, pk, zk, mask, rmask, mean,
             rstd, wpre, bpre, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
         )  # fmt: skip
         a += tl.sum(dp * xhat, axis=0)
         b += tl.sum(dp, axis=0)
         if WRITE_DZ:
-            store_tile(DZ, dzl, coords, offs_r, dzk, mask, dp, 1.0, 0.0, False)
-    base = PART + s * geo.kept + offs_k
+            store_tile(DZ, dzr, coords, offs_r, dzk, mask, dp, 1.0, 0.0, False)
+    base = PART + s * kept + offs_k
     tl.store(base, a, mask=kmask)
-    tl.store(base + slices * geo.kept, b, mask=kmask)
+    tl.store(base + slices * kept, b, mask=kmask)
 
 
 @triton.jit
@@ -279,27 +292,34 @@ def norm_bwd_apply_kernel(
 ):  # fmt: skip
     """The elementwise dx pass. Grid: (cdiv(kept, BLOCK_K), slices). COEF is addressed like
     the statistics (`sl`), with its second coefficient `coef_plane` elements further on."""
+    ksize, rsize, kept, chunks, tiles = geo
+    dyks, dyr = dyl
+    xks, xr = xl
+    pks, pr = pl
+    zks, zr = zl
+    sks, sr = sl
+    dxks, dxr = dxl
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     s = tl.program_id(1)
     offs_r = tl.arange(0, BLOCK_R)
-    kmask = offs_k < geo.kept
-    dyk = kept_offsets(offs_k, geo.ksize, dyl.k, KD)
-    xk = kept_offsets(offs_k, geo.ksize, xl.k, KD)
-    pk = kept_offsets(offs_k, geo.ksize, pl.k, KD)
-    zk = kept_offsets(offs_k, geo.ksize, zl.k, KD)
-    sk = kept_offsets(offs_k, geo.ksize, sl.k, KD)
-    dxk = kept_offsets(offs_k, geo.ksize, dxl.k, KD)
+    kmask = offs_k < kept
+    dyk = kept_offsets(offs_k, ksize, dyks, KD)
+    xk = kept_offsets(offs_k, ksize, xks, KD)
+    pk = kept_offsets(offs_k, ksize, pks, KD)
+    zk = kept_offsets(offs_k, ksize, zks, KD)
+    sk = kept_offsets(offs_k, ksize, sks, KD)
+    dxk = kept_offsets(offs_k, ksize, dxks, KD)
     mean = tl.load(MEAN + sk, mask=kmask, other=0.0).to(tl.float32)
     rstd = tl.load(RSTD + sk, mask=kmask, other=0.0).to(tl.float32)
     wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
     c1 = tl.load(COEF + sk, mask=kmask, other=0.0)
     c2 = tl.load(COEF + coef_plane + sk, mask=kmask, other=0.0)
     first = s * tiles_per_slice
-    for t in range(first, tl.minimum(first + tiles_per_slice, geo.tiles)):
-        coords = tile_coords(t, geo, BLOCK_R)
-        mask, rmask = tile_mask(coords, geo, offs_r, kmask)
+    for t in range(first, tl.minimum(first + tiles_per_slice, tiles)):
+        coords = tile_coords(t, rsize, chunks, BLOCK_R)
+        mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
         xhat, dp, w = _grad_tile(
-            DY, X, W, B, Z, dyl, xl, pl, zl, coords, offs_r, dyk, xk, pk, zk, mask, rmask, mean,
+            DY, X, W, B, Z, dyr, xr, pr, zr, coords, offs_r, dyk, xk, pk, zk, mask, rmask, mean,
             rstd, wpre, bpre, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
         )  # fmt: skip
         dx = dp * w
@@ -308,5 +328,5 @@ def norm_bwd_apply_kernel(
             if not IS_RMS:
                 dx -= c1[None, :]
         store_tile(
-            DX, dxl, coords, offs_r, dxk, mask, dx * rstd[None, :], alpha, beta, BETA_NONZERO
+            DX, dxr, coords, offs_r, dxk, mask, dx * rstd[None, :], alpha, beta, BETA_NONZERO
         )

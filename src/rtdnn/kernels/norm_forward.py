@@ -37,31 +37,31 @@ from .norm_addressing import (
 
 @triton.jit
 def _output_tile(
-    Y, Z, W, B, geo, yl, zl, pl, coords, offs_r, yk, zk, pk, mask, rmask, xhat, wpre, bpre,
-    alpha, beta, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
-    ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr,
+    Y, Z, W, B, yr, zr, pr, coords, offs_r, yk, zk, pk, mask, rmask, xhat, wpre, bpre, alpha,
+    beta, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr,
+    BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr,
 ):  # fmt: skip
     """Y[tile] = alpha * act(xhat * w + b + z) + beta * Y[tile]."""
-    w, b = tile_params(W, B, pl, coords, offs_r, pk, mask, rmask, wpre, bpre, HAS_W, HAS_B, PMODE)
+    w, b = tile_params(W, B, pr, coords, offs_r, pk, mask, rmask, wpre, bpre, HAS_W, HAS_B, PMODE)
     v = xhat * w + b
     if HAS_Z:
-        v += load_tile(Z, zl, coords, offs_r, zk, mask)
-    store_tile(Y, yl, coords, offs_r, yk, mask, activate(v, ACT), alpha, beta, BETA_NONZERO)
+        v += load_tile(Z, zr, coords, offs_r, zk, mask)
+    store_tile(Y, yr, coords, offs_r, yk, mask, activate(v, ACT), alpha, beta, BETA_NONZERO)
 
 
 @triton.jit
 def _apply_tile(
-    X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, shift, mean, rstd,
-    wpre, bpre, alpha, beta, IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-    HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr,
-    BLOCK_R: tl.constexpr,
+    X, Y, Z, W, B, rsize, chunks, xr, yr, zr, pr, t, offs_r, xk, yk, zk, pk, kmask, shift,
+    mean, rstd, wpre, bpre, alpha, beta, IS_RMS: tl.constexpr, HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr,
+    PMODE: tl.constexpr, BLOCK_R: tl.constexpr,
 ):  # fmt: skip
-    coords = tile_coords(t, geo, BLOCK_R)
-    mask, rmask = tile_mask(coords, geo, offs_r, kmask)
-    x = load_tile(X, xl, coords, offs_r, xk, mask)
+    coords = tile_coords(t, rsize, chunks, BLOCK_R)
+    mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
+    x = load_tile(X, xr, coords, offs_r, xk, mask)
     xhat = normalized(x, shift, mean, rstd, IS_RMS)
     _output_tile(
-        Y, Z, W, B, geo, yl, zl, pl, coords, offs_r, yk, zk, pk, mask, rmask, xhat, wpre, bpre,
+        Y, Z, W, B, yr, zr, pr, coords, offs_r, yk, zk, pk, mask, rmask, xhat, wpre, bpre,
         alpha, beta, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, PMODE,
     )  # fmt: skip
 
@@ -74,20 +74,25 @@ def norm_row_forward_kernel(
     KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Grid: (cdiv(kept, BLOCK_K),). MEAN and RSTD are float32, indexed by the flat kept index."""
+    ksize, rsize, kept, chunks, tiles = geo
+    xks, xr = xl
+    yks, yr = yl
+    zks, zr = zl
+    pks, pr = pl
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
-    kmask = offs_k < geo.kept
-    xk = kept_offsets(offs_k, geo.ksize, xl.k, KD)
-    yk = kept_offsets(offs_k, geo.ksize, yl.k, KD)
-    zk = kept_offsets(offs_k, geo.ksize, zl.k, KD)
-    pk = kept_offsets(offs_k, geo.ksize, pl.k, KD)
+    kmask = offs_k < kept
+    xk = kept_offsets(offs_k, ksize, xks, KD)
+    yk = kept_offsets(offs_k, ksize, yks, KD)
+    zk = kept_offsets(offs_k, ksize, zks, KD)
+    pk = kept_offsets(offs_k, ksize, pks, KD)
     wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
     shift = shift_of(X, xk, kmask, IS_RMS)
     if SINGLE:
         # The whole reduced extent is one tile: exact two-pass statistics in registers.
-        coords = tile_coords(0, geo, BLOCK_R)
-        mask, rmask = tile_mask(coords, geo, offs_r, kmask)
-        x = load_tile(X, xl, coords, offs_r, xk, mask)
+        coords = tile_coords(0, rsize, chunks, BLOCK_R)
+        mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
+        x = load_tile(X, xr, coords, offs_r, xk, mask)
         if IS_RMS:
             mean = tl.zeros((BLOCK_K,), tl.float32)
             rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) * inv_count + eps)
@@ -99,24 +104,24 @@ def norm_row_forward_kernel(
             rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) * inv_count + eps)
             xhat = d * rstd[None, :]
         _output_tile(
-            Y, Z, W, B, geo, yl, zl, pl, coords, offs_r, yk, zk, pk, mask, rmask, xhat, wpre,
-            bpre, alpha, beta, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, PMODE,
+            Y, Z, W, B, yr, zr, pr, coords, offs_r, yk, zk, pk, mask, rmask, xhat, wpre, bpre,
+            alpha, beta, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, PMODE,
         )  # fmt: skip
     else:
         n = tl.zeros((BLOCK_K,), tl.float32)
         mean = tl.zeros((BLOCK_K,), tl.float32)
         m2 = tl.zeros((BLOCK_K,), tl.float32)
-        for t in range(0, geo.tiles):
-            coords = tile_coords(t, geo, BLOCK_R)
-            mask, rmask = tile_mask(coords, geo, offs_r, kmask)
-            x = load_tile(X, xl, coords, offs_r, xk, mask)
+        for t in range(0, tiles):
+            coords = tile_coords(t, rsize, chunks, BLOCK_R)
+            mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
+            x = load_tile(X, xr, coords, offs_r, xk, mask)
             n_t, mean_t, m2_t = tile_moments(x, shift, mask, rmask)
             n, mean, m2 = chan_merge(n, mean, m2, n_t, mean_t, m2_t)
         rstd = inv_std(mean, m2, n, eps, IS_RMS)
-        for t in range(0, geo.tiles):
+        for t in range(0, tiles):
             _apply_tile(
-                X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, shift,
-                mean, rstd, wpre, bpre, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT,
+                X, Y, Z, W, B, rsize, chunks, xr, yr, zr, pr, t, offs_r, xk, yk, zk, pk, kmask,
+                shift, mean, rstd, wpre, bpre, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT,
                 BETA_NONZERO, PMODE, BLOCK_R,
             )  # fmt: skip
     tl.store(MEAN + offs_k, shift + mean, mask=kmask)
@@ -130,25 +135,27 @@ def norm_stats_partial_kernel(
 ):  # fmt: skip
     """Grid: (cdiv(kept, BLOCK_K), slices). PART (4, slices, kept) float32: count, mean of
     x - shift, M2, and the shift (the same in every slice: the statistic's first value)."""
+    ksize, rsize, kept, chunks, tiles = geo
+    xks, xr = xl
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     s = tl.program_id(1)
     slices = tl.num_programs(1)
     offs_r = tl.arange(0, BLOCK_R)
-    kmask = offs_k < geo.kept
-    xk = kept_offsets(offs_k, geo.ksize, xl.k, KD)
+    kmask = offs_k < kept
+    xk = kept_offsets(offs_k, ksize, xks, KD)
     shift = shift_of(X, xk, kmask, IS_RMS)
     n = tl.zeros((BLOCK_K,), tl.float32)
     mean = tl.zeros((BLOCK_K,), tl.float32)
     m2 = tl.zeros((BLOCK_K,), tl.float32)
     first = s * tiles_per_slice
-    for t in range(first, tl.minimum(first + tiles_per_slice, geo.tiles)):
-        coords = tile_coords(t, geo, BLOCK_R)
-        mask, rmask = tile_mask(coords, geo, offs_r, kmask)
-        x = load_tile(X, xl, coords, offs_r, xk, mask)
+    for t in range(first, tl.minimum(first + tiles_per_slice, tiles)):
+        coords = tile_coords(t, rsize, chunks, BLOCK_R)
+        mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
+        x = load_tile(X, xr, coords, offs_r, xk, mask)
         n_t, mean_t, m2_t = tile_moments(x, shift, mask, rmask)
         n, mean, m2 = chan_merge(n, mean, m2, n_t, mean_t, m2_t)
-    base = PART + s * geo.kept + offs_k
-    plane = slices * geo.kept
+    base = PART + s * kept + offs_k
+    plane = slices * kept
     tl.store(base, n, mask=kmask)
     tl.store(base + plane, mean, mask=kmask)
     tl.store(base + 2 * plane, m2, mask=kmask)
@@ -204,15 +211,21 @@ def norm_apply_kernel(
     addressed by `sl`. SHIFTED: MEAN is relative to SHIFT (from the split statistics); else
     SHIFT is unused. STATS_ARE_VAR: RSTD holds a variance (running statistics, inference) and
     1 / sqrt(var + eps) is taken here, once per kept index."""
+    ksize, rsize, kept, chunks, tiles = geo
+    xks, xr = xl
+    yks, yr = yl
+    zks, zr = zl
+    pks, pr = pl
+    sks, sr = sl
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     s = tl.program_id(1)
     offs_r = tl.arange(0, BLOCK_R)
-    kmask = offs_k < geo.kept
-    xk = kept_offsets(offs_k, geo.ksize, xl.k, KD)
-    yk = kept_offsets(offs_k, geo.ksize, yl.k, KD)
-    zk = kept_offsets(offs_k, geo.ksize, zl.k, KD)
-    pk = kept_offsets(offs_k, geo.ksize, pl.k, KD)
-    sk = kept_offsets(offs_k, geo.ksize, sl.k, KD)
+    kmask = offs_k < kept
+    xk = kept_offsets(offs_k, ksize, xks, KD)
+    yk = kept_offsets(offs_k, ksize, yks, KD)
+    zk = kept_offsets(offs_k, ksize, zks, KD)
+    pk = kept_offsets(offs_k, ksize, pks, KD)
+    sk = kept_offsets(offs_k, ksize, sks, KD)
     mean = tl.load(MEAN + sk, mask=kmask, other=0.0).to(tl.float32)
     rstd = tl.load(RSTD + sk, mask=kmask, other=1.0).to(tl.float32)
     if SHIFTED:
@@ -223,9 +236,9 @@ def norm_apply_kernel(
         rstd = 1.0 / tl.sqrt(rstd + eps)
     wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
     first = s * tiles_per_slice
-    for t in range(first, tl.minimum(first + tiles_per_slice, geo.tiles)):
+    for t in range(first, tl.minimum(first + tiles_per_slice, tiles)):
         _apply_tile(
-            X, Y, Z, W, B, geo, xl, yl, zl, pl, t, offs_r, xk, yk, zk, pk, kmask, shift, mean,
-            rstd, wpre, bpre, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO,
-            PMODE, BLOCK_R,
+            X, Y, Z, W, B, rsize, chunks, xr, yr, zr, pr, t, offs_r, xk, yk, zk, pk, kmask,
+            shift, mean, rstd, wpre, bpre, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT,
+            BETA_NONZERO, PMODE, BLOCK_R,
         )  # fmt: skip
