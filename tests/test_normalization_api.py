@@ -60,6 +60,20 @@ def test_batch_norm_training_validation(kwargs, match):
         _bn_train(**kwargs)
 
 
+def test_repeated_calls_are_validated_too():
+    # The second call with the same signature takes the cached path: scalars still checked.
+    for _ in range(2):
+        with pytest.raises(BadParamError, match="eps"):
+            rtdnn.batch_norm_forward_training(X, eps=-1.0)
+        with pytest.raises(BadParamError, match="beta"):
+            rtdnn.layer_norm_forward(X, 4, beta="0.5", out=torch.empty_like(X))
+        with pytest.raises(BadParamError, match="training"):
+            rtdnn.batch_norm_backward(X, X, C3, C3, training=1)
+    rtdnn.batch_norm_backward(X, X, C3, C3.abs(), training=True)
+    with pytest.raises(BadParamError, match="training"):
+        rtdnn.batch_norm_backward(X, X, C3, C3.abs(), training=1)
+
+
 def test_errors_leave_outputs_untouched():
     out = torch.full_like(X, float("nan"))
     with pytest.raises(BadParamError):
@@ -144,8 +158,10 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
     import rtdnn.core.handle as handle
 
     monkeypatch.setattr(handle, "INTERPRETED", False)
+    engine.clear_plans()  # validated signatures are remembered: forget them
     with pytest.raises(NotSupportedError, match="TRITON_INTERPRET"):
         rtdnn.layer_norm_forward(X, 4)
+    engine.clear_plans()
 
 
 # -- geometry -------------------------------------------------------------------------------

@@ -3,9 +3,10 @@
 The ops layer describes every normalization the same way (kernels/norm_addressing.py): a set of
 tensors of one logical shape (broadcast operands as expanded views with zero strides) and the
 list of kept dims. This module merges dims, picks the row or the split path and the tiles,
-and runs the kernels. Launches are prepared once per problem (shapes, strides, dtypes, flags)
-and reused, since every training step repeats the same problems and Triton's per-call binding
-costs more than a small normalization.
+and runs the kernels. Plans (prepared launches) are built once per problem and called with the
+tensors only: every training step repeats the same problems, and the host must not take longer
+than a memory-bound kernel of a few microseconds. The ops layer keeps them, per validated call
+signature, in `cache`.
 
 No validation here: the ops layer has done it.
 """
@@ -19,7 +20,6 @@ import torch
 import triton
 
 from ..core import NotSupportedError
-from ..kernels.launch import KernelLaunch
 from ..kernels.norm_addressing import ACTIVATIONS, Layout, NormGeometry
 from ..kernels.norm_backward import (
     norm_bwd_apply_kernel,
@@ -34,6 +34,7 @@ from ..kernels.norm_forward import (
     norm_stats_finish_kernel,
     norm_stats_partial_kernel,
 )
+from ..kernels.slot_launch import SlotLaunch
 from .geometry import parallel_slots
 
 MAX_DIMS = 4  # kept and reduced dims each, after merging
@@ -238,26 +239,19 @@ def use_row_path(g: Geometry, itemsize: int, device: torch.device, pol: TilePoli
     return _single(g, t) or triton.cdiv(g.kept, t.block_k) >= parallel_slots(device.type)
 
 
-# -- prepared launches --------------------------------------------------------------------------
+# -- plans ----------------------------------------------------------------------------------
 
-_plans: dict[tuple, object] = {}
+#: Validated call signatures -> prepared calls, filled by the ops layer.
+cache: dict[tuple, object] = {}
 
 
 def clear_plans() -> None:
-    """Forget prepared launches (tests that change the tile policy call this)."""
-    _plans.clear()
+    """Forget prepared calls (tests that change the tile policy call this)."""
+    cache.clear()
 
 
-def _key(kind: str, *tensors, **flags) -> tuple:
-    parts = [kind]
-    for t in tensors:
-        parts.append(None if t is None else (t.shape, t.stride(), t.dtype, t.device))
-    parts.extend(sorted(flags.items()))
-    return tuple(parts)
-
-
-def _layout_of(g: Geometry, index: int | None) -> Layout:
-    return g.layouts[index] if index is not None else Layout((0,) * MAX_DIMS, (0,) * MAX_DIMS)
+def _layout_of(g: Geometry, index: int) -> Layout:
+    return g.layouts[index]
 
 
 def _strides(views: list[torch.Tensor | None], fallback: tuple[int, ...]) -> list[tuple]:
@@ -276,141 +270,91 @@ def _pmode(pl: Layout) -> int:
     return 2 if not any(pl.k) else 0
 
 
-# -- forward ------------------------------------------------------------------------------------
-
-
-@dataclass
-class _ForwardPlan:
-    row: KernelLaunch | None = None
-    partial: KernelLaunch | None = None
-    finish: KernelLaunch | None = None
-    apply: KernelLaunch | None = None
-    part_shape: tuple = ()
-
-
-def forward_train(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    kept: tuple[int, ...],
-    mean: torch.Tensor,
-    rstd: torch.Tensor,
-    *,
-    w: torch.Tensor | None = None,
-    b: torch.Tensor | None = None,
-    z: torch.Tensor | None = None,
-    rms: bool = False,
-    activation: str = "identity",
-    eps: float = 1e-5,
-    alpha: float = 1.0,
-    beta: float = 0.0,
-    running: tuple[torch.Tensor, torch.Tensor] | None = None,
-    momentum: float = 0.0,
-) -> None:
-    """Statistics of x over its non-kept dims, written to `mean` and `rstd` (float32,
-    contiguous over the kept dims), and y = alpha * act(xhat * w + b + z) + beta * y.
-
-    x, y, z, w, b share one logical shape (w, b broadcast). With `running` (batch norm, split
-    path only) the running mean and variance (contiguous, indexed like `mean`) are updated.
-    """
-    pol = policy(x.device)
-    key = _key(
-        "fwd", x, y, z, w, b, kept=tuple(kept), rms=rms, act=activation, beta0=beta != 0,
-        running=running is not None and tuple(r.dtype for r in running), pol=pol,
-    )  # fmt: skip
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plans[key] = _forward_plan(x, y, z, w, b, kept, rms, activation, beta, running, pol)
-    inv = {"eps": float(eps), "alpha": float(alpha), "beta": float(beta)}
-    tensors = dict(X=x, Y=y, Z=_or(z, x), W=_or(w, x), B=_or(b, x), MEAN=mean, RSTD=rstd)
-    if plan.row is not None:
-        plan.row(**tensors, **inv)
-        return
-    part = torch.empty(plan.part_shape, dtype=torch.float32, device=x.device)
-    plan.partial(X=x, PART=part)
-    rm, rv = running if running is not None else (mean, rstd)
-    plan.finish(
-        PART=part, MEAN=mean, RSTD=rstd, RUN_MEAN=rm, RUN_VAR=rv, eps=float(eps),
-        momentum=float(momentum),
-    )  # fmt: skip
-    # The finish pass left the mean relative to the shift in part[1, 0] (the shift: part[3, 0]).
-    plan.apply(**{**tensors, "MEAN": part[1, 0]}, SHIFT=part[3, 0], **inv)
-
-
 def _or(t: torch.Tensor | None, default: torch.Tensor) -> torch.Tensor:
     return t if t is not None else default
 
 
-def _forward_plan(x, y, z, w, b, kept, rms, activation, beta, running, pol) -> _ForwardPlan:
-    views = [x, y, z, w if w is not None else b]
-    g = geometry(x.shape, kept, _strides(views, x.stride()))
-    xl, yl, zl, pl = (_layout_of(g, i) for i in range(4))
-    flags = dict(
-        IS_RMS=rms, HAS_W=w is not None, HAS_B=b is not None, HAS_Z=z is not None,
-        ACT=_act(activation), BETA_NONZERO=beta != 0, PMODE=_pmode(pl), KD=g.kd,
-    )  # fmt: skip
-    itemsize = x.element_size()
-    if running is None and use_row_path(g, itemsize, x.device, pol):
-        t = row_tiles(g, itemsize, pol)
-        geo = g.for_tiles(t.block_r)
-        row = KernelLaunch(
-            norm_row_forward_kernel, (triton.cdiv(g.kept, t.block_k),),
-            dict(num_warps=t.num_warps), geo=geo, xl=xl, yl=yl, zl=zl, pl=pl,
-            inv_count=1.0 / g.count, SINGLE=_single(g, t), BLOCK_R=t.block_r,
-            BLOCK_K=t.block_k, **flags,
+_FWD_SLOTS = ("X", "Y", "Z", "W", "B", "MEAN", "RSTD", "eps", "alpha", "beta")
+
+
+class ForwardPlan:
+    """Statistics over the reduced dims and the normalized output, by the row or split path.
+
+    Call with (x, y, mean, rstd, w, b, z, running_mean, running_var, eps, momentum, alpha,
+    beta): w, b, z and the running statistics may be None; mean and rstd are float32,
+    contiguous over the kept dims; the running statistics (split path only) are updated.
+    """
+
+    def __init__(self, x, y, kept, w, b, z, rms, activation, beta_nonzero, running: bool):
+        pol = policy(x.device)
+        views = [x, y, z, w if w is not None else b]
+        g = geometry(x.shape, kept, _strides(views, x.stride()))
+        xl, yl, zl, pl = (_layout_of(g, i) for i in range(4))
+        flags = dict(
+            IS_RMS=rms, HAS_W=w is not None, HAS_B=b is not None, HAS_Z=z is not None,
+            ACT=_act(activation), BETA_NONZERO=beta_nonzero, PMODE=_pmode(pl), KD=g.kd,
         )  # fmt: skip
-        return _ForwardPlan(row=row)
-    t = split_tiles(g, itemsize, pol)
-    geo = g.for_tiles(t.block_r)
-    kept_blocks = triton.cdiv(g.kept, t.block_k)
-    slices, per_slice = _slices(geo.tiles, kept_blocks, x.device, pol)
-    grid = (kept_blocks, slices)
-    opts = dict(num_warps=t.num_warps)
-    partial = KernelLaunch(
-        norm_stats_partial_kernel, grid, opts, geo=geo, xl=xl, tiles_per_slice=per_slice,
-        IS_RMS=rms, KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
-    )  # fmt: skip
-    fb = min(128, _pow2(g.kept))
-    finish = KernelLaunch(
-        norm_stats_finish_kernel, (triton.cdiv(g.kept, fb),), dict(num_warps=4),
-        kept=g.kept, slices=slices, IS_RMS=rms, UPDATE_RUNNING=running is not None, BLOCK_K=fb,
-    )  # fmt: skip
-    # The statistics were just written contiguously, indexed by the flat kept index.
-    sl = Layout(contiguous_strides(g.ksize, range(MAX_DIMS)), (0,) * MAX_DIMS)
-    apply = KernelLaunch(
-        norm_apply_kernel, grid, opts, geo=geo, xl=xl, yl=yl, zl=zl, pl=pl, sl=sl,
-        tiles_per_slice=per_slice, SHIFTED=True, STATS_ARE_VAR=False, BLOCK_R=t.block_r,
-        BLOCK_K=t.block_k,
-        **flags,
-    )  # fmt: skip
-    return _ForwardPlan(partial=partial, finish=finish, apply=apply, part_shape=(4, slices, g.kept))
+        itemsize = x.element_size()
+        self.row = None
+        if not running and use_row_path(g, itemsize, x.device, pol):
+            t = row_tiles(g, itemsize, pol)
+            self.row = SlotLaunch(
+                norm_row_forward_kernel, (triton.cdiv(g.kept, t.block_k),),
+                dict(num_warps=t.num_warps), _FWD_SLOTS, geo=g.for_tiles(t.block_r), xl=xl,
+                yl=yl, zl=zl, pl=pl, inv_count=1.0 / g.count, SINGLE=_single(g, t),
+                BLOCK_R=t.block_r, BLOCK_K=t.block_k, **flags,
+            )  # fmt: skip
+            return
+        t = split_tiles(g, itemsize, pol)
+        geo = g.for_tiles(t.block_r)
+        kept_blocks = triton.cdiv(g.kept, t.block_k)
+        slices, per_slice = _slices(geo.tiles, kept_blocks, x.device, pol)
+        grid, opts = (kept_blocks, slices), dict(num_warps=t.num_warps)
+        self.part_shape = (4, slices, g.kept)
+        self.partial = SlotLaunch(
+            norm_stats_partial_kernel, grid, opts, ("X", "PART"), geo=geo, xl=xl,
+            tiles_per_slice=per_slice, IS_RMS=rms, KD=g.kd, BLOCK_R=t.block_r,
+            BLOCK_K=t.block_k,
+        )  # fmt: skip
+        fb = min(128, _pow2(g.kept))
+        self.finish = SlotLaunch(
+            norm_stats_finish_kernel, (triton.cdiv(g.kept, fb),), dict(num_warps=4),
+            ("PART", "MEAN", "RSTD", "RUN_MEAN", "RUN_VAR", "eps", "momentum"), kept=g.kept,
+            slices=slices, IS_RMS=rms, UPDATE_RUNNING=running, BLOCK_K=fb,
+        )  # fmt: skip
+        # The statistics were just written contiguously, indexed by the flat kept index.
+        sl = Layout(contiguous_strides(g.ksize, range(MAX_DIMS)), (0,) * MAX_DIMS)
+        self.apply = SlotLaunch(
+            norm_apply_kernel, grid, opts, (*_FWD_SLOTS, "SHIFT"), geo=geo, xl=xl, yl=yl,
+            zl=zl, pl=pl, sl=sl, tiles_per_slice=per_slice, mean_offset=slices * g.kept,
+            shift_offset=3 * slices * g.kept, SHIFTED=True, STATS_ARE_VAR=False,
+            BLOCK_R=t.block_r, BLOCK_K=t.block_k, **flags,
+        )  # fmt: skip
+
+    def __call__(self, x, y, mean, rstd, w, b, z, running_mean, running_var, eps, momentum,
+                 alpha, beta) -> None:  # fmt: skip
+        z, w, b = _or(z, x), _or(w, x), _or(b, x)
+        if self.row is not None:
+            self.row(x, y, z, w, b, mean, rstd, eps, alpha, beta)
+            return
+        part = torch.empty(self.part_shape, dtype=torch.float32, device=x.device)
+        self.partial(x, part)
+        rm, rv = _or(running_mean, mean), _or(running_var, rstd)
+        self.finish(part, mean, rstd, rm, rv, eps, momentum)
+        # The finish pass left the mean relative to the shift in part[1, 0], the shift is in
+        # part[3, 0] (the offsets are fixed in the launch): normalizing with them is exact
+        # where x - mean in float32 is not.
+        self.apply(x, y, z, w, b, part, rstd, eps, alpha, beta, part)
 
 
-def forward_apply(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    kept: tuple[int, ...],
-    mean: torch.Tensor,
-    stat: torch.Tensor,
-    *,
-    stat_is_var: bool,
-    w: torch.Tensor | None = None,
-    b: torch.Tensor | None = None,
-    z: torch.Tensor | None = None,
-    rms: bool = False,
-    activation: str = "identity",
-    eps: float = 1e-5,
-    alpha: float = 1.0,
-    beta: float = 0.0,
-) -> None:
-    """y = alpha * act(xhat * w + b + z) + beta * y with given statistics: `mean` and `stat`
-    (a variance if stat_is_var, else 1/std) are views broadcast to x's shape."""
-    pol = policy(x.device)
-    key = _key(
-        "apply", x, y, z, w, b, mean, stat, kept=tuple(kept), var=stat_is_var, rms=rms,
-        act=activation, beta0=beta != 0, pol=pol,
-    )  # fmt: skip
-    plan = _plans.get(key)
-    if plan is None:
+class ApplyPlan:
+    """The elementwise pass with given statistics (views broadcast to x's shape: `mean` and
+    `stat`, a variance if stat_is_var, else 1/std). Call with (x, y, mean, stat, w, b, z, eps,
+    alpha, beta)."""
+
+    def __init__(self, x, y, kept, mean, stat, stat_is_var, w, b, z, rms, activation,
+                 beta_nonzero):  # fmt: skip
+        pol = policy(x.device)
         views = [x, y, z, w if w is not None else b, mean]
         g = geometry(x.shape, kept, _strides(views, x.stride()))
         t = split_tiles(g, x.element_size(), pol)
@@ -418,199 +362,132 @@ def forward_apply(
         kept_blocks = triton.cdiv(g.kept, t.block_k)
         slices, per_slice = _slices(geo.tiles, kept_blocks, x.device, pol)
         xl, yl, zl, pl, sl = (_layout_of(g, i) for i in range(5))
-        plan = _plans[key] = KernelLaunch(
-            norm_apply_kernel, (kept_blocks, slices), dict(num_warps=t.num_warps), geo=geo,
-            xl=xl, yl=yl, zl=zl, pl=pl, sl=sl, tiles_per_slice=per_slice, SHIFTED=False,
+        self.launch = SlotLaunch(
+            norm_apply_kernel, (kept_blocks, slices), dict(num_warps=t.num_warps),
+            ("X", "Y", "Z", "W", "B", "MEAN", "RSTD", "eps", "alpha", "beta", "SHIFT"), geo=geo,
+            xl=xl, yl=yl, zl=zl, pl=pl, sl=sl, tiles_per_slice=per_slice, mean_offset=0,
+            shift_offset=0, SHIFTED=False,
             STATS_ARE_VAR=stat_is_var, IS_RMS=rms, HAS_W=w is not None, HAS_B=b is not None,
-            HAS_Z=z is not None, ACT=_act(activation), BETA_NONZERO=beta != 0,
+            HAS_Z=z is not None, ACT=_act(activation), BETA_NONZERO=beta_nonzero,
             PMODE=_pmode(pl), KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
         )  # fmt: skip
-    plan(
-        X=x, Y=y, Z=_or(z, x), W=_or(w, x), B=_or(b, x), SHIFT=mean, MEAN=mean, RSTD=stat,
-        eps=float(eps),
-        alpha=float(alpha), beta=float(beta),
-    )  # fmt: skip
+
+    def __call__(self, x, y, mean, stat, w, b, z, eps, alpha, beta) -> None:
+        # SHIFT is never read (SHIFTED=False): the mean stands in for the pointer.
+        self.launch(x, y, _or(z, x), _or(w, x), _or(b, x), mean, stat, eps, alpha, beta, mean)
 
 
-# -- backward -----------------------------------------------------------------------------------
+class RowBackwardPlan:
+    """Layer / RMS norm backward: dx, and with `grads` the parameter gradients summed over the
+    kept dims (the parameters span exactly the reduced dims, contiguous). Call with (dy, x, dx,
+    mean, rstd, w, dw, db, alpha, beta); mean and rstd are float32, contiguous over the kept
+    dims; dw and db (None without grads; db None without bias_grad) are contiguous."""
 
-
-@dataclass
-class _RowBackwardPlan:
-    main: KernelLaunch
-    finish: KernelLaunch | None
-    part_shape: tuple
-    zero_parts: bool
-
-
-def backward_rows(
-    dy: torch.Tensor,
-    x: torch.Tensor,
-    dx: torch.Tensor,
-    kept: tuple[int, ...],
-    mean: torch.Tensor,
-    rstd: torch.Tensor,
-    *,
-    w: torch.Tensor | None = None,
-    dw: torch.Tensor | None = None,
-    db: torch.Tensor | None = None,
-    rms: bool = False,
-    alpha: float = 1.0,
-    beta: float = 0.0,
-) -> None:
-    """Layer / RMS norm backward: dx, and with `dw` (and `db`) the parameter gradients summed
-    over the kept dims. The parameters span exactly the reduced dims; mean and rstd are
-    float32, contiguous over the kept dims. dw and db are contiguous of the weight's shape."""
-    pol = policy(x.device)
-    key = _key(
-        "rowbwd", dy, x, dx, w, kept=tuple(kept), rms=rms, beta0=beta != 0, dw=dw is not None,
-        db=db is not None, dwt=dw is not None and dw.dtype, pol=pol,
-    )  # fmt: skip
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plans[key] = _row_backward_plan(dy, x, dx, kept, w, dw, db, rms, beta, pol)
-    alloc = torch.zeros if plan.zero_parts else torch.empty
-    pw = alloc(plan.part_shape, dtype=torch.float32, device=x.device)
-    pb = alloc(plan.part_shape, dtype=torch.float32, device=x.device) if db is not None else pw
-    plan.main(
-        DY=dy, X=x, W=_or(w, x), B=x, Z=x, MEAN=mean, RSTD=rstd, DX=dx, PW=pw, PB=pb,
-        alpha=float(alpha), beta=float(beta),
-    )  # fmt: skip
-    if plan.finish is not None:
-        plan.finish(PW=pw, PB=pb, DW=dw, DB=_or(db, dw))
-
-
-def _row_backward_plan(dy, x, dx, kept, w, dw, db, rms, beta, pol) -> _RowBackwardPlan:
-    param = w.stride() if w is not None else contiguous_strides(x.shape, _reduced(x.dim(), kept))
-    g = geometry(x.shape, kept, [x.stride(), dy.stride(), dx.stride(), param])
-    xl, dyl, dxl, pl = g.layouts
-    t = row_tiles(g, x.element_size(), pol)
-    geo = g.for_tiles(t.block_r)
-    kept_blocks = triton.cdiv(g.kept, t.block_k)
-    programs = min(kept_blocks, pol.row_programs_per_slot * parallel_slots(x.device.type))
-    single = _single(g, t)
-    params = g.count
-    grads = dw is not None
-    main = KernelLaunch(
-        norm_row_backward_kernel, (programs,), dict(num_warps=t.num_warps), geo=geo, dyl=dyl,
-        xl=xl, pl=pl, zl=xl, dxl=dxl, inv_count=1.0 / g.count, kept_blocks=kept_blocks,
-        n_params=params, IS_RMS=rms, HAS_W=w is not None, HAS_B=False, HAS_Z=False, ACT=0,
-        BETA_NONZERO=beta != 0, PARAM_GRADS=grads, BIAS_GRAD=db is not None,
-        PMODE=_pmode(pl), SINGLE=single,
-        KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
-    )  # fmt: skip
-    finish = None
-    if grads:
-        fb = min(1024, _pow2(params))
-        finish = KernelLaunch(
-            param_grad_finish_kernel, (triton.cdiv(params, fb),), dict(num_warps=4),
-            n_params=params, n_parts=programs, HAS_DB=db is not None, BLOCK=fb,
+    def __init__(self, dy, x, dx, kept, w, grads, bias_grad, rms, beta_nonzero):
+        pol = policy(x.device)
+        param = w.stride() if w is not None else contiguous_strides(x.shape, _reduced(x, kept))
+        g = geometry(x.shape, kept, [x.stride(), dy.stride(), dx.stride(), param])
+        xl, dyl, dxl, pl = g.layouts
+        t = row_tiles(g, x.element_size(), pol)
+        kept_blocks = triton.cdiv(g.kept, t.block_k)
+        programs = min(kept_blocks, pol.row_programs_per_slot * parallel_slots(x.device.type))
+        single = _single(g, t)
+        params = g.count
+        self.main = SlotLaunch(
+            norm_row_backward_kernel, (programs,), dict(num_warps=t.num_warps),
+            ("DY", "X", "W", "B", "Z", "MEAN", "RSTD", "DX", "PW", "PB", "alpha", "beta"),
+            geo=g.for_tiles(t.block_r), dyl=dyl, xl=xl, pl=pl, zl=xl, dxl=dxl,
+            inv_count=1.0 / g.count, kept_blocks=kept_blocks, n_params=params, IS_RMS=rms,
+            HAS_W=w is not None, HAS_B=False, HAS_Z=False, ACT=0, BETA_NONZERO=beta_nonzero,
+            PARAM_GRADS=grads, BIAS_GRAD=bias_grad, PMODE=_pmode(pl), SINGLE=single, KD=g.kd,
+            BLOCK_R=t.block_r, BLOCK_K=t.block_k,
         )  # fmt: skip
-    shape = (programs, params) if grads else (1,)
-    return _RowBackwardPlan(main, finish, shape, grads and not single)
+        self.finish = None
+        if grads:
+            fb = min(1024, _pow2(params))
+            self.finish = SlotLaunch(
+                param_grad_finish_kernel, (triton.cdiv(params, fb),), dict(num_warps=4),
+                ("PW", "PB", "DW", "DB"), n_params=params, n_parts=programs,
+                HAS_DB=bias_grad, BLOCK=fb,
+            )  # fmt: skip
+        self.part_shape = (programs, params) if grads else (1,)
+        self.zero_parts = grads and not single
+        self.bias_grad = bias_grad
+
+    def __call__(self, dy, x, dx, mean, rstd, w, dw, db, alpha, beta) -> None:
+        alloc = torch.zeros if self.zero_parts else torch.empty
+        pw = alloc(self.part_shape, dtype=torch.float32, device=x.device)
+        pb = alloc(self.part_shape, dtype=torch.float32, device=x.device) if self.bias_grad else pw
+        # B and Z are never read here (no activation): x stands in for the pointers.
+        self.main(dy, x, _or(w, x), x, x, mean, rstd, dx, pw, pb, alpha, beta)
+        if self.finish is not None:
+            self.finish(pw, pb, dw, _or(db, dw))
 
 
-def _reduced(ndim: int, kept) -> list[int]:
-    return [d for d in range(ndim) if d not in tuple(kept)]
+def _reduced(x: torch.Tensor, kept) -> list[int]:
+    return [d for d in range(x.dim()) if d not in tuple(kept)]
 
 
-@dataclass
-class _SplitBackwardPlan:
-    partial: KernelLaunch
-    finish: KernelLaunch
-    apply: KernelLaunch
-    part_shape: tuple
-    coef_shape: tuple
+class SplitBackwardPlan:
+    """Batch / group / instance norm backward in three passes (kernels/norm_backward.py).
 
-
-def backward_split(
-    dy: torch.Tensor,
-    x: torch.Tensor,
-    dx: torch.Tensor,
-    kept: tuple[int, ...],
-    mean: torch.Tensor,
-    rstd: torch.Tensor,
-    groups: tuple[int, int, int],
-    *,
-    weight: torch.Tensor | None = None,
-    w: torch.Tensor | None = None,
-    b: torch.Tensor | None = None,
-    z: torch.Tensor | None = None,
-    dz: torch.Tensor | None = None,
-    dw: torch.Tensor | None = None,
-    db: torch.Tensor | None = None,
-    training: bool = True,
-    rms: bool = False,
-    activation: str = "identity",
-    alpha: float = 1.0,
-    beta: float = 0.0,
-) -> None:
-    """Batch / group / instance norm backward in three passes (see kernels/norm_backward.py).
-
-    `groups` = (outer, groups, group_size): the flat kept index is (outer, group, member) and
-    the statistics `mean`, `rstd` (views broadcast to x's shape, float32) are indexed by
-    (outer, group). `weight` is the contiguous weight (groups * group_size,) and w, b its and
-    the bias' broadcast views; dw, db (contiguous, like weight) receive the parameter gradients
-    when given. z (the residual, needed to recompute the activation) and dz go together.
+    `groups` = (outer, groups, group_size): the flat kept index is (outer, group, member), the
+    statistics (views broadcast to x's shape, float32) are indexed by (outer, group), the
+    contiguous weight by (group, member). Call with (dy, x, dx, mean, rstd, weight, bias, z,
+    dz, dw, db, alpha, beta): bias and z are needed only to recompute an activation; z and dz
+    go together; dw and db (contiguous, like the weight) are written when `grads`.
     """
-    pol = policy(x.device)
-    key = _key(
-        "splitbwd", dy, x, dx, w, b, z, dz, mean, kept=tuple(kept), groups=tuple(groups),
-        training=training, rms=rms, act=activation, beta0=beta != 0, dw=dw is not None,
-        dwt=dw is not None and dw.dtype, pol=pol,
-    )  # fmt: skip
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plans[key] = _split_backward_plan(
-            dy, x, dx, kept, mean, groups, w, b, z, dz, dw, training, rms, activation, beta, pol
-        )
-    part = torch.empty(plan.part_shape, dtype=torch.float32, device=x.device)
-    coef = torch.empty(plan.coef_shape, dtype=torch.float32, device=x.device)
-    common = dict(X=x, W=_or(w, x), B=_or(b, x), MEAN=mean, RSTD=rstd)
-    plan.partial(DY=dy, Z=_or(z, x), DZ=_or(dz, x), PART=part, **common)
-    plan.finish(PART=part, W=_or(weight, x), DW=_or(dw, coef), DB=_or(db, coef), COEF=coef)
-    # With dz written, the last pass reads dz = dy * act'(pre) instead of recomputing it.
-    plan.apply(
-        DY=dz if dz is not None else dy, Z=_or(z, x), COEF=coef, DX=dx, alpha=float(alpha),
-        beta=float(beta), **common,
-    )  # fmt: skip
 
+    def __init__(self, dy, x, dx, kept, mean, groups, w, b, z, dz, grads, training, rms,
+                 activation, beta_nonzero):  # fmt: skip
+        pol = policy(x.device)
+        views = [x, dy, dx, w if w is not None else b, z, mean, dz]
+        g = geometry(x.shape, kept, _strides(views, x.stride()))
+        xl, dyl, dxl, pl, zl, sl, dzl = (_layout_of(g, i) for i in range(7))
+        t = split_tiles(g, x.element_size(), pol)
+        geo = g.for_tiles(t.block_r)
+        kept_blocks = triton.cdiv(g.kept, t.block_k)
+        slices, per_slice = _slices(geo.tiles, kept_blocks, x.device, pol)
+        grid, opts = (kept_blocks, slices), dict(num_warps=t.num_warps)
+        act = _act(activation)
+        flags = dict(
+            IS_RMS=rms, HAS_W=w is not None, HAS_B=b is not None, HAS_Z=z is not None,
+            PMODE=_pmode(pl), KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
+        )  # fmt: skip
+        self.partial = SlotLaunch(
+            norm_bwd_partial_kernel, grid, opts,
+            ("DY", "X", "W", "B", "Z", "MEAN", "RSTD", "DZ", "PART"), geo=geo, dyl=dyl, xl=xl,
+            pl=pl, zl=zl, sl=sl, dzl=dzl, tiles_per_slice=per_slice, ACT=act,
+            WRITE_DZ=dz is not None, **flags,
+        )  # fmt: skip
+        outer, n_groups, group_size = groups
+        block_c = _pow2(group_size)
+        block_g = min(_pow2(n_groups), max(1, 1024 // block_c))
+        self.finish = SlotLaunch(
+            norm_bwd_finish_kernel, (triton.cdiv(n_groups, block_g),), dict(num_warps=4),
+            ("PART", "W", "DW", "DB", "COEF"), outer=outer, groups=n_groups,
+            group_size=group_size, slices=slices, inv_count=1.0 / (g.count * group_size),
+            HAS_W=w is not None, PARAM_GRADS=grads, BLOCK_G=block_g, BLOCK_C=block_c,
+        )  # fmt: skip
+        self.uses_dz = dz is not None
+        if self.uses_dz:  # dpre comes from dz: no activation to recompute, no residual to read
+            dyl, act, flags["HAS_Z"] = dzl, 0, False
+        self.apply = SlotLaunch(
+            norm_bwd_apply_kernel, grid, opts,
+            ("DY", "X", "W", "B", "Z", "MEAN", "RSTD", "COEF", "DX", "alpha", "beta"), geo=geo,
+            dyl=dyl, xl=xl, pl=pl, zl=zl, sl=sl, dxl=dxl, coef_plane=outer * n_groups,
+            tiles_per_slice=per_slice, TRAINING=training, ACT=act, BETA_NONZERO=beta_nonzero,
+            **flags,
+        )  # fmt: skip
+        self.part_shape = (2, slices, g.kept)
+        self.coef_shape = (2, outer, n_groups)
 
-def _split_backward_plan(
-    dy, x, dx, kept, mean, groups, w, b, z, dz, dw, training, rms, activation, beta, pol
-) -> _SplitBackwardPlan:
-    views = [x, dy, dx, w if w is not None else b, z, mean, dz]
-    g = geometry(x.shape, kept, _strides(views, x.stride()))
-    xl, dyl, dxl, pl, zl, sl, dzl = (_layout_of(g, i) for i in range(7))
-    t = split_tiles(g, x.element_size(), pol)
-    geo = g.for_tiles(t.block_r)
-    kept_blocks = triton.cdiv(g.kept, t.block_k)
-    slices, per_slice = _slices(geo.tiles, kept_blocks, x.device, pol)
-    grid = (kept_blocks, slices)
-    opts = dict(num_warps=t.num_warps)
-    act = _act(activation)
-    flags = dict(
-        IS_RMS=rms, HAS_W=w is not None, HAS_B=b is not None, HAS_Z=z is not None,
-        PMODE=_pmode(pl), KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
-    )  # fmt: skip
-    partial = KernelLaunch(
-        norm_bwd_partial_kernel, grid, opts, geo=geo, dyl=dyl, xl=xl, pl=pl, zl=zl, sl=sl,
-        dzl=dzl, tiles_per_slice=per_slice, ACT=act, WRITE_DZ=dz is not None, **flags,
-    )  # fmt: skip
-    outer, n_groups, group_size = groups
-    block_c = _pow2(group_size)
-    block_g = min(_pow2(n_groups), max(1, 1024 // block_c))
-    finish = KernelLaunch(
-        norm_bwd_finish_kernel, (triton.cdiv(n_groups, block_g),), dict(num_warps=4),
-        outer=outer, groups=n_groups, group_size=group_size, slices=slices,
-        inv_count=1.0 / (g.count * group_size), HAS_W=w is not None, PARAM_GRADS=dw is not None,
-        BLOCK_G=block_g, BLOCK_C=block_c,
-    )  # fmt: skip
-    if dz is not None:  # dpre comes from dz: no activation to recompute, no residual to read
-        dyl, act, flags["HAS_Z"] = dzl, 0, False
-    apply = KernelLaunch(
-        norm_bwd_apply_kernel, grid, opts, geo=geo, dyl=dyl, xl=xl, pl=pl, zl=zl, sl=sl,
-        dxl=dxl, coef_plane=outer * n_groups, tiles_per_slice=per_slice, TRAINING=training,
-        ACT=act, BETA_NONZERO=beta != 0, **flags,
-    )  # fmt: skip
-    return _SplitBackwardPlan(partial, finish, apply, (2, slices, g.kept), (2, outer, n_groups))
+    def __call__(self, dy, x, dx, mean, rstd, weight, bias, z, dz, dw, db, alpha, beta) -> None:
+        part = torch.empty(self.part_shape, dtype=torch.float32, device=x.device)
+        coef = torch.empty(self.coef_shape, dtype=torch.float32, device=x.device)
+        w, b, z = _or(weight, x), _or(bias, x), _or(z, x)
+        self.partial(dy, x, w, b, z, mean, rstd, _or(dz, x), part)
+        self.finish(part, w, _or(dw, coef), _or(db, coef), coef)
+        # With dz written, the last pass reads dz = dy * act'(pre) instead of recomputing it.
+        grad = dz if self.uses_dz else dy
+        self.apply(grad, x, w, b, z, mean, rstd, coef, dx, alpha, beta)

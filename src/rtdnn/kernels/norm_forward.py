@@ -202,15 +202,16 @@ def norm_stats_finish_kernel(
 @triton.jit
 def norm_apply_kernel(
     X, Y, Z, W, B, SHIFT, MEAN, RSTD, geo, xl, yl, zl, pl, sl, eps, alpha, beta,
-    tiles_per_slice, SHIFTED: tl.constexpr, STATS_ARE_VAR: tl.constexpr, IS_RMS: tl.constexpr,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr,
-    BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr, KD: tl.constexpr, BLOCK_R: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    tiles_per_slice, mean_offset, shift_offset, SHIFTED: tl.constexpr,
+    STATS_ARE_VAR: tl.constexpr, IS_RMS: tl.constexpr, HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr,
+    PMODE: tl.constexpr, KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """The elementwise pass. Grid: (cdiv(kept, BLOCK_K), slices). SHIFT, MEAN and RSTD are
-    addressed by `sl`. SHIFTED: MEAN is relative to SHIFT (from the split statistics); else
-    SHIFT is unused. STATS_ARE_VAR: RSTD holds a variance (running statistics, inference) and
-    1 / sqrt(var + eps) is taken here, once per kept index."""
+    addressed by `sl`, MEAN and SHIFT from elements mean_offset and shift_offset on (the split
+    path passes its workspace for both). SHIFTED: MEAN is relative to SHIFT (from the split
+    statistics); else SHIFT is unused. STATS_ARE_VAR: RSTD holds a variance (running
+    statistics, inference) and 1 / sqrt(var + eps) is taken here, once per kept index."""
     ksize, rsize, kept, chunks, tiles = geo
     xks, xr = xl
     yks, yr = yl
@@ -226,10 +227,10 @@ def norm_apply_kernel(
     zk = kept_offsets(offs_k, ksize, zks, KD)
     pk = kept_offsets(offs_k, ksize, pks, KD)
     sk = kept_offsets(offs_k, ksize, sks, KD)
-    mean = tl.load(MEAN + sk, mask=kmask, other=0.0).to(tl.float32)
+    mean = tl.load(MEAN + mean_offset + sk, mask=kmask, other=0.0).to(tl.float32)
     rstd = tl.load(RSTD + sk, mask=kmask, other=1.0).to(tl.float32)
     if SHIFTED:
-        shift = tl.load(SHIFT + sk, mask=kmask, other=0.0)
+        shift = tl.load(SHIFT + shift_offset + sk, mask=kmask, other=0.0)
     else:
         shift = tl.zeros((BLOCK_K,), tl.float32)
     if STATS_ARE_VAR:

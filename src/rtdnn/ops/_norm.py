@@ -1,6 +1,10 @@
-"""Checks and views shared by the normalization families (batch, layer, RMS, group, instance).
+"""Checks, views and the call cache shared by the normalization families.
 
-Every public function validates all of its arguments with these before any kernel runs.
+Every public function validates all of its arguments before any kernel runs. What depends only
+on the tensors' shapes, strides, dtypes and devices (and on flags such as the mode) is checked
+once per call signature: the result, a prepared call that holds the engine's plan, is kept in
+`engine.cache` under that signature, and later calls with the same signature check only their
+scalar arguments and go straight to the kernels. The prepared calls hold no tensors.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..algos import norm as engine
 from ..core import bad_param, check_out, check_runnable, check_tensor, empty_like_layout
 from ..kernels.norm_addressing import ACTIVATIONS
 
@@ -91,3 +96,51 @@ def broadcast(t: torch.Tensor | None, dims: Sequence[int], shape: Sequence[int])
 def grad_dtype(weight: torch.Tensor | None) -> torch.dtype:
     """Parameter gradients come in the weight's dtype, float32 without a weight."""
     return weight.dtype if weight is not None else torch.float32
+
+
+def contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
+    return t.contiguous() if t is not None else None
+
+
+def key(name: str, tensors, *flags) -> tuple | None:
+    """The call signature: tensors' shapes, strides, dtypes and devices, and flags (values
+    with their types, so that True and 1 differ). None if an argument is not a tensor."""
+    parts = []
+    for t in tensors:
+        if t is None:
+            parts.append(None)
+        elif isinstance(t, torch.Tensor):
+            parts.append((t.shape, t.stride(), t.dtype, t.device))
+        else:
+            return None
+    return (name, *parts, *((type(f), tuple(f) if isinstance(f, list) else f) for f in flags))
+
+
+def lookup(k: tuple | None):
+    if k is None:
+        return None
+    try:
+        return engine.cache.get(k)
+    except TypeError:  # an unhashable flag: validate without the cache
+        return None
+
+
+def store(k: tuple | None, call):
+    if k is not None:
+        try:
+            engine.cache[k] = call
+        except TypeError:
+            pass
+    return call
+
+
+def nonzero(v: object) -> object:
+    """beta != 0 for the cache key, whatever beta is (check_scaling judges it later)."""
+    try:
+        return bool(v != 0)
+    except Exception:
+        return v
+
+
+def empty(shape, strides, like: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(shape, strides, dtype=like.dtype, device=like.device)

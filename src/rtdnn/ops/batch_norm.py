@@ -64,6 +64,16 @@ def batch_norm_forward_training(
     parameter shape, for batch_norm_backward. z: x's shape, the residual added before the
     activation. Statistics take two reads of x (one for the statistics, one to normalize).
     """
+    tensors = (x, weight, bias, running_mean, running_var, z, out)
+    k = V.key("bn_train", tensors, mode, activation, V.nonzero(beta))
+    call = V.lookup(k) or V.store(k, _train_call(*tensors, mode, activation, beta))
+    momentum = V.real("momentum", momentum)
+    eps = V.real("eps", eps, minimum=0.0)
+    check_scaling(alpha, beta, out)
+    return call(*tensors, momentum, eps, float(alpha), float(beta))
+
+
+def _train_call(x, weight, bias, running_mean, running_var, z, out, mode, activation, beta):
     x = check_tensor("x", x, ndim=(2, 3, 4, 5))
     kept, pshape, count = _setup(x, mode)
     weight = V.param("weight", weight, pshape, x)
@@ -71,26 +81,33 @@ def batch_norm_forward_training(
     if (running_mean is None) != (running_var is None):
         raise bad_param("running_var", "one of the pair", "running_mean and running_var together")
     if running_mean is not None:
-        running_mean = V.running("running_mean", running_mean, pshape, x)
-        running_var = V.running("running_var", running_var, pshape, x)
-    momentum = V.real("momentum", momentum)
-    eps = V.real("eps", eps, minimum=0.0)
+        V.running("running_mean", running_mean, pshape, x)
+        V.running("running_var", running_var, pshape, x)
     z = V.like("z", z, x) if z is not None else None
     act = V.activation(activation)
-    check_scaling(alpha, beta, out)
+    check_scaling(0.0, beta, out)
     if count < 2:
         raise bad_param("x.shape", tuple(x.shape), "more than one value per statistic in training")
     y = V.output(out, x)
     V.ready(x)
-    mean = torch.empty(pshape, dtype=torch.float32, device=x.device)
-    invstd = torch.empty(pshape, dtype=torch.float32, device=x.device)
-    running = (running_mean, running_var) if running_mean is not None else None
-    engine.forward_train(
-        x, y, kept, mean, invstd, w=V.broadcast(weight, kept, x.shape),
-        b=V.broadcast(bias, kept, x.shape), z=z, activation=act, eps=eps, alpha=alpha,
-        beta=beta, running=running, momentum=momentum,
+    shape = x.shape
+    plan = engine.ForwardPlan(
+        x, y, kept, V.broadcast(weight, kept, shape), V.broadcast(bias, kept, shape), z,
+        rms=False, activation=act, beta_nonzero=beta != 0, running=running_mean is not None,
     )  # fmt: skip
-    return y, mean, invstd
+    y_strides = y.stride()
+
+    def call(x, weight, bias, running_mean, running_var, z, out, momentum, eps, alpha, beta):
+        y = out if out is not None else V.empty(x.shape, y_strides, x)
+        mean = torch.empty(pshape, dtype=torch.float32, device=x.device)
+        invstd = torch.empty(pshape, dtype=torch.float32, device=x.device)
+        plan(
+            x, y, mean, invstd, V.contiguous(weight), V.contiguous(bias), z, running_mean,
+            running_var, eps, momentum, alpha, beta,
+        )  # fmt: skip
+        return y, mean, invstd
+
+    return call
 
 
 def batch_norm_forward_inference(
@@ -114,6 +131,15 @@ def batch_norm_forward_inference(
         + beta * out. Shapes as in batch_norm_forward_training; the statistics may have any
     float dtype and strides.
     """
+    tensors = (x, weight, bias, running_mean, running_var, z, out)
+    k = V.key("bn_infer", tensors, mode, activation, V.nonzero(beta))
+    call = V.lookup(k) or V.store(k, _infer_call(*tensors, mode, activation, beta))
+    eps = V.real("eps", eps, minimum=0.0)
+    check_scaling(alpha, beta, out)
+    return call(*tensors, eps, float(alpha), float(beta))
+
+
+def _infer_call(x, weight, bias, running_mean, running_var, z, out, mode, activation, beta):
     x = check_tensor("x", x, ndim=(2, 3, 4, 5))
     kept, pshape, _ = _setup(x, mode)
     weight = V.param("weight", weight, pshape, x)
@@ -122,19 +148,28 @@ def batch_norm_forward_inference(
     running_var = V.param("running_var", running_var, pshape, x)
     if running_mean is None or running_var is None:
         raise bad_param("running_mean", None, "running_mean and running_var tensors")
-    eps = V.real("eps", eps, minimum=0.0)
     z = V.like("z", z, x) if z is not None else None
     act = V.activation(activation)
-    check_scaling(alpha, beta, out)
+    check_scaling(0.0, beta, out)
     y = V.output(out, x)
     V.ready(x)
-    engine.forward_apply(
-        x, y, kept, V.broadcast(running_mean, kept, x.shape),
-        V.broadcast(running_var, kept, x.shape), stat_is_var=True,
-        w=V.broadcast(weight, kept, x.shape), b=V.broadcast(bias, kept, x.shape), z=z,
-        activation=act, eps=eps, alpha=alpha, beta=beta,
+    shape = x.shape
+    plan = engine.ApplyPlan(
+        x, y, kept, V.broadcast(running_mean, kept, shape),
+        V.broadcast(running_var, kept, shape), True, V.broadcast(weight, kept, shape),
+        V.broadcast(bias, kept, shape), z, rms=False, activation=act, beta_nonzero=beta != 0,
     )  # fmt: skip
-    return y
+    y_strides = y.stride()
+
+    def call(x, weight, bias, running_mean, running_var, z, out, eps, alpha, beta):
+        y = out if out is not None else V.empty(x.shape, y_strides, x)
+        plan(
+            x, y, running_mean.contiguous(), running_var.contiguous(), V.contiguous(weight),
+            V.contiguous(bias), z, eps, alpha, beta,
+        )  # fmt: skip
+        return y
+
+    return call
 
 
 def batch_norm_backward(
@@ -165,6 +200,15 @@ def batch_norm_backward(
     weight, bias and z: the activation's input is recomputed from them and x (y is not
     needed). Two passes over dy and x: sums per statistic, then dx.
     """
+    tensors = (dy, x, saved_mean, saved_invstd, weight, bias, z, out)
+    k = V.key("bn_bwd", tensors, activation, mode, training, V.nonzero(beta))
+    call = V.lookup(k) or V.store(k, _backward_call(*tensors, activation, mode, training, beta))
+    check_scaling(alpha, beta, out)
+    return call(*tensors, float(alpha), float(beta))
+
+
+def _backward_call(dy, x, saved_mean, saved_invstd, weight, bias, z, out, activation, mode,
+                   training, beta):  # fmt: skip
     x = check_tensor("x", x, ndim=(2, 3, 4, 5))
     dy = V.like("dy", dy, x)
     kept, pshape, _ = _setup(x, mode)
@@ -176,18 +220,31 @@ def batch_norm_backward(
     act = V.activation(activation)
     if not isinstance(training, bool):
         raise bad_param("training", training, "True or False")
-    check_scaling(alpha, beta, out)
+    check_scaling(0.0, beta, out)
     dx = V.output(out, x)
     V.ready(x)
     dz = V.output(None, z) if z is not None else None
     gdt = V.grad_dtype(weight)
-    dw = torch.empty(pshape, dtype=gdt, device=x.device)
-    db = torch.empty(pshape, dtype=gdt, device=x.device)
     shape = x.shape
-    engine.backward_split(
-        dy, x, dx, kept, V.broadcast(saved_mean, kept, shape),
-        V.broadcast(saved_invstd, kept, shape), (1, math.prod(pshape), 1), weight=weight,
-        w=V.broadcast(weight, kept, shape), b=V.broadcast(bias, kept, shape), z=z, dz=dz, dw=dw,
-        db=db, training=training, activation=act, alpha=alpha, beta=beta,
+    plan = engine.SplitBackwardPlan(
+        dy, x, dx, kept, V.broadcast(saved_mean, kept, shape), (1, math.prod(pshape), 1),
+        V.broadcast(weight, kept, shape), V.broadcast(bias, kept, shape), z, dz, grads=True,
+        training=training, rms=False, activation=act, beta_nonzero=beta != 0,
     )  # fmt: skip
-    return dx, dw, db, dz
+    dx_strides = dx.stride()
+    dz_strides = dz.stride() if dz is not None else None
+
+    def call(dy, x, saved_mean, saved_invstd, weight, bias, z, out, alpha, beta):
+        dx = out if out is not None else V.empty(x.shape, dx_strides, x)
+        dz = V.empty(z.shape, dz_strides, z) if z is not None else None
+        dw = torch.empty(pshape, dtype=gdt, device=x.device)
+        db = torch.empty(pshape, dtype=gdt, device=x.device)
+        mean = saved_mean.to(torch.float32).contiguous()
+        invstd = saved_invstd.to(torch.float32).contiguous()
+        plan(
+            dy, x, dx, mean, invstd, V.contiguous(weight), V.contiguous(bias), z, dz, dw, db,
+            alpha, beta,
+        )  # fmt: skip
+        return dx, dw, db, dz
+
+    return call

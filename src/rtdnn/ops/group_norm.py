@@ -31,24 +31,41 @@ def _groups(x: torch.Tensor, num_groups: object) -> int:
     return num_groups
 
 
-def _forward(x, num_groups, weight, bias, eps, alpha, beta, out):
+def _forward(x, num_groups, weight, bias, eps, alpha, beta, out, instance):
+    tensors = (x, weight, bias, out)
+    k = V.key("in" if instance else "gn", tensors, num_groups, V.nonzero(beta))
+    call = V.lookup(k) or V.store(k, _forward_call(*tensors, num_groups, beta, instance))
+    eps = V.real("eps", eps, minimum=0.0)
+    check_scaling(alpha, beta, out)
+    return call(*tensors, eps, float(alpha), float(beta))
+
+
+def _forward_call(x, weight, bias, out, num_groups, beta, instance):
+    x = check_tensor("x", x, ndim=(3, 4, 5) if instance else (2, 3, 4, 5))
+    g = x.shape[1] if instance else _groups(x, num_groups)
     n, c = x.shape[:2]
     weight = V.param("weight", weight, (c,), x)
     bias = V.param("bias", bias, (c,), x)
-    eps = V.real("eps", eps, minimum=0.0)
-    check_scaling(alpha, beta, out)
+    check_scaling(0.0, beta, out)
     y = V.output(out, x)
     V.ready(x)
-    g = num_groups
     # View C as (G, C/G): kept dims (N, G), reduced dims (C/G, *S).
     xv, yv = x.unflatten(1, (g, c // g)), y.unflatten(1, (g, c // g))
-    mean = torch.empty((n, g), dtype=torch.float32, device=x.device)
-    rstd = torch.empty((n, g), dtype=torch.float32, device=x.device)
-    engine.forward_train(
-        xv, yv, (0, 1), mean, rstd, w=_param_view(weight, xv), b=_param_view(bias, xv), eps=eps,
-        alpha=alpha, beta=beta,
+    plan = engine.ForwardPlan(
+        xv, yv, (0, 1), _param_view(weight, xv), _param_view(bias, xv), None, rms=False,
+        activation="identity", beta_nonzero=beta != 0, running=False,
     )  # fmt: skip
-    return y, mean, rstd
+    y_strides = y.stride()
+
+    def call(x, weight, bias, out, eps, alpha, beta):
+        y = out if out is not None else V.empty(x.shape, y_strides, x)
+        mean = torch.empty((n, g), dtype=torch.float32, device=x.device)
+        rstd = torch.empty((n, g), dtype=torch.float32, device=x.device)
+        plan(x, y, mean, rstd, V.contiguous(weight), V.contiguous(bias), None, None, None, eps,
+             0.0, alpha, beta)  # fmt: skip
+        return y, mean, rstd
+
+    return call
 
 
 def _param_view(t: torch.Tensor | None, xv: torch.Tensor):
@@ -58,35 +75,54 @@ def _param_view(t: torch.Tensor | None, xv: torch.Tensor):
     return V.broadcast(t.view(xv.shape[1], xv.shape[2]), (1, 2), xv.shape)
 
 
-def _backward(dy, x, num_groups, mean, rstd, weight, param_grads, alpha, beta, out):
+def _backward(dy, x, num_groups, mean, rstd, weight, param_grads, alpha, beta, out, instance):
+    tensors = (dy, x, mean, rstd, weight, out)
+    k = V.key("in_bwd" if instance else "gn_bwd", tensors, num_groups, param_grads,
+              V.nonzero(beta))  # fmt: skip
+    call = V.lookup(k) or V.store(
+        k, _backward_call(*tensors, num_groups, param_grads, beta, instance)
+    )
+    check_scaling(alpha, beta, out)
+    return call(*tensors, float(alpha), float(beta))
+
+
+def _backward_call(dy, x, mean, rstd, weight, out, num_groups, param_grads, beta, instance):
+    x = check_tensor("x", x, ndim=(3, 4, 5) if instance else (2, 3, 4, 5))
+    g = x.shape[1] if instance else _groups(x, num_groups)
     dy = V.like("dy", dy, x)
     n, c = x.shape[:2]
-    g = num_groups
-    mean = V.stat("mean", mean, (n, g), x)
-    rstd = V.stat("rstd", rstd, (n, g), x)
+    V.stat("mean", mean, (n, g), x)
+    V.stat("rstd", rstd, (n, g), x)
     weight = V.param("weight", weight, (c,), x)
     if not isinstance(param_grads, bool):
         raise bad_param("param_grads", param_grads, "True or False")
-    check_scaling(alpha, beta, out)
+    check_scaling(0.0, beta, out)
     dx = V.output(out, x)
     V.ready(x)
-    dw = db = None
-    if param_grads:
-        dw = torch.empty((c,), dtype=V.grad_dtype(weight), device=x.device)
-        db = torch.empty_like(dw)
     # Kept dims (N, G, C/G): sums per (n, c) over *S, then combined per group and per channel.
     shape = (n, g, c // g, *x.shape[2:])
-    engine.backward_split(
-        dy.unflatten(1, shape[1:3]), x.unflatten(1, shape[1:3]), dx.unflatten(1, shape[1:3]),
-        (0, 1, 2), V.broadcast(mean, (0, 1), shape), V.broadcast(rstd, (0, 1), shape),
-        (n, g, c // g), weight=weight, w=V.broadcast(_as_groups(weight, g), (1, 2), shape),
-        dw=dw, db=db, alpha=alpha, beta=beta,
+    stats = V.broadcast(torch.empty((n, g), device="meta"), (0, 1), shape)
+    xv = x.unflatten(1, shape[1:3])
+    plan = engine.SplitBackwardPlan(
+        dy.unflatten(1, shape[1:3]), xv, dx.unflatten(1, shape[1:3]), (0, 1, 2), stats,
+        (n, g, c // g), _param_view(weight, xv), None, None, None, grads=param_grads,
+        training=True, rms=False, activation="identity", beta_nonzero=beta != 0,
     )  # fmt: skip
-    return dx, dw, db
+    gdt = V.grad_dtype(weight)
+    dx_strides = dx.stride()
 
+    def call(dy, x, mean, rstd, weight, out, alpha, beta):
+        dx = out if out is not None else V.empty(x.shape, dx_strides, x)
+        dw = db = None
+        if param_grads:
+            dw = torch.empty((c,), dtype=gdt, device=x.device)
+            db = torch.empty_like(dw)
+        mean = mean.to(torch.float32).contiguous()
+        rstd = rstd.to(torch.float32).contiguous()
+        plan(dy, x, dx, mean, rstd, V.contiguous(weight), None, None, None, dw, db, alpha, beta)
+        return dx, dw, db
 
-def _as_groups(t: torch.Tensor | None, g: int):
-    return None if t is None else t.view(g, -1)
+    return call
 
 
 def group_norm_forward(
@@ -104,9 +140,7 @@ def group_norm_forward(
 
     Returns (y, mean, rstd): y in x's memory format (or `out`); mean, rstd float32 (N, G).
     """
-    x = check_tensor("x", x, ndim=(2, 3, 4, 5))
-    g = _groups(x, num_groups)
-    return _forward(x, g, weight, bias, eps, alpha, beta, out)
+    return _forward(x, num_groups, weight, bias, eps, alpha, beta, out, instance=False)
 
 
 def group_norm_backward(
@@ -124,9 +158,9 @@ def group_norm_backward(
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Group norm backward. Returns (dx, dweight, dbias); dweight, dbias (C,) (weight's dtype,
     float32 without a weight) when param_grads, else None."""
-    x = check_tensor("x", x, ndim=(2, 3, 4, 5))
-    g = _groups(x, num_groups)
-    return _backward(dy, x, g, mean, rstd, weight, param_grads, alpha, beta, out)
+    return _backward(
+        dy, x, num_groups, mean, rstd, weight, param_grads, alpha, beta, out, instance=False
+    )
 
 
 def instance_norm_forward(
@@ -143,8 +177,7 @@ def instance_norm_forward(
 
     Returns (y, mean, rstd); mean, rstd float32 (N, C).
     """
-    x = check_tensor("x", x, ndim=(3, 4, 5))
-    return _forward(x, x.shape[1], weight, bias, eps, alpha, beta, out)
+    return _forward(x, None, weight, bias, eps, alpha, beta, out, instance=True)
 
 
 def instance_norm_backward(
@@ -160,5 +193,4 @@ def instance_norm_backward(
     out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Instance norm backward. Returns (dx, dweight, dbias) as group_norm_backward."""
-    x = check_tensor("x", x, ndim=(3, 4, 5))
-    return _backward(dy, x, x.shape[1], mean, rstd, weight, param_grads, alpha, beta, out)
+    return _backward(dy, x, None, mean, rstd, weight, param_grads, alpha, beta, out, instance=True)

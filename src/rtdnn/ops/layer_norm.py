@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from ..algos import norm as engine
-from ..core import bad_param, check_scaling, check_tensor
+from ..core import NotSupportedError, bad_param, check_scaling, check_tensor
 from . import _norm as V
 
 
@@ -38,60 +38,105 @@ def _normalized(x: torch.Tensor, normalized_shape) -> tuple[tuple[int, ...], tup
     return tuple(range(x.dim() - len(shape))), shape
 
 
-def _fit(x: torch.Tensor, kept: tuple[int, ...]) -> torch.Tensor:
-    """x as is if its dims merge into at most 4 kept and 4 reduced ones, else a copy."""
+def _fit(x: torch.Tensor, kept: tuple[int, ...]) -> bool:
+    """True if x's dims merge into at most 4 kept and 4 reduced ones (else x is copied)."""
     try:
         engine.geometry(x.shape, kept, [x.stride()])
-    except engine.NotSupportedError:
-        return x.contiguous()
-    return x
+    except NotSupportedError:
+        return False
+    return True
 
 
 def _forward(x, normalized_shape, weight, bias, eps, alpha, beta, out, rms: bool):
+    tensors = (x, weight, bias, out)
+    k = V.key("rms" if rms else "ln", tensors, normalized_shape, V.nonzero(beta))
+    call = V.lookup(k) or V.store(k, _forward_call(*tensors, normalized_shape, beta, rms))
+    eps = V.real("eps", eps, minimum=0.0)
+    check_scaling(alpha, beta, out)
+    return call(*tensors, eps, float(alpha), float(beta))
+
+
+def _forward_call(x, weight, bias, out, normalized_shape, beta, rms):
     x = check_tensor("x", x)
     kept, nshape = _normalized(x, normalized_shape)
     weight = V.param("weight", weight, nshape, x)
     bias = V.param("bias", bias, nshape, x)
-    eps = V.real("eps", eps, minimum=0.0)
-    check_scaling(alpha, beta, out)
+    check_scaling(0.0, beta, out)
     y = V.output(out, x)
     V.ready(x)
-    x = _fit(x, kept)
-    lead = tuple(x.shape[: len(kept)])
-    mean = torch.empty(lead, dtype=torch.float32, device=x.device)
-    rstd = torch.empty(lead, dtype=torch.float32, device=x.device)
+    copy = not _fit(x, kept)
+    xs = x.contiguous() if copy else x
     dims = range(len(kept), x.dim())
-    engine.forward_train(
-        x, y, kept, mean, rstd, w=V.broadcast(weight, dims, x.shape),
-        b=V.broadcast(bias, dims, x.shape), rms=rms, eps=eps, alpha=alpha, beta=beta,
+    plan = engine.ForwardPlan(
+        xs, y, kept, V.broadcast(weight, dims, x.shape), V.broadcast(bias, dims, x.shape), None,
+        rms=rms, activation="identity", beta_nonzero=beta != 0, running=False,
     )  # fmt: skip
-    return y, mean, rstd
+    lead = tuple(x.shape[: len(kept)])
+    y_strides = y.stride()
+
+    def call(x, weight, bias, out, eps, alpha, beta):
+        y = out if out is not None else V.empty(x.shape, y_strides, x)
+        mean = torch.empty(lead, dtype=torch.float32, device=x.device)
+        rstd = torch.empty(lead, dtype=torch.float32, device=x.device)
+        xs = x.contiguous() if copy else x
+        plan(xs, y, mean, rstd, V.contiguous(weight), V.contiguous(bias), None, None, None, eps,
+             0.0, alpha, beta)  # fmt: skip
+        return y, mean, rstd
+
+    return call
 
 
 def _backward(dy, x, normalized_shape, mean, rstd, weight, param_grads, alpha, beta, out, rms):
+    tensors = (dy, x, mean, rstd, weight, out)
+    k = V.key("rms_bwd" if rms else "ln_bwd", tensors, normalized_shape, param_grads,
+              V.nonzero(beta))  # fmt: skip
+    call = V.lookup(k) or V.store(
+        k, _backward_call(*tensors, normalized_shape, param_grads, beta, rms)
+    )
+    check_scaling(alpha, beta, out)
+    return call(*tensors, float(alpha), float(beta))
+
+
+def _backward_call(dy, x, mean, rstd, weight, out, normalized_shape, param_grads, beta, rms):
     x = check_tensor("x", x)
     dy = V.like("dy", dy, x)
     kept, nshape = _normalized(x, normalized_shape)
     lead = tuple(x.shape[: len(kept)])
-    rstd = V.stat("rstd", rstd, lead, x)
-    mean = V.stat("mean", mean, lead, x) if not rms else rstd
+    V.stat("rstd", rstd, lead, x)
+    if not rms:
+        V.stat("mean", mean, lead, x)
     weight = V.param("weight", weight, nshape, x)
     if not isinstance(param_grads, bool):
         raise bad_param("param_grads", param_grads, "True or False")
-    check_scaling(alpha, beta, out)
+    check_scaling(0.0, beta, out)
     dx = V.output(out, x)
     V.ready(x)
-    x, dy = _fit(x, kept), _fit(dy, kept)
-    dw = db = None
-    if param_grads:
-        dw = torch.empty(nshape, dtype=V.grad_dtype(weight), device=x.device)
-        db = torch.empty_like(dw) if not rms else None
+    copy_x, copy_dy = not _fit(x, kept), not _fit(dy, kept)
+    xs = x.contiguous() if copy_x else x
+    dys = dy.contiguous() if copy_dy else dy
     dims = range(len(kept), x.dim())
-    engine.backward_rows(
-        dy, x, dx, kept, mean, rstd, w=V.broadcast(weight, dims, x.shape), dw=dw, db=db,
-        rms=rms, alpha=alpha, beta=beta,
+    plan = engine.RowBackwardPlan(
+        dys, xs, dx, kept, V.broadcast(weight, dims, x.shape), grads=param_grads,
+        bias_grad=param_grads and not rms, rms=rms, beta_nonzero=beta != 0,
     )  # fmt: skip
-    return dx, dw, db
+    gdt = V.grad_dtype(weight)
+    dx_strides = dx.stride()
+
+    def call(dy, x, mean, rstd, weight, out, alpha, beta):
+        dx = out if out is not None else V.empty(x.shape, dx_strides, x)
+        dw = db = None
+        if param_grads:
+            dw = torch.empty(nshape, dtype=gdt, device=x.device)
+            db = torch.empty_like(dw) if not rms else None
+        rstd = rstd.to(torch.float32).contiguous()
+        mean = mean.to(torch.float32).contiguous() if not rms else rstd
+        plan(
+            dy.contiguous() if copy_dy else dy, x.contiguous() if copy_x else x, dx, mean, rstd,
+            V.contiguous(weight), dw, db, alpha, beta,
+        )  # fmt: skip
+        return dx, dw, db
+
+    return call
 
 
 def layer_norm_forward(
