@@ -15,7 +15,7 @@ from rtdnn import reference as R  # noqa: E402
 
 SETTINGS = dict(
     deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
-    max_examples=10,
+    max_examples=20,
 )  # fmt: skip
 
 
@@ -72,7 +72,10 @@ def test_training_forward_matches_reference(p):
     )  # fmt: skip
     if out is not None:
         assert y is out
-    assert y.stride() == x.stride() or out is not None or p["layout"] in ("strided", "permuted")
+    if out is None and p["layout"] in ("contiguous", "channels_last"):
+        # Same memory format: equal strides on every dim that has more than one element.
+        pairs = zip(y.stride(), x.stride(), x.shape, strict=True)
+        assert all(a == b for a, b, n in pairs if n > 1)
     check(y, ref[0], p["dtype"], what="y")
     check(mean, ref[1], what="mean", factor=10)
     check(invstd, ref[2], what="invstd", factor=10)

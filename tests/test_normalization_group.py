@@ -15,7 +15,7 @@ from rtdnn import reference as R  # noqa: E402
 
 SETTINGS = dict(
     deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
-    max_examples=10,
+    max_examples=20,
 )  # fmt: skip
 
 
