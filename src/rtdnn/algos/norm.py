@@ -53,6 +53,7 @@ class TilePolicy:
     programs_per_slot: int  # split grids aim at this many programs per parallel slot
     row_programs_per_slot: int  # programs of the persistent row backward, per slot
     max_slices: int  # cap on reduced slices per kept block (split path)
+    finish_block: int  # finish kernels merge this many slices (or outer indices) per step
     force_path: str | None = None  # "row" or "split" for tests; None decides by the problem
 
 
@@ -62,11 +63,11 @@ class TilePolicy:
 # SM count, and few enough partial rows to be a few percent of the traffic.
 GPU_POLICY = TilePolicy(
     row_elements=16384, row_pack=4096, split_elements=4096, max_block_r=16384,
-    programs_per_slot=8, row_programs_per_slot=2, max_slices=2048,
+    programs_per_slot=8, row_programs_per_slot=2, max_slices=2048, finish_block=256,
 )  # fmt: skip
 CPU_POLICY = TilePolicy(
     row_elements=64, row_pack=32, split_elements=32, max_block_r=16, programs_per_slot=1,
-    row_programs_per_slot=1, max_slices=3,
+    row_programs_per_slot=1, max_slices=3, finish_block=2,
 )  # fmt: skip
 
 
@@ -316,11 +317,12 @@ class ForwardPlan:
             tiles_per_slice=per_slice, IS_RMS=rms, KD=g.kd, BLOCK_R=t.block_r,
             BLOCK_K=t.block_k,
         )  # fmt: skip
-        fb = min(128, _pow2(g.kept))
+        fs = min(_pow2(slices), pol.finish_block)
+        fk = max(1, min(_pow2(g.kept), 2048 // fs))
         self.finish = SlotLaunch(
-            norm_stats_finish_kernel, (triton.cdiv(g.kept, fb),), dict(num_warps=4),
+            norm_stats_finish_kernel, (triton.cdiv(g.kept, fk),), dict(num_warps=4),
             ("PART", "MEAN", "RSTD", "RUN_MEAN", "RUN_VAR", "eps", "momentum"), kept=g.kept,
-            slices=slices, IS_RMS=rms, UPDATE_RUNNING=running, BLOCK_K=fb,
+            slices=slices, IS_RMS=rms, UPDATE_RUNNING=running, BLOCK_S=fs, BLOCK_K=fk,
         )  # fmt: skip
         # The statistics were just written contiguously, indexed by the flat kept index.
         sl = Layout(contiguous_strides(g.ksize, range(MAX_DIMS)), (0,) * MAX_DIMS)
@@ -404,11 +406,12 @@ class RowBackwardPlan:
         )  # fmt: skip
         self.finish = None
         if grads:
-            fb = min(1024, _pow2(params))
+            bp = min(_pow2(programs), pol.finish_block // 4 or 1)
+            bk = max(1, min(_pow2(params), 2048 // bp))
             self.finish = SlotLaunch(
-                param_grad_finish_kernel, (triton.cdiv(params, fb),), dict(num_warps=4),
+                param_grad_finish_kernel, (triton.cdiv(params, bk),), dict(num_warps=4),
                 ("PW", "PB", "DW", "DB"), n_params=params, n_parts=programs,
-                HAS_DB=bias_grad, BLOCK=fb,
+                HAS_DB=bias_grad, BLOCK_P=bp, BLOCK=bk,
             )  # fmt: skip
         self.part_shape = (programs, params) if grads else (1,)
         self.zero_parts = grads and not single
@@ -461,13 +464,17 @@ class SplitBackwardPlan:
             WRITE_DZ=dz is not None, **flags,
         )  # fmt: skip
         outer, n_groups, group_size = groups
-        block_c = _pow2(group_size)
-        block_g = min(_pow2(n_groups), max(1, 1024 // block_c))
+        # Blocks of (outer, slice, member, group) sums of about 2048 elements per step.
+        bc = _pow2(group_size)
+        bs = min(_pow2(slices), pol.finish_block)
+        bn = min(_pow2(outer), max(1, pol.finish_block // bs))
+        bg = max(1, min(_pow2(n_groups), 2048 // (bs * bn * bc)))
         self.finish = SlotLaunch(
-            norm_bwd_finish_kernel, (triton.cdiv(n_groups, block_g),), dict(num_warps=4),
+            norm_bwd_finish_kernel, (triton.cdiv(n_groups, bg),), dict(num_warps=4),
             ("PART", "W", "DW", "DB", "COEF"), outer=outer, groups=n_groups,
             group_size=group_size, slices=slices, inv_count=1.0 / (g.count * group_size),
-            HAS_W=w is not None, PARAM_GRADS=grads, BLOCK_G=block_g, BLOCK_C=block_c,
+            HAS_W=w is not None, PARAM_GRADS=grads, BLOCK_N=bn, BLOCK_S=bs, BLOCK_C=bc,
+            BLOCK_G=bg,
         )  # fmt: skip
         self.uses_dz = dz is not None
         if self.uses_dz:  # dpre comes from dz: no activation to recompute, no residual to read

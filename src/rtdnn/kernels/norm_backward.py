@@ -171,17 +171,22 @@ def norm_row_backward_kernel(
 
 @triton.jit
 def param_grad_finish_kernel(
-    PW, PB, DW, DB, n_params, n_parts, HAS_DB: tl.constexpr, BLOCK: tl.constexpr
-):
-    """DW[p] = sum over n_parts i, in order, of PW[i, p] (and DB from PB)."""
+    PW, PB, DW, DB, n_params, n_parts, HAS_DB: tl.constexpr, BLOCK_P: tl.constexpr,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    """DW[p] = sum over parts i of PW[i, p] (and DB from PB), BLOCK_P parts per step in a
+    fixed tree, the steps in order."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n_params
     acc_w = tl.zeros((BLOCK,), tl.float32)
     acc_b = tl.zeros((BLOCK,), tl.float32)
-    for i in range(n_parts):
-        acc_w += tl.load(PW + i * n_params + offs, mask=mask, other=0.0)
+    for i0 in range(0, n_parts, BLOCK_P):
+        offs_i = i0 + tl.arange(0, BLOCK_P)
+        m = (offs_i < n_parts)[:, None] & mask[None, :]
+        ptrs = offs_i[:, None] * n_params + offs[None, :]
+        acc_w += tl.sum(tl.load(PW + ptrs, mask=m, other=0.0), axis=0)
         if HAS_DB:
-            acc_b += tl.load(PB + i * n_params + offs, mask=mask, other=0.0)
+            acc_b += tl.sum(tl.load(PB + ptrs, mask=m, other=0.0), axis=0)
     tl.store(DW + offs, acc_w.to(DW.dtype.element_ty), mask=mask)
     if HAS_DB:
         tl.store(DB + offs, acc_b.to(DB.dtype.element_ty), mask=mask)
@@ -239,8 +244,8 @@ def norm_bwd_partial_kernel(
 @triton.jit
 def norm_bwd_finish_kernel(
     PART, W, DW, DB, COEF, outer, groups, group_size, slices, inv_count,
-    HAS_W: tl.constexpr, PARAM_GRADS: tl.constexpr, BLOCK_G: tl.constexpr,
-    BLOCK_C: tl.constexpr,
+    HAS_W: tl.constexpr, PARAM_GRADS: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
 ):  # fmt: skip
     """Kept indices of the partial pass are (outer, groups, group_size), row-major; the weight
     is indexed by (group, member) and the statistics by (outer, group):
@@ -249,37 +254,45 @@ def norm_bwd_finish_kernel(
         instance norm   outer N, groups C, group_size 1
         group norm      outer N, groups G, group_size C/G (the partial pass keeps (N, C))
 
-    Grid: (cdiv(groups, BLOCK_G),). Writes DW, DB (sums over outer and slices) and COEF
-    (2, outer, groups) float32: mean_r(w * dpre) and mean_r(w * dpre * xhat) per statistic,
-    inv_count being 1 / (values per statistic).
+    Grid: (cdiv(groups, BLOCK_G),). Each step loads a [BLOCK_N, BLOCK_S, BLOCK_C, BLOCK_G]
+    block of (outer, slice, member, group) sums, so that many slices (batch norm) or many
+    outer indices (group norm) take few steps. Writes DW, DB (sums over outer and slices, in
+    that fixed order) and COEF (2, outer, groups) float32: mean_r(w * dpre) and
+    mean_r(w * dpre * xhat) per statistic, inv_count being 1 / (values per statistic).
     """
     offs_g = tl.program_id(0) * BLOCK_G + tl.arange(0, BLOCK_G)
     offs_c = tl.arange(0, BLOCK_C)
     gmask = offs_g < groups
-    mask = (offs_c < group_size)[:, None] & gmask[None, :]
-    j = offs_g[None, :] * group_size + offs_c[:, None]
+    mask_cg = (offs_c < group_size)[:, None] & gmask[None, :]
+    j = offs_g[None, :] * group_size + offs_c[:, None]  # [BLOCK_C, BLOCK_G]: weight index
     kept = outer * groups * group_size
     w = 1.0
     if HAS_W:
-        w = tl.load(W + j, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(W + j, mask=mask_cg, other=0.0).to(tl.float32)[None, :, :]
     dw = tl.zeros((BLOCK_C, BLOCK_G), tl.float32)
     db = tl.zeros((BLOCK_C, BLOCK_G), tl.float32)
-    for n in range(outer):
-        a = tl.zeros((BLOCK_C, BLOCK_G), tl.float32)
-        b = tl.zeros((BLOCK_C, BLOCK_G), tl.float32)
-        for s in range(slices):
-            base = PART + s * kept + n * groups * group_size + j
-            a += tl.load(base, mask=mask, other=0.0)
-            b += tl.load(base + slices * kept, mask=mask, other=0.0)
-        dw += a
-        db += b
-        c1 = tl.sum(w * b, axis=0) * inv_count
-        c2 = tl.sum(w * a, axis=0) * inv_count
-        tl.store(COEF + n * groups + offs_g, c1, mask=gmask)
-        tl.store(COEF + (outer + n) * groups + offs_g, c2, mask=gmask)
+    for n0 in range(0, outer, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        nmask = offs_n < outer
+        a = tl.zeros((BLOCK_N, BLOCK_C, BLOCK_G), tl.float32)
+        b = tl.zeros((BLOCK_N, BLOCK_C, BLOCK_G), tl.float32)
+        for s0 in range(0, slices, BLOCK_S):
+            offs_s = s0 + tl.arange(0, BLOCK_S)
+            row = offs_s[None, :] * kept + offs_n[:, None] * (groups * group_size)
+            mask = (nmask[:, None] & (offs_s < slices)[None, :])[:, :, None, None]
+            mask = mask & mask_cg[None, None, :, :]
+            ptrs = PART + row[:, :, None, None] + j[None, None, :, :]
+            a += tl.sum(tl.load(ptrs, mask=mask, other=0.0), axis=1)
+            b += tl.sum(tl.load(ptrs + slices * kept, mask=mask, other=0.0), axis=1)
+        dw += tl.sum(a, axis=0)
+        db += tl.sum(b, axis=0)
+        smask = nmask[:, None] & gmask[None, :]
+        soff = offs_n[:, None] * groups + offs_g[None, :]
+        tl.store(COEF + soff, tl.sum(w * b, axis=1) * inv_count, mask=smask)
+        tl.store(COEF + outer * groups + soff, tl.sum(w * a, axis=1) * inv_count, mask=smask)
     if PARAM_GRADS:
-        tl.store(DW + j, dw.to(DW.dtype.element_ty), mask=mask)
-        tl.store(DB + j, db.to(DB.dtype.element_ty), mask=mask)
+        tl.store(DW + j, dw.to(DW.dtype.element_ty), mask=mask_cg)
+        tl.store(DB + j, db.to(DB.dtype.element_ty), mask=mask_cg)
 
 
 @triton.jit
