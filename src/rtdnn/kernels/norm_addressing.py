@@ -24,10 +24,11 @@ Kernels unpack `geo` and the layouts into plain tuples before any loop and pass 
 helpers: Triton 3.6 fails to compile an index into a NamedTuple argument inside a loop when
 the indexed leaf was specialized to a constant (a size or stride of 1).
 
-Statistics are accumulated per tile exactly (the tile mean, then the sum of squared deviations
-from it, in registers) and tiles are merged with Chan et al.'s parallel formula. This keeps
-full float32 precision on data with a large mean and a small spread, where E[x^2] - E[x]^2
-would cancel, and it is deterministic: the order of the merges is fixed.
+Statistics are accumulated per element with Welford's update (each register of a tile keeps
+its own count, mean and M2 over the tiles it has seen), combined across the tile once at the end
+and across programs with Chan et al.'s parallel formula, all on x - shift (the statistic's
+first value). This keeps full float32 precision on data with a large mean and a small spread,
+where E[x^2] - E[x]^2 would cancel, and it is deterministic: the order of the merges is fixed.
 """
 
 from typing import NamedTuple
@@ -129,14 +130,27 @@ def store_tile(
 
 
 @triton.jit
-def tile_moments(x, shift, mask, rmask):
-    """Count (scalar), mean of x - shift and sum of squared deviations (per kept lane) of one
-    tile, exactly in registers (two passes over the tile)."""
-    n = tl.sum(rmask.to(tl.float32), axis=0)
-    d = tl.where(mask, x - shift[None, :], 0.0)
-    mean = tl.sum(d, axis=0) / n
-    d = tl.where(mask, d - mean[None, :], 0.0)
-    return n, mean, tl.sum(d * d, axis=0)
+def welford_step(x, shift, mask, rmask, cnt, mean, m2):
+    """One tile into per-element Welford accumulators: cnt [BLOCK_R] counts the tiles each
+    row position has seen, mean and m2 [BLOCK_R, BLOCK_K] are over x - shift. No reduction
+    across threads here: the loop body stays a load and a few multiply-adds."""
+    d = x - shift[None, :]
+    cnt += rmask.to(tl.float32)
+    inv = 1.0 / tl.maximum(cnt, 1.0)
+    delta = tl.where(mask, d - mean, 0.0)
+    mean += delta * inv[:, None]
+    m2 += delta * (d - mean)
+    return cnt, mean, m2
+
+
+@triton.jit
+def welford_finish(cnt, mean, m2):
+    """Per-element accumulators -> (count, mean, M2) per kept lane, by Chan's formula over the
+    BLOCK_R positions (count-weighted mean, M2 plus the spread of the position means)."""
+    n = tl.sum(cnt, axis=0)
+    total = tl.sum(cnt[:, None] * mean, axis=0) / tl.maximum(n, 1.0)
+    d = mean - total[None, :]
+    return n, total, tl.sum(m2 + cnt[:, None] * d * d, axis=0)
 
 
 @triton.jit

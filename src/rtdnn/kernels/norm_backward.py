@@ -121,8 +121,8 @@ def norm_row_backward_kernel(
                 if BIAS_GRAD:
                     acc_b += tl.sum(dp, axis=1)
         else:
-            c1 = tl.zeros((BLOCK_K,), tl.float32)
-            c2 = tl.zeros((BLOCK_K,), tl.float32)
+            acc1 = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
+            acc2 = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
             for t in range(0, tiles):
                 coords = tile_coords(t, rsize, chunks, BLOCK_R)
                 mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
@@ -131,10 +131,10 @@ def norm_row_backward_kernel(
                     rmask, mean, rstd, wpre, bpre, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
                 )  # fmt: skip
                 g = dp * w
-                c1 += tl.sum(g, axis=0)
-                c2 += tl.sum(g * xhat, axis=0)
-            c1 = c1 * inv_count
-            c2 = c2 * inv_count
+                acc1 += g
+                acc2 += g * xhat
+            c1 = tl.sum(acc1, axis=0) * inv_count
+            c2 = tl.sum(acc2, axis=0) * inv_count
             for t in range(0, tiles):
                 coords = tile_coords(t, rsize, chunks, BLOCK_R)
                 mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
@@ -222,8 +222,9 @@ def norm_bwd_partial_kernel(
     mean = tl.load(MEAN + sk, mask=kmask, other=0.0)
     rstd = tl.load(RSTD + sk, mask=kmask, other=0.0)
     wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
-    a = tl.zeros((BLOCK_K,), tl.float32)
-    b = tl.zeros((BLOCK_K,), tl.float32)
+    # Per-element sums, reduced across the tile once at the end (not once per tile).
+    a = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
+    b = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
     first = s * tiles_per_slice
     for t in range(first, tl.minimum(first + tiles_per_slice, tiles)):
         coords = tile_coords(t, rsize, chunks, BLOCK_R)
@@ -232,13 +233,13 @@ def norm_bwd_partial_kernel(
             DY, X, W, B, Z, dyr, xr, pr, zr, coords, offs_r, dyk, xk, pk, zk, mask, rmask, mean,
             rstd, wpre, bpre, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
         )  # fmt: skip
-        a += tl.sum(dp * xhat, axis=0)
-        b += tl.sum(dp, axis=0)
+        a += dp * xhat
+        b += dp
         if WRITE_DZ:
             store_tile(DZ, dzr, coords, offs_r, dzk, mask, dp, 1.0, 0.0, False)
     base = PART + s * kept + offs_k
-    tl.store(base, a, mask=kmask)
-    tl.store(base + slices * kept, b, mask=kmask)
+    tl.store(base, tl.sum(a, axis=0), mask=kmask)
+    tl.store(base + slices * kept, tl.sum(b, axis=0), mask=kmask)
 
 
 @triton.jit

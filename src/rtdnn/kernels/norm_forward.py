@@ -6,8 +6,9 @@ Two ways to get there:
 
 * Row kernel (`norm_row_forward_kernel`): one program owns a block of kept indices and every
   reduced position of them. When the whole reduced extent is one tile (SINGLE) the tile stays
-  in registers, so x is read once: layer and RMS norm rows, small groups. Otherwise the program
-  walks the tiles twice (statistics, then the output); the second walk mostly hits L2.
+  in registers, so x is read once, with exact two-pass statistics: layer and RMS norm rows,
+  small groups. Otherwise the program walks the tiles twice (statistics, then the output); the
+  second walk mostly hits L2.
 * Split (two-stage, deterministic): `norm_stats_partial_kernel` runs a grid of (kept block,
   slice of reduced tiles) and writes one (count, mean, M2) summary per slice;
   `norm_stats_finish_kernel` merges the slices in a fixed order, writes mean and 1/std and
@@ -30,8 +31,9 @@ from .norm_addressing import (
     store_tile,
     tile_coords,
     tile_mask,
-    tile_moments,
     tile_params,
+    welford_finish,
+    welford_step,
 )
 
 
@@ -108,15 +110,15 @@ def norm_row_forward_kernel(
             alpha, beta, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, PMODE,
         )  # fmt: skip
     else:
-        n = tl.zeros((BLOCK_K,), tl.float32)
-        mean = tl.zeros((BLOCK_K,), tl.float32)
-        m2 = tl.zeros((BLOCK_K,), tl.float32)
+        cnt = tl.zeros((BLOCK_R,), tl.float32)
+        acc_mean = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
+        acc_m2 = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
         for t in range(0, tiles):
             coords = tile_coords(t, rsize, chunks, BLOCK_R)
             mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
             x = load_tile(X, xr, coords, offs_r, xk, mask)
-            n_t, mean_t, m2_t = tile_moments(x, shift, mask, rmask)
-            n, mean, m2 = chan_merge(n, mean, m2, n_t, mean_t, m2_t)
+            cnt, acc_mean, acc_m2 = welford_step(x, shift, mask, rmask, cnt, acc_mean, acc_m2)
+        n, mean, m2 = welford_finish(cnt, acc_mean, acc_m2)
         rstd = inv_std(mean, m2, n, eps, IS_RMS)
         for t in range(0, tiles):
             _apply_tile(
@@ -144,16 +146,16 @@ def norm_stats_partial_kernel(
     kmask = offs_k < kept
     xk = kept_offsets(offs_k, ksize, xks, KD)
     shift = shift_of(X, xk, kmask, IS_RMS)
-    n = tl.zeros((BLOCK_K,), tl.float32)
-    mean = tl.zeros((BLOCK_K,), tl.float32)
-    m2 = tl.zeros((BLOCK_K,), tl.float32)
+    cnt = tl.zeros((BLOCK_R,), tl.float32)
+    acc_mean = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
+    acc_m2 = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
     first = s * tiles_per_slice
     for t in range(first, tl.minimum(first + tiles_per_slice, tiles)):
         coords = tile_coords(t, rsize, chunks, BLOCK_R)
         mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
         x = load_tile(X, xr, coords, offs_r, xk, mask)
-        n_t, mean_t, m2_t = tile_moments(x, shift, mask, rmask)
-        n, mean, m2 = chan_merge(n, mean, m2, n_t, mean_t, m2_t)
+        cnt, acc_mean, acc_m2 = welford_step(x, shift, mask, rmask, cnt, acc_mean, acc_m2)
+    n, mean, m2 = welford_finish(cnt, acc_mean, acc_m2)
     base = PART + s * kept + offs_k
     plane = slices * kept
     tl.store(base, n, mask=kmask)
