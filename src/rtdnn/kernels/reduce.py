@@ -18,15 +18,20 @@ def channel_partial_sum_kernel(
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     slice_id = tl.program_id(1)
     total = num_pixels(geo, geo.out_size)
+    # Fields are read into locals before the loop: Triton 3.6 fails to compile a NamedTuple
+    # field read inside a loop when one of its leaves was specialized to 1.
     ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    out_size = geo.out_size
+    base = geo.offsets[2]
+    channels = geo.kg
     acc = tl.zeros((BLOCK_K,), dtype=tl.float32)
     start = slice_id * pixels_per_slice
     end = tl.minimum(start + pixels_per_slice, total)
     for p0 in range(start, end, BLOCK_P):
         j = p0 + tl.arange(0, BLOCK_P)
-        n, od, oh, ow = split_pixel(j, geo.out_size)
-        pix = geo.offsets[2] + n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
-        mask = (j < end)[:, None] & (offs_k < geo.kg)[None, :]
+        n, od, oh, ow = split_pixel(j, out_size)
+        pix = base + n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
+        mask = (j < end)[:, None] & (offs_k < channels)[None, :]
         tile = tl.load(DY + pix[:, None] + (offs_k * ys_k)[None, :], mask=mask, other=0.0)
         acc += tl.sum(tile.to(tl.float32), axis=0)
     tl.store(PART + slice_id * geo.kg + offs_k, acc, mask=offs_k < geo.kg)

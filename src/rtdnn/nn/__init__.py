@@ -16,6 +16,17 @@ from .conv import Conv1d, Conv2d, Conv3d
 from .dropout import Dropout
 from .linear import CrossEntropyLoss, Linear
 from .lrn import LocalResponseNorm
+from .normalization import (
+    BatchNorm1d,
+    BatchNorm2d,
+    BatchNorm3d,
+    GroupNorm,
+    InstanceNorm1d,
+    InstanceNorm2d,
+    InstanceNorm3d,
+    LayerNorm,
+    RMSNorm,
+)
 from .pooling import (
     AdaptiveAvgPool1d,
     AdaptiveAvgPool2d,
@@ -35,6 +46,9 @@ __all__ = [
     "AvgPool1d",
     "AvgPool2d",
     "AvgPool3d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
     "Conv1d",
     "Conv2d",
     "Conv3d",
@@ -42,7 +56,12 @@ __all__ = [
     "Dropout",
     "ELU",
     "GELU",
+    "GroupNorm",
     "Hardtanh",
+    "InstanceNorm1d",
+    "InstanceNorm2d",
+    "InstanceNorm3d",
+    "LayerNorm",
     "LeakyReLU",
     "Linear",
     "LocalResponseNorm",
@@ -51,6 +70,7 @@ __all__ = [
     "MaxPool2d",
     "MaxPool3d",
     "ReLU",
+    "RMSNorm",
     "Sigmoid",
     "SiLU",
     "Softmax",

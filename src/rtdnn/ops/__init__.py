@@ -1,6 +1,11 @@
 """The public functional API, one module per primitive family."""
 
 from .activation import activation_backward, activation_forward, activation_needs
+from .batch_norm import (
+    batch_norm_backward,
+    batch_norm_forward_inference,
+    batch_norm_forward_training,
+)
 from .conv import (
     conv_backward_bias,
     conv_backward_data,
@@ -10,6 +15,13 @@ from .conv import (
     get_conv_algorithm,
 )
 from .dropout import dropout_backward, dropout_forward
+from .group_norm import (
+    group_norm_backward,
+    group_norm_forward,
+    instance_norm_backward,
+    instance_norm_forward,
+)
+from .layer_norm import layer_norm_backward, layer_norm_forward, rms_norm_backward, rms_norm_forward
 from .linear import linear, linear_backward_bias, linear_backward_data, linear_backward_weight
 from .loss import cross_entropy, cross_entropy_backward, cross_entropy_forward
 from .lrn import lrn_backward, lrn_forward
@@ -36,6 +48,9 @@ __all__ = [
     "adaptive_avg_pool",
     "adaptive_avg_pool_backward",
     "add_tensor",
+    "batch_norm_backward",
+    "batch_norm_forward_inference",
+    "batch_norm_forward_training",
     "conv_backward_bias",
     "conv_backward_data",
     "conv_backward_filter",
@@ -47,6 +62,12 @@ __all__ = [
     "dropout_forward",
     "find_conv_algorithms",
     "get_conv_algorithm",
+    "group_norm_backward",
+    "group_norm_forward",
+    "instance_norm_backward",
+    "instance_norm_forward",
+    "layer_norm_backward",
+    "layer_norm_forward",
     "linear",
     "linear_backward_bias",
     "linear_backward_data",
@@ -57,6 +78,8 @@ __all__ = [
     "pooling_backward",
     "pooling_forward",
     "reduce_tensor",
+    "rms_norm_backward",
+    "rms_norm_forward",
     "scale_tensor",
     "set_tensor",
     "softmax_backward",

@@ -1,0 +1,259 @@
+"""Normalization forward kernels (see norm_addressing.py for the geometry).
+
+    y = alpha * act(xhat * w + b + z) + beta * y,   xhat = (x - mean) * rstd
+
+Two ways to get there:
+
+* Row kernel (`norm_row_forward_kernel`): one program owns a block of kept indices and every
+  reduced position of them. When the whole reduced extent is one tile (SINGLE) the tile stays
+  in registers, so x is read once, with exact two-pass statistics: layer and RMS norm rows,
+  small groups. Otherwise the program walks the tiles twice (statistics, then the output); the
+  second walk mostly hits L2.
+* Split (two-stage, deterministic): `norm_stats_partial_kernel` runs a grid of (kept block,
+  slice of reduced tiles) and writes one (count, mean, M2) summary per slice;
+  `norm_stats_finish_kernel` merges the slices in a fixed order, writes mean and 1/std and
+  updates running statistics; `norm_apply_kernel` is the elementwise pass. Used when there
+  are too few kept indices to fill the GPU (batch norm: C channels over N*H*W rows).
+"""
+
+import triton
+import triton.language as tl
+
+from .norm_addressing import (
+    activate,
+    chan_merge,
+    inv_std,
+    kept_offsets,
+    load_tile,
+    normalized,
+    preload_params,
+    shift_of,
+    store_tile,
+    tile_coords,
+    tile_mask,
+    tile_params,
+    welford_finish,
+    welford_step,
+)
+
+
+@triton.jit
+def _output_tile(
+    Y, Z, W, B, yr, zr, pr, coords, offs_r, yk, zk, pk, mask, rmask, xhat, wpre, bpre, alpha,
+    beta, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr,
+    BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr,
+):  # fmt: skip
+    """Y[tile] = alpha * act(xhat * w + b + z) + beta * Y[tile]."""
+    w, b = tile_params(W, B, pr, coords, offs_r, pk, mask, rmask, wpre, bpre, HAS_W, HAS_B, PMODE)
+    v = xhat * w + b
+    if HAS_Z:
+        v += load_tile(Z, zr, coords, offs_r, zk, mask)
+    store_tile(Y, yr, coords, offs_r, yk, mask, activate(v, ACT), alpha, beta, BETA_NONZERO)
+
+
+@triton.jit
+def _apply_tile(
+    X, Y, Z, W, B, rsize, chunks, xr, yr, zr, pr, t, offs_r, xk, yk, zk, pk, kmask, shift,
+    mean, rstd, wpre, bpre, alpha, beta, IS_RMS: tl.constexpr, HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr,
+    PMODE: tl.constexpr, BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    coords = tile_coords(t, rsize, chunks, BLOCK_R)
+    mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
+    x = load_tile(X, xr, coords, offs_r, xk, mask)
+    xhat = normalized(x, shift, mean, rstd, IS_RMS)
+    _output_tile(
+        Y, Z, W, B, yr, zr, pr, coords, offs_r, yk, zk, pk, mask, rmask, xhat, wpre, bpre,
+        alpha, beta, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, PMODE,
+    )  # fmt: skip
+
+
+@triton.jit
+def norm_row_forward_kernel(
+    X, Y, Z, W, B, MEAN, RSTD, geo, xl, yl, zl, pl, eps, inv_count, alpha, beta,
+    IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
+    ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr, SINGLE: tl.constexpr,
+    KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """Grid: (cdiv(kept, BLOCK_K),). MEAN and RSTD are float32, indexed by the flat kept index."""
+    ksize, rsize, kept, chunks, tiles = geo
+    xks, xr = xl
+    yks, yr = yl
+    zks, zr = zl
+    pks, pr = pl
+    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    offs_r = tl.arange(0, BLOCK_R)
+    kmask = offs_k < kept
+    xk = kept_offsets(offs_k, ksize, xks, KD)
+    yk = kept_offsets(offs_k, ksize, yks, KD)
+    zk = kept_offsets(offs_k, ksize, zks, KD)
+    pk = kept_offsets(offs_k, ksize, pks, KD)
+    wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
+    shift = shift_of(X, xk, kmask, IS_RMS)
+    if SINGLE:
+        # The whole reduced extent is one tile: exact two-pass statistics in registers.
+        coords = tile_coords(0, rsize, chunks, BLOCK_R)
+        mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
+        x = load_tile(X, xr, coords, offs_r, xk, mask)
+        if IS_RMS:
+            mean = tl.zeros((BLOCK_K,), tl.float32)
+            rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) * inv_count + eps)
+            xhat = x * rstd[None, :]
+        else:
+            d = tl.where(mask, x - shift[None, :], 0.0)
+            mean = tl.sum(d, axis=0) * inv_count
+            d = tl.where(mask, d - mean[None, :], 0.0)
+            rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) * inv_count + eps)
+            xhat = d * rstd[None, :]
+        _output_tile(
+            Y, Z, W, B, yr, zr, pr, coords, offs_r, yk, zk, pk, mask, rmask, xhat, wpre, bpre,
+            alpha, beta, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, PMODE,
+        )  # fmt: skip
+    else:
+        cnt = tl.zeros((BLOCK_R,), tl.float32)
+        acc_mean = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
+        acc_m2 = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
+        for t in range(0, tiles):
+            coords = tile_coords(t, rsize, chunks, BLOCK_R)
+            mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
+            x = load_tile(X, xr, coords, offs_r, xk, mask)
+            cnt, acc_mean, acc_m2 = welford_step(x, shift, mask, rmask, cnt, acc_mean, acc_m2)
+        n, mean, m2 = welford_finish(cnt, acc_mean, acc_m2)
+        rstd = inv_std(mean, m2, n, eps, IS_RMS)
+        for t in range(0, tiles):
+            _apply_tile(
+                X, Y, Z, W, B, rsize, chunks, xr, yr, zr, pr, t, offs_r, xk, yk, zk, pk, kmask,
+                shift, mean, rstd, wpre, bpre, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT,
+                BETA_NONZERO, PMODE, BLOCK_R,
+            )  # fmt: skip
+    tl.store(MEAN + offs_k, shift + mean, mask=kmask)
+    tl.store(RSTD + offs_k, rstd, mask=kmask)
+
+
+@triton.jit
+def norm_stats_partial_kernel(
+    X, PART, geo, xl, tiles_per_slice, IS_RMS: tl.constexpr, KD: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """Grid: (cdiv(kept, BLOCK_K), slices). PART (4, slices, kept) float32: count, mean of
+    x - shift, M2, and the shift (the same in every slice: the statistic's first value)."""
+    ksize, rsize, kept, chunks, tiles = geo
+    xks, xr = xl
+    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    s = tl.program_id(1)
+    slices = tl.num_programs(1)
+    offs_r = tl.arange(0, BLOCK_R)
+    kmask = offs_k < kept
+    xk = kept_offsets(offs_k, ksize, xks, KD)
+    shift = shift_of(X, xk, kmask, IS_RMS)
+    cnt = tl.zeros((BLOCK_R,), tl.float32)
+    acc_mean = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
+    acc_m2 = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
+    first = s * tiles_per_slice
+    for t in range(first, tl.minimum(first + tiles_per_slice, tiles)):
+        coords = tile_coords(t, rsize, chunks, BLOCK_R)
+        mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
+        x = load_tile(X, xr, coords, offs_r, xk, mask)
+        cnt, acc_mean, acc_m2 = welford_step(x, shift, mask, rmask, cnt, acc_mean, acc_m2)
+    n, mean, m2 = welford_finish(cnt, acc_mean, acc_m2)
+    base = PART + s * kept + offs_k
+    plane = slices * kept
+    tl.store(base, n, mask=kmask)
+    tl.store(base + plane, mean, mask=kmask)
+    tl.store(base + 2 * plane, m2, mask=kmask)
+    tl.store(base + 3 * plane, shift, mask=kmask)
+
+
+@triton.jit
+def norm_stats_finish_kernel(
+    PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, kept, slices, eps, momentum,
+    IS_RMS: tl.constexpr, UPDATE_RUNNING: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """Merge the slices' summaries; write mean and 1/std (float32) and, with UPDATE_RUNNING,
+    running = (1 - momentum) * running + momentum * batch statistic, where the running
+    variance takes the unbiased batch variance M2 / (n - 1), as cuDNN and torch do.
+
+    Slices are merged BLOCK_S at a time (their count-weighted mean and M2 with the spread of
+    their means, in registers), then chunk after chunk with Chan's formula: a fixed order,
+    and few enough steps that thousands of slices cost microseconds.
+
+    The merged mean of x - shift replaces slice 0's partial mean in PART: the apply pass
+    normalizes with (x - shift) - mean, exact where x - mean rounded to float32 is not."""
+    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    kmask = offs_k < kept
+    plane = slices * kept
+    n = tl.zeros((BLOCK_K,), tl.float32)
+    mean = tl.zeros((BLOCK_K,), tl.float32)
+    m2 = tl.zeros((BLOCK_K,), tl.float32)
+    for s0 in range(0, slices, BLOCK_S):
+        offs_s = s0 + tl.arange(0, BLOCK_S)
+        mask = (offs_s < slices)[:, None] & kmask[None, :]
+        ptrs = PART + offs_s[:, None] * kept + offs_k[None, :]
+        n_s = tl.load(ptrs, mask=mask, other=0.0)
+        mean_s = tl.load(ptrs + plane, mask=mask, other=0.0)
+        m2_s = tl.load(ptrs + 2 * plane, mask=mask, other=0.0)
+        n_c = tl.sum(n_s, axis=0)
+        mean_c = tl.sum(n_s * mean_s, axis=0) / tl.maximum(n_c, 1.0)
+        d = mean_s - mean_c[None, :]
+        m2_c = tl.sum(m2_s + n_s * d * d, axis=0)
+        n, mean, m2 = chan_merge(n, mean, m2, n_c, mean_c, m2_c)
+    n = tl.maximum(n, 1.0)  # masked lanes only
+    shift = tl.load(PART + 3 * plane + offs_k, mask=kmask, other=0.0)
+    tl.store(PART + plane + offs_k, mean, mask=kmask)
+    tl.store(MEAN + offs_k, shift + mean, mask=kmask)
+    tl.store(RSTD + offs_k, inv_std(mean, m2, n, eps, IS_RMS), mask=kmask)
+    if UPDATE_RUNNING:
+        rm = tl.load(RUN_MEAN + offs_k, mask=kmask, other=0.0).to(tl.float32)
+        rv = tl.load(RUN_VAR + offs_k, mask=kmask, other=0.0).to(tl.float32)
+        unbiased = m2 / tl.maximum(n - 1.0, 1.0)
+        rm = (1.0 - momentum) * rm + momentum * (shift + mean)
+        rv = (1.0 - momentum) * rv + momentum * unbiased
+        tl.store(RUN_MEAN + offs_k, rm.to(RUN_MEAN.dtype.element_ty), mask=kmask)
+        tl.store(RUN_VAR + offs_k, rv.to(RUN_VAR.dtype.element_ty), mask=kmask)
+
+
+@triton.jit
+def norm_apply_kernel(
+    X, Y, Z, W, B, SHIFT, MEAN, RSTD, geo, xl, yl, zl, pl, sl, eps, alpha, beta,
+    tiles_per_slice, mean_offset, shift_offset, SHIFTED: tl.constexpr,
+    STATS_ARE_VAR: tl.constexpr, IS_RMS: tl.constexpr, HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr,
+    PMODE: tl.constexpr, KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """The elementwise pass. Grid: (cdiv(kept, BLOCK_K), slices). SHIFT, MEAN and RSTD are
+    addressed by `sl`, MEAN and SHIFT from elements mean_offset and shift_offset on (the split
+    path passes its workspace for both). SHIFTED: MEAN is relative to SHIFT (from the split
+    statistics); else SHIFT is unused. STATS_ARE_VAR: RSTD holds a variance (running
+    statistics, inference) and 1 / sqrt(var + eps) is taken here, once per kept index."""
+    ksize, rsize, kept, chunks, tiles = geo
+    xks, xr = xl
+    yks, yr = yl
+    zks, zr = zl
+    pks, pr = pl
+    sks, sr = sl
+    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    s = tl.program_id(1)
+    offs_r = tl.arange(0, BLOCK_R)
+    kmask = offs_k < kept
+    xk = kept_offsets(offs_k, ksize, xks, KD)
+    yk = kept_offsets(offs_k, ksize, yks, KD)
+    zk = kept_offsets(offs_k, ksize, zks, KD)
+    pk = kept_offsets(offs_k, ksize, pks, KD)
+    sk = kept_offsets(offs_k, ksize, sks, KD)
+    mean = tl.load(MEAN + mean_offset + sk, mask=kmask, other=0.0).to(tl.float32)
+    rstd = tl.load(RSTD + sk, mask=kmask, other=1.0).to(tl.float32)
+    if SHIFTED:
+        shift = tl.load(SHIFT + shift_offset + sk, mask=kmask, other=0.0)
+    else:
+        shift = tl.zeros((BLOCK_K,), tl.float32)
+    if STATS_ARE_VAR:
+        rstd = 1.0 / tl.sqrt(rstd + eps)
+    wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
+    first = s * tiles_per_slice
+    for t in range(first, tl.minimum(first + tiles_per_slice, tiles)):
+        _apply_tile(
+            X, Y, Z, W, B, rsize, chunks, xr, yr, zr, pr, t, offs_r, xk, yk, zk, pk, kmask,
+            shift, mean, rstd, wpre, bpre, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT,
+            BETA_NONZERO, PMODE, BLOCK_R,
+        )  # fmt: skip

@@ -1,0 +1,104 @@
+"""Normalization modules: drop-ins for torch.nn's, with the same constructor arguments,
+parameters, buffers and state_dict keys (they subclass them); the arithmetic runs in rtdnn.
+
+Batch norm follows torch exactly: in training, num_batches_tracked counts the steps and
+momentum=None means a cumulative average (factor 1 / steps); the running variance takes the
+unbiased batch variance; eval mode uses the running statistics unless track_running_stats is
+False, in which case batch statistics are used in both modes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .. import autograd
+
+
+class _RtdnnBatchNorm:
+    """Replaces torch's _BatchNorm.forward; everything else is inherited."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        self._check_input_dim(input)
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # cumulative moving average
+                factor = 1.0 / float(self.num_batches_tracked)
+        # Batch statistics in training, and in eval when there are no running statistics.
+        use_batch = self.training or (self.running_mean is None and self.running_var is None)
+        track = not self.training or self.track_running_stats
+        return autograd.batch_norm(
+            input,
+            self.running_mean if track else None,
+            self.running_var if track else None,
+            self.weight,
+            self.bias,
+            use_batch,
+            factor,
+            self.eps,
+        )
+
+
+class BatchNorm1d(_RtdnnBatchNorm, torch.nn.BatchNorm1d):
+    """torch.nn.BatchNorm1d computed by rtdnn."""
+
+
+class BatchNorm2d(_RtdnnBatchNorm, torch.nn.BatchNorm2d):
+    """torch.nn.BatchNorm2d computed by rtdnn."""
+
+
+class BatchNorm3d(_RtdnnBatchNorm, torch.nn.BatchNorm3d):
+    """torch.nn.BatchNorm3d computed by rtdnn."""
+
+
+class LayerNorm(torch.nn.LayerNorm):
+    """torch.nn.LayerNorm computed by rtdnn."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return autograd.layer_norm(
+            input, list(self.normalized_shape), self.weight, self.bias, self.eps
+        )
+
+
+class RMSNorm(torch.nn.RMSNorm):
+    """torch.nn.RMSNorm computed by rtdnn."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return autograd.rms_norm(x, list(self.normalized_shape), self.weight, self.eps)
+
+
+class GroupNorm(torch.nn.GroupNorm):
+    """torch.nn.GroupNorm computed by rtdnn."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return autograd.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+
+class _RtdnnInstanceNorm:
+    """Replaces torch's _InstanceNorm._apply_instance_norm (unbatched inputs, channel checks
+    and state_dict handling are inherited)."""
+
+    def _apply_instance_norm(self, input: Tensor) -> Tensor:
+        return autograd.instance_norm(
+            input,
+            self.running_mean,
+            self.running_var,
+            self.weight,
+            self.bias,
+            self.training or not self.track_running_stats,
+            self.momentum if self.momentum is not None else 0.0,
+            self.eps,
+        )
+
+
+class InstanceNorm1d(_RtdnnInstanceNorm, torch.nn.InstanceNorm1d):
+    """torch.nn.InstanceNorm1d computed by rtdnn."""
+
+
+class InstanceNorm2d(_RtdnnInstanceNorm, torch.nn.InstanceNorm2d):
+    """torch.nn.InstanceNorm2d computed by rtdnn."""
+
+
+class InstanceNorm3d(_RtdnnInstanceNorm, torch.nn.InstanceNorm3d):
+    """torch.nn.InstanceNorm3d computed by rtdnn."""

@@ -1,0 +1,146 @@
+"""Checks, views and the call cache shared by the normalization families.
+
+Every public function validates all of its arguments before any kernel runs. What depends only
+on the tensors' shapes, strides, dtypes and devices (and on flags such as the mode) is checked
+once per call signature: the result, a prepared call that holds the engine's plan, is kept in
+`engine.cache` under that signature, and later calls with the same signature check only their
+scalar arguments and go straight to the kernels. The prepared calls hold no tensors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from ..algos import norm as engine
+from ..core import bad_param, check_out, check_runnable, check_tensor, empty_like_layout
+from ..kernels.norm_addressing import ACTIVATIONS
+
+
+def real(name: str, v: object, *, minimum: float | None = None) -> float:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        raise bad_param(name, v, "a finite real number")
+    if minimum is not None and v < minimum:
+        raise bad_param(name, v, f"a real number >= {minimum}")
+    return float(v)
+
+
+def activation(v: object) -> str:
+    if v not in ACTIVATIONS:
+        raise bad_param("activation", v, f"one of {ACTIVATIONS}")
+    return v
+
+
+def like(name: str, t: object, x: torch.Tensor) -> torch.Tensor:
+    """A tensor with x's shape, dtype and device (any strides)."""
+    t = check_tensor(name, t, dtype=x.dtype, device=x.device)
+    if t.shape != x.shape:
+        raise bad_param(f"{name}.shape", tuple(t.shape), f"{tuple(x.shape)}, the shape of x")
+    return t
+
+
+def param(name: str, t: object, shape: Sequence[int], x: torch.Tensor) -> torch.Tensor | None:
+    """An optional per-channel (or per-element) parameter: any supported dtype, x's device,
+    exactly `shape`. Returned contiguous (they are small), so weight and bias share strides."""
+    if t is None:
+        return None
+    t = check_tensor(name, t, device=x.device)
+    if tuple(t.shape) != tuple(shape):
+        raise bad_param(f"{name}.shape", tuple(t.shape), f"{tuple(shape)}")
+    return t.contiguous()
+
+
+def stat(name: str, t: object, shape: Sequence[int], x: torch.Tensor) -> torch.Tensor:
+    """Saved statistics for a backward pass: float32, contiguous, exactly `shape`."""
+    t = check_tensor(name, t, device=x.device)
+    if tuple(t.shape) != tuple(shape):
+        raise bad_param(f"{name}.shape", tuple(t.shape), f"{tuple(shape)}")
+    return t.to(torch.float32).contiguous()
+
+
+def running(name: str, t: object, shape: Sequence[int], x: torch.Tensor) -> torch.Tensor:
+    """Running statistics are updated in place, so they cannot be copied: contiguous only."""
+    t = check_tensor(name, t, device=x.device)
+    if tuple(t.shape) != tuple(shape):
+        raise bad_param(f"{name}.shape", tuple(t.shape), f"{tuple(shape)}")
+    if not t.is_contiguous():
+        raise bad_param(f"{name}.stride()", t.stride(), "a contiguous tensor (updated in place)")
+    return t
+
+
+def output(out: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    """`out` (checked) or a new tensor of x's shape in x's memory format."""
+    if out is None:
+        return empty_like_layout(x.shape, x)
+    check_out(out, x.shape, x)
+    return out
+
+
+def ready(x: torch.Tensor) -> None:
+    check_runnable(x.device)
+
+
+def broadcast(t: torch.Tensor | None, dims: Sequence[int], shape: Sequence[int]):
+    """View t (whose shape is [shape[d] for d in dims]) broadcast to `shape`: zero strides on
+    every other dim. This is how kernels see weights, biases and statistics."""
+    if t is None:
+        return None
+    view = [1] * len(shape)
+    for d in dims:
+        view[d] = shape[d]
+    return t.view(view).expand(tuple(shape))
+
+
+def grad_dtype(weight: torch.Tensor | None) -> torch.dtype:
+    """Parameter gradients come in the weight's dtype, float32 without a weight."""
+    return weight.dtype if weight is not None else torch.float32
+
+
+def contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
+    return t.contiguous() if t is not None else None
+
+
+def key(name: str, tensors, *flags) -> tuple | None:
+    """The call signature: tensors' shapes, strides, dtypes and devices, and flags (values
+    with their types, so that True and 1 differ). None if an argument is not a tensor."""
+    parts = []
+    for t in tensors:
+        if t is None:
+            parts.append(None)
+        elif isinstance(t, torch.Tensor):
+            parts.append((t.shape, t.stride(), t.dtype, t.device))
+        else:
+            return None
+    return (name, *parts, *((type(f), tuple(f) if isinstance(f, list) else f) for f in flags))
+
+
+def lookup(k: tuple | None):
+    if k is None:
+        return None
+    try:
+        return engine.cache.get(k)
+    except TypeError:  # an unhashable flag: validate without the cache
+        return None
+
+
+def store(k: tuple | None, call):
+    if k is not None:
+        try:
+            engine.cache[k] = call
+        except TypeError:
+            pass
+    return call
+
+
+def nonzero(v: object) -> object:
+    """beta != 0 for the cache key, whatever beta is (check_scaling judges it later)."""
+    try:
+        return bool(v != 0)
+    except Exception:
+        return v
+
+
+def empty(shape, strides, like: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(shape, strides, dtype=like.dtype, device=like.device)

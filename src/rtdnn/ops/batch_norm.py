@@ -1,0 +1,250 @@
+"""Batch normalization as cuDNN defines it, with its fused BN_ACTIVATION / BN_ADD_ACTIVATION.
+
+x is (N, C, *S) with 0 to 3 spatial dims and any strides (channels-last included); outputs
+keep x's memory format. Two modes:
+
+    "spatial"          one statistic per channel, over N and every spatial position;
+                       weight, bias, running and saved statistics are (C,)
+    "per_activation"   one statistic per (c, *s), over N only; they are (C, *S)
+
+Forward (training and inference) computes
+
+    out = alpha * act(weight * (x - mean) / sqrt(var + eps) + bias + z) + beta * out
+
+where z (optional) is the residual of BN_ADD_ACTIVATION and act is "identity" or "relu".
+Statistics are float32 whatever the data type. Results are deterministic: every reduction runs
+in a fixed order (no atomics).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..algos import norm as engine
+from ..core import bad_param, check_scaling, check_tensor
+from . import _norm as V
+
+MODES = ("spatial", "per_activation")
+
+
+def _setup(x: torch.Tensor, mode: str) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """(kept dims, parameter shape, values per statistic) of x in `mode`."""
+    if mode not in MODES:
+        raise bad_param("mode", mode, f"one of {MODES}")
+    if mode == "spatial":
+        return (1,), (x.shape[1],), x.numel() // x.shape[1]
+    return tuple(range(1, x.dim())), tuple(x.shape[1:]), x.shape[0]
+
+
+def batch_norm_forward_training(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    *,
+    running_mean: torch.Tensor | None = None,
+    running_var: torch.Tensor | None = None,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+    mode: str = "spatial",
+    z: torch.Tensor | None = None,
+    activation: str = "identity",
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Training forward with batch statistics. Returns (y, saved_mean, saved_invstd).
+
+    x: (N, C, *S). weight, bias: parameter shape or None (1 and 0). running_mean and
+    running_var (both or neither; contiguous, any float dtype) are updated in place:
+    running = (1 - momentum) * running + momentum * batch, the variance unbiased
+    (cuDNN's exponentialAverageFactor; torch.nn's momentum=None is momentum = 1 / steps).
+    saved_mean and saved_invstd = 1 / sqrt(var + eps) (biased variance) are float32 of the
+    parameter shape, for batch_norm_backward. z: x's shape, the residual added before the
+    activation. Statistics take two reads of x (one for the statistics, one to normalize).
+    """
+    tensors = (x, weight, bias, running_mean, running_var, z, out)
+    k = V.key("bn_train", tensors, mode, activation, V.nonzero(beta))
+    call = V.lookup(k) or V.store(k, _train_call(*tensors, mode, activation, beta))
+    momentum = V.real("momentum", momentum)
+    eps = V.real("eps", eps, minimum=0.0)
+    check_scaling(alpha, beta, out)
+    return call(*tensors, momentum, eps, float(alpha), float(beta))
+
+
+def _train_call(x, weight, bias, running_mean, running_var, z, out, mode, activation, beta):
+    x = check_tensor("x", x, ndim=(2, 3, 4, 5))
+    kept, pshape, count = _setup(x, mode)
+    weight = V.param("weight", weight, pshape, x)
+    bias = V.param("bias", bias, pshape, x)
+    if (running_mean is None) != (running_var is None):
+        raise bad_param("running_var", "one of the pair", "running_mean and running_var together")
+    if running_mean is not None:
+        V.running("running_mean", running_mean, pshape, x)
+        V.running("running_var", running_var, pshape, x)
+    z = V.like("z", z, x) if z is not None else None
+    act = V.activation(activation)
+    check_scaling(0.0, beta, out)
+    if count < 2:
+        raise bad_param("x.shape", tuple(x.shape), "more than one value per statistic in training")
+    y = V.output(out, x)
+    V.ready(x)
+    shape = x.shape
+    plan = engine.ForwardPlan(
+        x, y, kept, V.broadcast(weight, kept, shape), V.broadcast(bias, kept, shape), z,
+        rms=False, activation=act, beta_nonzero=beta != 0, running=running_mean is not None,
+    )  # fmt: skip
+    y_strides = y.stride()
+
+    def call(x, weight, bias, running_mean, running_var, z, out, momentum, eps, alpha, beta):
+        y = out if out is not None else V.empty(x.shape, y_strides, x)
+        mean = torch.empty(pshape, dtype=torch.float32, device=x.device)
+        invstd = torch.empty(pshape, dtype=torch.float32, device=x.device)
+        plan(
+            x, y, mean, invstd, V.contiguous(weight), V.contiguous(bias), z, running_mean,
+            running_var, eps, momentum, alpha, beta,
+        )  # fmt: skip
+        return y, mean, invstd
+
+    return call
+
+
+def batch_norm_forward_inference(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    *,
+    eps: float = 1e-5,
+    mode: str = "spatial",
+    z: torch.Tensor | None = None,
+    activation: str = "identity",
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Inference forward with given (estimated) statistics: one elementwise pass.
+
+    y = alpha * act(weight * (x - running_mean) / sqrt(running_var + eps) + bias + z)
+        + beta * out. Shapes as in batch_norm_forward_training; the statistics may have any
+    float dtype and strides.
+    """
+    tensors = (x, weight, bias, running_mean, running_var, z, out)
+    k = V.key("bn_infer", tensors, mode, activation, V.nonzero(beta))
+    call = V.lookup(k) or V.store(k, _infer_call(*tensors, mode, activation, beta))
+    eps = V.real("eps", eps, minimum=0.0)
+    check_scaling(alpha, beta, out)
+    return call(*tensors, eps, float(alpha), float(beta))
+
+
+def _infer_call(x, weight, bias, running_mean, running_var, z, out, mode, activation, beta):
+    x = check_tensor("x", x, ndim=(2, 3, 4, 5))
+    kept, pshape, _ = _setup(x, mode)
+    weight = V.param("weight", weight, pshape, x)
+    bias = V.param("bias", bias, pshape, x)
+    running_mean = V.param("running_mean", running_mean, pshape, x)
+    running_var = V.param("running_var", running_var, pshape, x)
+    if running_mean is None or running_var is None:
+        raise bad_param("running_mean", None, "running_mean and running_var tensors")
+    z = V.like("z", z, x) if z is not None else None
+    act = V.activation(activation)
+    check_scaling(0.0, beta, out)
+    y = V.output(out, x)
+    V.ready(x)
+    shape = x.shape
+    plan = engine.ApplyPlan(
+        x, y, kept, V.broadcast(running_mean, kept, shape),
+        V.broadcast(running_var, kept, shape), True, V.broadcast(weight, kept, shape),
+        V.broadcast(bias, kept, shape), z, rms=False, activation=act, beta_nonzero=beta != 0,
+    )  # fmt: skip
+    y_strides = y.stride()
+
+    def call(x, weight, bias, running_mean, running_var, z, out, eps, alpha, beta):
+        y = out if out is not None else V.empty(x.shape, y_strides, x)
+        plan(
+            x, y, running_mean.contiguous(), running_var.contiguous(), V.contiguous(weight),
+            V.contiguous(bias), z, eps, alpha, beta,
+        )  # fmt: skip
+        return y
+
+    return call
+
+
+def batch_norm_backward(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    saved_mean: torch.Tensor,
+    saved_invstd: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    *,
+    z: torch.Tensor | None = None,
+    activation: str = "identity",
+    mode: str = "spatial",
+    training: bool = True,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Backward of batch norm (and of its fused activation and residual add).
+
+    Returns (dx, dweight, dbias, dz): dx = alpha * dL/dx + beta * out in x's memory format;
+    dweight and dbias (parameter shape, weight's dtype or float32 without a weight) are always
+    computed, as in cuDNN; dz = dL/dz (z's shape) when z is given, else None.
+
+    saved_mean, saved_invstd: from the training forward (training=True), or for an inference
+    forward the running mean and 1 / sqrt(running_var + eps) (training=False: the statistics
+    are constants and dx = dy * weight * invstd). With an activation, pass the forward's
+    weight, bias and z: the activation's input is recomputed from them and x (y is not
+    needed). Two passes over dy and x: sums per statistic, then dx.
+    """
+    tensors = (dy, x, saved_mean, saved_invstd, weight, bias, z, out)
+    k = V.key("bn_bwd", tensors, activation, mode, training, V.nonzero(beta))
+    call = V.lookup(k) or V.store(k, _backward_call(*tensors, activation, mode, training, beta))
+    check_scaling(alpha, beta, out)
+    return call(*tensors, float(alpha), float(beta))
+
+
+def _backward_call(dy, x, saved_mean, saved_invstd, weight, bias, z, out, activation, mode,
+                   training, beta):  # fmt: skip
+    x = check_tensor("x", x, ndim=(2, 3, 4, 5))
+    dy = V.like("dy", dy, x)
+    kept, pshape, _ = _setup(x, mode)
+    saved_mean = V.stat("saved_mean", saved_mean, pshape, x)
+    saved_invstd = V.stat("saved_invstd", saved_invstd, pshape, x)
+    weight = V.param("weight", weight, pshape, x)
+    bias = V.param("bias", bias, pshape, x)
+    z = V.like("z", z, x) if z is not None else None
+    act = V.activation(activation)
+    if not isinstance(training, bool):
+        raise bad_param("training", training, "True or False")
+    check_scaling(0.0, beta, out)
+    dx = V.output(out, x)
+    V.ready(x)
+    dz = V.output(None, z) if z is not None else None
+    gdt = V.grad_dtype(weight)
+    shape = x.shape
+    plan = engine.SplitBackwardPlan(
+        dy, x, dx, kept, V.broadcast(saved_mean, kept, shape), (1, math.prod(pshape), 1),
+        V.broadcast(weight, kept, shape), V.broadcast(bias, kept, shape), z, dz, grads=True,
+        training=training, rms=False, activation=act, beta_nonzero=beta != 0,
+    )  # fmt: skip
+    dx_strides = dx.stride()
+    dz_strides = dz.stride() if dz is not None else None
+
+    def call(dy, x, saved_mean, saved_invstd, weight, bias, z, out, alpha, beta):
+        dx = out if out is not None else V.empty(x.shape, dx_strides, x)
+        dz = V.empty(z.shape, dz_strides, z) if z is not None else None
+        dw = torch.empty(pshape, dtype=gdt, device=x.device)
+        db = torch.empty(pshape, dtype=gdt, device=x.device)
+        mean = saved_mean.to(torch.float32).contiguous()
+        invstd = saved_invstd.to(torch.float32).contiguous()
+        plan(
+            dy, x, dx, mean, invstd, V.contiguous(weight), V.contiguous(bias), z, dz, dw, db,
+            alpha, beta,
+        )  # fmt: skip
+        return dx, dw, db, dz
+
+    return call
