@@ -14,17 +14,17 @@ import torch
 from . import nn as rnn
 
 
-def lenet(classes: int = 10) -> torch.nn.Module:
+def lenet(classes: int = 10, width: int = 16) -> torch.nn.Module:
     """Two conv-ReLU-maxpool stages and two linear layers, for 1 x 8 x 8 inputs."""
     return torch.nn.Sequential(
-        rnn.Conv2d(1, 16, 3, padding=1),
+        rnn.Conv2d(1, width // 2, 3, padding=1),
         rnn.ReLU(),
         rnn.MaxPool2d(2),
-        rnn.Conv2d(16, 32, 3, padding=1),
+        rnn.Conv2d(width // 2, width, 3, padding=1),
         rnn.ReLU(),
         rnn.MaxPool2d(2),
         torch.nn.Flatten(),
-        rnn.Linear(32 * 2 * 2, 64),
+        rnn.Linear(width * 2 * 2, 64),
         rnn.ReLU(),
         rnn.Linear(64, classes),
     )
@@ -60,7 +60,7 @@ def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: in
 def train(
     epochs: int | None = None,
     budget_s: float | None = None,
-    batch: int = 64,
+    batch: int | None = None,
     lr: float = 0.05,
     plot: str | None = None,
     seed: int = 0,
@@ -72,11 +72,13 @@ def train(
     device = torch.device("cuda" if cuda else "cpu")
     if epochs is None:
         epochs = 20 if cuda else 6
+    if batch is None:
+        batch = 64 if cuda else 32
     if budget_s is None and not cuda:
         budget_s = 200.0
     torch.manual_seed(seed)
     train_x, train_y, test_x, test_y = load_digits(device, seed)
-    model = lenet().to(device)
+    model = lenet(width=32 if cuda else 16).to(device)
     loss_fn = rnn.CrossEntropyLoss()
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     steps_per_epoch = -(-len(train_y) // batch)

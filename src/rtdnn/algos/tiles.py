@@ -36,7 +36,13 @@ def tile_candidates(
 ) -> list[TileConfig]:
     """Tiles for a rows x cols GEMM output whose reduction chunks are `depth` long."""
     if device != "cuda":
-        return [CPU_TILES]
+        # The interpreter's cost is per program and per step, not per element: long
+        # reductions (backward-filter over every pixel) take longer chunks.
+        # Likewise large outputs take taller tiles; the small test shapes keep 32 x 32 tiles,
+        # so that they still span several tiles.
+        bk = max(CPU_TILES.block_k, min(128, triton.next_power_of_2(depth)))
+        bm = 128 if rows >= 1024 else 64 if rows >= 256 else CPU_TILES.block_m
+        return [TileConfig(bm, CPU_TILES.block_n, bk, 1, 1, 1)]
     # Reduction chunks: 64 (16-bit) or 32 (float32) elements, or 2x that when the reduction
     # is long enough; never much more than its length.
     bk_base = 64 if dtype.itemsize == 2 else 32
