@@ -32,10 +32,10 @@ def _info(args) -> int:
 
 
 def _self_check() -> int:
-    from rtdnn.bench.conv import self_check
+    from rtdnn.bench import conv, norm
 
     failed = 0
-    for name, err, ok in self_check():
+    for name, err, ok in conv.self_check() + norm.self_check():
         failed += not ok
         print(f"{'ok  ' if ok else 'FAIL'} {name:40s} rel. error {err:.1e}")
     print(f"self-check: {'all passed' if not failed else f'{failed} failed'}")
@@ -49,6 +49,8 @@ def _bench(args) -> int:
         print("No CUDA device: running the correctness self-check through Triton's interpreter.")
         print("Performance needs a GPU: run `rtdnn bench` on a machine with one.")
         return _self_check()
+    if args.op is not None:
+        return _bench_op(args)
     from rtdnn.bench.conv import DIRECTIONS, run_suite
 
     directions = list(DIRECTIONS) if args.direction == "all" else [args.direction]
@@ -57,6 +59,18 @@ def _bench(args) -> int:
         args.eager,
     )  # fmt: skip
     return 0 if all(r.ok for r in rows) else 1
+
+
+def _bench_op(args) -> int:
+    """Memory-bound primitives beside PyTorch eager: GB/s and percent of copy bandwidth."""
+    from rtdnn.bench.norm import run_norm
+    from rtdnn.bench.prims import OPS, run_ops
+
+    if args.op in ("norm", "all"):
+        run_norm(args.out)
+    if args.op != "norm":
+        run_ops(list(OPS) if args.op == "all" else [args.op], args.out)
+    return 0
 
 
 def _demo(args) -> int:
@@ -91,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
         "--direction",
         default="all",
         choices=["all", "forward", "backward_data", "backward_filter"],
+    )
+    bench.add_argument(
+        "--op",
+        default=None,
+        choices=["pooling", "activation", "softmax", "lrn", "dropout", "tensor", "norm", "all"],
+        help="benchmark memory-bound primitives instead of the convolution suite",
     )
     bench.add_argument("--batch", type=int, default=None, help="override the suite's batch")
     bench.add_argument("--limit", type=int, default=None, help="only the first N layers")
