@@ -182,10 +182,12 @@ def brgemm_reduce_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     inside = (offs_m < M)[:, None] & (offs_n < N)[None, :]
     ws = WS + batch.to(tl.int64) * SPLITS * M * N + offs_m[:, None] * N + offs_n[None, :]
+    # Address C before the loop: Triton 3.6 loses a geometry leaf specialized to 1 when the
+    # geometry is read after a loop it was live across (a compile error on the GPU only).
+    offs, mask, chan = C_ADDR(c_geo, batch, offs_m, offs_n)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for s in range(SPLITS):
         acc += tl.load(ws + s * M * N, mask=inside, other=0.0)
-    offs, mask, chan = C_ADDR(c_geo, batch, offs_m, offs_n)
     epilogue(
         C, offs, mask, acc, alpha, beta, BIAS, chan, offs_n < N, HAS_BIAS, BETA_NONZERO, ACTIVATION
     )

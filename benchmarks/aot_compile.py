@@ -1,0 +1,108 @@
+"""Compile the kernels of a training step for sm_90 without a GPU (a CPU-only check).
+
+Triton's interpreter runs code that the compiler rejects, so CPU tests alone can pass while the
+GPU build fails. This script swaps the CUDA driver for a stub that reports an sm_90 target,
+makes every launch a compile-only warm-up (Triton -> TTGIR -> PTX -> cubin with the bundled
+ptxas), and runs, on CPU tensors with the GPU tile shapes, a forward and backward pass through
+the demo's CNN and a small ResNet-style block (convolutions with bias, batch norm, pooling,
+linear, cross-entropy). Results are meaningless: only compilation is checked.
+
+    PYTHONPATH=src python benchmarks/aot_compile.py      (TRITON_INTERPRET must be unset)
+
+Relies on Triton 3.6 internals (CudaDriver, JITFunction.run's warm-up flag); a development aid.
+"""
+
+import os
+import sys
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    sys.exit("unset TRITON_INTERPRET: this compiles the kernels")
+
+import torch  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.backends.nvidia.driver import CudaDriver  # noqa: E402
+from triton.runtime import driver  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+
+class _Sm90(CudaDriver):
+    def __init__(self):
+        pass
+
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_active_torch_device(self):
+        return torch.device("cuda", 0)
+
+
+driver.set_active(_Sm90())
+compiled: set = set()
+_run = JITFunction.run
+
+
+def _compile_only(self, *args, grid, warmup, **kwargs):
+    kernel = _run(self, *args, grid=grid, warmup=True, **kwargs)
+    compiled.add((self.__name__, kernel.hash))
+    return kernel
+
+
+JITFunction.run = _compile_only
+
+import rtdnn  # noqa: E402
+import rtdnn.nn as rnn  # noqa: E402
+from rtdnn.algos import tiles  # noqa: E402
+from rtdnn.kernels import launch  # noqa: E402
+
+launch.INTERPRETED = True  # never keep a compiled kernel to launch directly
+for module in list(sys.modules.values()):  # CPU tensors stand in for CUDA ones
+    if getattr(module, "__name__", "").startswith("rtdnn") and hasattr(module, "check_runnable"):
+        module.check_runnable = lambda device: None
+_candidates = tiles.tile_candidates
+tiles.tile_candidates = lambda device, *a: _candidates("cuda", *a)
+
+
+def main() -> None:
+    from rtdnn.demo import lenet
+
+    torch.manual_seed(0)
+    for width, batch in ((16, 32), (32, 64)):
+        model = lenet(width=width)
+        x, t = torch.randn(batch, 1, 8, 8), torch.randint(0, 10, (batch,))
+        rnn.CrossEntropyLoss()(model(x), t).backward()
+    block = torch.nn.Sequential(
+        rnn.Conv2d(16, 32, 3, padding=1, bias=True), rnn.BatchNorm2d(32), rnn.ReLU(),
+        rnn.Conv2d(32, 32, 1), rnn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), rnn.Linear(32, 10),
+    )  # fmt: skip
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(4, 16, 12, 12).to(dtype).to(memory_format=torch.channels_last)
+        rnn.CrossEntropyLoss()(block.to(dtype)(x).float(), torch.randint(0, 10, (4,))).backward()
+    if "--conv-tests" in sys.argv:  # every convolution the GPU test module runs
+        sys.path.insert(0, "tests")
+        from test_conv_gpu import CASES, MATRIX
+
+        for case, layout, (xs, ws, conv) in MATRIX:
+            dtype, math_mode, _ = CASES[case]
+            x, w = torch.randn(xs).to(dtype), torch.randn(ws).to(dtype)
+            if layout == "channels_last":
+                x = x.movedim(1, -1).contiguous().movedim(-1, 1)
+                w = w.movedim(1, -1).contiguous().movedim(-1, 1)
+            y = rtdnn.conv_forward(x, w, **conv)
+            for algo in rtdnn.algos.ALGORITHMS:
+                kw = dict(algo=algo, math=math_mode, **conv)
+                rtdnn.conv_forward(x, w, **kw)
+                rtdnn.conv_backward_filter(x, y, w.shape, **kw)
+                if algo != "IMPLICIT_GEMM_SPLIT_K":
+                    rtdnn.conv_backward_data(y, w, x.shape, **kw)
+            rtdnn.conv_backward_bias(y)
+    print(f"compiled {len(compiled)} kernel variants for sm_90")
+
+
+if __name__ == "__main__":
+    main()
