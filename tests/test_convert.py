@@ -1,0 +1,133 @@
+"""rtdnn.convert on small ResNet-style and MLP models built here: outputs, gradients,
+state_dict round trips, train/eval state, the report."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from conftest import assert_close
+
+import rtdnn
+
+
+class Block(torch.nn.Module):
+    """A residual block: conv-bn-relu, conv-bn, add, relu."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(c)
+        self.conv2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(c)
+        self.relu = torch.nn.ReLU()
+
+    def forward(self, x):
+        y = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(y)) + x)
+
+
+def small_resnet(classes: int = 5) -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        Block(8),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Dropout(0.0),
+        torch.nn.Linear(8, classes),
+    )
+
+
+def _grads(model):
+    return [p.grad.detach() for p in model.parameters()]
+
+
+def _check_same(model, converted, x, t, train: bool):
+    model.train(train)
+    converted.train(train)
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        out_ref = model(x)
+        out = converted(x)
+        torch.nn.functional.cross_entropy(out_ref, t).backward()
+        torch.nn.functional.cross_entropy(out, t).backward()
+    assert_close(out, out_ref.detach().double())
+    for g, g_ref in zip(_grads(converted), _grads(model), strict=True):
+        assert_close(g, g_ref.double())
+
+
+def test_resnet_block_outputs_and_gradients_train_and_eval():
+    torch.manual_seed(0)
+    model = small_resnet()
+    converted, report = rtdnn.convert(model)
+    assert converted is not model
+    assert type(model[0]) is torch.nn.Conv2d  # the original is untouched
+    replaced = report.counts()
+    assert replaced["Conv2d"] == 3 and replaced["BatchNorm2d"] == 3 and replaced["Linear"] == 1
+    assert all(path != "6" for path, _ in report.replaced)  # Flatten has no twin
+    assert any(name == "Flatten" for _, name, _ in report.kept)
+    x, t = torch.randn(2, 3, 12, 12), torch.tensor([1, 3])
+    _check_same(model, converted, x, t, train=True)
+    # running statistics moved identically
+    for a, b in zip(model.buffers(), converted.buffers(), strict=True):
+        if a.is_floating_point():
+            assert_close(b, a.double())
+        else:
+            assert torch.equal(a, b)  # num_batches_tracked
+    for m in (model, converted):
+        m.zero_grad()
+    _check_same(model, converted, x, t, train=False)
+
+
+def test_state_dict_round_trip_and_inplace():
+    torch.manual_seed(1)
+    model = small_resnet()
+    converted, _ = rtdnn.convert(model)
+    assert converted.state_dict().keys() == model.state_dict().keys()
+    fresh = small_resnet()
+    fresh.load_state_dict(converted.state_dict())
+    back, _ = rtdnn.convert(small_resnet())
+    back.load_state_dict(model.state_dict())
+    for a, b in zip(fresh.state_dict().values(), back.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    same = copy.deepcopy(model)
+    result, report = rtdnn.convert(same, inplace=True)
+    assert result is same and type(same[0]).__module__.startswith("rtdnn")
+    assert "replaced" in str(report)
+
+
+def test_mlp_channels_last_and_subclass_left_alone():
+    class MyLinear(torch.nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(6, 16), torch.nn.GELU(), torch.nn.Linear(16, 16), torch.nn.Tanh(),
+        MyLinear(16, 4), torch.nn.LogSoftmax(dim=-1),
+    )  # fmt: skip
+    converted, report = rtdnn.convert(model)
+    assert type(converted[4]) is MyLinear
+    assert ("4", "MyLinear", "subclass of a supported module") in report.kept
+    x = torch.randn(5, 6)
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        assert_close(converted(x), model(x).detach().double())
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).eval()
+    converted_conv, _ = rtdnn.convert(conv)
+    x = torch.randn(2, 3, 6, 6).to(memory_format=torch.channels_last)
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        y = converted_conv(x)
+        assert_close(y, conv(x).detach().double())
+    assert y.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_compiled_converted_model():
+    torch.manual_seed(3)
+    model = small_resnet().eval()
+    converted, _ = rtdnn.convert(model)
+    x = torch.randn(1, 3, 8, 8)
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        out = torch.compile(converted, fullgraph=True, backend="eager")(x)
+        assert_close(out, model(x).detach().double())
