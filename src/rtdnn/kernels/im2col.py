@@ -64,16 +64,21 @@ def col2im_kernel(
     dd, dh, dw = geo.dilation
     OD, OH, OW = geo.out_size
     base = batch_base(col_geo, group)
+    # Fields are read into locals before the loop: Triton 3.6 fails to compile a NamedTuple
+    # field read inside a loop when one of its leaves was specialized to 1.
+    kernel = geo.kernel
+    s_row, s_i, s_col = col_geo.s_row, col_geo.s_i, col_geo.s_col
+    cols_ok = offs_n < geo.cg
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for tap in range(num_taps(geo)):
-        rd, rh, rw = split_tap(tap, geo.kernel)
+        rd, rh, rw = split_tap(tap, kernel)
         od, ok_d = linked_output(idp, rd, dd, sd, OD)
         oh, ok_h = linked_output(ihp, rh, dh, sh, OH)
         ow, ok_w = linked_output(iwp, rw, dw, sw, OW)
         m_out = ((n * OD + od) * OH + oh) * OW + ow
-        rows = base + m_out * col_geo.s_row + tap * col_geo.s_i
-        ptrs = COL + rows[:, None] + (offs_n * col_geo.s_col)[None, :]
-        ok = (rows_ok & ok_d & ok_h & ok_w)[:, None] & (offs_n < geo.cg)[None, :]
+        rows = base + m_out * s_row + tap * s_i
+        ptrs = COL + rows[:, None] + (offs_n * s_col)[None, :]
+        ok = (rows_ok & ok_d & ok_h & ok_w)[:, None] & cols_ok[None, :]
         acc += tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)
     xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
     rows = geo.offsets[0] + n * xs_n + id * xs_d + ih * xs_h + iw * xs_w
