@@ -64,11 +64,17 @@ def col2im_kernel(
     dd, dh, dw = geo.dilation
     OD, OH, OW = geo.out_size
     base = batch_base(col_geo, group)
-    # Fields are read into locals before the loop: Triton 3.6 fails to compile a NamedTuple
-    # field read inside a loop when one of its leaves was specialized to 1.
+    # Every geometry field is read before the loop, dx's addresses included: Triton 3.6 fails
+    # to compile a read of a NamedTuple argument inside or after a loop when one of its leaves
+    # was specialized to 1.
     kernel = geo.kernel
     s_row, s_i, s_col = col_geo.s_row, col_geo.s_i, col_geo.s_col
     cols_ok = offs_n < geo.cg
+    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
+    dx_rows = geo.offsets[0] + n * xs_n + id * xs_d + ih * xs_h + iw * xs_w
+    chan = group * geo.cg + offs_n
+    offs = dx_rows[:, None] + (chan * xs_c)[None, :]
+    mask = rows_ok[:, None] & cols_ok[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for tap in range(num_taps(geo)):
         rd, rh, rw = split_tap(tap, kernel)
@@ -80,11 +86,4 @@ def col2im_kernel(
         ptrs = COL + rows[:, None] + (offs_n * s_col)[None, :]
         ok = (rows_ok & ok_d & ok_h & ok_w)[:, None] & cols_ok[None, :]
         acc += tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)
-    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
-    rows = geo.offsets[0] + n * xs_n + id * xs_d + ih * xs_h + iw * xs_w
-    chan = group * geo.cg + offs_n
-    offs = rows[:, None] + (chan * xs_c)[None, :]
-    mask = rows_ok[:, None] & (offs_n < geo.cg)[None, :]
-    epilogue(
-        DX, offs, mask, acc, alpha, beta, DX, chan, offs_n < geo.cg, False, BETA_NONZERO, identity
-    )
+    epilogue(DX, offs, mask, acc, alpha, beta, DX, chan, cols_ok, False, BETA_NONZERO, identity)

@@ -34,7 +34,7 @@ def channel_partial_sum_kernel(
         mask = (j < end)[:, None] & (offs_k < channels)[None, :]
         tile = tl.load(DY + pix[:, None] + (offs_k * ys_k)[None, :], mask=mask, other=0.0)
         acc += tl.sum(tile.to(tl.float32), axis=0)
-    tl.store(PART + slice_id * geo.kg + offs_k, acc, mask=offs_k < geo.kg)
+    tl.store(PART + slice_id * channels + offs_k, acc, mask=offs_k < channels)
 
 
 @triton.jit
