@@ -12,7 +12,7 @@ import rtdnn  # noqa: E402
 import rtdnn.nn as rnn  # noqa: E402
 from rtdnn import reference as R  # noqa: E402
 
-SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 LAYOUTS = ("contiguous", "channels_last", "strided", "reversed")
 
 

@@ -13,7 +13,7 @@ import rtdnn.nn as rnn  # noqa: E402
 from rtdnn import reference as R  # noqa: E402
 from rtdnn.kernels import lrn as KL  # noqa: E402
 
-SETTINGS = settings(max_examples=14, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 LAYOUTS = ("contiguous", "channels_last", "strided", "reversed")
 
 

@@ -18,7 +18,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::RuntimeWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]
-SETTINGS = settings(max_examples=16, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 LAYOUTS = ("contiguous", "channels_last", "strided", "reversed")
 
 
