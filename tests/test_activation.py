@@ -1,6 +1,9 @@
 import os
+import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The shared helpers sit beside this file (importable whether or not tests/ is a package).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
