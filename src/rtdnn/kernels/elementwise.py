@@ -23,7 +23,8 @@ innermost dim, and a channels-last operand makes t0 its channel dim.) A program 
 [BLOCK_0, BLOCK_1] tile at one outer position, so the
 only integer division is on scalars, and strides equal to 1 are compile-time constants (Triton
 specializes them), which gives vectorized loads and stores along each operand's contiguous dim;
-when the tiles divide the space exactly the kernel has no masks at all (EVEN). Offsets are int32: callers make sure every operand spans fewer than 2**31 elements.
+when the tiles divide the space exactly the kernel has no masks at all (EVEN). Offsets are
+int32: callers make sure every operand spans fewer than 2**31 elements.
 """
 
 from __future__ import annotations
