@@ -1,6 +1,9 @@
 import os
+import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The shared helpers sit beside this file (importable whether or not tests/ is a package).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -13,7 +16,7 @@ import rtdnn.nn as rnn  # noqa: E402
 from rtdnn import reference as R  # noqa: E402
 from rtdnn.ops.activation import MODES  # noqa: E402
 
-SETTINGS = settings(max_examples=14, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 COEF = {"clipped_relu": 2.5, "hardtanh": (-0.5, 1.5), "elu": 0.7, "leaky_relu": 0.2, "swish": 1.3}
 
 shapes = st.lists(st.integers(1, 5), min_size=1, max_size=5).map(tuple)

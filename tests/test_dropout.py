@@ -1,6 +1,9 @@
 import os
+import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The shared helpers sit beside this file (importable whether or not tests/ is a package).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -12,7 +15,7 @@ import rtdnn  # noqa: E402
 import rtdnn.nn as rnn  # noqa: E402
 from rtdnn import reference as R  # noqa: E402
 
-SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 LAYOUTS = ("contiguous", "channels_last", "strided", "reversed")
 
 

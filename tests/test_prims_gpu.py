@@ -108,8 +108,8 @@ def test_adaptive_avg_pool(dtype, shape, osize, layout):
     y = rtdnn.adaptive_avg_pool(x, osize)
     close(y, R.adaptive_avg_pool(x, osize), dtype)
     dy = cuda(tuple(y.shape), dtype, layout)
-    dx = rtdnn.adaptive_avg_pool_backward(dy, shape)
-    close(dx, R.adaptive_avg_pool_backward(dy, shape), dtype)
+    dx = rtdnn.adaptive_avg_pool_backward(dy, x.shape)
+    close(dx, R.adaptive_avg_pool_backward(dy, x.shape), dtype)
 
 
 # -- activations -----------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def test_softmax(dtype, case, algo):
     x = cuda(shape, dtype, layout, scale=2.0)
     y = rtdnn.softmax_forward(x, algo=algo, mode=mode)
     close(y, R.softmax_forward(x, algo=algo, mode=mode), dtype, what="forward")
-    dy = cuda(shape, dtype, layout)
+    dy = cuda(tuple(x.shape), dtype, layout)
     dx = rtdnn.softmax_backward(y, dy, algo=algo, mode=mode)
     close(dx, R.softmax_backward(y, dy, algo=algo, mode=mode), dtype, what="backward")
 
@@ -188,7 +188,7 @@ def test_lrn(dtype, shape, layout, size):
     x = cuda(shape, dtype, layout, scale=3.0)
     y = rtdnn.lrn_forward(x, size, **args)
     close(y, R.lrn_forward(x, size, **args), dtype, what="forward")
-    dy = cuda(shape, dtype, layout)
+    dy = cuda(tuple(x.shape), dtype, layout)
     dx = rtdnn.lrn_backward(dy, x, y, size, **args)
     close(dx, R.lrn_backward(dy, x, y, size, **args), dtype, what="backward")
 
@@ -199,8 +199,8 @@ def test_lrn(dtype, shape, layout, size):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last", "strided"])
 def test_dropout_same_mask_as_cpu_reference(dtype, layout):
-    shape = (8, 32, 20, 20)
-    x = cuda(shape, dtype, layout)
+    x = cuda((8, 32, 20, 20), dtype, layout)
+    shape = tuple(x.shape)
     y = rtdnn.dropout_forward(x, 0.3, 2024)
     close(y, R.dropout_forward(x, 0.3, 2024), dtype)
     assert torch.equal(

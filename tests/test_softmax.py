@@ -1,6 +1,9 @@
 import os
+import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The shared helpers sit beside this file (importable whether or not tests/ is a package).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -18,7 +21,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::RuntimeWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]
-SETTINGS = settings(max_examples=16, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 LAYOUTS = ("contiguous", "channels_last", "strided", "reversed")
 
 

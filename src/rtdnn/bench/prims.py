@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from .. import ops
+from .. import ops as rt
 
 OPS = ("pooling", "activation", "softmax", "lrn", "dropout", "tensor")
 MiB = 1 << 20
@@ -107,35 +107,35 @@ def pooling_cases() -> list[Case]:
     cases = []
     x = _randn(160, 256, 56, 56, cl=True)  # ResNet-like activations, channels-last bf16
     k, s, p = 3, 2, 1
-    y = ops.pooling_forward(x, "max", k, stride=s, padding=p)
+    y = rt.pooling_forward(x, "max", k, stride=s, padding=p)
     dy = torch.randn_like(y)
     _, idx = torch.ops.aten.max_pool2d_with_indices(x, [k, k], [s, s], [p, p])
     name = f"max 3x3/2 x{tuple(x.shape)} NHWC"
     cases.append(Case("pooling", name, "forward", _nb(x, y),
-                      lambda: ops.pooling_forward(x, "max", k, stride=s, padding=p),
+                      lambda: rt.pooling_forward(x, "max", k, stride=s, padding=p),
                       lambda: F.max_pool2d(x, k, s, p)))  # fmt: skip
     cases.append(Case("pooling", name, "backward", _nb(dy, x, x),
-                      lambda: ops.pooling_backward(dy, x, y, "max", k, stride=s, padding=p),
+                      lambda: rt.pooling_backward(dy, x, y, "max", k, stride=s, padding=p),
                       lambda: torch.ops.aten.max_pool2d_with_indices_backward(
                           dy, x, [k, k], [s, s], [p, p], [1, 1], False, idx)))  # fmt: skip
     name = f"avg 3x3/2 x{tuple(x.shape)} NHWC"
     cases.append(Case("pooling", name, "forward", _nb(x, y),
-                      lambda: ops.pooling_forward(x, "avg_include_pad", k, stride=s, padding=p),
+                      lambda: rt.pooling_forward(x, "avg_include_pad", k, stride=s, padding=p),
                       lambda: F.avg_pool2d(x, k, s, p)))  # fmt: skip
     cases.append(Case("pooling", name, "backward", _nb(dy, x),
-                      lambda: ops.pooling_backward(dy, x, None, "avg_include_pad", k, stride=s,
+                      lambda: rt.pooling_backward(dy, x, None, "avg_include_pad", k, stride=s,
                                                    padding=p),
                       lambda: torch.ops.aten.avg_pool2d_backward(
                           dy, x, [k, k], [s, s], [p, p], False, True, None)))  # fmt: skip
     g = _randn(1280, 2048, 7, 7, cl=True)
-    gy = ops.adaptive_avg_pool(g, 1)
+    gy = rt.adaptive_avg_pool(g, 1)
     gdy = torch.randn_like(gy)
     name = f"global avg x{tuple(g.shape)} NHWC"
     cases.append(Case("pooling", name, "forward", _nb(g, gy),
-                      lambda: ops.adaptive_avg_pool(g, 1),
+                      lambda: rt.adaptive_avg_pool(g, 1),
                       lambda: F.adaptive_avg_pool2d(g, 1)))  # fmt: skip
     cases.append(Case("pooling", name, "backward", _nb(gdy, g),
-                      lambda: ops.adaptive_avg_pool_backward(gdy, g.shape),
+                      lambda: rt.adaptive_avg_pool_backward(gdy, g.shape),
                       lambda: torch.ops.aten._adaptive_avg_pool2d_backward(gdy, g)))  # fmt: skip
     return cases
 
@@ -165,10 +165,10 @@ def activation_cases() -> list[Case]:
         y = fwd(x)
         name = f"{mode} x{tuple(x.shape)}"
         cases.append(Case("activation", name, "forward", _nb(x, y),
-                          lambda mode=mode: ops.activation_forward(x, mode),
+                          lambda mode=mode: rt.activation_forward(x, mode),
                           lambda fwd=fwd: fwd(x)))  # fmt: skip
         cases.append(Case("activation", name, "backward", _nb(dy, x, x),
-                          lambda mode=mode, y=y: ops.activation_backward(dy, x, y, mode),
+                          lambda mode=mode, y=y: rt.activation_backward(dy, x, y, mode),
                           lambda bwd=bwd, y=y: bwd(dy, x, y)))  # fmt: skip
     return cases
 
@@ -187,11 +187,11 @@ def softmax_cases() -> list[Case]:
             dy = torch.randn_like(y)
             name = f"{algo} {mode} x{tuple(x.shape)}"
             cases.append(Case("softmax", name, "forward", _nb(x, y),
-                              lambda algo=algo, x=x, mode=mode: ops.softmax_forward(
+                              lambda algo=algo, x=x, mode=mode: rt.softmax_forward(
                                   x, algo=algo, mode=mode),
                               lambda tf=tf, x=x, dim=dim: tf(x, dim)))  # fmt: skip
             cases.append(Case("softmax", name, "backward", _nb(y, dy, dy),
-                              lambda algo=algo, y=y, dy=dy, mode=mode: ops.softmax_backward(
+                              lambda algo=algo, y=y, dy=dy, mode=mode: rt.softmax_backward(
                                   y, dy, algo=algo, mode=mode),
                               lambda tb=tb, y=y, dy=dy, d=dim: tb(dy, y, d, y.dtype)))  # fmt: skip
     return cases
@@ -209,10 +209,10 @@ def lrn_cases() -> list[Case]:
         dy = torch.randn_like(yr)
         name = f"size 5 x{tuple(x.shape)} {'NHWC' if cl else 'NCHW'}"
         cases.append(Case("lrn", name, "forward", _nb(x, x),
-                          lambda x=x: ops.lrn_forward(x, 5, **_LRN),
+                          lambda x=x: rt.lrn_forward(x, 5, **_LRN),
                           lambda x=x: F.local_response_norm(x, 5, 1e-4, 0.75, 2.0)))  # fmt: skip
         cases.append(Case("lrn", name, "backward", _nb(dy, x, x),
-                          lambda x=x, dy=dy: ops.lrn_backward(dy, x, None, 5, **_LRN),
+                          lambda x=x, dy=dy: rt.lrn_backward(dy, x, None, 5, **_LRN),
                           lambda xr=xr, yr=yr, dy=dy: torch.autograd.grad(
                               yr, xr, dy, retain_graph=True)[0]))  # fmt: skip
     return cases
@@ -235,11 +235,11 @@ def dropout_cases() -> list[Case]:
     name = f"p=0.1 x{tuple(x.shape)}"
     return [
         Case("dropout", name, "forward", _nb(x, x),
-             lambda: ops.dropout_forward(x, p, 1234),
+             lambda: rt.dropout_forward(x, p, 1234),
              lambda: torch.ops.aten.native_dropout(x, p, True)[0],
              check=_dropout_check(p), tol=0.01),
         Case("dropout", name, "backward", _nb(dy, dy),
-             lambda: ops.dropout_backward(dy, p, 1234),
+             lambda: rt.dropout_backward(dy, p, 1234),
              lambda: torch.ops.aten.native_dropout_backward(dy, mask, 1 / (1 - p)),
              check=lambda o, t: 0.0),
     ]  # fmt: skip
@@ -252,38 +252,38 @@ def tensor_cases() -> list[Case]:
     y2 = torch.randn_like(x)
     shp = tuple(x.shape)
     cases.append(Case("tensor", f"op_tensor add bias x{shp}", "forward", _nb(x, x),
-                      lambda: ops.op_tensor(x, b, "add"), lambda: x + b))  # fmt: skip
+                      lambda: rt.op_tensor(x, b, "add"), lambda: x + b))  # fmt: skip
     cases.append(Case("tensor", f"op_tensor mul x{shp}", "forward", _nb(x, y2, x),
-                      lambda: ops.op_tensor(x, y2, "mul"), lambda: x * y2))  # fmt: skip
+                      lambda: rt.op_tensor(x, y2, "mul"), lambda: x * y2))  # fmt: skip
     c = torch.randn_like(x)
     cases.append(Case("tensor", f"add_tensor c += bias x{shp}", "forward", _nb(c, c),
-                      lambda: ops.add_tensor(b, c), lambda: c.add_(b),
+                      lambda: rt.add_tensor(b, c), lambda: c.add_(b),
                       check=lambda o, t: 0.0))  # fmt: skip
     cases.append(Case("tensor", f"scale_tensor x{shp}", "forward", _nb(c, c),
-                      lambda: ops.scale_tensor(c, 1.0), lambda: c.mul_(1.0)))  # fmt: skip
+                      lambda: rt.scale_tensor(c, 1.0), lambda: c.mul_(1.0)))  # fmt: skip
     cases.append(Case("tensor", f"set_tensor x{shp}", "forward", _nb(c),
-                      lambda: ops.set_tensor(c, 0.5), lambda: c.fill_(0.5)))  # fmt: skip
+                      lambda: rt.set_tensor(c, 0.5), lambda: c.fill_(0.5)))  # fmt: skip
     xn = _randn(128, 256, 64, 64)
     cases.append(Case("tensor", f"transform NCHW->NHWC x{shp}", "forward", _nb(xn, xn),
-                      lambda: ops.transform_tensor(xn, memory_format=torch.channels_last),
+                      lambda: rt.transform_tensor(xn, memory_format=torch.channels_last),
                       lambda: xn.contiguous(memory_format=torch.channels_last)))  # fmt: skip
     xf = _randn(64, 256, 64, 64, dtype=torch.float32)
     cases.append(Case("tensor", f"transform fp32->bf16 x{tuple(xf.shape)}", "forward",
                       _nb(xf) + _nb(xf) // 2,
-                      lambda: ops.transform_tensor(xf, dtype=torch.bfloat16),
+                      lambda: rt.transform_tensor(xf, dtype=torch.bfloat16),
                       lambda: xf.to(torch.bfloat16)))  # fmt: skip
     cases.append(Case("tensor", f"reduce add over N,H,W (NHWC) x{shp}", "forward", _nb(x),
-                      lambda: ops.reduce_tensor(x, "add", (0, 2, 3)),
+                      lambda: rt.reduce_tensor(x, "add", (0, 2, 3)),
                       lambda: x.sum((0, 2, 3), keepdim=True), tol=5e-2))  # fmt: skip
     cases.append(Case("tensor", f"reduce avg over H,W (NCHW) x{shp}", "forward", _nb(xn),
-                      lambda: ops.reduce_tensor(xn, "avg", (2, 3)),
+                      lambda: rt.reduce_tensor(xn, "avg", (2, 3)),
                       lambda: xn.mean((2, 3), keepdim=True)))  # fmt: skip
     r = _randn(32768, 4096)
     cases.append(Case("tensor", "reduce max+indices rows x(32768, 4096)", "forward", _nb(r),
-                      lambda: ops.reduce_tensor(r, "max", 1, indices=True),
+                      lambda: rt.reduce_tensor(r, "max", 1, indices=True),
                       lambda: torch.max(r, 1, keepdim=True)))  # fmt: skip
     cases.append(Case("tensor", "reduce norm2 rows x(32768, 4096)", "forward", _nb(r),
-                      lambda: ops.reduce_tensor(r, "norm2", 1),
+                      lambda: rt.reduce_tensor(r, "norm2", 1),
                       lambda: torch.linalg.vector_norm(r, dim=1, keepdim=True)))  # fmt: skip
     return cases
 
@@ -332,13 +332,13 @@ def markdown(rows: list[PrimRow], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_ops(ops_: list[str], out_dir: str | None = None) -> list[PrimRow]:
+def run_ops(ops: list[str], out_dir: str | None = None) -> list[PrimRow]:
     """Benchmark the given families ("pooling", "activation", "softmax", "lrn", "dropout",
     "tensor", or "all") on the current GPU; print a markdown table; with `out_dir`, write
     prims_<families>.json and .md there. Returns the rows."""
     if not torch.cuda.is_available():
         raise RuntimeError("rtdnn.bench.prims needs a CUDA GPU")
-    families = list(OPS) if (not ops_ or "all" in ops_) else list(ops_)
+    families = list(OPS) if (not ops or "all" in ops) else list(ops)
     unknown = [f for f in families if f not in CASES]
     if unknown:
         raise ValueError(f"unknown op families {unknown}: choose from {OPS} or 'all'")

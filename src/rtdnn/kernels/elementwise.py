@@ -18,10 +18,13 @@ merges dims that are contiguous in every operand, so equal dense layouts (NCHW w
 channels-last with channels-last) become one flat dim. What is left is at most six dims: two
 tile dims t0, t1 and four outer dims. t1 is the output's innermost dim; t0 is the innermost dim
 of an input that is not laid out like the output (a transpose, e.g. NCHW -> NHWC), else the
-output's next dim. A program owns one [BLOCK_0, BLOCK_1] tile at one outer position, so the
+output's next dim. (With RNG the dims follow the logical order instead: t1 is the logical
+innermost dim, and a channels-last operand makes t0 its channel dim.) A program owns one
+[BLOCK_0, BLOCK_1] tile at one outer position, so the
 only integer division is on scalars, and strides equal to 1 are compile-time constants (Triton
-specializes them), which gives vectorized loads and stores along each operand's contiguous dim.
-Offsets are int32: callers make sure every operand spans fewer than 2**31 elements.
+specializes them), which gives vectorized loads and stores along each operand's contiguous dim;
+when the tiles divide the space exactly the kernel has no masks at all (EVEN). Offsets are
+int32: callers make sure every operand spans fewer than 2**31 elements.
 """
 
 from __future__ import annotations

@@ -129,6 +129,8 @@ def reduce_kernel(
     OP: tl.constexpr, SPLIT: tl.constexpr, WITH_INDEX: tl.constexpr,
     BETA_NONZERO: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
 ):  # fmt: skip
+    """WITH_INDEX: write IDX. Split partials of min/max/amax always carry their index, so
+    that the finish kernel breaks ties between splits the same way."""
     # Unpack tuples before any loop: Triton 3.6 loses tuple elements specialized to 1 after a
     # runtime loop ("'NoneType' object has no attribute 'type'").
     k0s, k1s, k2s, kin = geo.kept
@@ -183,7 +185,7 @@ def reduce_kernel(
         kflat = ((k0 * k1s + k1) * k2s + k2) * kin + offs_k
         n_kept = k0s * k1s * k2s * kin
         tl.store(PART_V + split * n_kept + kflat, val, mask=k_ok)
-        if WITH_INDEX:
+        if OP == MIN or OP == MAX or OP == AMAX:
             tl.store(PART_I + split * n_kept + kflat, idx, mask=k_ok)
     else:
         o_offs = k0 * ok0 + k1 * ok1 + k2 * ok2 + offs_k * ok3
@@ -310,7 +312,7 @@ def launch_reduce(x, out, idx, plan: ReducePlan, op: str, alpha: float, beta: fl
         n_kept = geo.kept[0] * geo.kept[1] * geo.kept[2] * geo.kept[3]
         part_v = torch.empty((plan.splits, n_kept), dtype=torch.float32, device=x.device)
         part_i = part_v
-        if with_index:
+        if op in INDEXED:
             part_i = torch.empty((plan.splits, n_kept), dtype=torch.int32, device=x.device)
     idx_arg = idx if with_index else out
     code = OPS[op]

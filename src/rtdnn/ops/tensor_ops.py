@@ -166,8 +166,12 @@ def transform_tensor(
         check_runnable(x.device)
         y = torch.empty_like(x, dtype=dtype, memory_format=memory_format)
     else:
-        if dtype is not None or memory_format != torch.preserve_format:
+        if dtype is not None:
             raise bad_param("dtype", dtype, "None when `out` is given (out sets the dtype)")
+        if memory_format != torch.preserve_format:
+            raise bad_param(
+                "memory_format", memory_format, "unset when `out` is given (out sets the layout)"
+            )
         out = check_tensor("out", out, device=x.device)
         check_out(out, x.shape, out)
         check_span("out", out)
