@@ -10,10 +10,22 @@ from torch import Tensor
 from .. import autograd
 
 
+def autocast_inputs(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
+    """Under torch.autocast, cast floating inputs to the autocast dtype, as torch does for its
+    own convolutions and matmuls (the custom ops themselves take one dtype)."""
+    first = next(t for t in tensors if t is not None)
+    kind = first.device.type
+    if not torch.is_autocast_enabled(kind):
+        return tensors
+    dtype = torch.get_autocast_dtype(kind)
+    return tuple(None if t is None else t.to(dtype) for t in tensors)
+
+
 class _RtdnnConv:
     """Replaces torch's _conv_forward; everything else is inherited from torch.nn.ConvNd."""
 
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        input, weight, bias = autocast_inputs(input, weight, bias)
         padding = self.padding
         if self.padding_mode != "zeros":
             input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)

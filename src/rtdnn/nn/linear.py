@@ -7,13 +7,15 @@ import torch
 from torch import Tensor
 
 from .. import autograd
+from .conv import autocast_inputs
 
 
 class Linear(torch.nn.Linear):
     """torch.nn.Linear computed by rtdnn (same arguments, parameters and state_dict keys)."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return autograd.linear(input, self.weight, self.bias, None)
+        input, weight, bias = autocast_inputs(input, self.weight, self.bias)
+        return autograd.linear(input, weight, bias, None)
 
 
 class CrossEntropyLoss(torch.nn.CrossEntropyLoss):
