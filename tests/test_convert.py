@@ -131,3 +131,19 @@ def test_compiled_converted_model():
     with torch.backends.cudnn.flags(allow_tf32=False):
         out = torch.compile(converted, fullgraph=True, backend="eager")(x)
         assert_close(out, model(x).detach().double())
+
+
+def test_autocast_casts_conv_and_linear_inputs():
+    """Under torch.autocast the converted convolutions and linear layers compute in the autocast
+    dtype (float16 here: the interpreter's bfloat16 matmul is wrong), like torch's own."""
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(36, 2)
+    )
+    converted, _ = rtdnn.convert(model)
+    x = torch.randn(2, 3, 5, 5)
+    with torch.autocast("cpu", dtype=torch.float16):
+        y = converted(x)
+        y_ref = model[2](model[1](model[0](x).to(torch.float16).float()).to(torch.float16).float())
+    assert y.dtype == torch.float16
+    assert_close(y, y_ref.detach().double(), torch.float16)
