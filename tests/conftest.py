@@ -16,6 +16,7 @@ import math  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 import rtdnn  # noqa: E402
 from rtdnn import reference  # noqa: E402
@@ -34,6 +35,13 @@ DTYPES = (torch.float32, torch.float16)
 MATH = "fp32"
 
 LAYOUTS = ("contiguous", "channels_last", "strided")
+
+
+# In CI, property tests draw the same examples on every run, so a result never depends on luck;
+# locally they explore new examples each time.
+settings.register_profile("ci", derandomize=True, deadline=None)
+if os.environ.get("CI") == "true":
+    settings.load_profile("ci")
 
 
 def pytest_configure(config):
