@@ -50,12 +50,23 @@ def _self_check() -> int:
 def _bench(args) -> int:
     import torch
 
+    if not torch.cuda.is_available() and args.model is not None:
+        print("No CUDA device: a smoke run of the small CNN through Triton's interpreter.")
+        from rtdnn.bench.model import run_model
+
+        run_model(args.model, out_dir=args.out)
+        return 0
     if not torch.cuda.is_available():
         print("No CUDA device: running the correctness self-check through Triton's interpreter.")
         print("Performance needs a GPU: run `rtdnn bench` on a machine with one.")
         return _self_check()
     if args.op is not None:
         return _bench_op(args)
+    if args.model is not None:
+        from rtdnn.bench.model import run_model
+
+        run_model(args.model, args.batch or 128, args.dtype, out_dir=args.out)
+        return 0
     from rtdnn.bench.conv import DIRECTIONS, run_suite
 
     directions = list(DIRECTIONS) if args.direction == "all" else [args.direction]
@@ -116,6 +127,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         choices=["pooling", "activation", "softmax", "lrn", "dropout", "tensor", "norm", "all"],
         help="benchmark memory-bound primitives instead of the convolution suite",
+    )
+    bench.add_argument(
+        "--model",
+        default=None,
+        choices=["resnet50", "small"],
+        help="whole-model training and inference beside PyTorch (a smoke run without a GPU)",
     )
     bench.add_argument("--batch", type=int, default=None, help="override the suite's batch")
     bench.add_argument("--limit", type=int, default=None, help="only the first N layers")

@@ -1,0 +1,204 @@
+"""Whole-model benchmark: a torchvision ResNet-50 (or a small CNN) converted with rtdnn.convert,
+beside the unconverted PyTorch model (cuDNN, benchmark mode), in one process.
+
+Measures inference and training-step throughput (images/s; SGD with momentum, autocast,
+channels-last), the converted model's output difference from PyTorch's, and where the GPU time
+of a training step goes by layer type (convolution, normalization, pooling, activation, other),
+from the profiler's kernel names. Without a GPU it runs a smoke version: the small CNN for two
+steps through the interpreter, checking that conversion, forward and backward run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import torch
+
+from .. import nn as rnn
+from ..convert import convert
+
+#: Kernel-name fragments -> layer type, for both cuDNN/ATen kernels and rtdnn's Triton kernels.
+CATEGORIES = {
+    "convolution": ("conv", "brgemm", "im2col", "col2im", "wgrad", "dgrad", "fprop", "gemm",
+                    "sm90_xmma", "cutlass", "channel_partial_sum", "channel_sum"),
+    "normalization": ("batch_norm", "batchnorm", "bn_", "norm", "welford"),
+    "pooling": ("pool",),
+    "activation": ("relu", "elementwise", "threshold", "activation"),
+}  # fmt: skip
+
+
+def category(kernel_name: str) -> str:
+    name = kernel_name.lower()
+    for cat, needles in CATEGORIES.items():
+        if any(n in name for n in needles):
+            return cat
+    return "other"
+
+
+def small_cnn(classes: int = 10) -> torch.nn.Module:
+    """A ResNet-style network small enough for the interpreter."""
+
+    class Block(torch.nn.Module):
+        def __init__(self, c: int):
+            super().__init__()
+            self.conv1 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+            self.bn1 = torch.nn.BatchNorm2d(c)
+            self.conv2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+            self.bn2 = torch.nn.BatchNorm2d(c)
+            self.relu = torch.nn.ReLU()
+
+        def forward(self, x):
+            y = self.relu(self.bn1(self.conv1(x)))
+            return self.relu(self.bn2(self.conv2(y)) + x)
+
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False),
+        torch.nn.BatchNorm2d(16),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        Block(16),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(16, classes),
+    )
+
+
+def build(name: str) -> tuple[torch.nn.Module, int]:
+    """(model, input resolution)."""
+    if name == "resnet50":
+        import torchvision
+
+        return torchvision.models.resnet50(weights=None), 224
+    if name == "small":
+        return small_cnn(), 32
+    raise ValueError(f"model={name!r}: expected 'resnet50' or 'small'")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _images_per_s(step, batch: int, steps: int, warmup: int, device: torch.device) -> float:
+    for _ in range(warmup):
+        step()
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    _sync(device)
+    return batch * steps / (time.perf_counter() - start)
+
+
+def _breakdown(step, device: torch.device) -> dict[str, float]:
+    """GPU milliseconds per layer type over one call of `step`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        _sync(device)
+    out: dict[str, float] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            cat = category(event.name)
+            out[cat] = out.get(cat, 0.0) + event.device_time_total / 1e3
+    return out
+
+
+def run_model(
+    name: str = "resnet50",
+    batch: int = 128,
+    dtype: str = "bf16",
+    steps: int = 20,
+    out_dir: str | None = None,
+) -> dict:
+    """Benchmark `name` converted and unconverted; print a markdown table; return the numbers."""
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    if not cuda:  # a smoke run through the interpreter
+        name, batch, steps = "small", 2, 1
+    torch.backends.cudnn.benchmark = True
+    amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype) if cuda else None
+    torch.manual_seed(0)
+    model, size = build(name)
+    model = model.to(device).to(memory_format=torch.channels_last)
+    converted, report = convert(model)
+    x = torch.randn(batch, 3, size, size, device=device).to(memory_format=torch.channels_last)
+    target = torch.randint(0, 10, (batch,), device=device)
+
+    def autocast():
+        return torch.autocast(device.type, dtype=amp, enabled=amp is not None)
+
+    results: dict = {"model": name, "batch": batch, "dtype": dtype if cuda else "float32",
+                     "device": torch.cuda.get_device_name() if cuda else "cpu (interpreter)",
+                     "replaced": report.counts(), "kept": [k[:2] for k in report.kept]}  # fmt: skip
+    model.eval()
+    converted.eval()
+    with torch.no_grad(), autocast():
+        ref, out = model(x).float(), converted(x).float()
+    results["output_rel_diff"] = float((out - ref).norm() / ref.norm())
+    for label, net, loss_fn in (
+        ("pytorch", model, torch.nn.CrossEntropyLoss()),
+        ("rtdnn", converted, rnn.CrossEntropyLoss()),
+    ):
+        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+
+        def infer(net=net):
+            with torch.no_grad(), autocast():
+                net(x)
+
+        def train(net=net, opt=opt, loss_fn=loss_fn):
+            with autocast():
+                loss = loss_fn(net(x).float(), target)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        net.eval()
+        results[f"{label}_inference_img_s"] = _images_per_s(infer, batch, steps, 2, device)
+        net.train()
+        results[f"{label}_training_img_s"] = _images_per_s(train, batch, steps, 2, device)
+        if cuda:
+            results[f"{label}_training_ms_by_type"] = _breakdown(train, device)
+    if cuda:
+        for kind in ("inference", "training"):
+            results[f"{kind}_ratio"] = (
+                results[f"rtdnn_{kind}_img_s"] / results[f"pytorch_{kind}_img_s"]
+            )
+    md = markdown(results)
+    print(md)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, f"model_{name}.json"), "w") as f:
+            json.dump(results, f, indent=1)
+        with open(os.path.join(out_dir, f"model_{name}.md"), "w") as f:
+            f.write(md)
+    return results
+
+
+def markdown(r: dict) -> str:
+    lines = [
+        f"### {r['model']}, batch {r['batch']}, {r['dtype']}, {r['device']}",
+        "",
+        "| | PyTorch img/s | rtdnn img/s | ratio |",
+        "|---|---:|---:|---:|",
+    ]
+    for kind in ("inference", "training"):
+        a, b = r[f"pytorch_{kind}_img_s"], r[f"rtdnn_{kind}_img_s"]
+        lines.append(f"| {kind} | {a:.1f} | {b:.1f} | {b / a:.2f} |")
+    lines += ["", f"converted output vs PyTorch: relative difference {r['output_rel_diff']:.1e}"]
+    if r["device"].startswith("cpu"):
+        lines += [
+            "",
+            "(CPU: rtdnn runs in Triton's interpreter; the times are no measure of speed)",
+        ]
+    if "rtdnn_training_ms_by_type" in r:
+        lines += ["", "| training step, GPU ms | PyTorch | rtdnn |", "|---|---:|---:|"]
+        cats = [*CATEGORIES, "other"]
+        for cat in cats:
+            a = r["pytorch_training_ms_by_type"].get(cat, 0.0)
+            b = r["rtdnn_training_ms_by_type"].get(cat, 0.0)
+            lines.append(f"| {cat} | {a:.2f} | {b:.2f} |")
+    return "\n".join(lines) + "\n"

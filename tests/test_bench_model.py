@@ -1,0 +1,23 @@
+"""`rtdnn bench --model` smoke run without a GPU: conversion, inference and a training step of
+the small CNN through the interpreter, and the converted output against PyTorch's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.mark.slow
+def test_model_bench_smoke(tmp_path):
+    from rtdnn.bench.model import category, run_model
+
+    result = run_model("small", out_dir=str(tmp_path))
+    assert result["output_rel_diff"] < 1e-5
+    assert result["replaced"]["Conv2d"] == 3 and result["replaced"]["BatchNorm2d"] == 3
+    assert result["rtdnn_training_img_s"] > 0 and result["pytorch_training_img_s"] > 0
+    assert (tmp_path / "model_small.json").exists() and (tmp_path / "model_small.md").exists()
+    assert category("cudnn::bn_fw_tr_1C11_kernel_NHWC") == "normalization"
+    assert category("brgemm_kernel") == "convolution"
+    assert category("max_pool_forward_nhwc") == "pooling"
+    assert category("vectorized_elementwise_kernel") == "activation"
+    assert not torch.cuda.is_available() or result["training_ratio"] > 0
