@@ -12,37 +12,15 @@ linear, cross-entropy). Results are meaningless: only compilation is checked.
 Relies on Triton 3.6 internals (CudaDriver, JITFunction.run's warm-up flag); a development aid.
 """
 
-import os
 import sys
 
-if os.environ.get("TRITON_INTERPRET") == "1":
-    sys.exit("unset TRITON_INTERPRET: this compiles the kernels")
+from sm90_stub import activate  # noqa: E402
+
+activate()
 
 import torch  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.backends.nvidia.driver import CudaDriver  # noqa: E402
-from triton.runtime import driver  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
-
-class _Sm90(CudaDriver):
-    def __init__(self):
-        pass
-
-    def get_current_target(self):
-        return GPUTarget("cuda", 90, 32)
-
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device=None):
-        return 0
-
-    def get_active_torch_device(self):
-        return torch.device("cuda", 0)
-
-
-driver.set_active(_Sm90())
 compiled: set = set()
 _run = JITFunction.run
 
