@@ -9,22 +9,7 @@ import torch
 from conftest import assert_close
 
 import rtdnn
-
-
-class Block(torch.nn.Module):
-    """A residual block: conv-bn-relu, conv-bn, add, relu."""
-
-    def __init__(self, c: int):
-        super().__init__()
-        self.conv1 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
-        self.bn1 = torch.nn.BatchNorm2d(c)
-        self.conv2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
-        self.bn2 = torch.nn.BatchNorm2d(c)
-        self.relu = torch.nn.ReLU()
-
-    def forward(self, x):
-        y = self.relu(self.bn1(self.conv1(x)))
-        return self.relu(self.bn2(self.conv2(y)) + x)
+from rtdnn.bench.model import ResidualBlock
 
 
 def small_resnet(classes: int = 5) -> torch.nn.Module:
@@ -33,7 +18,7 @@ def small_resnet(classes: int = 5) -> torch.nn.Module:
         torch.nn.BatchNorm2d(8),
         torch.nn.ReLU(),
         torch.nn.MaxPool2d(2),
-        Block(8),
+        ResidualBlock(8),
         torch.nn.AdaptiveAvgPool2d(1),
         torch.nn.Flatten(),
         torch.nn.Dropout(0.0),

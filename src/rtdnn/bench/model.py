@@ -37,28 +37,30 @@ def category(kernel_name: str) -> str:
     return "other"
 
 
+class ResidualBlock(torch.nn.Module):
+    """conv-bn-relu, conv-bn, add the input, relu: ResNet's basic block."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(c)
+        self.conv2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(c)
+        self.relu = torch.nn.ReLU()
+
+    def forward(self, x):
+        y = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(y)) + x)
+
+
 def small_cnn(classes: int = 10) -> torch.nn.Module:
     """A ResNet-style network small enough for the interpreter."""
-
-    class Block(torch.nn.Module):
-        def __init__(self, c: int):
-            super().__init__()
-            self.conv1 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
-            self.bn1 = torch.nn.BatchNorm2d(c)
-            self.conv2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
-            self.bn2 = torch.nn.BatchNorm2d(c)
-            self.relu = torch.nn.ReLU()
-
-        def forward(self, x):
-            y = self.relu(self.bn1(self.conv1(x)))
-            return self.relu(self.bn2(self.conv2(y)) + x)
-
     return torch.nn.Sequential(
         torch.nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False),
         torch.nn.BatchNorm2d(16),
         torch.nn.ReLU(),
         torch.nn.MaxPool2d(2),
-        Block(16),
+        ResidualBlock(16),
         torch.nn.AdaptiveAvgPool2d(1),
         torch.nn.Flatten(),
         torch.nn.Linear(16, classes),

@@ -99,7 +99,7 @@ def _gemm(a, a_geo, b, b_geo, c, alpha, beta, bias=None, activation=None, math=N
     launch(a, b, c, alpha=alpha, beta=beta, bias=bias, workspace=workspace_for(launch))
 
 
-def _rows(name: str, t: torch.Tensor) -> torch.Tensor:
+def _rows(t: torch.Tensor) -> torch.Tensor:
     """(*, features) -> (rows, features) without copying when the leading dims allow it."""
     return t.reshape(-1, t.shape[-1]) if t.dim() != 2 else t
 
@@ -151,7 +151,7 @@ def linear(
     resolve_math_mode(math)
     check_runnable(x.device)
     y = _out(out, (*x.shape[:-1], w.shape[0]), x)
-    x2, y2 = _rows("x", x), _out_rows(y)
+    x2, y2 = _rows(x), _out_rows(y)
     _gemm(x2, _matrix(x2), w, _matrix(w, transpose=True), y2, alpha, beta, bias, activation, math)
     return y
 
@@ -174,7 +174,7 @@ def linear_backward_data(
     resolve_math_mode(math)
     check_runnable(dy.device)
     dx = _out(out, (*dy.shape[:-1], w.shape[1]), dy)
-    dy2, dx2 = _rows("dy", dy), _out_rows(dx)
+    dy2, dx2 = _rows(dy), _out_rows(dx)
     _gemm(dy2, _matrix(dy2), w, _matrix(w), dx2, alpha, beta, math=math)
     return dx
 
@@ -200,7 +200,7 @@ def linear_backward_weight(
     resolve_math_mode(math)
     check_runnable(x.device)
     dw = _out(out, (dy.shape[-1], x.shape[-1]), x)
-    x2, dy2 = _rows("x", x), _rows("dy", dy)
+    x2, dy2 = _rows(x), _rows(dy)
     _gemm(dy2, _matrix(dy2, transpose=True), x2, _matrix(x2), dw, alpha, beta, math=math)
     return dw
 
@@ -212,6 +212,6 @@ def linear_backward_bias(
     from .conv import conv_backward_bias
 
     dy = check_tensor("dy", dy)
-    dy2 = _rows("dy", dy)
+    dy2 = _rows(dy)
     # The per-channel sum of the convolution, with rows as the batch and one pixel each.
     return conv_backward_bias(dy2.unsqueeze(-1), alpha=alpha, beta=beta, out=out)
