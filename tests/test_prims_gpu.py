@@ -255,7 +255,9 @@ def test_add_scale_set_transform(dtype):
 )
 @pytest.mark.parametrize("op", ["add", "max", "amax", "avg", "norm1", "norm2"])
 def test_reduce_tensor(dtype, shape, layout, dims, op):
-    x = cuda(shape, dtype, layout)
+    # The sum of |x| over a whole tensor of N(0, 1) values passes float16's largest value
+    # (65504), where the true result is inf: scale the data down to keep the result finite.
+    x = cuda(shape, dtype, layout, scale=1 / 64 if op == "norm1" else 1.0)
     indices = op in ("max", "amax")
     got = rtdnn.reduce_tensor(x, op, dims, indices=indices)
     ref = R.reduce_tensor(x, op, dims, indices=indices)

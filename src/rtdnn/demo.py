@@ -97,7 +97,7 @@ def train(
                 opt.step()
                 losses.append(loss.item())
                 bar.update(1)
-                bar.set_postfix(epoch=epoch, loss=f"{losses[-1]:.3f}")
+                bar.set_postfix(epoch=epoch, loss=f"{losses[-1]:.3f}", refresh=False)
                 if budget_s is not None and time.perf_counter() - start > budget_s:
                     stopped_early = True
                     break

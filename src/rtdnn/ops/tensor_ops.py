@@ -219,7 +219,8 @@ def reduce_tensor(
     op: "add", "mul", "min", "max", "amax" (max |x|), "avg", "norm1" (sum |x|), "norm2"
     (sqrt of sum x^2). dims: None (all), an int or a sequence of ints. The result has x's shape
     with the reduced dims of size 1 (cuDNN's convention); keepdim=False drops them. Accumulates
-    in float32, result in x's dtype. With indices=True (min, max, amax only) returns
+    in float32, result in x's dtype (a sum beyond a 16-bit dtype's range is inf, as in torch).
+    With indices=True (min, max, amax only) returns
     (out, idx): idx (int64) is the flat position of the chosen element within the reduced
     dims, row-major in x's dim order; ties go to the first, NaN wins as in torch.max.
     """
