@@ -1,55 +1,87 @@
-"""Host overhead per call: the full op path, the prepared runner alone, and cuDNN's."""
+"""Host time per call, layer by layer: the plain op, the torch.library custom op, the nn module
+(with and without autocast and autograd), beside PyTorch's own. Tiny shapes keep the GPU ahead
+of the host, so each number is the host's cost of one call.
+    PYTHONPATH=src python benchmarks/overhead.py
+"""
 
-import cProfile
-import pstats
 import time
 
 import torch
 
+import rtdnn
 from rtdnn import ops
 
 dev = "cuda"
-x = torch.randn(64, 1024, 14, 14, device=dev, dtype=torch.bfloat16).to(
-    memory_format=torch.channels_last
-)
-w = torch.randn(256, 1024, 1, 1, device=dev, dtype=torch.bfloat16).to(
-    memory_format=torch.channels_last
-)
-dy = torch.randn(64, 256, 14, 14, device=dev, dtype=torch.bfloat16).to(
-    memory_format=torch.channels_last
-)
 
 
-def per_call(fn, n=300):
-    fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
+def host_us(fn, n=2000):
+    for _ in range(20):
         fn()
     torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = (time.perf_counter() - start) / n * 1e6
+    torch.cuda.synchronize()
+    return host
 
 
-def ours():
-    return ops.conv_backward_data(dy, w, x.shape)
+def cl(t):
+    return t.to(memory_format=torch.channels_last)
 
 
-def theirs():
-    return torch.ops.aten.convolution_backward(
-        dy, x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, False, False]
-    )
+x = cl(torch.randn(1, 64, 8, 8, device=dev, dtype=torch.bfloat16))
+w = cl(torch.randn(64, 64, 3, 3, device=dev, dtype=torch.bfloat16))
+x32 = x.float()
+conv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False).to(dev, memory_format=torch.channels_last)
+bn = torch.nn.BatchNorm2d(64).to(dev)
+relu = torch.nn.ReLU()
+ours = {m: rtdnn.convert(m)[0] for m in (conv, bn, relu)}
+xg = x32.clone().requires_grad_()
 
 
-def filt():
-    return ops.conv_backward_filter(x, dy, w.shape)
+def autocast():
+    return torch.autocast("cuda", dtype=torch.bfloat16)
 
 
-print(f"rtdnn bwd-data  {per_call(ours):.1f} us/call (wall, back to back)")
-print(f"rtdnn bwd-filt  {per_call(filt):.1f} us/call")
-print(f"cuDNN bwd-data  {per_call(theirs):.1f} us/call")
-g = torch.cuda.CUDAGraph()
-with torch.cuda.graph(g):
-    ours()
-print(f"rtdnn graphed   {per_call(g.replay):.1f} us/call")
-cProfile.run("for _ in range(300): ours()", "/tmp/prof")
-pstats.Stats("/tmp/prof").sort_stats("tottime").print_stats(14)
+def train_step(m):
+    def step():
+        with autocast():
+            y = m(xg)
+        y.backward(torch.ones_like(y))
+
+    return step
+
+
+def no_grad(fn):
+    def call():
+        with torch.no_grad():
+            fn()
+
+    return call
+
+
+rows = [
+    ("conv op (rtdnn.conv_forward)", lambda: ops.conv_forward(x, w, padding=1)),
+    ("conv custom op", lambda: torch.ops.rtdnn.conv_forward(x, w, None, [1, 1], [1, 1], [1, 1],
+                                                           1, "cross_correlation")),
+    ("conv module, no grad, bf16 in", no_grad(lambda: ours[conv](x))),
+    ("conv module, no grad, autocast", no_grad(autocast()(lambda: ours[conv](x32)))),
+    ("torch conv module, no grad, bf16", no_grad(lambda: torch.nn.functional.conv2d(x, w,
+                                                                                   padding=1))),
+    ("conv module train step (autocast)", train_step(ours[conv])),
+    ("torch conv train step (autocast)", train_step(conv)),
+    ("bn eval op", lambda: ops.batch_norm_forward_inference(
+        x, bn.weight, bn.bias, bn.running_mean, bn.running_var)),
+    ("bn module eval, no grad", no_grad(lambda: ours[bn].eval()(x))),
+    ("torch bn eval, no grad", no_grad(lambda: bn.eval()(x))),
+    ("bn module train step", train_step(ours[bn].train())),
+    ("torch bn train step", train_step(bn.train())),
+    ("relu op", lambda: ops.activation_forward(x, "relu")),
+    ("relu module, no grad", no_grad(lambda: ours[relu](x))),
+    ("torch relu, no grad", no_grad(lambda: torch.relu(x))),
+    ("relu module train step", train_step(ours[relu])),
+    ("torch relu train step", train_step(relu)),
+]  # fmt: skip
+for name, fn in rows:
+    print(f"{name:40s} {host_us(fn):8.1f} us", flush=True)

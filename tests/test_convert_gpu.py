@@ -45,27 +45,38 @@ def _no_tf32_matmul():
 
 @pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
 def test_resnet50_outputs_gradients_and_statistics(train):
+    """A deep network amplifies rounding, so float32 PyTorch itself is some way from the float64
+    model: hold the converted model to a small multiple of PyTorch's own float32 error."""
     model = _resnet50().to(memory_format=torch.channels_last)
+    exact = copy.deepcopy(model).double()
     converted, report = rtdnn.convert(model)
     counts = report.counts()
     assert counts["Conv2d"] == 53 and counts["BatchNorm2d"] == 53 and counts["Linear"] == 1
     x = torch.randn(4, 3, 96, 96, device="cuda").to(memory_format=torch.channels_last)
     t = torch.randint(0, 10, (4,), device="cuda")
-    model.train(train)
-    converted.train(train)
+    nets = (exact, model, converted)
+    outs = []
     with _strict_fp32():
-        ref = model(x)
-        out = converted(x)
-        torch.nn.functional.cross_entropy(ref, t).backward()
-        torch.nn.functional.cross_entropy(out, t).backward()
-    assert rel_error(out, ref.detach().double()) < 1e-4
-    for (name, p), q in zip(converted.named_parameters(), model.parameters(), strict=True):
-        assert rel_error(p.grad, q.grad.double()) < 1e-3, name
-    for (name, a), b in zip(converted.named_buffers(), model.buffers(), strict=True):
-        if a.is_floating_point():
-            assert rel_error(a, b.double()) < 1e-5, name
+        for net, inp in zip(nets, (x.double(), x, x), strict=True):
+            net.train(train)
+            outs.append(net(inp))
+            torch.nn.functional.cross_entropy(outs[-1], t).backward()
+
+    def within_pytorchs_error(ours, theirs, ref, what, floor=1e-5):
+        ref = ref.detach().cpu()
+        allowed = max(3 * rel_error(theirs, ref), floor)
+        assert rel_error(ours, ref) < allowed, what
+
+    within_pytorchs_error(outs[2], outs[1], outs[0], "output")
+    names = [name for name, _ in converted.named_parameters()]
+    for name, p64, p_torch, p_ours in zip(names, *(n.parameters() for n in nets), strict=True):
+        within_pytorchs_error(p_ours.grad, p_torch.grad, p64.grad, name, floor=1e-4)
+    names = [name for name, _ in converted.named_buffers()]
+    for name, b64, b_torch, b_ours in zip(names, *(n.buffers() for n in nets), strict=True):
+        if b_ours.is_floating_point():
+            within_pytorchs_error(b_ours, b_torch, b64, name)
         else:
-            assert torch.equal(a, b), name
+            assert torch.equal(b_ours, b_torch), name
 
 
 def test_resnet50_state_dict_round_trip_and_bf16_autocast():
@@ -83,7 +94,7 @@ def test_resnet50_state_dict_round_trip_and_bf16_autocast():
     x = torch.randn(8, 3, 128, 128, device="cuda").to(memory_format=torch.channels_last)
     with torch.no_grad():
         with _strict_fp32():
-            exact = model(x).double()
+            exact = model(x).double().cpu()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             ours = converted(x)
             theirs = model(x)
