@@ -2,15 +2,93 @@
 (meta) kernels, so they work under autograd and torch.compile traces them without graph breaks.
 
 The ops are functional (no alpha, beta or out): those belong to the plain API in rtdnn.ops.
+
+Eager calls take a shorter road. Going through the dispatcher costs a custom op tens of
+microseconds per call, more than many of these kernels take on the GPU, so on plain tensors
+outside any tracing each op runs its implementation directly, or, when an input needs a
+gradient, through a torch.autograd.Function built from the same forward, setup_context and
+backward. Under torch.compile, fake tensors, tensor subclasses or dispatch modes the call goes
+through the registered custom op, so traced graphs hold rtdnn::* ops.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from . import ops
 from .core import ConvDesc, bad_param, conv_output_shape, empty_like_layout
+
+#: Tensor types that the eager road takes; any other (FakeTensor, FunctionalTensor, user
+#: subclasses) goes through the dispatcher.
+_PLAIN = (Tensor, torch.nn.Parameter)
+
+
+def _traced(args) -> bool:
+    """Whether this call must go through the dispatcher (tracing, modes, tensor subclasses)."""
+    if (
+        torch.compiler.is_compiling()
+        or torch._C._is_torch_function_mode_enabled()
+        or is_in_torch_dispatch_mode()
+    ):
+        return True
+    return any(isinstance(a, Tensor) and type(a) not in _PLAIN for a in args)
+
+
+class CustomOp:
+    """A torch.library custom op (functional, no mutated arguments) with an eager fast path.
+
+    Use as a decorator like torch.library.custom_op; `register_fake` and `register_autograd`
+    take the same arguments as CustomOpDef's.
+    """
+
+    def __init__(self, name: str, fn):
+        self.fn = fn
+        self.eager = fn
+        self.op = torch.library.custom_op(name, mutates_args=())(fn)
+        self.function: type[torch.autograd.Function] | None = None
+        functools.update_wrapper(self, fn)
+
+    def register_eager(self, eager) -> None:
+        """Run `eager` instead of the op's function on the eager road: the same results, but it
+        may also update some inputs in place (what a functional op cannot)."""
+        self.eager = eager
+        if self.function is not None:
+            self.function.forward = staticmethod(eager)
+
+    def register_fake(self, fake):
+        return self.op.register_fake(fake)
+
+    def register_autograd(self, backward, *, setup_context) -> None:
+        self.op.register_autograd(backward, setup_context=setup_context)
+        self.function = type(
+            f"{self.fn.__name__}_function",
+            (torch.autograd.Function,),
+            {
+                "forward": staticmethod(self.eager),
+                "setup_context": staticmethod(setup_context),
+                "backward": staticmethod(backward),
+            },
+        )
+
+    def __call__(self, *args):
+        if _traced(args):
+            return self.op(*args)
+        if (
+            self.function is not None
+            and torch.is_grad_enabled()
+            and any(isinstance(a, Tensor) and a.requires_grad for a in args)
+        ):
+            return self.function.apply(*args)
+        return self.eager(*args)
+
+
+def custom_op(name: str):
+    """Decorator: `fn` as the custom op `name` with an eager fast path (see CustomOp)."""
+    return functools.partial(CustomOp, name)
 
 
 def _desc(x: Tensor, stride, padding, dilation, groups, mode) -> ConvDesc:
@@ -20,7 +98,7 @@ def _desc(x: Tensor, stride, padding, dilation, groups, mode) -> ConvDesc:
 # -- convolution ----------------------------------------------------------------------------
 
 
-@torch.library.custom_op("rtdnn::conv_forward", mutates_args=())
+@custom_op("rtdnn::conv_forward")
 def conv_forward(
     x: Tensor,
     w: Tensor,
@@ -42,7 +120,7 @@ def _(x, w, bias, stride, padding, dilation, groups, mode):
     return empty_like_layout(shape, x)
 
 
-@torch.library.custom_op("rtdnn::conv_backward_data", mutates_args=())
+@custom_op("rtdnn::conv_backward_data")
 def conv_backward_data(
     dy: Tensor,
     w: Tensor,
@@ -64,7 +142,7 @@ def _(dy, w, x_shape, stride, padding, dilation, groups, mode):
     return empty_like_layout(x_shape, dy)
 
 
-@torch.library.custom_op("rtdnn::conv_backward_filter", mutates_args=())
+@custom_op("rtdnn::conv_backward_filter")
 def conv_backward_filter(
     x: Tensor,
     dy: Tensor,
@@ -86,7 +164,7 @@ def _(x, dy, w_shape, stride, padding, dilation, groups, mode):
     return empty_like_layout(w_shape, x)
 
 
-@torch.library.custom_op("rtdnn::conv_backward_bias", mutates_args=())
+@custom_op("rtdnn::conv_backward_bias")
 def conv_backward_bias(dy: Tensor) -> Tensor:
     return ops.conv_backward_bias(dy)
 
@@ -119,7 +197,7 @@ conv_forward.register_autograd(_conv_backward, setup_context=_conv_setup_context
 # -- linear -----------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("rtdnn::linear", mutates_args=())
+@custom_op("rtdnn::linear")
 def linear(x: Tensor, w: Tensor, bias: Tensor | None, activation: str | None) -> Tensor:
     return ops.linear(x, w, bias, activation=activation)
 
@@ -129,7 +207,7 @@ def _(x, w, bias, activation):
     return x.new_empty((*x.shape[:-1], w.shape[0]))
 
 
-@torch.library.custom_op("rtdnn::linear_backward_data", mutates_args=())
+@custom_op("rtdnn::linear_backward_data")
 def linear_backward_data(dy: Tensor, w: Tensor) -> Tensor:
     return ops.linear_backward_data(dy, w)
 
@@ -139,7 +217,7 @@ def _(dy, w):
     return dy.new_empty((*dy.shape[:-1], w.shape[1]))
 
 
-@torch.library.custom_op("rtdnn::linear_backward_weight", mutates_args=())
+@custom_op("rtdnn::linear_backward_weight")
 def linear_backward_weight(x: Tensor, dy: Tensor) -> Tensor:
     return ops.linear_backward_weight(x, dy)
 
@@ -149,7 +227,7 @@ def _(x, dy):
     return x.new_empty((dy.shape[-1], x.shape[-1]))
 
 
-@torch.library.custom_op("rtdnn::linear_backward_bias", mutates_args=())
+@custom_op("rtdnn::linear_backward_bias")
 def linear_backward_bias(dy: Tensor) -> Tensor:
     return ops.linear_backward_bias(dy)
 
@@ -183,7 +261,7 @@ linear.register_autograd(_linear_backward, setup_context=_linear_setup_context)
 # -- cross-entropy ----------------------------------------------------------------------------
 
 
-@torch.library.custom_op("rtdnn::cross_entropy", mutates_args=())
+@custom_op("rtdnn::cross_entropy")
 def cross_entropy(
     logits: Tensor,
     target: Tensor,
@@ -206,7 +284,7 @@ def _(logits, target, weight, ignore_index, label_smoothing, reduction):
     return logits.new_empty(shape), stats, torch.empty_like(stats)
 
 
-@torch.library.custom_op("rtdnn::cross_entropy_backward", mutates_args=())
+@custom_op("rtdnn::cross_entropy_backward")
 def cross_entropy_backward(
     grad: Tensor,
     logits: Tensor,
@@ -266,7 +344,7 @@ def _pool_out_shape(x, mode, window, stride, padding, dilation, ceil_mode):
     return (*x.shape[:2], *ops.pooling.pool_output_size(x.shape[2:], p))
 
 
-@torch.library.custom_op("rtdnn::pooling_forward", mutates_args=())
+@custom_op("rtdnn::pooling_forward")
 def pooling_forward(
     x: Tensor,
     mode: str,
@@ -288,7 +366,7 @@ def _(x, mode, window, stride, padding, dilation, ceil_mode):
     )
 
 
-@torch.library.custom_op("rtdnn::pooling_backward", mutates_args=())
+@custom_op("rtdnn::pooling_backward")
 def pooling_backward(
     dy: Tensor,
     x: Tensor,
@@ -325,7 +403,7 @@ def _pool_backward(ctx, dy):
 pooling_forward.register_autograd(_pool_backward, setup_context=_pool_setup)
 
 
-@torch.library.custom_op("rtdnn::adaptive_avg_pool", mutates_args=())
+@custom_op("rtdnn::adaptive_avg_pool")
 def adaptive_avg_pool(x: Tensor, output_size: list[int]) -> Tensor:
     return ops.adaptive_avg_pool(x, output_size)
 
@@ -335,7 +413,7 @@ def _(x, output_size):
     return empty_like_layout((*x.shape[:2], *output_size), x)
 
 
-@torch.library.custom_op("rtdnn::adaptive_avg_pool_backward", mutates_args=())
+@custom_op("rtdnn::adaptive_avg_pool_backward")
 def adaptive_avg_pool_backward(dy: Tensor, x_shape: list[int]) -> Tensor:
     return ops.adaptive_avg_pool_backward(dy, x_shape)
 
@@ -366,7 +444,7 @@ def _coef(mode: str, coef: list[float]):
     return tuple(coef) if mode == "hardtanh" else coef[0]
 
 
-@torch.library.custom_op("rtdnn::activation_forward", mutates_args=())
+@custom_op("rtdnn::activation_forward")
 def activation_forward(x: Tensor, mode: str, coef: list[float]) -> Tensor:
     return ops.activation_forward(x, mode, coef=_coef(mode, coef))
 
@@ -376,7 +454,7 @@ def _(x, mode, coef):
     return _like(x)
 
 
-@torch.library.custom_op("rtdnn::activation_backward", mutates_args=())
+@custom_op("rtdnn::activation_backward")
 def activation_backward(
     dy: Tensor, x: Tensor | None, y: Tensor | None, mode: str, coef: list[float]
 ) -> Tensor:
@@ -406,7 +484,7 @@ activation_forward.register_autograd(_act_backward, setup_context=_act_setup)
 # -- softmax --------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("rtdnn::softmax_forward", mutates_args=())
+@custom_op("rtdnn::softmax_forward")
 def softmax_forward(x: Tensor, algo: str, mode: str) -> Tensor:
     return ops.softmax_forward(x, algo=algo, mode=mode)
 
@@ -416,7 +494,7 @@ def _(x, algo, mode):
     return _like(x)
 
 
-@torch.library.custom_op("rtdnn::softmax_backward", mutates_args=())
+@custom_op("rtdnn::softmax_backward")
 def softmax_backward(y: Tensor, dy: Tensor, algo: str, mode: str) -> Tensor:
     return ops.softmax_backward(y, dy, algo=algo, mode=mode)
 
@@ -442,7 +520,7 @@ softmax_forward.register_autograd(_softmax_backward, setup_context=_softmax_setu
 # -- LRN ------------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("rtdnn::lrn_forward", mutates_args=())
+@custom_op("rtdnn::lrn_forward")
 def lrn_forward(x: Tensor, size: int, alpha: float, beta: float, k: float) -> Tensor:
     return ops.lrn_forward(x, size, lrn_alpha=alpha, lrn_beta=beta, lrn_k=k)
 
@@ -452,7 +530,7 @@ def _(x, size, alpha, beta, k):
     return _like(x)
 
 
-@torch.library.custom_op("rtdnn::lrn_backward", mutates_args=())
+@custom_op("rtdnn::lrn_backward")
 def lrn_backward(dy: Tensor, x: Tensor, size: int, alpha: float, beta: float, k: float) -> Tensor:
     return ops.lrn_backward(dy, x, None, size, lrn_alpha=alpha, lrn_beta=beta, lrn_k=k)
 
@@ -480,7 +558,7 @@ lrn_forward.register_autograd(_lrn_backward, setup_context=_lrn_setup)
 # per step without a graph break (the op reads its value at run time).
 
 
-@torch.library.custom_op("rtdnn::dropout_forward", mutates_args=())
+@custom_op("rtdnn::dropout_forward")
 def dropout_forward(x: Tensor, p: float, seed: Tensor) -> Tensor:
     return ops.dropout_forward(x, p, int(seed.item()))
 
@@ -490,7 +568,7 @@ def _(x, p, seed):
     return _like(x)
 
 
-@torch.library.custom_op("rtdnn::dropout_backward", mutates_args=())
+@custom_op("rtdnn::dropout_backward")
 def dropout_backward(dy: Tensor, p: float, seed: Tensor) -> Tensor:
     return ops.dropout_backward(dy, p, int(seed.item()))
 
@@ -517,7 +595,7 @@ dropout_forward.register_autograd(_dropout_backward, setup_context=_dropout_setu
 # -- tensor ops -----------------------------------------------------------------------------
 
 
-@torch.library.custom_op("rtdnn::op_tensor", mutates_args=())
+@custom_op("rtdnn::op_tensor")
 def op_tensor(a: Tensor, b: Tensor | None, op: str, alpha1: float, alpha2: float) -> Tensor:
     return ops.op_tensor(a, b, op, alpha1=alpha1, alpha2=alpha2)
 
@@ -572,7 +650,7 @@ def _op_backward(ctx, g):
 op_tensor.register_autograd(_op_backward, setup_context=_op_setup)
 
 
-@torch.library.custom_op("rtdnn::reduce_tensor", mutates_args=())
+@custom_op("rtdnn::reduce_tensor")
 def reduce_tensor(x: Tensor, op: str, dims: list[int]) -> Tensor:
     """Values only, keepdim (reduced dims of size 1)."""
     return ops.reduce_tensor(x, op, dims)
@@ -628,7 +706,7 @@ def _fmt(x: Tensor):
 reduce_tensor.register_autograd(_reduce_backward, setup_context=_reduce_setup)
 
 
-@torch.library.custom_op("rtdnn::transform_tensor", mutates_args=())
+@custom_op("rtdnn::transform_tensor")
 def transform_tensor(x: Tensor, dtype: torch.dtype, channels_last: bool) -> Tensor:
     """x copied into dtype, in channels-last (4-d / 5-d) or contiguous layout."""
     return ops.transform_tensor(x, dtype=dtype, memory_format=_target_format(x, channels_last))
@@ -660,7 +738,8 @@ transform_tensor.register_autograd(_transform_backward, setup_context=_transform
 # -- normalization --------------------------------------------------------------------------
 # Custom ops must be functional to take an autograd formula, so batch norm's training op returns
 # the updated running statistics as new tensors (written by the same kernel that finishes the
-# batch statistics) and the differentiable wrappers below copy them into the buffers.
+# batch statistics) and the differentiable wrappers below copy them into the buffers. Eager
+# calls skip the copies: the kernel updates the buffers in place (see register_eager).
 # Optional outputs that do not exist come back as empty tensors: custom ops return tensors.
 
 
@@ -676,7 +755,7 @@ def _nothing(x: Tensor) -> Tensor:
     return x.new_empty(0)
 
 
-@torch.library.custom_op("rtdnn::batch_norm_train", mutates_args=())
+@custom_op("rtdnn::batch_norm_train")
 def batch_norm_train(
     x: Tensor,
     weight: Tensor | None,
@@ -702,6 +781,22 @@ def batch_norm_train(
     return y, mean, invstd, new_rm, new_rv
 
 
+def _batch_norm_train_in_place(
+    x, weight, bias, z, running_mean, running_var, momentum, eps, activation, per_activation
+):
+    """batch_norm_train on the eager road: the kernel that finishes the batch statistics
+    updates the running ones in place, saving two copies each way; the returned ones are
+    empty."""
+    y, mean, invstd = ops.batch_norm_forward_training(
+        x, weight, bias, running_mean=running_mean, running_var=running_var, momentum=momentum,
+        eps=eps, mode=_bn_mode(per_activation), z=z, activation=activation,
+    )  # fmt: skip
+    return y, mean, invstd, _nothing(x), _nothing(x)
+
+
+batch_norm_train.register_eager(_batch_norm_train_in_place)
+
+
 @batch_norm_train.register_fake
 def _(x, weight, bias, z, running_mean, running_var, momentum, eps, activation, per_activation):
     shape = _bn_param_shape(x, per_activation)
@@ -713,7 +808,7 @@ def _(x, weight, bias, z, running_mean, running_var, momentum, eps, activation, 
     return empty_like_layout(x.shape, x), *stats, *running
 
 
-@torch.library.custom_op("rtdnn::batch_norm_infer", mutates_args=())
+@custom_op("rtdnn::batch_norm_infer")
 def batch_norm_infer(
     x: Tensor,
     weight: Tensor | None,
@@ -736,7 +831,7 @@ def _(x, weight, bias, z, running_mean, running_var, eps, activation, per_activa
     return empty_like_layout(x.shape, x)
 
 
-@torch.library.custom_op("rtdnn::batch_norm_bwd", mutates_args=())
+@custom_op("rtdnn::batch_norm_bwd")
 def batch_norm_bwd(
     dy: Tensor,
     x: Tensor,
@@ -840,7 +935,7 @@ def batch_norm(
             x, weight, bias, z, running_mean, running_var, momentum, eps, activation,
             per_activation,
         )  # fmt: skip
-        if running_mean is not None and running_var is not None:
+        if running_mean is not None and running_var is not None and new_rm.numel():
             with torch.no_grad():
                 running_mean.copy_(new_rm)
                 running_var.copy_(new_rv)
@@ -852,7 +947,7 @@ def batch_norm(
     )
 
 
-@torch.library.custom_op("rtdnn::layer_norm", mutates_args=())
+@custom_op("rtdnn::layer_norm")
 def layer_norm_fwd(
     x: Tensor, normalized_shape: list[int], weight: Tensor | None, bias: Tensor | None, eps: float
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -866,7 +961,7 @@ def _(x, normalized_shape, weight, bias, eps):
     return empty_like_layout(x.shape, x), *stats
 
 
-@torch.library.custom_op("rtdnn::layer_norm_bwd", mutates_args=())
+@custom_op("rtdnn::layer_norm_bwd")
 def layer_norm_bwd(
     dy: Tensor,
     x: Tensor,
@@ -928,7 +1023,7 @@ def layer_norm(
     return layer_norm_fwd(x, shape, weight, bias, eps)[0]
 
 
-@torch.library.custom_op("rtdnn::rms_norm", mutates_args=())
+@custom_op("rtdnn::rms_norm")
 def rms_norm_fwd(
     x: Tensor, normalized_shape: list[int], weight: Tensor | None, eps: float
 ) -> tuple[Tensor, Tensor]:
@@ -941,7 +1036,7 @@ def _(x, normalized_shape, weight, eps):
     return empty_like_layout(x.shape, x), x.new_empty(lead, dtype=torch.float32)
 
 
-@torch.library.custom_op("rtdnn::rms_norm_bwd", mutates_args=())
+@custom_op("rtdnn::rms_norm_bwd")
 def rms_norm_bwd(
     dy: Tensor,
     x: Tensor,
@@ -990,7 +1085,7 @@ def rms_norm(
     return rms_norm_fwd(x, shape, weight, eps)[0]
 
 
-@torch.library.custom_op("rtdnn::group_norm", mutates_args=())
+@custom_op("rtdnn::group_norm")
 def group_norm_fwd(
     x: Tensor, num_groups: int, weight: Tensor | None, bias: Tensor | None, eps: float
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -1003,7 +1098,7 @@ def _(x, num_groups, weight, bias, eps):
     return empty_like_layout(x.shape, x), *stats
 
 
-@torch.library.custom_op("rtdnn::group_norm_bwd", mutates_args=())
+@custom_op("rtdnn::group_norm_bwd")
 def group_norm_bwd(
     dy: Tensor,
     x: Tensor,

@@ -20,6 +20,7 @@ import torch
 import triton
 
 from ..core import NotSupportedError
+from ..kernels.launch import SlotLaunch
 from ..kernels.norm_addressing import ACTIVATIONS, Layout, NormGeometry
 from ..kernels.norm_backward import (
     norm_bwd_apply_kernel,
@@ -34,7 +35,6 @@ from ..kernels.norm_forward import (
     norm_stats_finish_kernel,
     norm_stats_partial_kernel,
 )
-from ..kernels.slot_launch import SlotLaunch
 from .geometry import parallel_slots
 
 MAX_DIMS = 4  # kept and reduced dims each, after merging

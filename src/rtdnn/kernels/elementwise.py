@@ -35,6 +35,7 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
+from .launch import SlotLaunch
 from .layout import merge_dims, next_pow2
 
 MAX_DIMS = 6
@@ -248,9 +249,17 @@ def launch(
 ):  # fmt: skip
     """Run elementwise_kernel with a plan made for these tensors' shapes and strides."""
     a, b, c = (list(inputs) + [out] * 3)[:3]
-    elementwise_kernel[plan_.grid](
-        a, b, c, out, plan_.geo, float(alpha), float(beta),
-        float(p[0]), float(p[1]), float(p[2]), int(seed),
-        OP=op, NUM_IN=len(inputs), RNG=plan_.rng, EVEN=plan_.even, BETA_NONZERO=beta != 0,
-        BLOCK_0=plan_.block_0, BLOCK_1=plan_.block_1, num_warps=plan_.num_warps,
+    launch = _prepared(op, plan_, len(inputs), beta != 0)
+    launch(
+        a, b, c, out, float(alpha), float(beta), float(p[0]), float(p[1]), float(p[2]), int(seed)
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _prepared(op, plan_: EwPlan, num_in: int, beta_nonzero: bool) -> SlotLaunch:
+    return SlotLaunch(
+        elementwise_kernel, plan_.grid, dict(num_warps=plan_.num_warps),
+        ("A", "B", "C", "OUT", "alpha", "beta", "p0", "p1", "p2", "seed"),
+        geo=plan_.geo, OP=op, NUM_IN=num_in, RNG=plan_.rng, EVEN=plan_.even,
+        BETA_NONZERO=beta_nonzero, BLOCK_0=plan_.block_0, BLOCK_1=plan_.block_1,
     )  # fmt: skip

@@ -1,10 +1,10 @@
 """Host-side launch helpers. No policy: callers pick tiles and splits.
 
-A convolution layer runs the same kernels with the same sizes on every step, so launches are
-prepared once per problem. `KernelLaunch` fixes a kernel's grid, integer arguments and
+A layer runs the same kernels with the same sizes on every step, so launches are prepared once
+per problem. `SlotLaunch` and `KernelLaunch` fix a kernel's grid, integer arguments and
 compile-time constants; the first call goes through Triton's JIT (compiling if needed) and later
-calls go straight to the compiled kernel, skipping Triton's per-call argument binding, which
-costs more than the kernel itself on small layers.
+calls go straight to the compiled kernel's launcher, skipping Triton's per-call argument
+binding, which costs more than the kernel itself on small layers.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 import triton
+from triton import knobs
+from triton.runtime import driver
 
 from ..core import INTERPRETED
 from .brgemm import brgemm_kernel, brgemm_reduce_kernel, identity
@@ -30,36 +32,82 @@ class TileConfig:
     num_stages: int = 3
 
 
-def _alignment(tensors) -> tuple:
-    """Pointer alignment of the tensor arguments: part of Triton's specialization."""
-    return tuple(t.data_ptr() % 16 == 0 for t in tensors if isinstance(t, torch.Tensor))
+def _signature(values) -> tuple:
+    """What Triton specializes a compiled kernel on, for the arguments that change between
+    calls: each tensor's dtype and 16-byte alignment, each int's divisibility by 16 and
+    equality to 1 and whether it fits in 32 bits. Calls with the same signature can share one
+    compiled kernel."""
+    sig = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            sig.append((v.dtype, v.data_ptr() % 16 == 0))
+        elif isinstance(v, int) and not isinstance(v, bool):
+            sig.append((v % 16 == 0, v == 1, -(2**31) <= v < 2**31))
+        else:
+            sig.append(type(v))
+    return tuple(sig)
 
 
-class KernelLaunch:
-    """One @triton.jit kernel with a fixed grid and fixed non-tensor arguments.
+class SlotLaunch:
+    """One @triton.jit kernel with a fixed grid and fixed arguments, and holes ("slots") for the
+    arguments that change between calls (tensors, alpha, beta, seeds), given by position.
 
-    Call it with the arguments that change between calls (tensors, alpha, beta) by name.
+    The first call with a new argument signature (see `_signature`) goes through Triton's JIT,
+    compiling if needed; later calls fill the slots and call that compiled kernel's launcher on
+    the current stream. Memory-bound kernels take a few microseconds on the GPU, so the host
+    must not take longer.
     """
 
-    def __init__(self, fn, grid: tuple[int, ...], options: dict, **args):
+    def __init__(self, fn, grid: tuple[int, ...], options: dict, slots: tuple[str, ...], **fixed):
+        names = list(fn.arg_names)
+        missing = set(names) - set(fixed) - set(slots)
+        if missing:
+            raise TypeError(f"{fn.__name__}: no value for {sorted(missing)}")
         self.fn = fn
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.options = options
-        self.args = args
-        self.compiled = None
-        self.aligned = None
+        self.template = [fixed.get(n) for n in names]
+        self.index = [names.index(s) for s in slots]
+        self.compiled: dict[tuple, tuple] = {}
+
+    def __call__(self, *values) -> None:
+        args = self.template.copy()
+        for i, v in zip(self.index, values, strict=True):
+            args[i] = v
+        sig = _signature(values)
+        compiled = self.compiled.get(sig)
+        if compiled is None:
+            kernel = self.fn[self.grid](*args, **self.options)
+            if not INTERPRETED:
+                # kernel.run loads the module on first access, which sets kernel.function.
+                self.compiled[sig] = (kernel, kernel.run, kernel.function, kernel.packed_metadata)
+            return
+        kernel, launcher, function, metadata = compiled
+        # What CompiledKernel.__getitem__'s runner does, without a closure and launch metadata
+        # per call; a profiling hook (e.g. proton) still gets Triton's full path.
+        if knobs.runtime.launch_enter_hook is not None:
+            kernel[self.grid](*args)
+            return
+        stream = driver.active.get_current_stream(driver.active.get_current_device())
+        gx, gy, gz = self.grid
+        launcher(gx, gy, gz, stream, function, metadata, None, None, None, *args)
+
+
+class KernelLaunch(SlotLaunch):
+    """A SlotLaunch whose changing arguments are given by name: the names of the first call's
+    keyword arguments become the slots, and every later call must name the same ones."""
+
+    def __init__(self, fn, grid: tuple[int, ...], options: dict, **args):
+        self._setup = (fn, grid, options, args)
+        self.slots: tuple[str, ...] | None = None
 
     def __call__(self, **changes) -> None:
-        """Launch; `changes` must name the same arguments on every call (the tensors)."""
-        args = {**self.args, **changes}
-        values = [args[name] for name in self.fn.arg_names]
-        aligned = _alignment(changes.values())
-        if self.compiled is not None and aligned == self.aligned:
-            self.compiled[self.grid](*values)
-            return
-        kernel = self.fn[self.grid](*values, **self.options)
-        if not INTERPRETED:
-            self.compiled, self.aligned = kernel, aligned
+        if self.slots is None:
+            fn, grid, options, args = self._setup
+            self.slots = tuple(changes)
+            fixed = {k: v for k, v in args.items() if k not in changes}
+            super().__init__(fn, grid, options, self.slots, **fixed)
+        super().__call__(*(changes[name] for name in self.slots))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,45 @@
+"""The eager road of rtdnn.autograd's ops (direct calls and a torch.autograd.Function) against
+the registered custom ops that tracing uses: the same outputs, gradients and running
+statistics, and tracers still see the custom ops."""
+
+import torch
+from conftest import assert_close
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from rtdnn import autograd
+
+CONV_ARGS = ([1, 1], [1, 1], [1, 1], 1, "cross_correlation")
+
+
+def test_conv_eager_matches_custom_op_with_gradients():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 5, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, requires_grad=True)
+    dy = torch.randn(2, 4, 5, 5)
+    results = []
+    for call in (autograd.conv_forward, autograd.conv_forward.op):
+        y = call(x, w, None, *CONV_ARGS)
+        results.append((y, *torch.autograd.grad(y, (x, w), dy)))
+    for eager, custom in zip(*results, strict=True):
+        assert torch.equal(eager, custom)
+    with torch.no_grad():  # the direct call
+        assert torch.equal(autograd.conv_forward(x, w, None, *CONV_ARGS), results[0][0])
+
+
+def test_batch_norm_training_updates_buffers_in_place_like_the_custom_op():
+    torch.manual_seed(1)
+    x = torch.randn(4, 3, 2, 2) * 3 + 1
+    args = (None, None, None, 0.1, 1e-5, "identity", False)
+    stats = [torch.zeros(3), torch.ones(3)]
+    y, mean, invstd, new_rm, new_rv = autograd.batch_norm_train.op(x, *args[:3], *stats, *args[3:])
+    y_eager = autograd.batch_norm(x, *stats, training=True)
+    assert torch.equal(y_eager, y)
+    assert_close(stats[0], new_rm.double())
+    assert_close(stats[1], new_rv.double())
+
+
+def test_tracing_records_the_custom_ops():
+    x, w = torch.randn(1, 2, 4, 4), torch.randn(2, 2, 3, 3)
+    graph = make_fx(lambda x, w: autograd.conv_forward(x, w, None, *CONV_ARGS))(x, w)
+    targets = {str(n.target) for n in graph.graph.nodes if n.op == "call_function"}
+    assert "rtdnn.conv_forward.default" in targets, targets
