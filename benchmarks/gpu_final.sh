@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
-# One device call: the GPU test modules, then the memory-bound benchmarks and the demo.
+# One device call: the GPU test modules, host overhead, the whole-model benchmark, the
+# memory-bound benchmarks and the demo. Choose with STAGES (default: all of them, in this order).
 # Everything lands under $OUT as it finishes, so a time-out keeps what was done.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=src RTDNN_GPU_TESTS=1
+STAGES=${STAGES:-"tests overhead model ops demo"}
 nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader
-# One module at a time with its own limit and -rf, so a failure is named even if a later
-# module runs out of time.
-for module in test_conv_gpu test_prims_gpu test_normalization_gpu; do
-  RTDNN_AUTOTUNE=0 timeout "${TEST_LIMIT:-150}" python3 -m pytest -q -rf -x -n 8 \
-    -p no:cacheprovider "tests/$module.py" > "$OUT/$module.log" 2>&1
-  grep -E "passed|failed|^FAILED" "$OUT/$module.log" | tail -5
+for stage in $STAGES; do
+  start=$(date +%s)
+  case $stage in
+    tests)  # tile autotuning off: the tests check results, and compile time is the cost here
+      RTDNN_AUTOTUNE=0 timeout "${TEST_LIMIT:-300}" python3 -m pytest -q -rf -n 14 \
+        -p no:cacheprovider tests/test_conv_gpu.py tests/test_prims_gpu.py \
+        tests/test_normalization_gpu.py tests/test_convert_gpu.py > "$OUT/tests.log" 2>&1
+      grep -E "passed|failed|^FAILED" "$OUT/tests.log" | tail -12 | cut -c1-300 ;;
+    overhead)
+      timeout 120 python3 benchmarks/overhead.py > "$OUT/overhead.txt" 2>&1
+      head -20 "$OUT/overhead.txt" ;;
+    model)  # heuristic tiles unless MODEL_AUTOTUNE=1: tuning 160 layers' tiles takes minutes
+      RTDNN_AUTOTUNE=${MODEL_AUTOTUNE:-0} timeout "${MODEL_LIMIT:-300}" python3 -m rtdnn.cli bench --model resnet50 --out "$OUT" \
+        > "$OUT/model.log" 2>&1
+      grep -E "^\|" "$OUT/model.log" ;;
+    ops)
+      timeout "${BENCH_LIMIT:-240}" python3 -m rtdnn.cli bench --op all --out "$OUT" \
+        > "$OUT/bench_ops.log" 2>&1
+      grep -E "^\|" "$OUT/bench_ops.log" | cut -c1-160 | head -80 ;;
+    demo)
+      timeout 90 python3 -m rtdnn.cli demo > "$OUT/demo.log" 2>&1
+      tail -c 300 "$OUT/demo.log" ;;
+  esac
+  echo "== $stage: $(( $(date +%s) - start )) s"
 done
-timeout "${BENCH_LIMIT:-240}" python3 -m rtdnn.cli bench --op all --out "$OUT" \
-  > "$OUT/bench_ops.log" 2>&1
-grep -E "^\|" "$OUT/bench_ops.log" | cut -c1-160 | head -80
-timeout 60 python3 -m rtdnn.cli demo > "$OUT/demo.log" 2>&1
-tail -2 "$OUT/demo.log"

@@ -15,8 +15,6 @@ import torch
 import rtdnn
 from rtdnn.reference import rel_error
 
-torchvision = pytest.importorskip("torchvision")
-
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
     pytest.mark.skipif(
@@ -27,6 +25,7 @@ pytestmark = [
 
 
 def _resnet50():
+    torchvision = pytest.importorskip("torchvision")
     torch.manual_seed(0)
     return torchvision.models.resnet50(weights=None, num_classes=10).cuda()
 
