@@ -55,23 +55,28 @@ class CustomOp:
     def register_eager(self, eager) -> None:
         """Run `eager` instead of the op's function on the eager road: the same results, but it
         may also update some inputs in place (what a functional op cannot)."""
-        self.eager = eager
         if self.function is not None:
-            self.function.forward = staticmethod(eager)
+            raise RuntimeError(f"{self.fn.__name__}: register_eager before register_autograd")
+        self.eager = eager
 
     def register_fake(self, fake):
         return self.op.register_fake(fake)
 
     def register_autograd(self, backward, *, setup_context) -> None:
         self.op.register_autograd(backward, setup_context=setup_context)
+        eager = self.eager
+
+        # forward(ctx, ...) rather than a separate setup_context: Function.apply binds the
+        # arguments with inspect.signature on every call when setup_context is overridden.
+        def forward(ctx, *args):
+            output = eager(*args)
+            setup_context(ctx, args, output)
+            return output
+
         self.function = type(
             f"{self.fn.__name__}_function",
             (torch.autograd.Function,),
-            {
-                "forward": staticmethod(self.eager),
-                "setup_context": staticmethod(setup_context),
-                "backward": staticmethod(backward),
-            },
+            {"forward": staticmethod(forward), "backward": staticmethod(backward)},
         )
 
     def __call__(self, *args):

@@ -48,6 +48,13 @@ def _signature(values) -> tuple:
     return tuple(sig)
 
 
+def _launch_hooks_installed() -> bool:
+    """Whether a launch hook (a profiler such as proton) is installed: an empty HookChain in
+    Triton 3.6, None in earlier versions, when there is none."""
+    hook = knobs.runtime.launch_enter_hook
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
 class SlotLaunch:
     """One @triton.jit kernel with a fixed grid and fixed arguments, and holes ("slots") for the
     arguments that change between calls (tensors, alpha, beta, seeds), given by position.
@@ -85,7 +92,7 @@ class SlotLaunch:
         kernel, launcher, function, metadata = compiled
         # What CompiledKernel.__getitem__'s runner does, without a closure and launch metadata
         # per call; a profiling hook (e.g. proton) still gets Triton's full path.
-        if knobs.runtime.launch_enter_hook is not None:
+        if _launch_hooks_installed():
             kernel[self.grid](*args)
             return
         stream = driver.active.get_current_stream(driver.active.get_current_device())
