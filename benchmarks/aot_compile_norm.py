@@ -26,7 +26,7 @@ import triton  # noqa: E402
 import rtdnn  # noqa: E402
 import rtdnn.ops._norm as checks  # noqa: E402
 from rtdnn.algos import norm as engine  # noqa: E402
-from rtdnn.kernels import slot_launch  # noqa: E402
+from rtdnn.kernels import launch  # noqa: E402
 
 checks.check_runnable = lambda device: None
 engine.policy = lambda device: engine.GPU_POLICY
@@ -56,7 +56,7 @@ def _compile(self, *values):
           f"regs={regs} spill={spills}")  # fmt: skip
 
 
-slot_launch.SlotLaunch.__call__ = _compile
+launch.SlotLaunch.__call__ = _compile
 
 
 def _cl(t):

@@ -35,7 +35,10 @@ def _traced(args) -> bool:
         or is_in_torch_dispatch_mode()
     ):
         return True
-    return any(isinstance(a, Tensor) and type(a) not in _PLAIN for a in args)
+    for a in args:
+        if isinstance(a, Tensor) and type(a) not in _PLAIN:
+            return True
+    return False
 
 
 class CustomOp:
@@ -82,12 +85,10 @@ class CustomOp:
     def __call__(self, *args):
         if _traced(args):
             return self.op(*args)
-        if (
-            self.function is not None
-            and torch.is_grad_enabled()
-            and any(isinstance(a, Tensor) and a.requires_grad for a in args)
-        ):
-            return self.function.apply(*args)
+        if self.function is not None and torch.is_grad_enabled():
+            for a in args:
+                if isinstance(a, Tensor) and a.requires_grad:
+                    return self.function.apply(*args)
         return self.eager(*args)
 
 

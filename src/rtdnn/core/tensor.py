@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -129,24 +130,46 @@ def _overlaps_itself(t: torch.Tensor) -> bool:
     return False
 
 
+def cached_call(fn, *args):
+    """fn(*args) for an lru_cache'd fn, or its uncached original when an argument cannot be
+    hashed (symbolic sizes while tracing, lists)."""
+    try:
+        return fn(*args)
+    except TypeError:
+        return fn.__wrapped__(*args)
+
+
 def empty_like_layout(shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
     """A new tensor of `shape` whose dims are laid out in memory in `like`'s order.
 
     This is how outputs keep the input's memory format: channels-last in, channels-last out.
     """
+    cl = len(shape) == like.dim() and channels_last(like)
+    shape = tuple(shape)
+    strides = cached_call(_dense_strides, shape, cl)
+    return torch.empty_strided(shape, strides, dtype=like.dtype, device=like.device)
+
+
+@functools.lru_cache(maxsize=4096)
+def _dense_strides(shape: tuple[int, ...], channels_last: bool) -> tuple[int, ...]:
+    # Called for every output, every step: computed once per shape.
     n = len(shape)
-    cl = n == like.dim() and channels_last(like)
-    order = (0, *range(2, n), 1) if cl else range(n)
+    order = (0, *range(2, n), 1) if channels_last else range(n)
     strides = [0] * n
     step = 1
     for d in reversed(tuple(order)):
         strides[d] = step
         step *= shape[d]
-    return torch.empty_strided(tuple(shape), strides, dtype=like.dtype, device=like.device)
+    return tuple(strides)
 
 
 def channels_last(t: torch.Tensor) -> bool:
     """True if the channel dim (dim 1) is the innermost in memory."""
-    if t.dim() < 3 or t.shape[1] == 1:
+    return cached_call(_channels_last, t.shape, t.stride())
+
+
+@functools.lru_cache(maxsize=4096)
+def _channels_last(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    if len(shape) < 3 or shape[1] == 1:
         return False
-    return t.stride(1) == 1 and all(t.stride(d) >= t.shape[1] for d in range(2, t.dim()))
+    return strides[1] == 1 and all(strides[d] >= shape[1] for d in range(2, len(shape)))

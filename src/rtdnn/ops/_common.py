@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -9,6 +10,7 @@ import torch
 from ..core import (
     NotSupportedError,
     bad_param,
+    cached_call,
     check_out,
     check_runnable,
     check_scaling,
@@ -20,7 +22,12 @@ from ..kernels import elementwise as ew
 
 def span(t: torch.Tensor) -> int:
     """Elements between the lowest and highest address the tensor touches, plus one."""
-    return 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride(), strict=True))
+    return cached_call(_span, t.shape, t.stride())
+
+
+@functools.lru_cache(maxsize=4096)
+def _span(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    return 1 + sum((s - 1) * abs(st) for s, st in zip(shape, strides, strict=True))
 
 
 def check_span(name: str, t: torch.Tensor) -> None:

@@ -28,6 +28,7 @@ from ..core import (
     TensorDesc,
     allocate_workspace,
     bad_param,
+    cached_call,
     check_out,
     check_runnable,
     check_scaling,
@@ -47,10 +48,7 @@ def _hashable(v):
 
 def _conv_desc(ndim, stride, padding, dilation, groups, mode, math) -> ConvDesc:
     args = (ndim, stride, padding, dilation, groups, mode, resolve_math_mode(math))
-    try:
-        return _cached_conv_desc(*map(_hashable, args))
-    except TypeError:  # an unhashable argument: validate it without the cache
-        return ConvDesc.create(ndim - 2, *args[1:])
+    return cached_call(_cached_conv_desc, *map(_hashable, args))
 
 
 @functools.lru_cache(maxsize=4096)
