@@ -59,10 +59,10 @@ class SlotLaunch:
     """One @triton.jit kernel with a fixed grid and fixed arguments, and holes ("slots") for the
     arguments that change between calls (tensors, alpha, beta, seeds), given by position.
 
-    The first call with a new argument signature (see `_signature`) goes through Triton's JIT,
-    compiling if needed; later calls fill the slots and call that compiled kernel's launcher on
-    the current stream. Memory-bound kernels take a few microseconds on the GPU, so the host
-    must not take longer.
+    The first call with a new argument signature (see `_signature`) on a device goes through
+    Triton's JIT, compiling if needed; later calls fill the slots and call that compiled
+    kernel's launcher on the current stream. Memory-bound kernels take a few microseconds on
+    the GPU, so the host must not take longer.
     """
 
     def __init__(self, fn, grid: tuple[int, ...], options: dict, slots: tuple[str, ...], **fixed):
@@ -81,13 +81,17 @@ class SlotLaunch:
         args = self.template.copy()
         for i, v in zip(self.index, values, strict=True):
             args[i] = v
-        sig = _signature(values)
-        compiled = self.compiled.get(sig)
+        if INTERPRETED:
+            self.fn[self.grid](*args, **self.options)
+            return
+        # A compiled module is loaded on the device current when it was first launched.
+        device = driver.active.get_current_device()
+        key = (device, _signature(values))
+        compiled = self.compiled.get(key)
         if compiled is None:
             kernel = self.fn[self.grid](*args, **self.options)
-            if not INTERPRETED:
-                # kernel.run loads the module on first access, which sets kernel.function.
-                self.compiled[sig] = (kernel, kernel.run, kernel.function, kernel.packed_metadata)
+            # kernel.run loads the module on first access, which sets kernel.function.
+            self.compiled[key] = (kernel, kernel.run, kernel.function, kernel.packed_metadata)
             return
         kernel, launcher, function, metadata = compiled
         # What CompiledKernel.__getitem__'s runner does, without a closure and launch metadata
@@ -95,7 +99,7 @@ class SlotLaunch:
         if _launch_hooks_installed():
             kernel[self.grid](*args)
             return
-        stream = driver.active.get_current_stream(driver.active.get_current_device())
+        stream = driver.active.get_current_stream(device)
         gx, gy, gz = self.grid
         launcher(gx, gy, gz, stream, function, metadata, None, None, None, *args)
 
