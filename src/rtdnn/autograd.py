@@ -999,22 +999,29 @@ def _(dy, x, normalized_shape, mean, rstd, weight, param_grads):
     return empty_like_layout(x.shape, x), dw, torch.empty_like(dw)
 
 
-def _ln_setup(ctx, inputs, output):
-    x, normalized_shape, weight, bias, _ = inputs
-    _, mean, rstd = output
-    ctx.save_for_backward(x, weight, mean, rstd)
-    ctx.normalized_shape = normalized_shape
+def _register_norm_autograd(forward: CustomOp, backward_op: CustomOp) -> None:
+    """Autograd for the normalizations shaped (x, shape or groups, weight, bias, eps) ->
+    (y, mean, rstd), whose backward op is (dy, x, shape or groups, mean, rstd, weight,
+    param_grads) -> (dx, dweight, dbias)."""
+
+    def setup_context(ctx, inputs, output):
+        x, arg, weight, _, _ = inputs
+        _, mean, rstd = output
+        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.arg = arg
+
+    def backward(ctx, dy, *_):
+        x, weight, mean, rstd = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        dx, dw, db = backward_op(dy, x, ctx.arg, mean, rstd, weight, need[2] or need[3])
+        return (
+            dx if need[0] else None, None, dw if need[2] else None, db if need[3] else None, None,
+        )  # fmt: skip
+
+    forward.register_autograd(backward, setup_context=setup_context)
 
 
-def _ln_backward(ctx, dy, *_):
-    x, weight, mean, rstd = ctx.saved_tensors
-    need = ctx.needs_input_grad
-    grads = need[2] or need[3]
-    dx, dw, db = layer_norm_bwd(dy, x, ctx.normalized_shape, mean, rstd, weight, grads)
-    return (dx if need[0] else None, None, dw if need[2] else None, db if need[3] else None, None)
-
-
-layer_norm_fwd.register_autograd(_ln_backward, setup_context=_ln_setup)
+_register_norm_autograd(layer_norm_fwd, layer_norm_bwd)
 
 
 def layer_norm(
@@ -1126,22 +1133,7 @@ def _(dy, x, num_groups, mean, rstd, weight, param_grads):
     return empty_like_layout(x.shape, x), dw, torch.empty_like(dw)
 
 
-def _gn_setup(ctx, inputs, output):
-    x, num_groups, weight, _, _ = inputs
-    _, mean, rstd = output
-    ctx.save_for_backward(x, weight, mean, rstd)
-    ctx.num_groups = num_groups
-
-
-def _gn_backward(ctx, dy, *_):
-    x, weight, mean, rstd = ctx.saved_tensors
-    need = ctx.needs_input_grad
-    grads = need[2] or need[3]
-    dx, dw, db = group_norm_bwd(dy, x, ctx.num_groups, mean, rstd, weight, grads)
-    return (dx if need[0] else None, None, dw if need[2] else None, db if need[3] else None, None)
-
-
-group_norm_fwd.register_autograd(_gn_backward, setup_context=_gn_setup)
+_register_norm_autograd(group_norm_fwd, group_norm_bwd)
 
 
 def group_norm(
