@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from ..core import NotSupportedError
+from ..core import NotSupportedError, cached_call
+from ..core.tensor import MAX_ELEMENTS, memory_span
 from ..kernels.launch import SlotLaunch
 from ..kernels.norm_addressing import ACTIVATIONS, Layout, NormGeometry
 from ..kernels.norm_backward import (
@@ -38,7 +39,6 @@ from ..kernels.norm_forward import (
 from .geometry import parallel_slots
 
 MAX_DIMS = 4  # kept and reduced dims each, after merging
-INT32_LIMIT = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -153,10 +153,10 @@ def geometry(shape, kept_dims, strides: list[tuple[int, ...]]) -> Geometry:
     kept dims keep their logical order, so the flat kept index is row-major over them."""
     nd = len(shape)
     for s in strides:
-        span = sum((n - 1) * abs(st) for n, st in zip(shape, s, strict=True))
-        if span > INT32_LIMIT:
+        span = cached_call(memory_span, tuple(shape), tuple(s))
+        if span - 1 > MAX_ELEMENTS:
             raise NotSupportedError(
-                f"a tensor spans {span + 1} elements: offsets above 2**31 - 1 are not supported"
+                f"a tensor spans {span} elements: offsets above 2**31 - 1 are not supported"
             )
     kept_dims = tuple(kept_dims)
     reduced = sorted(

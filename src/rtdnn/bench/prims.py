@@ -140,7 +140,6 @@ def pooling_cases() -> list[Case]:
             ),
         )
     )
-    # fmt: skip
     g = _randn(1280, 2048, 7, 7, cl=True)
     gy = rt.adaptive_avg_pool(g, 1)
     gdy = torch.randn_like(gy)

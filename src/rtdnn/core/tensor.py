@@ -130,6 +130,13 @@ def _overlaps_itself(t: torch.Tensor) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=4096)
+def memory_span(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """Elements between the lowest and highest address a view touches, plus one. Kernels
+    address memory with int32 offsets, so this must stay within MAX_ELEMENTS."""
+    return 1 + sum((s - 1) * abs(st) for s, st in zip(shape, strides, strict=True))
+
+
 def cached_call(fn, *args):
     """fn(*args) for an lru_cache'd fn, or its uncached original when an argument cannot be
     hashed (symbolic sizes while tracing, lists)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import torch
@@ -16,18 +15,13 @@ from ..core import (
     check_scaling,
     empty_like_layout,
 )
-from ..core.tensor import MAX_ELEMENTS
+from ..core.tensor import MAX_ELEMENTS, memory_span
 from ..kernels import elementwise as ew
 
 
 def span(t: torch.Tensor) -> int:
     """Elements between the lowest and highest address the tensor touches, plus one."""
-    return cached_call(_span, t.shape, t.stride())
-
-
-@functools.lru_cache(maxsize=4096)
-def _span(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
-    return 1 + sum((s - 1) * abs(st) for s, st in zip(shape, strides, strict=True))
+    return cached_call(memory_span, t.shape, t.stride())
 
 
 def check_span(name: str, t: torch.Tensor) -> None:

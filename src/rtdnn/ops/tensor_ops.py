@@ -220,9 +220,9 @@ def reduce_tensor(
     (sqrt of sum x^2). dims: None (all), an int or a sequence of ints. The result has x's shape
     with the reduced dims of size 1 (cuDNN's convention); keepdim=False drops them. Accumulates
     in float32, result in x's dtype (a sum beyond a 16-bit dtype's range is inf, as in torch).
-    With indices=True (min, max, amax only) returns
-    (out, idx): idx (int64) is the flat position of the chosen element within the reduced
-    dims, row-major in x's dim order; ties go to the first, NaN wins as in torch.max.
+    With indices=True (min, max, amax only) returns (out, idx): idx (int64) is the flat
+    position of the chosen element within the reduced dims, row-major in x's dim order; ties
+    go to the first, NaN wins as in torch.max.
     """
     if op not in red.OPS:
         raise bad_param("op", op, f"one of {REDUCE_OPS}")
