@@ -54,7 +54,7 @@ def _bench(args) -> int:
         print("No CUDA device: a smoke run of the small CNN through Triton's interpreter.")
         from rtdnn.bench.model import run_model
 
-        run_model(args.model, out_dir=args.out)
+        run_model(args.model, out_dir=args.out, fuse=not args.no_fuse)
         return 0
     if not torch.cuda.is_available():
         print("No CUDA device: running the correctness self-check through Triton's interpreter.")
@@ -65,7 +65,9 @@ def _bench(args) -> int:
     if args.model is not None:
         from rtdnn.bench.model import run_model
 
-        run_model(args.model, args.batch or 128, args.dtype, out_dir=args.out)
+        run_model(
+            args.model, args.batch or 128, args.dtype, out_dir=args.out, fuse=not args.no_fuse
+        )
         return 0
     from rtdnn.bench.conv import DIRECTIONS, run_suite
 
@@ -133,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         choices=["resnet50", "small"],
         help="whole-model training and inference beside PyTorch (a smoke run without a GPU)",
+    )
+    bench.add_argument(
+        "--no-fuse",
+        action="store_true",
+        help="with --model: convert without fusing batch norm with the ReLU and add after it",
     )
     bench.add_argument("--batch", type=int, default=None, help="override the suite's batch")
     bench.add_argument("--limit", type=int, default=None, help="only the first N layers")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import nn as rtdnn_nn
+from .fuse import fuse_batch_norm, trace
 
 
 def twins() -> dict[type, type]:
@@ -34,6 +35,8 @@ class ConversionReport:
 
     replaced: list[tuple[str, str]] = field(default_factory=list)  # (path, class name)
     kept: list[tuple[str, str, str]] = field(default_factory=list)  # (path, class, reason)
+    fused: list[str] = field(default_factory=list)  # e.g. "layer1.0.bn3 + add + relu"
+    not_fused: str | None = None  # why fuse=True could not trace the model
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -47,16 +50,30 @@ class ConversionReport:
             lines.append(f"  replaced {n:4d} x {name}")
         for path, name, reason in self.kept:
             lines.append(f"  kept     {path or '(root)'}: {name} ({reason})")
+        if self.fused:
+            lines.append(f"  fused    {len(self.fused)} batch norms with what follows them")
+        if self.not_fused:
+            lines.append(f"  not fused: {self.not_fused}")
         return "\n".join(lines)
 
 
 def convert(
-    model: torch.nn.Module, *, inplace: bool = False
+    model: torch.nn.Module, *, inplace: bool = False, fuse: bool = False
 ) -> tuple[torch.nn.Module, ConversionReport]:
     """Return (converted model, report). With inplace=False the input model is untouched and
-    the converted one is a deep copy; with inplace=True the input itself is converted."""
+    the converted one is a deep copy; with inplace=True the input itself is converted.
+
+    fuse=True also traces the converted model with torch.fx and fuses each batch norm with the
+    ReLU (and residual add) after it (see rtdnn.fuse); the model returned is then a
+    torch.fx.GraphModule with the same submodules and state_dict keys. A model that cannot be
+    traced is returned unfused, with the reason in `report.not_fused`.
+    """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if fuse and inplace:
+        # The fused batch norms apply the ReLU themselves: the input's own forward, which
+        # still calls the ReLU and the add, would then compute something else.
+        raise ValueError("convert: fuse=True needs inplace=False")
     if not inplace:
         model = copy.deepcopy(model)
     table = twins()
@@ -73,4 +90,11 @@ def convert(
             report.kept.append((path, cls.__name__, "subclass of a supported module"))
         elif not any(True for _ in module.children()):
             report.kept.append((path, cls.__name__, "no rtdnn implementation"))
+    if fuse:
+        try:
+            traced = trace(model)
+        except Exception as e:  # torch.fx raises several types for untraceable code
+            report.not_fused = f"torch.fx could not trace the model: {type(e).__name__}: {e}"
+        else:
+            model, report.fused = traced, fuse_batch_norm(traced)
     return model, report

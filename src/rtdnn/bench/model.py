@@ -115,8 +115,10 @@ def run_model(
     dtype: str = "bf16",
     steps: int = 20,
     out_dir: str | None = None,
+    fuse: bool = True,
 ) -> dict:
-    """Benchmark `name` converted and unconverted; print a markdown table; return the numbers."""
+    """Benchmark `name` converted (with `convert(fuse=fuse)`: batch norm fused with the ReLU and
+    residual add after it) and unconverted; print a markdown table; return the numbers."""
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     if not cuda:  # a smoke run through the interpreter
@@ -126,7 +128,7 @@ def run_model(
     torch.manual_seed(0)
     model, size = build(name)
     model = model.to(device).to(memory_format=torch.channels_last)
-    converted, report = convert(model)
+    converted, report = convert(model, fuse=fuse)
     x = torch.randn(batch, 3, size, size, device=device).to(memory_format=torch.channels_last)
     target = torch.randint(0, 10, (batch,), device=device)
 
@@ -135,7 +137,8 @@ def run_model(
 
     results: dict = {"model": name, "batch": batch, "dtype": dtype if cuda else "float32",
                      "device": torch.cuda.get_device_name() if cuda else "cpu (interpreter)",
-                     "replaced": report.counts(), "kept": [k[:2] for k in report.kept]}  # fmt: skip
+                     "replaced": report.counts(), "kept": [k[:2] for k in report.kept],
+                     "fused": len(report.fused)}  # fmt: skip
     model.eval()
     converted.eval()
     with torch.no_grad(), autocast():
@@ -196,7 +199,8 @@ def run_model(
 
 def markdown(r: dict) -> str:
     lines = [
-        f"### {r['model']}, batch {r['batch']}, {r['dtype']}, {r['device']}",
+        f"### {r['model']}, batch {r['batch']}, {r['dtype']}, {r['device']}, "
+        f"{r.get('fused', 0)} batch norms fused",
         "",
         "| | PyTorch img/s | rtdnn img/s | ratio |",
         "|---|---:|---:|---:|",

@@ -16,9 +16,20 @@ from .. import autograd
 
 
 class _RtdnnBatchNorm:
-    """Replaces torch's _BatchNorm.forward; everything else is inherited."""
+    """Replaces torch's _BatchNorm.forward; everything else is inherited.
 
-    def forward(self, input: Tensor) -> Tensor:
+    `activation` ("identity" or "relu") and the optional residual `z` of forward are cuDNN's
+    fused BN_ACTIVATION / BN_ADD_ACTIVATION: y = activation(bn(input) + z). rtdnn.fuse sets
+    the activation on modules whose output feeds a ReLU.
+    """
+
+    activation = "identity"
+
+    def extra_repr(self) -> str:
+        fused = "" if self.activation == "identity" else f", activation={self.activation}"
+        return super().extra_repr() + fused
+
+    def forward(self, input: Tensor, z: Tensor | None = None) -> Tensor:
         self._check_input_dim(input)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
@@ -37,6 +48,8 @@ class _RtdnnBatchNorm:
             use_batch,
             factor,
             self.eps,
+            z=z,
+            activation=self.activation,
         )
 
 

@@ -1,0 +1,104 @@
+"""Fusing batch norm with what follows it, as cuDNN's BN_ACTIVATION and BN_ADD_ACTIVATION ops
+do: in a traced model, each
+
+    y = relu(batch_norm(x))            becomes one call  batch_norm(x, activation="relu")
+    y = relu(batch_norm(x) + z)        becomes one call  batch_norm(x, z, activation="relu")
+
+so the activation (and the residual add of a ResNet block) costs no separate pass over memory
+and no separate launch, forward or backward.
+
+The model is traced with torch.fx; a pattern is fused only where nothing
+else reads the intermediate results (the batch norm's output, the sum) and the batch norm
+module is called once, since the fused activation becomes part of that module. A model that
+cannot be traced (data-dependent control flow) is left as it is; `convert` reports why.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+
+import torch
+from torch import fx
+
+from .nn.normalization import _RtdnnBatchNorm
+
+_ADDS = (operator.add, operator.iadd, torch.add)
+_RELUS = (torch.relu, torch.relu_, torch.nn.functional.relu)
+
+
+def _only_user(node: fx.Node) -> fx.Node | None:
+    users = list(node.users)
+    return users[0] if len(users) == 1 else None
+
+
+def _is_relu(node: fx.Node | None, modules: dict[str, torch.nn.Module]) -> bool:
+    if node is None:
+        return False
+    if node.op == "call_module":
+        return type(modules[node.target]).__name__ == "ReLU"  # torch's or rtdnn's twin
+    if node.op == "call_function":
+        return node.target in _RELUS and len(node.args) == 1
+    return node.op == "call_method" and node.target in ("relu", "relu_") and len(node.args) == 1
+
+
+def _residual(add: fx.Node | None, bn: fx.Node) -> fx.Node | None:
+    """The other operand z of `add` when add is bn + z (or z + bn) of two tensors."""
+    if add is None or add.op != "call_function" or add.target not in _ADDS or add.kwargs:
+        return None
+    if len(add.args) != 2 or bn not in add.args:
+        return None
+    z = add.args[1] if add.args[0] is bn else add.args[0]
+    return z if isinstance(z, fx.Node) and z is not bn else None
+
+
+class _Tracer(fx.Tracer):
+    """torch.fx's tracer, with rtdnn.nn modules kept whole, as torch.nn's own are."""
+
+    def is_leaf_module(self, m: torch.nn.Module, qualname: str) -> bool:
+        return type(m).__module__.startswith("rtdnn.nn") or super().is_leaf_module(m, qualname)
+
+
+def trace(model: torch.nn.Module) -> fx.GraphModule:
+    """torch.fx.symbolic_trace for a converted model: one call_module node per rtdnn layer."""
+    graph = _Tracer().trace(model)
+    return fx.GraphModule(model, graph, type(model).__name__)
+
+
+def fuse_batch_norm(gm: fx.GraphModule) -> list[str]:
+    """Fuse, in place, every rtdnn batch norm of a traced model (see `trace`) that
+    feeds a ReLU, directly or through a residual add. Returns one line per fusion. Parameters,
+    buffers and state_dict keys are unchanged."""
+    modules = dict(gm.named_modules())
+    calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
+    fused = []
+    for node in list(gm.graph.nodes):
+        if node.op != "call_module" or calls[node.target] != 1:
+            continue
+        bn = modules[node.target]
+        if not isinstance(bn, _RtdnnBatchNorm) or bn.activation != "identity":
+            continue
+        if len(node.args) != 1 or node.kwargs:
+            continue
+        after = _only_user(node)
+        z = _residual(after, node)
+        if z is not None:
+            relu = _only_user(after)
+        else:
+            relu, after = after, None
+        if not _is_relu(relu, modules):
+            continue
+        # z may be computed after the batch norm (torchvision's Bottleneck runs its downsample
+        # branch there), so the fused call goes where the add was.
+        with gm.graph.inserting_before(after or node):
+            args = node.args if z is None else (node.args[0], z)
+            call = gm.graph.call_module(node.target, args)
+        relu.replace_all_uses_with(call)
+        for dead in (relu, after, node):
+            if dead is not None:
+                gm.graph.erase_node(dead)
+        bn.activation = "relu"
+        fused.append(f"{node.target}{' + add' if z is not None else ''} + relu")
+    gm.graph.lint()
+    gm.recompile()
+    return fused

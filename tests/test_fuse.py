@@ -1,0 +1,119 @@
+"""rtdnn.convert(fuse=True): batch norm fused with the ReLU and residual add after it, on a
+torchvision-style bottleneck (downsample computed after the last batch norm, `out +=
+identity`, one shared in-place ReLU), checked against the unfused PyTorch model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import assert_close
+
+import rtdnn
+
+
+class Bottleneck(torch.nn.Module):
+    """torchvision's Bottleneck, shrunk: the same forward, statement for statement."""
+
+    def __init__(self, c_in: int, width: int, stride: int):
+        super().__init__()
+        c_out = width * 2
+        self.conv1 = torch.nn.Conv2d(c_in, width, 1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(width)
+        self.conv2 = torch.nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(width)
+        self.conv3 = torch.nn.Conv2d(width, c_out, 1, bias=False)
+        self.bn3 = torch.nn.BatchNorm2d(c_out)
+        self.relu = torch.nn.ReLU(inplace=True)
+        self.downsample = torch.nn.Sequential(
+            torch.nn.Conv2d(c_in, c_out, 1, stride, bias=False), torch.nn.BatchNorm2d(c_out)
+        )
+
+    def forward(self, x):
+        identity = x
+        out = self.conv1(x)
+        out = self.bn1(out)
+        out = self.relu(out)
+        out = self.conv2(out)
+        out = self.bn2(out)
+        out = self.relu(out)
+        out = self.conv3(out)
+        out = self.bn3(out)
+        identity = self.downsample(x)
+        out += identity
+        out = self.relu(out)
+        return out
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 4, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.block = Bottleneck(4, 2, stride=2)
+        self.head_bn = torch.nn.BatchNorm2d(4)  # its output is read twice: not fused
+
+    def forward(self, x):
+        x = torch.nn.functional.relu(self.bn(self.stem(x)))
+        x = self.block(x)
+        y = self.head_bn(x)
+        return torch.relu(y) + y
+
+
+def _run(model, x, train: bool):
+    model.train(train)
+    for p in model.parameters():
+        p.grad = None
+    xg = x.clone().requires_grad_()
+    out = model(xg)
+    (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+    return out, xg.grad, [p.grad for p in model.parameters()]
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_fused_model_matches_pytorch(train):
+    torch.manual_seed(0)
+    model = Net()
+    fused, report = rtdnn.convert(model, fuse=True)
+    assert isinstance(fused, torch.fx.GraphModule)
+    assert report.fused == [
+        "bn + relu", "block.bn1 + relu", "block.bn2 + relu", "block.bn3 + add + relu"
+    ]  # fmt: skip
+    assert report.not_fused is None and "fused" in str(report)
+    assert fused.state_dict().keys() == model.state_dict().keys()
+    calls = [n.target for n in fused.graph.nodes if n.op == "call_module"]
+    assert "block.relu" not in calls
+    x = torch.randn(2, 3, 6, 6)
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        ref = _run(model, x, train)
+        out = _run(fused, x, train)
+    assert_close(out[0], ref[0].detach().double())
+    assert_close(out[1], ref[1].double())
+    for g, g_ref in zip(out[2], ref[2], strict=True):
+        assert_close(g, g_ref.double())
+    for a, b in zip(model.buffers(), fused.buffers(), strict=True):
+        if a.is_floating_point():
+            assert_close(b, a.double())
+        else:
+            assert torch.equal(a, b)
+
+
+def test_untraceable_model_is_converted_unfused():
+    class Branchy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = torch.nn.BatchNorm1d(3)
+
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent: torch.fx cannot trace it
+                return torch.relu(self.bn(x))
+            return self.bn(x)
+
+    converted, report = rtdnn.convert(Branchy(), fuse=True)
+    assert not isinstance(converted, torch.fx.GraphModule)
+    assert report.fused == [] and "torch.fx could not trace" in report.not_fused
+    assert converted.bn.activation == "identity"
+
+
+def test_fuse_refuses_inplace():
+    with pytest.raises(ValueError, match="fuse=True needs inplace=False"):
+        rtdnn.convert(Net(), inplace=True, fuse=True)
