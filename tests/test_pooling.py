@@ -103,6 +103,32 @@ def test_max_backward_routes_ties_like_torch_exactly():
     assert torch.equal(dx, dx2)  # deterministic
 
 
+def _without_nan(t: torch.Tensor) -> torch.Tensor:
+    return torch.where(t.isnan(), 0.0, t)
+
+
+@pytest.mark.parametrize("channels", [72, 300])
+@pytest.mark.parametrize("mode", ["max", "avg_include_pad", "avg_exclude_pad"])
+def test_channels_last_wide_channels(channels, mode):
+    # Several channel blocks per program and a channel tail. For max pooling: ties, a NaN and
+    # windows whose inside is all -inf (their argmax is the first tap inside).
+    fill = lambda s: torch.randint(-2, 3, s).float()  # noqa: E731
+    x = make((1, channels, 5, 6), layout="channels_last", fill=fill)
+    if mode == "max":
+        x[0, :7, :2, :2] = float("-inf")
+        x[0, 9, 3, 3] = float("nan")
+    kw = dict(stride=2, padding=1)
+    out, _ = out_for((1, channels, 3, 3), x, 0.0, "channels_last")
+    y = rtdnn.pooling_forward(x, mode, 3, out=out, **kw)
+    ref = R.pooling_forward(x, mode, 3, **kw)
+    assert torch.equal(y.isnan(), ref.isnan())
+    assert_close(_without_nan(y), _without_nan(ref), torch.float32, what="forward")
+    dy = make(y.shape, layout="channels_last")
+    out, _ = out_for(x.shape, x, 0.0, "channels_last")
+    dx = rtdnn.pooling_backward(dy, x, None, mode, 3, out=out, **kw)
+    assert_close(dx, R.pooling_backward(dy, x, None, mode, 3, **kw), torch.float32)
+
+
 @SETTINGS
 @given(
     nd=st.integers(1, 3),

@@ -123,6 +123,26 @@ def test_reduce_splits_long_reductions():
             assert torch.equal(got[1], ref[1])
 
 
+@pytest.mark.parametrize("dims", [(0, 2, 3), (2, 3)])
+def test_reduce_channels_last_keeps_channels(dims):
+    # Kept channels contiguous, reduced pixels strided: the [BLOCK_R, BLOCK_K] tile, a
+    # channel tail, ties, NaN and (over N, H, W) partial sums split over programs.
+    fill = lambda s: torch.randint(-2, 3, s).float()  # noqa: E731
+    x = make((3, 70, 9, 10), layout="channels_last", fill=fill)
+    x[1, 5, 2, 3] = float("nan")
+    for op in ("add", "max", "min", "amax", "avg", "norm2", "mul"):
+        indexed = op in ("max", "min", "amax")
+        xs = x * 0.25 + 1.0 if op == "mul" else x
+        out, _ = out_for((1 if 0 in dims else 3, 70, 1, 1), xs, 0.0)
+        got = rtdnn.reduce_tensor(xs, op, dims, indices=indexed, out=out)
+        ref = R.reduce_tensor(xs, op, dims, indices=indexed)
+        if indexed:
+            assert torch.equal(got[1], ref[1]), op
+            got, ref = got[0], ref[0]
+        assert_close(got.nan_to_num(7.0), ref.nan_to_num(7.0), x.dtype, what=op)
+        assert torch.equal(got.isnan(), ref.isnan()), op
+
+
 def test_reduce_nan_wins_like_torch():
     x = torch.tensor([[1.0, float("nan"), 3.0, float("nan")], [4.0, 2.0, 4.0, 0.0]])
     v, i = rtdnn.reduce_tensor(x, "max", 1, keepdim=False, indices=True)

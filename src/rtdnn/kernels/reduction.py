@@ -2,10 +2,11 @@
 
 The host (`plan_reduce`) splits x's dims into kept dims (one output element each) and reduced
 dims, merges contiguous neighbours, and picks one of each as a vector axis: a program owns a
-[BLOCK_K, BLOCK_R] tile of (innermost kept dim, innermost reduced dim), so whichever of the two
-is contiguous in memory is read with vector loads; the other kept dims come from the program id
-and the other reduced dims are a scalar loop. Programs accumulate in float32 in a 2-D register
-tile and reduce it across lanes once at the end.
+tile of (innermost kept dim, innermost reduced dim) whose last (fastest) axis is whichever of
+the two is contiguous in memory, so that it is read with vector loads: [BLOCK_R, BLOCK_K] when
+a kept dim is contiguous (K_FAST, per-channel sums of NHWC data), else [BLOCK_K, BLOCK_R]. The
+other kept dims come from the program id and the other reduced dims are a scalar loop. Programs
+accumulate in float32 in a 2-D register tile and reduce it across lanes once at the end.
 
 When few outputs share a long reduction (a global sum, per-channel sums of NHWC data) each
 output's work is split over `splits` programs that write float32 partials; a finish kernel
@@ -95,23 +96,33 @@ def _mul(a, b):
 
 
 @triton.jit
-def _combine_lanes(acc, acc_i, OP: tl.constexpr):
-    """Reduce the [BLOCK_K, BLOCK_R] accumulators along axis 1."""
+def _combine_lanes(acc, acc_i, OP: tl.constexpr, AXIS: tl.constexpr):
+    """Reduce the 2-D accumulators along AXIS (the reduced axis of the tile)."""
     if OP == MUL:
-        return tl.reduce(acc, 1, _mul), tl.min(acc_i, 1)
+        return tl.reduce(acc, AXIS, _mul), tl.min(acc_i, AXIS)
     elif OP == MIN or OP == MAX or OP == AMAX:
         is_nan = acc != acc
-        any_nan = tl.max(is_nan.to(tl.int32), 1) > 0
+        any_nan = tl.max(is_nan.to(tl.int32), AXIS, keep_dims=True) > 0
         if OP == MIN:
-            m = tl.min(tl.where(is_nan, float("inf"), acc), 1)
+            m = tl.min(tl.where(is_nan, float("inf"), acc), AXIS, keep_dims=True)
         else:
-            m = tl.max(tl.where(is_nan, float("-inf"), acc), 1)
+            m = tl.max(tl.where(is_nan, float("-inf"), acc), AXIS, keep_dims=True)
         m = tl.where(any_nan, float("nan"), m)
-        hit = tl.where(any_nan[:, None], is_nan, acc == m[:, None])
-        idx = tl.min(tl.where(hit, acc_i, BIG_INDEX), 1)
-        return m, idx
+        hit = tl.where(any_nan, is_nan, acc == m)
+        idx = tl.min(tl.where(hit, acc_i, BIG_INDEX), AXIS)
+        return tl.max(m, AXIS), idx
     else:
-        return tl.sum(acc, 1), tl.min(acc_i, 1)
+        return tl.sum(acc, AXIS), tl.min(acc_i, AXIS)
+
+
+@triton.jit
+def _tile(k, r, K_FAST: tl.constexpr):
+    """The kept and reduced offsets (1-D) broadcast to the tile: [BLOCK_R, BLOCK_K] if K_FAST,
+    else [BLOCK_K, BLOCK_R] (the contiguous axis last)."""
+    if K_FAST:
+        return k[None, :], r[:, None]
+    else:
+        return k[:, None], r[None, :]
 
 
 @triton.jit
@@ -127,7 +138,8 @@ def _finish(v, count, OP: tl.constexpr):
 def reduce_kernel(
     X, OUT, IDX, PART_V, PART_I, geo, alpha, beta,
     OP: tl.constexpr, SPLIT: tl.constexpr, WITH_INDEX: tl.constexpr,
-    BETA_NONZERO: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+    BETA_NONZERO: tl.constexpr, K_FAST: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_R: tl.constexpr,
 ):  # fmt: skip
     """WITH_INDEX: write IDX. Split partials of min/max/amax always carry their index, so
     that the finish kernel breaks ties between splits the same way."""
@@ -149,13 +161,18 @@ def reduce_kernel(
     x_base = k0 * xk[0] + k1 * xk[1] + k2 * xk[2]
     offs_k = kt * BLOCK_K + tl.arange(0, BLOCK_K)
     k_ok = offs_k < kin
-    x_k = (offs_k * xk[3])[:, None]
     lanes = tl.arange(0, BLOCK_R)
+    tile_k, tile_r = _tile(offs_k, lanes, K_FAST)
+    x_k = tile_k * xk[3]
+    k_in = tile_k < kin
     xr0, xr1, xr2, xr3 = geo.x_red
     ir0, ir1, ir2, ir3 = geo.idx_red
     r_chunks = geo.r_chunks
-    acc = tl.full((BLOCK_K, BLOCK_R), _identity(OP), tl.float32)
-    acc_i = tl.full((BLOCK_K, BLOCK_R), BIG_INDEX, tl.int32)
+    if K_FAST:
+        acc = tl.full((BLOCK_R, BLOCK_K), _identity(OP), tl.float32)
+    else:
+        acc = tl.full((BLOCK_K, BLOCK_R), _identity(OP), tl.float32)
+    acc_i = tl.full(acc.shape, BIG_INDEX, tl.int32)
     w_start = split * geo.work_per_split
     w_end = tl.minimum(w_start + geo.work_per_split, r0s * r1s * r2s * r_chunks)
     for w in range(w_start, w_end):
@@ -165,22 +182,21 @@ def reduce_kernel(
         ro = ro // r2s
         r1 = ro % r1s
         r0 = ro // r1s
-        offs_r = chunk * BLOCK_R + lanes
-        mask = k_ok[:, None] & (offs_r < rin)[None, :]
-        ptrs = X + x_base + r0 * xr0 + r1 * xr1 + r2 * xr2 + x_k + (offs_r * xr3)[None, :]
+        offs_r = chunk * BLOCK_R + tile_r
+        mask = k_in & (offs_r < rin)
+        ptrs = X + x_base + r0 * xr0 + r1 * xr1 + r2 * xr2 + x_k + offs_r * xr3
         v = tl.load(ptrs, mask=mask, other=_identity(OP)).to(tl.float32)
         v = _prep(v, OP)
         if OP == MUL:
             acc = acc * v
         elif OP == MIN or OP == MAX or OP == AMAX:
-            i = r0 * ir0 + r1 * ir1 + r2 * ir2 + offs_r * ir3
-            i = tl.where(mask, tl.broadcast_to(i[None, :], (BLOCK_K, BLOCK_R)), BIG_INDEX)
+            i = tl.where(mask, r0 * ir0 + r1 * ir1 + r2 * ir2 + offs_r * ir3, BIG_INDEX)
             upd = _better(v, i, acc, acc_i, OP == MIN) & mask
             acc = tl.where(upd, v, acc)
             acc_i = tl.where(upd, i, acc_i)
         else:
             acc = acc + v
-    val, idx = _combine_lanes(acc, acc_i, OP)
+    val, idx = _combine_lanes(acc, acc_i, OP, 0 if K_FAST else 1)
     if SPLIT:
         kflat = ((k0 * k1s + k1) * k2s + k2) * kin + offs_k
         n_kept = k0s * k1s * k2s * kin
@@ -247,6 +263,7 @@ class ReducePlan(NamedTuple):
     splits: int
     block_k: int
     block_r: int
+    k_fast: bool  # the tile is [block_r, block_k]: a kept dim is the contiguous one
     num_warps: int
 
 
@@ -282,7 +299,15 @@ def plan_reduce(
     r_sizes, (xr, ir) = _pad4(r_sizes, [xr, ir])
     kin, rin = k_sizes[3], r_sizes[3]
     tile = 8 * 32 * max(1, 32 // elem_bytes)  # elements per program per step
-    if xk[3] == 1 and xr[3] != 1:  # kept dim contiguous: long along K
+    k_fast = xk[3] == 1 and xr[3] != 1
+    per_thread = 8  # elements per thread per step (at least: warps are at most 8)
+    if k_fast and next_pow2(rin) <= 64:
+        # A short reduction (global pooling of NHWC data): the whole of it in one step, as
+        # many small programs, each thread with 64 loads in flight.
+        block_r = next_pow2(rin)
+        block_k = min(next_pow2(kin), 64)
+        per_thread = 64
+    elif k_fast:  # kept dim contiguous: long along K
         block_k = min(next_pow2(kin), 256)
         block_r = min(next_pow2(rin), max(1, tile // block_k))
     else:  # reduced dim contiguous, or neither
@@ -298,8 +323,8 @@ def plan_reduce(
     per_split = triton.cdiv(work, splits)
     splits = triton.cdiv(work, per_split)
     geo = ReduceGeometry(k_sizes, r_sizes, xk, xr, ok, ir, k_tiles, r_chunks, per_split, count)
-    warps = max(1, min(8, block_k * block_r // 256))
-    return ReducePlan(geo, (kept_programs, splits), splits, block_k, block_r, warps)
+    warps = max(1, min(8, block_k * block_r // (32 * per_thread)))
+    return ReducePlan(geo, (kept_programs, splits), splits, block_k, block_r, k_fast, warps)
 
 
 def launch_reduce(x, out, idx, plan: ReducePlan, op: str, alpha: float, beta: float) -> None:
@@ -319,7 +344,8 @@ def launch_reduce(x, out, idx, plan: ReducePlan, op: str, alpha: float, beta: fl
     reduce_kernel[plan.grid](
         x, out, idx_arg, part_v, part_i, geo, float(alpha), float(beta),
         OP=code, SPLIT=split, WITH_INDEX=with_index, BETA_NONZERO=beta != 0,
-        BLOCK_K=plan.block_k, BLOCK_R=plan.block_r, num_warps=plan.num_warps,
+        K_FAST=plan.k_fast, BLOCK_K=plan.block_k, BLOCK_R=plan.block_r,
+        num_warps=plan.num_warps,
     )  # fmt: skip
     if split:
         block = 256

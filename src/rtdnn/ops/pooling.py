@@ -128,7 +128,8 @@ def pooling_forward(
     K.pool_fwd_kernel[tiles.grid](
         x, y, y, geo, float(alpha), float(beta), MODE=K.MODES[mode], KD=kd, KH=kh, KW=kw,
         CL=cl, STORE_Y=True, STORE_IDX=False, BETA_NONZERO=beta != 0,
-        BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, num_warps=tiles.num_warps,
+        BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
+        num_warps=tiles.num_warps,
     )  # fmt: skip
     return y
 
@@ -190,7 +191,8 @@ def pooling_backward(
         K.pool_fwd_kernel[tiles.grid](
             x, taps, taps, geo, 1.0, 0.0, MODE=mode_id, KD=kd, KH=kh, KW=kw, CL=cl,
             STORE_Y=False, STORE_IDX=True, BETA_NONZERO=False,
-            BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, num_warps=tiles.num_warps,
+            BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
+            num_warps=tiles.num_warps,
         )  # fmt: skip
     cl = _is_cl(dx)
     tiles = K.pool_tiles(shape5[0], shape5[1], shape5[2:], cl, dx.element_size())
@@ -204,7 +206,7 @@ def pooling_backward(
     K.pool_bwd_kernel[tiles.grid](
         dy, taps if taps is not None else dy, dx, geo, float(alpha), float(beta),
         MODE=mode_id, KD=kd, KH=kh, KW=kw, MD=md, MH=mh, MW=mw, CL=cl,
-        BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i,
+        BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
         num_warps=tiles.num_warps,
     )  # fmt: skip
     return dx
@@ -247,7 +249,7 @@ def adaptive_avg_pool(
     kd, kh, kw = (K.adaptive_max_window(i, o) for i, o in zip(shape5[2:], out5[2:], strict=True))
     K.adaptive_fwd_kernel[tiles.grid](
         x, y, geo, float(alpha), float(beta), KD=kd, KH=kh, KW=kw, CL=cl,
-        BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i,
+        BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
         num_warps=tiles.num_warps,
     )  # fmt: skip
     return y
@@ -284,7 +286,7 @@ def adaptive_avg_pool_backward(
     md, mh, mw = (K.adaptive_max_window(o, i) for i, o in zip(shape5[2:], out5[2:], strict=True))
     K.adaptive_bwd_kernel[tiles.grid](
         dy, dx, geo, float(alpha), float(beta), MD=md, MH=mh, MW=mw, CL=cl,
-        BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i,
+        BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
         num_warps=tiles.num_warps,
     )  # fmt: skip
     return dx
