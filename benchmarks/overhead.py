@@ -1,29 +1,42 @@
 """Host time per call, layer by layer: the plain op, the torch.library custom op, the nn module
-(with and without autocast and autograd), beside PyTorch's own. Tiny shapes keep the GPU ahead
-of the host, so each number is the host's cost of one call.
+(with and without autocast and autograd), beside PyTorch's own, on tiny shapes; see host_us for
+how the host's own cost is separated from time spent waiting on the GPU.
     PYTHONPATH=src python benchmarks/overhead.py
 """
 
 import time
 
 import torch
+import triton
+import triton.language as tl
+from triton.runtime import driver
 
 import rtdnn
 from rtdnn import ops
+from rtdnn.kernels.launch import SlotLaunch, _launch_hooks_installed, _signature
 
 dev = "cuda"
 
 
-def host_us(fn, n=2000):
+def host_us(fn, calls=100, reps=20):
+    """(host us, GPU span us) per call. Calls go in short bursts, with the GPU drained between
+    them, so the launch queue never fills and the host figure is the host's own cost; the GPU
+    span (first launch to last kernel's end, per call) is larger when the GPU is the slower."""
     for _ in range(20):
         fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(n):
-        fn()
-    host = (time.perf_counter() - start) / n * 1e6
-    torch.cuda.synchronize()
-    return host
+    host = span = 0.0
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        start.record()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        host += time.perf_counter() - t0
+        end.record()
+        torch.cuda.synchronize()
+        span += start.elapsed_time(end) / 1e3
+    return host / (calls * reps) * 1e6, span / (calls * reps) * 1e6
 
 
 def cl(t):
@@ -37,6 +50,18 @@ conv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False).to(dev, memory_format=t
 bn = torch.nn.BatchNorm2d(64).to(dev)
 relu = torch.nn.ReLU()
 ours = {m: rtdnn.convert(m)[0] for m in (conv, bn, relu)}
+bn_relu = rtdnn.convert(torch.nn.BatchNorm2d(64).to(dev))[0]
+bn_relu.activation = "relu"  # what rtdnn.convert(fuse=True) sets on a bn followed by a relu
+
+
+@triton.jit
+def _copy_kernel(X, Y, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(Y + i, tl.load(X + i))
+
+
+copy_launch = SlotLaunch(_copy_kernel, (1,), {}, ("X", "Y"), BLOCK=64)
+y_copy = torch.empty_like(x)
 xg = x32.clone().requires_grad_()
 
 
@@ -51,6 +76,34 @@ def train_step(m):
         y.backward(torch.ones_like(y))
 
     return step
+
+
+def forward_only(m):
+    def step():
+        with autocast():
+            m(xg)
+
+    return step
+
+
+def backward_only(m):
+    with autocast():
+        y = m(xg)
+    params = [xg, *m.parameters()]
+    ones = torch.ones_like(y)
+    return lambda: torch.autograd.grad(y, params, ones, retain_graph=True)
+
+
+class Identity(torch.autograd.Function):
+    """The least a Python autograd node costs."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
 
 
 def no_grad(fn):
@@ -68,6 +121,7 @@ rows = [
     ("conv module, no grad, autocast", no_grad(autocast()(lambda: ours[conv](x32)))),
     ("torch conv module, no grad, bf16", no_grad(lambda: torch.nn.functional.conv2d(x, w,
                                                                                    padding=1))),
+    ("conv module forward with grad (autocast)", forward_only(ours[conv])),
     ("conv module train step (autocast)", train_step(ours[conv])),
     ("torch conv train step (autocast)", train_step(conv)),
     ("bn eval op", lambda: ops.batch_norm_forward_inference(
@@ -81,10 +135,24 @@ rows = [
     ("torch relu, no grad", no_grad(lambda: torch.relu(x))),
     ("relu module train step", train_step(ours[relu])),
     ("torch relu train step", train_step(relu)),
+    ("bn+relu fused module train step", train_step(bn_relu.train())),
+    ("one prepared launch (SlotLaunch)", lambda: copy_launch(x, y_copy)),
+    ("  current device (Triton driver)", lambda: driver.active.get_current_device()),
+    ("  current stream (Triton driver)", lambda: driver.active.get_current_stream(0)),
+    ("  argument signature", lambda: _signature((x, y_copy))),
+    ("  launch hook check", _launch_hooks_installed),
+    ("torch.empty", lambda: torch.empty(64, device=dev)),
+    ("pure Python: sum(range(1000))", lambda: sum(range(1000))),
+    ("conv backward_data op", lambda: ops.conv_backward_data(x, w, x.shape, padding=1)),
+    ("conv backward_filter op", lambda: ops.conv_backward_filter(x, x, w.shape, padding=1)),
+    ("rtdnn conv backward only (autocast graph)", backward_only(ours[conv])),
+    ("torch conv backward only (autocast graph)", backward_only(conv)),
+    ("identity autograd.Function train step", train_step(Identity.apply)),
 ]  # fmt: skip
 for name, fn in rows:
     try:
-        print(f"{name:40s} {host_us(fn):8.1f} us", flush=True)
+        host, gpu = host_us(fn)
+        print(f"{name:40s} {host:8.1f} us  (GPU span {gpu:7.1f} us)", flush=True)
     except Exception as e:  # one broken row must not hide the others
         print(f"{name:40s} failed: {type(e).__name__}: {e}", flush=True)
 

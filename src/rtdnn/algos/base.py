@@ -74,11 +74,16 @@ class ConvAlgorithm:
         beta: float = 0.0,
     ) -> None:
         """Compute the direction's output, with the tile shape chosen for `p` on first use."""
+        self.runner(p, t, workspace)(t, workspace, alpha, beta)
+
+    def runner(self, p: ConvProblem, t: ConvTensors, workspace: torch.Tensor | None) -> Runner:
+        """The prepared launches for `p`, built on first use with the tile shape chosen there
+        (timed on t and workspace when tile tuning is on)."""
         runner = self._runners.get(p)
         if runner is None:
             tiles = choose_tiles(self, p, t, workspace)
             runner = self._runners[p] = self.prepare(p, tiles)
-        runner(t, workspace, alpha, beta)
+        return runner
 
     def __repr__(self) -> str:
         return self.name

@@ -30,6 +30,7 @@ from .tensor import (
     check_tensor,
     default_math_mode,
     empty_like_layout,
+    layout_strides,
     resolve_math_mode,
 )
 
@@ -60,6 +61,7 @@ __all__ = [
     "conv_output_size",
     "default_math_mode",
     "empty_like_layout",
+    "layout_strides",
     "not_supported",
     "resolve_math_mode",
 ]

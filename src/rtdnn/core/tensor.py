@@ -151,10 +151,17 @@ def empty_like_layout(shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
 
     This is how outputs keep the input's memory format: channels-last in, channels-last out.
     """
-    cl = len(shape) == like.dim() and channels_last(like)
     shape = tuple(shape)
-    strides = cached_call(_dense_strides, shape, cl)
-    return torch.empty_strided(shape, strides, dtype=like.dtype, device=like.device)
+    return torch.empty_strided(
+        shape, layout_strides(shape, like), dtype=like.dtype, device=like.device
+    )
+
+
+def layout_strides(shape: Sequence[int], like: torch.Tensor) -> tuple[int, ...]:
+    """The strides of a dense tensor of `shape` laid out in `like`'s order (channels-last if
+    like is, else contiguous)."""
+    cl = len(shape) == like.dim() and channels_last(like)
+    return cached_call(_dense_strides, tuple(shape), cl)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -39,12 +39,15 @@ def _signature(values) -> tuple:
     compiled kernel."""
     sig = []
     for v in values:
-        if isinstance(v, torch.Tensor):
-            sig.append((v.dtype, v.data_ptr() % 16 == 0))
-        elif isinstance(v, int) and not isinstance(v, bool):
-            sig.append((v % 16 == 0, v == 1, -(2**31) <= v < 2**31))
+        kind = type(v)
+        if kind is float:  # alpha, beta: the most common non-tensor slots
+            sig.append(float)
+        elif isinstance(v, torch.Tensor):
+            sig.append((v.dtype, (v.data_ptr() & 15) == 0))
+        elif kind is int:
+            sig.append(((v & 15) == 0, v == 1, -(2**31) <= v < 2**31))
         else:
-            sig.append(type(v))
+            sig.append(kind)
     return tuple(sig)
 
 
@@ -118,7 +121,7 @@ class KernelLaunch(SlotLaunch):
             self.slots = tuple(changes)
             fixed = {k: v for k, v in args.items() if k not in changes}
             super().__init__(fn, grid, options, self.slots, **fixed)
-        super().__call__(*(changes[name] for name in self.slots))
+        super().__call__(*[changes[name] for name in self.slots])
 
 
 @dataclass(frozen=True)

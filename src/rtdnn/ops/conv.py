@@ -35,6 +35,7 @@ from ..core import (
     check_tensor,
     conv_output_shape,
     empty_like_layout,
+    layout_strides,
     resolve_math_mode,
 )
 from ..kernels.reduce import channel_partial_sum_kernel, channel_sum_finish_kernel
@@ -56,10 +57,67 @@ def _cached_conv_desc(ndim, stride, padding, dilation, groups, mode, math) -> Co
     return ConvDesc.create(ndim - 2, stride, padding, dilation, groups, mode, math)
 
 
-# Shape checks and algorithm choice depend only on shapes, strides, dtype and parameters:
-# remember them per problem so that repeated calls (every training step) skip straight to
-# the launch. Only problems that passed validation are stored.
-_plans: dict[tuple, tuple[ConvProblem, ConvAlgorithm, int]] = {}
+# A training loop repeats the same calls every step. Everything a call checks and chooses
+# (shapes, algorithm, tiles) depends only on its signature: the tensors' shapes, strides, dtypes
+# and devices and the parameters. So a call is validated and prepared once per signature, and
+# later calls with that signature only allocate the output and launch. Only calls that passed
+# validation are stored.
+class _Prepared:
+    """A validated call: its output's shape and strides, and what runs it."""
+
+    def __init__(self, p: ConvProblem, algorithm: ConvAlgorithm, shape, like: torch.Tensor):
+        self.problem = p
+        self.algorithm = algorithm
+        self.workspace_bytes = algorithm.workspace_bytes(p)
+        self.shape = tuple(shape)
+        self.strides = layout_strides(self.shape, like)
+        self.runner = None  # built on the first run, which may time tile shapes on real data
+
+    def output(self, out: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+        if out is not None:
+            return out
+        return torch.empty_strided(self.shape, self.strides, dtype=like.dtype, device=like.device)
+
+    def __call__(self, t: ConvTensors, alpha: float, beta: float) -> None:
+        workspace = allocate_workspace(self.workspace_bytes, t.x.device)
+        if self.runner is None:
+            self.runner = self.algorithm.runner(self.problem, t, workspace)
+        self.runner(t, workspace, alpha, beta)
+
+
+_prepared: dict[tuple, _Prepared] = {}
+
+
+def _lookup(direction: Direction, tensors, *params) -> tuple[tuple | None, _Prepared | None]:
+    """(key, prepared call or None). The key is None when an argument is not a tensor or a
+    parameter cannot be hashed: such calls are validated every time (and most fail)."""
+    try:
+        key = (
+            direction,
+            *[None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in tensors],
+            *[tuple(v) if type(v) is list else v for v in params],
+        )
+        return key, _prepared.get(key)
+    except (AttributeError, TypeError):
+        return None, None
+
+
+def _prepare(
+    direction: Direction,
+    tensors: ConvTensors,
+    conv: ConvDesc,
+    algo: str,
+    workspace_limit: int | None,
+    out_shape,
+    like: torch.Tensor,
+) -> _Prepared:
+    x, w, y = tensors.x, tensors.w, tensors.y
+    check_runnable(x.device)
+    p = ConvProblem.create(
+        direction, TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y), conv, x.device.type,
+        tensors.bias is not None,
+    )  # fmt: skip
+    return _Prepared(p, select.resolve(p, algo, workspace_limit), out_shape, like)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -82,34 +140,6 @@ def _output(out: torch.Tensor | None, shape, like: torch.Tensor) -> torch.Tensor
         return empty_like_layout(shape, like)
     check_out(out, shape, like)
     return out
-
-
-def _run(
-    direction: Direction,
-    tensors: ConvTensors,
-    conv: ConvDesc,
-    alpha: float,
-    beta: float,
-    algo: str,
-    workspace_limit: int | None,
-) -> None:
-    x, w, y = tensors.x, tensors.w, tensors.y
-    device = x.device
-    key = (
-        direction, x.shape, x.stride(), w.shape, w.stride(), y.shape, y.stride(), x.dtype,
-        device, tensors.bias is not None, conv, algo, workspace_limit,
-    )  # fmt: skip
-    plan = _plans.get(key)
-    if plan is None:
-        check_runnable(device)
-        p = ConvProblem.create(
-            direction, TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y), conv, device.type,
-            tensors.bias is not None,
-        )  # fmt: skip
-        algorithm = select.resolve(p, algo, workspace_limit)
-        plan = _plans[key] = (p, algorithm, algorithm.workspace_bytes(p))
-    p, algorithm, workspace_bytes = plan
-    algorithm.run(p, tensors, allocate_workspace(workspace_bytes, device), alpha, beta)
 
 
 def conv_forward(
@@ -136,18 +166,31 @@ def conv_forward(
     written in place and returned. `algo` is "auto" (the fastest whose workspace fits
     `workspace_limit` bytes) or an algorithm name such as "IMPLICIT_GEMM" or "GEMM".
     """
-    x = check_tensor("x", x, ndim=(3, 4, 5))
-    w = check_tensor("w", w, ndim=x.dim(), dtype=x.dtype, device=x.device)
-    conv = _conv_desc(x.dim(), stride, padding, dilation, groups, mode, math)
-    y_shape = _output_shape(x.shape, w.shape, conv)
-    if bias is not None:
-        bias = check_tensor("bias", bias, ndim=1, dtype=x.dtype, device=x.device)
-        if bias.shape[0] != w.shape[0]:
-            raise bad_param("bias.shape", tuple(bias.shape), f"({w.shape[0]},), one per filter")
-        bias = bias.contiguous()
-    check_scaling(alpha, beta, out)
-    y = _output(out, y_shape, x)
-    _run(Direction.FORWARD, ConvTensors(x, w, y, bias), conv, alpha, beta, algo, workspace_limit)
+    key, call = _lookup(
+        Direction.FORWARD, (x, w, bias, out), stride, padding, dilation, groups, mode, algo,
+        workspace_limit, resolve_math_mode(math),
+    )  # fmt: skip
+    if call is None:
+        x = check_tensor("x", x, ndim=(3, 4, 5))
+        w = check_tensor("w", w, ndim=x.dim(), dtype=x.dtype, device=x.device)
+        conv = _conv_desc(x.dim(), stride, padding, dilation, groups, mode, math)
+        y_shape = _output_shape(x.shape, w.shape, conv)
+        if bias is not None:
+            bias = check_tensor("bias", bias, ndim=1, dtype=x.dtype, device=x.device)
+            if bias.shape[0] != w.shape[0]:
+                raise bad_param("bias.shape", tuple(bias.shape), f"({w.shape[0]},), one per filter")
+        check_scaling(alpha, beta, out)
+        y = _output(out, y_shape, x)
+        bias = bias.contiguous() if bias is not None else None
+        tensors = ConvTensors(x, w, y, bias)
+        call = _prepare(Direction.FORWARD, tensors, conv, algo, workspace_limit, y_shape, x)
+        if key is not None:
+            _prepared[key] = call
+    else:
+        check_scaling(alpha, beta, out)
+        y = call.output(out, x)
+        tensors = ConvTensors(x, w, y, bias.contiguous() if bias is not None else None)
+    call(tensors, alpha, beta)
     return y
 
 
@@ -173,15 +216,27 @@ def conv_backward_data(
     dy: (N, K, *O); w: (K, C/groups, *R); x_shape: (N, C, *S). Returns dx in dy's memory
     format, or `out`.
     """
-    dy = check_tensor("dy", dy, ndim=(3, 4, 5))
-    w = check_tensor("w", w, ndim=dy.dim(), dtype=dy.dtype, device=dy.device)
-    x_shape = _shape_arg("x_shape", x_shape, dy.dim())
-    conv = _conv_desc(dy.dim(), stride, padding, dilation, groups, mode, math)
-    _output_shape(x_shape, w.shape, conv)
-    check_scaling(alpha, beta, out)
-    dx = _output(out, x_shape, dy)
-    tensors = ConvTensors(dx, w, dy)
-    _run(Direction.BACKWARD_DATA, tensors, conv, alpha, beta, algo, workspace_limit)
+    key, call = _lookup(
+        Direction.BACKWARD_DATA, (dy, w, out), x_shape, stride, padding, dilation, groups, mode,
+        algo, workspace_limit, resolve_math_mode(math),
+    )  # fmt: skip
+    if call is None:
+        dy = check_tensor("dy", dy, ndim=(3, 4, 5))
+        w = check_tensor("w", w, ndim=dy.dim(), dtype=dy.dtype, device=dy.device)
+        x_shape = _shape_arg("x_shape", x_shape, dy.dim())
+        conv = _conv_desc(dy.dim(), stride, padding, dilation, groups, mode, math)
+        _output_shape(x_shape, w.shape, conv)
+        check_scaling(alpha, beta, out)
+        dx = _output(out, x_shape, dy)
+        tensors = ConvTensors(dx, w, dy)
+        call = _prepare(Direction.BACKWARD_DATA, tensors, conv, algo, workspace_limit, x_shape, dy)
+        if key is not None:
+            _prepared[key] = call
+    else:
+        check_scaling(alpha, beta, out)
+        dx = call.output(out, dy)
+        tensors = ConvTensors(dx, w, dy)
+    call(tensors, alpha, beta)
     return dx
 
 
@@ -207,15 +262,27 @@ def conv_backward_filter(
     x: (N, C, *S); dy: (N, K, *O); w_shape: (K, C/groups, *R). Returns dw in x's memory
     format, or `out`.
     """
-    x = check_tensor("x", x, ndim=(3, 4, 5))
-    dy = check_tensor("dy", dy, ndim=x.dim(), dtype=x.dtype, device=x.device)
-    w_shape = _shape_arg("w_shape", w_shape, x.dim())
-    conv = _conv_desc(x.dim(), stride, padding, dilation, groups, mode, math)
-    _output_shape(x.shape, w_shape, conv)
-    check_scaling(alpha, beta, out)
-    dw = _output(out, w_shape, x)
-    tensors = ConvTensors(x, dw, dy)
-    _run(Direction.BACKWARD_FILTER, tensors, conv, alpha, beta, algo, workspace_limit)
+    key, call = _lookup(
+        Direction.BACKWARD_FILTER, (x, dy, out), w_shape, stride, padding, dilation, groups, mode,
+        algo, workspace_limit, resolve_math_mode(math),
+    )  # fmt: skip
+    if call is None:
+        x = check_tensor("x", x, ndim=(3, 4, 5))
+        dy = check_tensor("dy", dy, ndim=x.dim(), dtype=x.dtype, device=x.device)
+        w_shape = _shape_arg("w_shape", w_shape, x.dim())
+        conv = _conv_desc(x.dim(), stride, padding, dilation, groups, mode, math)
+        _output_shape(x.shape, w_shape, conv)
+        check_scaling(alpha, beta, out)
+        dw = _output(out, w_shape, x)
+        tensors = ConvTensors(x, dw, dy)
+        call = _prepare(Direction.BACKWARD_FILTER, tensors, conv, algo, workspace_limit, w_shape, x)
+        if key is not None:
+            _prepared[key] = call
+    else:
+        check_scaling(alpha, beta, out)
+        dw = call.output(out, x)
+        tensors = ConvTensors(x, dw, dy)
+    call(tensors, alpha, beta)
     return dw
 
 
