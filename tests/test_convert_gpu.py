@@ -1,5 +1,6 @@
 """rtdnn.convert on torchvision's ResNet-50 on the GPU: outputs and every parameter's gradient
-against the unconverted model in strict float32 (train and eval), running statistics, state_dict
+against the unconverted model in strict float32 (train and eval, with and without batch norm
+fused with the ReLU and residual add after it), running statistics, state_dict
 round trips, and the output under bfloat16 autocast with channels-last. Run with
 RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU and torchvision.
 """
@@ -42,15 +43,21 @@ def _no_tf32_matmul():
     torch.backends.cuda.matmul.allow_tf32 = before
 
 
+@pytest.mark.parametrize("fuse", [False, True], ids=["unfused", "fused"])
 @pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
-def test_resnet50_outputs_gradients_and_statistics(train):
+def test_resnet50_outputs_gradients_and_statistics(train, fuse):
     """A deep network amplifies rounding, so float32 PyTorch itself is some way from the float64
-    model: hold the converted model to a small multiple of PyTorch's own float32 error."""
+    model: hold the converted model to a small multiple of PyTorch's own float32 error. With
+    fuse=True, every batch norm feeding a ReLU (49 of 53, 16 through the residual add) is
+    fused with it."""
     model = _resnet50().to(memory_format=torch.channels_last)
     exact = copy.deepcopy(model).double()
-    converted, report = rtdnn.convert(model)
+    converted, report = rtdnn.convert(model, fuse=fuse)
     counts = report.counts()
     assert counts["Conv2d"] == 53 and counts["BatchNorm2d"] == 53 and counts["Linear"] == 1
+    if fuse:
+        assert len(report.fused) == 49 and report.not_fused is None
+        assert sum("+ add" in f for f in report.fused) == 16
     x = torch.randn(4, 3, 96, 96, device="cuda").to(memory_format=torch.channels_last)
     t = torch.randint(0, 10, (4,), device="cuda")
     nets = (exact, model, converted)
