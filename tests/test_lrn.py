@@ -56,6 +56,23 @@ def test_forward_backward_match_reference(
         KL.GATHER_MAX = saved
 
 
+@pytest.mark.parametrize("size", [1, 2, 5, 8, 9, 10])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_channel_chunks_and_halos(size, layout):
+    # C = 37 spans three channel chunks of the channel-rows kernels (positions contiguous),
+    # so window sums cross chunk edges through the halo rows; size 10 takes the other kernels.
+    # Outputs start as NaN: every element must be written.
+    shape = (2, 37, 3, 2)
+    lrn = dict(lrn_alpha=0.5, lrn_beta=0.75, lrn_k=1.0)
+    x = make(shape, layout=layout, scale=2.0)
+    dy = make(shape, layout=layout)
+    nan = torch.full_like(x, float("nan"))
+    y = rtdnn.lrn_forward(x, size, out=nan.clone(), **lrn)
+    assert_close(y, R.lrn_forward(x, size, **lrn), torch.float32, what="forward")
+    dx = rtdnn.lrn_backward(dy, x, None, size, out=nan.clone(), **lrn)
+    assert_close(dx, R.lrn_backward(dy, x, None, size, **lrn), torch.float32, what="backward")
+
+
 def _err(fn, name):
     with pytest.raises(rtdnn.BadParamError, match=name):
         fn()

@@ -81,6 +81,29 @@ def test_accurate_survives_large_inputs():
     assert torch.isfinite(y[0]).all() and y[1, 0] == -float("inf")
 
 
+@pytest.mark.parametrize("max_splits", [1, 2, 1024])
+def test_split_rows_match_reference(max_splits):
+    # Rows of 37 in chunks of 2 (float32): 19 segments, or a capped number of segments that
+    # each loop over several chunks. -inf entries and a large one go through the stats
+    # kernel's online max and sum. Outputs start as NaN: every element must be written.
+    saved = KS.FUSED_MAX, KS.SPLIT_BLOCK, KS.MAX_SPLITS
+    KS.FUSED_MAX, KS.SPLIT_BLOCK, KS.MAX_SPLITS = 4, 4, max_splits
+    try:
+        for algo in ("fast", "accurate", "log"):
+            x = make((3, 37), scale=3.0 if algo == "fast" else 30.0)
+            if algo != "fast":  # fast subtracts no max: finite, moderate inputs only
+                x[1, ::3] = -float("inf")
+                x[2, 5] = 80.0
+            y = rtdnn.softmax_forward(x, algo=algo, out=torch.full_like(x, float("nan")))
+            assert_close(y, R.softmax_forward(x, algo=algo), torch.float32, what=algo)
+            dy = make((3, 37))
+            dx = rtdnn.softmax_backward(y, dy, algo=algo, out=torch.full_like(x, float("nan")))
+            ref = R.softmax_backward(y, dy, algo=algo)
+            assert_close(dx, ref, torch.float32, what=f"{algo} backward")
+    finally:
+        KS.FUSED_MAX, KS.SPLIT_BLOCK, KS.MAX_SPLITS = saved
+
+
 def _err(fn, name):
     with pytest.raises(rtdnn.BadParamError, match=name):
         fn()

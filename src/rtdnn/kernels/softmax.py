@@ -7,10 +7,17 @@ with the smallest stride, o* are the other positions (program id). A program own
 mode, 2-D (N, C)) and positions that are contiguous (p stride 1: NCHW channel mode) are both
 read with vector loads.
 
+When p is the contiguous dim, the tile gets few warps (at most two across r), so that the
+reductions over r do not go through shared memory and barriers: with 8 warps across r, the
+forward ran at a third of the speed of its own memory traffic.
+
 Rows up to FUSED_MAX elements are done in one pass (each byte read once and written once):
-the whole row sits in registers. Longer rows are split into segments: a stats kernel writes
-per-segment (max, sum) partials, and an apply kernel combines them and writes the output, so x
-is read twice; that costs a third more traffic than one pass.
+the whole row sits in registers. Longer rows are split into segments, enough of them for
+thousands of programs: a stats kernel writes per-segment (max, sum) partials, and an apply
+kernel combines all partials of its row in one vector load and writes the output, so x is read
+twice. That is the floor of this path: the forward moves 3 bytes per 2 of one pass (at most
+2/3 of copy bandwidth), the backward 5 per 3 (at most 3/5; log, whose stats kernel reads only
+dy: 4 per 3, at most 3/4).
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ LOG = tl.constexpr(2)
 ALGOS = {"fast": 0, "accurate": 1, "log": 2}
 FUSED_MAX = 16384
 SPLIT_BLOCK = 4096  # elements of 16-bit data per chunk of a long row (half for 32-bit)
+SPLIT_WAVES = 8  # programs per parallel slot that the split path aims for
+MAX_SPLITS = 1024  # segments per row: the apply kernel loads all their partials at once
 
 
 class SoftmaxGeometry(NamedTuple):
@@ -164,9 +173,11 @@ def softmax_stats_kernel(
             if ALGO == FAST:
                 s += tl.exp(x)
             else:
+                # Online update with one exp per element: exp(min - max) either scales the
+                # old sum (x is the new max) or is x's own term.
                 m_new = tl.maximum(m, x)
-                shift = _safe_max(m_new)
-                s = s * tl.exp(m - shift) + tl.exp(x - shift)
+                e = tl.exp(tl.minimum(m, x) - _safe_max(m_new))
+                s = tl.where(x > m, s * e + 1.0, s + e)
                 m = m_new
     if BACKWARD or ALGO == FAST:
         row_m = tl.zeros((BLOCK_P,), tl.float32)
@@ -184,9 +195,10 @@ def softmax_stats_kernel(
 def softmax_apply_kernel(
     A, B, OUT, PART_M, PART_S, geo, splits, alpha, beta,
     ALGO: tl.constexpr, BACKWARD: tl.constexpr, BETA_NONZERO: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
-    """Combine all segments' partials of each position, then write this segment's output."""
+    """Combine all segments' partials of each position (BLOCK_S >= splits), then write this
+    segment's output."""
     O0, O1, O2 = geo.outer
     P = geo.p
     R = geo.r
@@ -200,23 +212,19 @@ def softmax_apply_kernel(
     p_ok = p < P
     flat = ((o0 * O1 + o1) * O2 + o2) * P + p
     n_pos = O0 * O1 * O2 * P
-    # Combine partials in split order (deterministic).
-    row_m = tl.full((BLOCK_P,), float("-inf"), tl.float32)
-    row_s = tl.zeros((BLOCK_P,), tl.float32)
-    for k in range(splits):
-        pm = tl.load(PART_M + k * n_pos + flat, mask=p_ok, other=0.0)
-        ps = tl.load(PART_S + k * n_pos + flat, mask=p_ok, other=0.0)
-        if BACKWARD or ALGO == FAST:
-            row_s += ps
-        else:
-            m_new = tl.maximum(row_m, pm)
-            shift = _safe_max(m_new)
-            row_s = row_s * tl.exp(row_m - shift) + ps * tl.exp(pm - shift)
-            row_m = m_new
+    # All segments' partials of these positions in one [BLOCK_S, BLOCK_P] load (a fixed-order
+    # tree reduction: deterministic), not a serial loop over hundreds of segments.
+    k = tl.arange(0, BLOCK_S)
+    part_ok = (k < splits)[:, None] & p_ok[None, :]
+    part = k[:, None] * n_pos + flat[None, :]
+    ps = tl.load(PART_S + part, mask=part_ok, other=0.0)
     if BACKWARD or ALGO == FAST:
         shift = tl.zeros((BLOCK_P,), tl.float32)
+        row_s = tl.sum(ps, 0)
     else:
-        shift = _safe_max(row_m)
+        pm = tl.load(PART_M + part, mask=part_ok, other=float("-inf"))
+        shift = _safe_max(tl.max(pm, 0))
+        row_s = tl.sum(ps * tl.exp(pm - shift[None, :]), 0)
     log_s = tl.log(row_s)
     inv_s = 1.0 / row_s
     lanes = tl.arange(0, BLOCK_R)
@@ -271,6 +279,7 @@ def plan_softmax(
     elem_bytes: int,
     fused_max: int = FUSED_MAX,
     split_block: int = SPLIT_BLOCK,
+    max_splits: int = MAX_SPLITS,
 ) -> SoftmaxPlan | None:
     """strides: [a, b, out] stride tuples over `shape`. None when the reduced dims do not
     merge into one strided axis or more than 4 position dims remain."""
@@ -307,12 +316,20 @@ def plan_softmax(
     programs = p_tiles * p_sizes[0] * p_sizes[1] * p_sizes[2]
     splits, seg_len = 1, R
     if not fused:
+        # Enough segments for SPLIT_WAVES programs per parallel slot: a long row's segments
+        # each loop over a few chunks, and every row's segments run side by side.
         chunks = triton.cdiv(R, block_r)
-        splits = max(1, min(chunks, triton.cdiv(slots, programs)))
+        splits = max(1, min(chunks, max_splits, triton.cdiv(SPLIT_WAVES * slots, programs)))
         seg_len = triton.cdiv(chunks, splits) * block_r
         splits = triton.cdiv(R, seg_len)
     geo = SoftmaxGeometry(tuple(p_sizes[:3]), P, R, st(0), st(1), st(2), p_tiles, seg_len)
-    warps = max(4, min(16, block_p * block_r // 512))
+    if all(t[3] == 1 for t in (st(0), st(1), st(2))) and block_p > 1:
+        # Positions contiguous (NCHW channel mode): each warp reads 256 bytes along p, and at
+        # most two warps share a position, so the reductions over r stay (almost) inside a
+        # warp; more warps across r make them go through shared memory and barriers.
+        warps = min(8, 2 * max(1, block_p * elem_bytes // 512))
+    else:
+        warps = max(4, min(16, block_p * block_r // 512))
     return SoftmaxPlan(geo, fused, (programs, splits), splits, block_p, block_r, warps)
 
 
@@ -340,5 +357,5 @@ def launch_softmax(a, b, out, plan: SoftmaxPlan, algo: str, backward: bool, alph
     softmax_stats_kernel[plan.grid](a, b, part[0], part[1], g, ALGO=code, BACKWARD=backward, **opts)
     softmax_apply_kernel[plan.grid](
         a, b, out, part[0], part[1], g, plan.splits, alpha, beta, ALGO=code,
-        BACKWARD=backward, BETA_NONZERO=beta != 0, **opts,
+        BACKWARD=backward, BETA_NONZERO=beta != 0, BLOCK_S=next_pow2(plan.splits), **opts,
     )  # fmt: skip

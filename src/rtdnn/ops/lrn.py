@@ -44,11 +44,16 @@ def lrn_forward(
     x = check_tensor("x", x, ndim=(2, 3, 4, 5))
     check_span("x", x)
     size, a, b, k = _params(size, lrn_alpha, lrn_beta, lrn_k)
+    bq = K.beta_quarters(b)  # lrn_beta as a number of quarters, for a cheaper pow
     y = output(out, x.shape, x, alpha, beta, preserve_strides=True)
     strides = (x.stride(), x.stride(), y.stride())
-    plan = K.plan_lrn(x.shape, strides, elem_bytes=x.element_size(), whole_c=False)
-    K.lrn_fwd_kernel[plan.grid](
-        x, y, plan.geo, a, b, k, float(alpha), float(beta), SIZE=size,
+    plan = K.plan_lrn(
+        x.shape, strides, elem_bytes=x.element_size(), whole_c=False, size=size,
+        rows_max=K.ROWS_MAX,
+    )  # fmt: skip
+    kernel = K.lrn_fwd_rows_kernel if plan.rows else K.lrn_fwd_kernel
+    kernel[plan.grid](
+        x, y, plan.geo, a, b, k, float(alpha), float(beta), SIZE=size, BETA_Q=bq,
         BETA_NONZERO=beta != 0, BLOCK_P=plan.block_p, BLOCK_C=plan.block_c,
         num_warps=plan.num_warps,
     )  # fmt: skip
@@ -83,13 +88,22 @@ def lrn_backward(
     check_span("x", x)
     check_span("dy", dy)
     size, a, b, k = _params(size, lrn_alpha, lrn_beta, lrn_k)
+    bq = K.beta_quarters(b)  # lrn_beta as a number of quarters, for a cheaper pow
     dx = output(out, dy.shape, dy, alpha, beta, preserve_strides=True)
     strides = (x.stride(), dy.stride(), dx.stride())
     plan = K.plan_lrn(
-        x.shape, strides, elem_bytes=x.element_size(), whole_c=True, gather_max=K.GATHER_MAX
-    )
+        x.shape, strides, elem_bytes=x.element_size(), whole_c=True, size=size,
+        gather_max=K.GATHER_MAX, rows_max=K.ROWS_MAX,
+    )  # fmt: skip
+    if plan.rows:
+        K.lrn_bwd_rows_kernel[plan.grid](
+            x, dy, dx, plan.geo, a, b, k, float(alpha), float(beta), SIZE=size, BETA_Q=bq,
+            BETA_NONZERO=beta != 0, BLOCK_P=plan.block_p, BLOCK_C=plan.block_c,
+            num_warps=plan.num_warps,
+        )  # fmt: skip
+        return dx
     K.lrn_bwd_kernel[plan.grid](
-        x, dy, dx, plan.geo, a, b, k, float(alpha), float(beta), SIZE=size,
+        x, dy, dx, plan.geo, a, b, k, float(alpha), float(beta), SIZE=size, BETA_Q=bq,
         GATHER=plan.gather, BETA_NONZERO=beta != 0, BLOCK_P=plan.block_p,
         BLOCK_C=plan.block_c, num_warps=plan.num_warps,
     )  # fmt: skip

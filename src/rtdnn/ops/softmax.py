@@ -46,7 +46,7 @@ def _plan(shape, mode, tensors, device, elem_bytes):
     slots = 2 * parallel_slots(device.type)
     return K.plan_softmax(
         tuple(shape), _reduced(mode, len(shape)), strides, slots=slots, elem_bytes=elem_bytes,
-        fused_max=K.FUSED_MAX, split_block=K.SPLIT_BLOCK,
+        fused_max=K.FUSED_MAX, split_block=K.SPLIT_BLOCK, max_splits=K.MAX_SPLITS,
     )  # fmt: skip
 
 
