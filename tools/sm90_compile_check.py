@@ -3,10 +3,12 @@ every kernel a test launches is compiled to PTX/cubin (with the bundled ptxas) i
 
 Catches what the interpreter cannot: compiler-only errors (loop-carried type changes, tuple
 items lost after loops, unsupported ops) and missing vectorization. Outputs are garbage, so
-value assertions fail; look only for CompilationError and other non-assertion errors:
+value assertions fail; look only for CompilationError and other non-assertion errors
+(RTDNN_GPU_TESTS=1 keeps tests/conftest.py from insisting on the interpreter):
 
-    PYTHONPATH=src:tools:tests TRITON_INTERPRET=0 python -m pytest -q -p sm90_compile_check \
-        tests/test_pooling.py 2>&1 | grep -E "CompilationError|Loop-carried"
+    RTDNN_GPU_TESTS=1 PYTHONPATH=src:tools:tests TRITON_INTERPRET=0 \
+        python -m pytest -q -p sm90_compile_check tests/test_pooling.py 2>&1 \
+        | grep -E "CompilationError|Loop-carried"
 
 Used as a pytest plugin (-p); it relies on Triton 3.6 internals (driver and JITFunction.run).
 """
