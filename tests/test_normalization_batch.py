@@ -2,6 +2,8 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import dataclasses  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -12,6 +14,7 @@ from hypothesis import strategies as st  # noqa: E402
 import rtdnn  # noqa: E402
 import rtdnn.nn as rnn  # noqa: E402
 from rtdnn import reference as R  # noqa: E402
+from rtdnn.algos import norm as engine  # noqa: E402
 
 SETTINGS = dict(
     deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
@@ -148,6 +151,53 @@ def test_large_mean_small_variance_float32():
     # spread of 1) bounds dx and dweight to about 3e-5.
     assert R.rel_error(dx, rdx) < 1e-4 and R.rel_error(dw, rdw) < 1e-4
     assert R.rel_error(db, rdb) < 1e-6
+
+
+@pytest.fixture
+def policy(monkeypatch):
+    """Change the CPU tile policy for one test (prepared launches are forgotten around it)."""
+
+    def use(**changes):
+        monkeypatch.setattr(engine, "CPU_POLICY", dataclasses.replace(engine.CPU_POLICY, **changes))
+        engine.clear_plans()
+
+    yield use
+    engine.clear_plans()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(max_slices=64),  # one tile per slice
+        dict(max_slices=2),  # many tiles per slice, the last one partial
+        dict(max_slices=3, programs_per_slot=4),  # several kept blocks and slices
+        dict(lane_bytes=64, split_elements=64, warp_elements=16),  # wider kept blocks
+    ],
+)
+def test_split_plans_channels_last(policy, changes):
+    """Batch norm's split path on channels-last data (the kept dim is the contiguous one)
+    for several slicings: the partial passes walk their tiles with the next one in flight,
+    the apply passes walk slices and tiles in reverse."""
+    policy(**changes)
+    x = make((3, 24, 5, 7), layout="channels_last", shift=0.5, seed=31)
+    dy = make(x.shape, layout="channels_last", seed=32)
+    z = make(x.shape, layout="channels_last", seed=33)
+    w, b = make((24,), seed=34), make((24,), seed=35)
+    rm, rv = make((24,), seed=36), make((24,), seed=37).abs() + 0.5
+    rm0, rv0 = rm.clone(), rv.clone()
+    args = dict(z=z, activation="relu", momentum=0.3)
+    y, mean, invstd = rtdnn.batch_norm_forward_training(
+        x, w, b, running_mean=rm, running_var=rv, **args
+    )
+    ref = R.batch_norm_forward_training(x, w, b, running_mean=rm0, running_var=rv0, **args)
+    check(y, ref[0], what="y")
+    check(mean, ref[1], what="mean", factor=10)
+    check(rm, ref[3], what="running mean", factor=10)
+    check(rv, ref[4], what="running var", factor=10)
+    got = rtdnn.batch_norm_backward(dy, x, mean, invstd, w, b, z=z, activation="relu")
+    want = R.batch_norm_backward(dy, x, mean, invstd, w, b, z=z, activation="relu")
+    for name, a, r in zip(("dx", "dw", "db", "dz"), got, want, strict=True):
+        check(a, r, what=name, factor=10)
 
 
 def test_results_are_deterministic():

@@ -54,6 +54,8 @@ class TilePolicy:
     row_programs_per_slot: int  # programs of the persistent row backward, per slot
     max_slices: int  # cap on reduced slices per kept block (split path)
     finish_block: int  # finish kernels merge this many slices (or outer indices) per step
+    lane_bytes: int = 128  # kept-contiguous split tiles: bytes of kept indices per row
+    warp_elements: int = 512  # split tiles get one warp per this many elements
     force_path: str | None = None  # "row" or "split" for tests; None decides by the problem
 
 
@@ -63,7 +65,8 @@ class TilePolicy:
 # SM count, and few enough partial rows to be a few percent of the traffic.
 GPU_POLICY = TilePolicy(
     row_elements=16384, row_pack=4096, split_elements=4096, max_block_r=16384,
-    programs_per_slot=8, row_programs_per_slot=2, max_slices=2048, finish_block=256,
+    programs_per_slot=8, row_programs_per_slot=2, max_slices=512, finish_block=256,
+    warp_elements=1024,
 )  # fmt: skip
 CPU_POLICY = TilePolicy(
     row_elements=64, row_pack=32, split_elements=32, max_block_r=16, programs_per_slot=1,
@@ -190,24 +193,24 @@ def _kept_contiguous(g: Geometry) -> bool:
     return g.ksize[3] > 1 and g.layouts[0].k[3] == 1
 
 
-def _lane_block(g: Geometry, itemsize: int) -> int:
+def _lane_block(g: Geometry, itemsize: int, nbytes: int) -> int:
     # Kept indices side by side are contiguous: take whole 128-byte lines of them.
-    return min(_pow2(g.kept), max(8, 128 // itemsize))
+    return min(_pow2(g.kept), max(8, nbytes // itemsize))
 
 
 def split_tiles(g: Geometry, itemsize: int, pol: TilePolicy) -> Tiles:
     if _kept_contiguous(g):
-        block_k = _lane_block(g, itemsize)
+        block_k = _lane_block(g, itemsize, pol.lane_bytes)
         block_r = min(_pow2(g.rsize[3]), max(1, pol.split_elements // block_k), pol.max_block_r)
     else:
         block_r = min(_pow2(g.rsize[3]), pol.split_elements, pol.max_block_r)
         block_k = min(_pow2(g.kept), max(1, pol.split_elements // block_r))
-    return Tiles(block_r, block_k, _warps(block_r * block_k, 512))
+    return Tiles(block_r, block_k, _warps(block_r * block_k, pol.warp_elements))
 
 
 def row_tiles(g: Geometry, itemsize: int, pol: TilePolicy) -> Tiles:
     if _kept_contiguous(g):
-        block_k = _lane_block(g, itemsize)
+        block_k = _lane_block(g, itemsize, 128)
         block_r = min(_pow2(g.rsize[3]), max(1, pol.row_elements // block_k), pol.max_block_r)
     else:
         block_r = min(_pow2(g.rsize[3]), pol.row_elements, pol.max_block_r)
@@ -223,8 +226,12 @@ def _single(g: Geometry, t: Tiles) -> bool:
     return math.prod(g.rsize[:3]) == 1 and g.rsize[3] <= t.block_r
 
 
-def _slices(tiles: int, kept_blocks: int, device: torch.device, pol: TilePolicy) -> tuple[int, int]:
-    """(slices, tiles per slice): enough programs to fill the device, no empty slice."""
+def _slices(g: Geometry, t: Tiles, device: torch.device, pol: TilePolicy) -> tuple[int, int]:
+    """(slices, tiles per slice) of the split grid (cdiv(kept, BLOCK_K), slices): enough
+    programs to fill the device, no empty slice, and at most max_slices summaries per kept
+    index for the finish pass to merge (it reads them finish_block at a time, in order)."""
+    tiles = g.for_tiles(t.block_r).tiles
+    kept_blocks = triton.cdiv(g.kept, t.block_k)
     target = pol.programs_per_slot * parallel_slots(device.type)
     slices = max(1, min(tiles, pol.max_slices, triton.cdiv(target, kept_blocks)))
     per_slice = triton.cdiv(tiles, slices)
@@ -309,7 +316,7 @@ class ForwardPlan:
         t = split_tiles(g, itemsize, pol)
         geo = g.for_tiles(t.block_r)
         kept_blocks = triton.cdiv(g.kept, t.block_k)
-        slices, per_slice = _slices(geo.tiles, kept_blocks, x.device, pol)
+        slices, per_slice = _slices(g, t, x.device, pol)
         grid, opts = (kept_blocks, slices), dict(num_warps=t.num_warps)
         self.part_shape = (4, slices, g.kept)
         self.partial = SlotLaunch(
@@ -362,7 +369,7 @@ class ApplyPlan:
         t = split_tiles(g, x.element_size(), pol)
         geo = g.for_tiles(t.block_r)
         kept_blocks = triton.cdiv(g.kept, t.block_k)
-        slices, per_slice = _slices(geo.tiles, kept_blocks, x.device, pol)
+        slices, per_slice = _slices(g, t, x.device, pol)
         xl, yl, zl, pl, sl = (_layout_of(g, i) for i in range(5))
         self.launch = SlotLaunch(
             norm_apply_kernel, (kept_blocks, slices), dict(num_warps=t.num_warps),
@@ -450,7 +457,7 @@ class SplitBackwardPlan:
         t = split_tiles(g, x.element_size(), pol)
         geo = g.for_tiles(t.block_r)
         kept_blocks = triton.cdiv(g.kept, t.block_k)
-        slices, per_slice = _slices(geo.tiles, kept_blocks, x.device, pol)
+        slices, per_slice = _slices(g, t, x.device, pol)
         grid, opts = (kept_blocks, slices), dict(num_warps=t.num_warps)
         act = _act(activation)
         flags = dict(

@@ -49,6 +49,19 @@ def _grad_tile(
     """xhat, dpre (dy through the activation; 0 where masked) and w (or 1) of one tile."""
     x = load_tile(X, xr, coords, offs_r, xk, mask)
     dy = load_tile(DY, dyr, coords, offs_r, dyk, mask)
+    return _grad_values(
+        x, dy, W, B, Z, pr, zr, coords, offs_r, pk, zk, mask, rmask, mean, rstd, wpre, bpre,
+        IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
+    )  # fmt: skip
+
+
+@triton.jit
+def _grad_values(
+    x, dy, W, B, Z, pr, zr, coords, offs_r, pk, zk, mask, rmask, mean, rstd, wpre, bpre,
+    IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
+    ACT: tl.constexpr, PMODE: tl.constexpr,
+):  # fmt: skip
+    """_grad_tile on x and dy tiles already loaded."""
     xhat = normalized(x, tl.zeros_like(mean), mean, rstd, IS_RMS)
     if ACT != 0:
         w, b = tile_params(
@@ -226,17 +239,28 @@ def norm_bwd_partial_kernel(
     a = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
     b = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
     first = s * tiles_per_slice
-    for t in range(first, tl.minimum(first + tiles_per_slice, tiles)):
+    last = tl.minimum(first + tiles_per_slice, tiles)
+    # Double buffering: x and dy of tile t + 1 are requested before tile t's arithmetic, so
+    # that a program always has loads in flight.
+    coords = tile_coords(first, rsize, chunks, BLOCK_R)
+    mask, rmask = tile_mask(coords, rsize, offs_r, kmask & (first < last))
+    x = load_tile(X, xr, coords, offs_r, xk, mask)
+    dy = load_tile(DY, dyr, coords, offs_r, dyk, mask)
+    for t in range(first, last):
         coords = tile_coords(t, rsize, chunks, BLOCK_R)
-        mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
-        xhat, dp, w = _grad_tile(
-            DY, X, W, B, Z, dyr, xr, pr, zr, coords, offs_r, dyk, xk, pk, zk, mask, rmask, mean,
-            rstd, wpre, bpre, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
+        next_coords = tile_coords(t + 1, rsize, chunks, BLOCK_R)
+        next_mask, next_rmask = tile_mask(next_coords, rsize, offs_r, kmask & (t + 1 < last))
+        x_next = load_tile(X, xr, next_coords, offs_r, xk, next_mask)
+        dy_next = load_tile(DY, dyr, next_coords, offs_r, dyk, next_mask)
+        xhat, dp, w = _grad_values(
+            x, dy, W, B, Z, pr, zr, coords, offs_r, pk, zk, mask, rmask, mean, rstd, wpre, bpre,
+            IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
         )  # fmt: skip
         a += dp * xhat
         b += dp
         if WRITE_DZ:
             store_tile(DZ, dzr, coords, offs_r, dzk, mask, dp, 1.0, 0.0, False)
+        x, dy, mask, rmask = x_next, dy_next, next_mask, next_rmask
     base = PART + s * kept + offs_k
     tl.store(base, tl.sum(a, axis=0), mask=kmask)
     tl.store(base + slices * kept, tl.sum(b, axis=0), mask=kmask)
@@ -305,7 +329,8 @@ def norm_bwd_apply_kernel(
     KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """The elementwise dx pass. Grid: (cdiv(kept, BLOCK_K), slices). COEF is addressed like
-    the statistics (`sl`), with its second coefficient `coef_plane` elements further on."""
+    the statistics (`sl`), with its second coefficient `coef_plane` elements further on.
+    Program (k, s) writes slice slices - 1 - s, the tiles of its slice in reverse order."""
     ksize, rsize, kept, chunks, tiles = geo
     dyks, dyr = dyl
     xks, xr = xl
@@ -328,8 +353,12 @@ def norm_bwd_apply_kernel(
     wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
     c1 = tl.load(COEF + sk, mask=kmask, other=0.0)
     c2 = tl.load(COEF + coef_plane + sk, mask=kmask, other=0.0)
-    first = s * tiles_per_slice
-    for t in range(first, tl.minimum(first + tiles_per_slice, tiles)):
+    # Last slice first, each slice's tiles last first: the partial pass has just read the end
+    # of x and dy (or written the end of dz), which is still in L2.
+    first = (tl.num_programs(1) - 1 - s) * tiles_per_slice
+    last = tl.minimum(first + tiles_per_slice, tiles)
+    for i in range(first, last):
+        t = first + last - 1 - i
         coords = tile_coords(t, rsize, chunks, BLOCK_R)
         mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
         xhat, dp, w = _grad_tile(

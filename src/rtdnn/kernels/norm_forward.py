@@ -145,16 +145,23 @@ def norm_stats_partial_kernel(
     offs_r = tl.arange(0, BLOCK_R)
     kmask = offs_k < kept
     xk = kept_offsets(offs_k, ksize, xks, KD)
+    first = s * tiles_per_slice
+    last = tl.minimum(first + tiles_per_slice, tiles)
+    # Double buffering: tile t + 1 is requested before tile t's arithmetic, so that a program
+    # always has a load in flight (the first one together with the shift's).
+    coords = tile_coords(first, rsize, chunks, BLOCK_R)
+    mask, rmask = tile_mask(coords, rsize, offs_r, kmask & (first < last))
+    x = load_tile(X, xr, coords, offs_r, xk, mask)
     shift = shift_of(X, xk, kmask, IS_RMS)
     cnt = tl.zeros((BLOCK_R,), tl.float32)
     acc_mean = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
     acc_m2 = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
-    first = s * tiles_per_slice
-    for t in range(first, tl.minimum(first + tiles_per_slice, tiles)):
-        coords = tile_coords(t, rsize, chunks, BLOCK_R)
-        mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
-        x = load_tile(X, xr, coords, offs_r, xk, mask)
+    for t in range(first, last):
+        coords = tile_coords(t + 1, rsize, chunks, BLOCK_R)
+        next_mask, next_rmask = tile_mask(coords, rsize, offs_r, kmask & (t + 1 < last))
+        x_next = load_tile(X, xr, coords, offs_r, xk, next_mask)
         cnt, acc_mean, acc_m2 = welford_step(x, shift, mask, rmask, cnt, acc_mean, acc_m2)
+        x, mask, rmask = x_next, next_mask, next_rmask
     n, mean, m2 = welford_finish(cnt, acc_mean, acc_m2)
     base = PART + s * kept + offs_k
     plane = slices * kept
@@ -225,7 +232,8 @@ def norm_apply_kernel(
     addressed by `sl`, MEAN and SHIFT from elements mean_offset and shift_offset on (the split
     path passes its workspace for both). SHIFTED: MEAN is relative to SHIFT (from the split
     statistics); else SHIFT is unused. STATS_ARE_VAR: RSTD holds a variance (running
-    statistics, inference) and 1 / sqrt(var + eps) is taken here, once per kept index."""
+    statistics, inference) and 1 / sqrt(var + eps) is taken here, once per kept index.
+    Program (k, s) writes slice slices - 1 - s, the tiles of its slice in reverse order."""
     ksize, rsize, kept, chunks, tiles = geo
     xks, xr = xl
     yks, yr = yl
@@ -250,8 +258,12 @@ def norm_apply_kernel(
     if STATS_ARE_VAR:
         rstd = 1.0 / tl.sqrt(rstd + eps)
     wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
-    first = s * tiles_per_slice
-    for t in range(first, tl.minimum(first + tiles_per_slice, tiles)):
+    # Last slice first, each slice's tiles last first: the statistics pass has just read the
+    # end of x, which is still in L2 (all of it, for x smaller than L2).
+    first = (tl.num_programs(1) - 1 - s) * tiles_per_slice
+    last = tl.minimum(first + tiles_per_slice, tiles)
+    for i in range(first, last):
+        t = first + last - 1 - i
         _apply_tile(
             X, Y, Z, W, B, rsize, chunks, xr, yr, zr, pr, t, offs_r, xk, yk, zk, pk, kmask,
             shift, mean, rstd, wpre, bpre, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT,
