@@ -7,28 +7,14 @@ between, so the numbers are the host's.
 
 import cProfile
 import pstats
-import time
 
 import torch
+from host_timing import host_us
 
 import rtdnn
 from rtdnn import ops
 
 dev = "cuda"
-
-
-def host_us(fn, calls=100, reps=20):
-    for _ in range(20):
-        fn()
-    host = 0.0
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        host += time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return host / (calls * reps) * 1e6
 
 
 def cl(t):
@@ -90,7 +76,7 @@ for threads in (True, False):
     torch.autograd.set_multithreading_enabled(threads)
     print(f"-- autograd worker threads {'on' if threads else 'off'}")
     for name, fn in cases.items():
-        print(f"{name:40s} {host_us(fn):8.1f} us", flush=True)
+        print(f"{name:40s} {host_us(fn)[0]:8.1f} us", flush=True)
 
 # With worker threads off the backward runs on this thread, where cProfile sees it.
 fn = cases["converted Conv2d"]

@@ -1,14 +1,13 @@
 """Host time per call, layer by layer: the plain op, the torch.library custom op, the nn module
-(with and without autocast and autograd), beside PyTorch's own, on tiny shapes; see host_us for
+(with and without autocast and autograd), beside PyTorch's own, on tiny shapes; see host_timing.host_us for
 how the host's own cost is separated from time spent waiting on the GPU.
     PYTHONPATH=src python benchmarks/overhead.py
 """
 
-import time
-
 import torch
 import triton
 import triton.language as tl
+from host_timing import host_us
 from triton.runtime import driver
 
 import rtdnn
@@ -16,27 +15,6 @@ from rtdnn import ops
 from rtdnn.kernels.launch import SlotLaunch, _launch_hooks_installed, _signature
 
 dev = "cuda"
-
-
-def host_us(fn, calls=100, reps=20):
-    """(host us, GPU span us) per call. Calls go in short bursts, with the GPU drained between
-    them, so the launch queue never fills and the host figure is the host's own cost; the GPU
-    span (first launch to last kernel's end, per call) is larger when the GPU is the slower."""
-    for _ in range(20):
-        fn()
-    host = span = 0.0
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        start.record()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        host += time.perf_counter() - t0
-        end.record()
-        torch.cuda.synchronize()
-        span += start.elapsed_time(end) / 1e3
-    return host / (calls * reps) * 1e6, span / (calls * reps) * 1e6
 
 
 def cl(t):

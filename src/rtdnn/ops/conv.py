@@ -102,6 +102,12 @@ def _lookup(direction: Direction, tensors, *params) -> tuple[tuple | None, _Prep
         return None, None
 
 
+def _remember(key: tuple | None, call: _Prepared) -> _Prepared:
+    if key is not None:
+        _prepared[key] = call
+    return call
+
+
 def _prepare(
     direction: Direction,
     tensors: ConvTensors,
@@ -183,9 +189,9 @@ def conv_forward(
         y = _output(out, y_shape, x)
         bias = bias.contiguous() if bias is not None else None
         tensors = ConvTensors(x, w, y, bias)
-        call = _prepare(Direction.FORWARD, tensors, conv, algo, workspace_limit, y_shape, x)
-        if key is not None:
-            _prepared[key] = call
+        call = _remember(
+            key, _prepare(Direction.FORWARD, tensors, conv, algo, workspace_limit, y_shape, x)
+        )
     else:
         check_scaling(alpha, beta, out)
         y = call.output(out, x)
@@ -229,9 +235,10 @@ def conv_backward_data(
         check_scaling(alpha, beta, out)
         dx = _output(out, x_shape, dy)
         tensors = ConvTensors(dx, w, dy)
-        call = _prepare(Direction.BACKWARD_DATA, tensors, conv, algo, workspace_limit, x_shape, dy)
-        if key is not None:
-            _prepared[key] = call
+        call = _remember(
+            key,
+            _prepare(Direction.BACKWARD_DATA, tensors, conv, algo, workspace_limit, x_shape, dy),
+        )
     else:
         check_scaling(alpha, beta, out)
         dx = call.output(out, dy)
@@ -275,9 +282,10 @@ def conv_backward_filter(
         check_scaling(alpha, beta, out)
         dw = _output(out, w_shape, x)
         tensors = ConvTensors(x, dw, dy)
-        call = _prepare(Direction.BACKWARD_FILTER, tensors, conv, algo, workspace_limit, w_shape, x)
-        if key is not None:
-            _prepared[key] = call
+        call = _remember(
+            key,
+            _prepare(Direction.BACKWARD_FILTER, tensors, conv, algo, workspace_limit, w_shape, x),
+        )
     else:
         check_scaling(alpha, beta, out)
         dw = call.output(out, x)

@@ -1,0 +1,27 @@
+"""Host time per call for the scripts in this folder (run them from the repository root)."""
+
+import time
+
+import torch
+
+
+def host_us(fn, calls: int = 100, reps: int = 20) -> tuple[float, float]:
+    """(host us, GPU span us) per call of fn. Calls go in short bursts, with the GPU drained
+    between them, so the launch queue never fills and the host figure is the host's own cost;
+    the GPU span (first launch to last kernel's end, per call) is larger when the GPU is the
+    slower."""
+    for _ in range(20):
+        fn()
+    host = span = 0.0
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        start.record()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        host += time.perf_counter() - t0
+        end.record()
+        torch.cuda.synchronize()
+        span += start.elapsed_time(end) / 1e3
+    return host / (calls * reps) * 1e6, span / (calls * reps) * 1e6
