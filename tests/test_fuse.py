@@ -117,3 +117,27 @@ def test_untraceable_model_is_converted_unfused():
 def test_fuse_refuses_inplace():
     with pytest.raises(ValueError, match="fuse=True needs inplace=False"):
         rtdnn.convert(Net(), inplace=True, fuse=True)
+
+
+def test_residual_the_fused_op_cannot_take_is_added_as_before():
+    """bn(x) + a broadcast tensor: the pattern matches, but z is not x's shape, so the module
+    adds it with torch's broadcasting and applies the ReLU itself."""
+
+    class BiasAfterNorm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = torch.nn.BatchNorm2d(3)
+            self.shift = torch.nn.Parameter(torch.randn(3, 1, 1))
+
+        def forward(self, x):
+            return torch.relu(self.bn(x) + self.shift)
+
+    torch.manual_seed(5)
+    model = BiasAfterNorm()
+    fused, report = rtdnn.convert(model, fuse=True)
+    assert report.fused == ["bn + add + relu"]
+    x = torch.randn(2, 3, 4, 4)
+    for train in (True, False):
+        model.train(train)
+        fused.train(train)
+        assert_close(fused(x), model(x).detach().double())

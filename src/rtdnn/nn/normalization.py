@@ -20,7 +20,9 @@ class _RtdnnBatchNorm:
 
     `activation` ("identity" or "relu") and the optional residual `z` of forward are cuDNN's
     fused BN_ACTIVATION / BN_ADD_ACTIVATION: y = activation(bn(input) + z). rtdnn.fuse sets
-    the activation on modules whose output feeds a ReLU.
+    the activation on modules whose output feeds a ReLU. A z that the fused op cannot take
+    (another shape, to broadcast, or another dtype or device) is added after the batch norm
+    with torch's own rules, as the unfused model did.
     """
 
     activation = "identity"
@@ -30,6 +32,14 @@ class _RtdnnBatchNorm:
         return super().extra_repr() + fused
 
     def forward(self, input: Tensor, z: Tensor | None = None) -> Tensor:
+        if z is not None and (
+            z.shape != input.shape or z.dtype != input.dtype or z.device != input.device
+        ):
+            y = self._batch_norm(input, None, "identity") + z
+            return torch.relu(y) if self.activation == "relu" else y
+        return self._batch_norm(input, z, self.activation)
+
+    def _batch_norm(self, input: Tensor, z: Tensor | None, activation: str) -> Tensor:
         self._check_input_dim(input)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
@@ -49,7 +59,7 @@ class _RtdnnBatchNorm:
             factor,
             self.eps,
             z=z,
-            activation=self.activation,
+            activation=activation,
         )
 
 
