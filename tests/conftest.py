@@ -12,6 +12,7 @@ GPU_RUN = os.environ.get("RTDNN_GPU_TESTS") == "1"
 if not GPU_RUN:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import dataclasses  # noqa: E402
 import math  # noqa: E402
 
 import pytest  # noqa: E402
@@ -20,6 +21,7 @@ from hypothesis import settings  # noqa: E402
 
 import rtdnn  # noqa: E402
 from rtdnn import reference  # noqa: E402
+from rtdnn.algos import norm as engine  # noqa: E402
 from rtdnn.core import INTERPRETED  # noqa: E402
 
 # Relative error (||out - ref|| / ||ref||, see reference.rel_error) allowed per storage dtype,
@@ -195,3 +197,16 @@ __all__ = [
     "tolerance",
     "whole_storage",
 ]
+
+
+@pytest.fixture
+def norm_tile_policy(monkeypatch):
+    """Change the normalization engine's CPU tile policy for one test, so that tiny inputs take
+    a chosen path; prepared launches are forgotten around it."""
+
+    def use(**changes):
+        monkeypatch.setattr(engine, "CPU_POLICY", dataclasses.replace(engine.CPU_POLICY, **changes))
+        engine.clear_plans()
+
+    yield use
+    engine.clear_plans()

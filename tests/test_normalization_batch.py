@@ -2,7 +2,6 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import dataclasses  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -14,7 +13,6 @@ from hypothesis import strategies as st  # noqa: E402
 import rtdnn  # noqa: E402
 import rtdnn.nn as rnn  # noqa: E402
 from rtdnn import reference as R  # noqa: E402
-from rtdnn.algos import norm as engine  # noqa: E402
 
 SETTINGS = dict(
     deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
@@ -153,18 +151,6 @@ def test_large_mean_small_variance_float32():
     assert R.rel_error(db, rdb) < 1e-6
 
 
-@pytest.fixture
-def policy(monkeypatch):
-    """Change the CPU tile policy for one test (prepared launches are forgotten around it)."""
-
-    def use(**changes):
-        monkeypatch.setattr(engine, "CPU_POLICY", dataclasses.replace(engine.CPU_POLICY, **changes))
-        engine.clear_plans()
-
-    yield use
-    engine.clear_plans()
-
-
 @pytest.mark.parametrize(
     "changes",
     [
@@ -174,11 +160,11 @@ def policy(monkeypatch):
         dict(lane_bytes=64, split_elements=64, warp_elements=16),  # wider kept blocks
     ],
 )
-def test_split_plans_channels_last(policy, changes):
+def test_split_plans_channels_last(norm_tile_policy, changes):
     """Batch norm's split path on channels-last data (the kept dim is the contiguous one)
     for several slicings: the partial passes walk their tiles with the next one in flight,
     the apply passes walk slices and tiles in reverse."""
-    policy(**changes)
+    norm_tile_policy(**changes)
     x = make((3, 24, 5, 7), layout="channels_last", shift=0.5, seed=31)
     dy = make(x.shape, layout="channels_last", seed=32)
     z = make(x.shape, layout="channels_last", seed=33)

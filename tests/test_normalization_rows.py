@@ -2,7 +2,6 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import dataclasses  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -14,7 +13,6 @@ from hypothesis import strategies as st  # noqa: E402
 import rtdnn  # noqa: E402
 import rtdnn.nn as rnn  # noqa: E402
 from rtdnn import reference as R  # noqa: E402
-from rtdnn.algos import norm as engine  # noqa: E402
 
 SETTINGS = dict(
     deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
@@ -88,18 +86,6 @@ def test_rms_norm_matches_reference(p):
     check(dw, ref[1], factor=10, what="dweight")
 
 
-@pytest.fixture
-def policy(monkeypatch):
-    """Change the CPU tile policy for one test (prepared launches are forgotten around it)."""
-
-    def use(**changes):
-        monkeypatch.setattr(engine, "CPU_POLICY", dataclasses.replace(engine.CPU_POLICY, **changes))
-        engine.clear_plans()
-
-    yield use
-    engine.clear_plans()
-
-
 @pytest.mark.parametrize(
     "changes, shape",
     [
@@ -110,8 +96,8 @@ def policy(monkeypatch):
         (dict(max_block_r=8), (40, 6)),  # several kept blocks per backward program
     ],
 )
-def test_layer_norm_paths(policy, changes, shape):
-    policy(**changes)
+def test_layer_norm_paths(norm_tile_policy, changes, shape):
+    norm_tile_policy(**changes)
     norm = shape[-2:] if len(shape) == 3 and changes.get("row_elements") else shape[-1:]
     x = make(shape, shift=2.0)
     w, b = make(norm, seed=1), make(norm, seed=2)
