@@ -13,7 +13,6 @@ does not, as in cuDNN. `math` is "fp32" (strict) or "tf32" for float32 data; Non
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import torch
@@ -28,7 +27,6 @@ from ..core import (
     TensorDesc,
     allocate_workspace,
     bad_param,
-    cached_call,
     check_out,
     check_runnable,
     check_scaling,
@@ -43,18 +41,10 @@ from ..kernels.reduce import channel_partial_sum_kernel, channel_sum_finish_kern
 IntOrSeq = int | Sequence[int]
 
 
-def _hashable(v):
-    return tuple(v) if isinstance(v, list) else v
-
-
 def _conv_desc(ndim, stride, padding, dilation, groups, mode, math) -> ConvDesc:
-    args = (ndim, stride, padding, dilation, groups, mode, resolve_math_mode(math))
-    return cached_call(_cached_conv_desc, *map(_hashable, args))
-
-
-@functools.lru_cache(maxsize=4096)
-def _cached_conv_desc(ndim, stride, padding, dilation, groups, mode, math) -> ConvDesc:
-    return ConvDesc.create(ndim - 2, stride, padding, dilation, groups, mode, math)
+    return ConvDesc.create(
+        ndim - 2, stride, padding, dilation, groups, mode, resolve_math_mode(math)
+    )
 
 
 # A training loop repeats the same calls every step. Everything a call checks and chooses
@@ -89,8 +79,9 @@ _prepared: dict[tuple, _Prepared] = {}
 
 
 def _lookup(direction: Direction, tensors, *params) -> tuple[tuple | None, _Prepared | None]:
-    """(key, prepared call or None). The key is None when an argument is not a tensor or a
-    parameter cannot be hashed: such calls are validated every time (and most fail)."""
+    """(key, prepared call or None). Lists among the parameters count as tuples. The key is
+    None when an argument is not a tensor or a parameter cannot be hashed: such calls are
+    validated every time (and most fail)."""
     try:
         key = (
             direction,
@@ -124,11 +115,6 @@ def _prepare(
         tensors.bias is not None,
     )  # fmt: skip
     return _Prepared(p, select.resolve(p, algo, workspace_limit), out_shape, like)
-
-
-@functools.lru_cache(maxsize=4096)
-def _output_shape(x_shape: tuple, w_shape: tuple, conv: ConvDesc) -> tuple[int, ...]:
-    return conv_output_shape(x_shape, w_shape, conv)
 
 
 def _shape_arg(name: str, shape, ndim: int) -> tuple[int, ...]:
@@ -180,7 +166,7 @@ def conv_forward(
         x = check_tensor("x", x, ndim=(3, 4, 5))
         w = check_tensor("w", w, ndim=x.dim(), dtype=x.dtype, device=x.device)
         conv = _conv_desc(x.dim(), stride, padding, dilation, groups, mode, math)
-        y_shape = _output_shape(x.shape, w.shape, conv)
+        y_shape = conv_output_shape(x.shape, w.shape, conv)
         if bias is not None:
             bias = check_tensor("bias", bias, ndim=1, dtype=x.dtype, device=x.device)
             if bias.shape[0] != w.shape[0]:
@@ -231,7 +217,7 @@ def conv_backward_data(
         w = check_tensor("w", w, ndim=dy.dim(), dtype=dy.dtype, device=dy.device)
         x_shape = _shape_arg("x_shape", x_shape, dy.dim())
         conv = _conv_desc(dy.dim(), stride, padding, dilation, groups, mode, math)
-        _output_shape(x_shape, w.shape, conv)
+        conv_output_shape(x_shape, w.shape, conv)
         check_scaling(alpha, beta, out)
         dx = _output(out, x_shape, dy)
         tensors = ConvTensors(dx, w, dy)
@@ -278,7 +264,7 @@ def conv_backward_filter(
         dy = check_tensor("dy", dy, ndim=x.dim(), dtype=x.dtype, device=x.device)
         w_shape = _shape_arg("w_shape", w_shape, x.dim())
         conv = _conv_desc(x.dim(), stride, padding, dilation, groups, mode, math)
-        _output_shape(x.shape, w_shape, conv)
+        conv_output_shape(x.shape, w_shape, conv)
         check_scaling(alpha, beta, out)
         dw = _output(out, w_shape, x)
         tensors = ConvTensors(x, dw, dy)
