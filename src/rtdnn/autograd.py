@@ -22,24 +22,6 @@ from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from . import ops
 from .core import ConvDesc, bad_param, conv_output_shape, empty_like_layout
 
-#: Tensor types that the eager road takes; any other (FakeTensor, FunctionalTensor, user
-#: subclasses) goes through the dispatcher.
-_PLAIN = (Tensor, torch.nn.Parameter)
-
-
-def _traced(args) -> bool:
-    """Whether this call must go through the dispatcher (tracing, modes, tensor subclasses)."""
-    if (
-        torch.compiler.is_compiling()
-        or torch._C._is_torch_function_mode_enabled()
-        or is_in_torch_dispatch_mode()
-    ):
-        return True
-    for a in args:
-        if isinstance(a, Tensor) and type(a) not in _PLAIN:
-            return True
-    return False
-
 
 class CustomOp:
     """A torch.library custom op (functional, no mutated arguments) with an eager fast path.
@@ -57,7 +39,9 @@ class CustomOp:
 
     def register_eager(self, eager) -> None:
         """Run `eager` instead of the op's function on the eager road: the same results, but it
-        may also update some inputs in place (what a functional op cannot)."""
+        may also update some inputs in place (what a functional op cannot), and leave off
+        trailing outputs that stand in for nothing there (e.g. empty tensors where the op has
+        no tensor to return; the op's callers must accept the shorter tuple)."""
         if self.function is not None:
             raise RuntimeError(f"{self.fn.__name__}: register_eager before register_autograd")
         self.eager = eager
@@ -72,23 +56,43 @@ class CustomOp:
         # forward(ctx, ...) rather than a separate setup_context: Function.apply binds the
         # arguments with inspect.signature on every call when setup_context is overridden.
         def forward(ctx, *args):
+            # Gradients of unused outputs stay None instead of tensors of zeros: the backward
+            # formulas read only the first output's gradient (the others are statistics).
+            ctx.set_materialize_grads(False)
+            ctx.num_inputs = len(args)
             output = eager(*args)
             setup_context(ctx, args, output)
             return output
 
+        def backward_or_none(ctx, *grads):
+            if grads[0] is None:  # no gradient reached the main output: nothing to propagate
+                return (None,) * ctx.num_inputs
+            return backward(ctx, *grads)
+
         self.function = type(
             f"{self.fn.__name__}_function",
             (torch.autograd.Function,),
-            {"forward": staticmethod(forward), "backward": staticmethod(backward)},
+            {"forward": staticmethod(forward), "backward": staticmethod(backward_or_none)},
         )
 
     def __call__(self, *args):
-        if _traced(args):
+        # One pass over the arguments: a tensor subclass (FakeTensor, FunctionalTensor, a
+        # user's) sends the call through the dispatcher, as tracing and dispatch modes do.
+        needs_grad = False
+        for a in args:
+            kind = type(a)
+            if kind is Tensor or kind is torch.nn.Parameter:
+                needs_grad = needs_grad or a.requires_grad
+            elif isinstance(a, Tensor):
+                return self.op(*args)
+        if (
+            torch.compiler.is_compiling()
+            or torch._C._is_torch_function_mode_enabled()
+            or is_in_torch_dispatch_mode()
+        ):
             return self.op(*args)
-        if self.function is not None and torch.is_grad_enabled():
-            for a in args:
-                if isinstance(a, Tensor) and a.requires_grad:
-                    return self.function.apply(*args)
+        if needs_grad and self.function is not None and torch.is_grad_enabled():
+            return self.function.apply(*args)
         return self.eager(*args)
 
 
@@ -790,14 +794,13 @@ def batch_norm_train(
 def _batch_norm_train_in_place(
     x, weight, bias, z, running_mean, running_var, momentum, eps, activation, per_activation
 ):
-    """batch_norm_train on the eager road: the kernel that finishes the batch statistics
-    updates the running ones in place, saving two copies each way; the returned ones are
-    empty."""
-    y, mean, invstd = ops.batch_norm_forward_training(
+    """batch_norm_train on the eager road: (y, saved_mean, saved_invstd). The kernel that
+    finishes the batch statistics updates the running ones in place, saving two copies each
+    way, so there are no new running statistics to return."""
+    return ops.batch_norm_forward_training(
         x, weight, bias, running_mean=running_mean, running_var=running_var, momentum=momentum,
         eps=eps, mode=_bn_mode(per_activation), z=z, activation=activation,
     )  # fmt: skip
-    return y, mean, invstd, _nothing(x), _nothing(x)
 
 
 batch_norm_train.register_eager(_batch_norm_train_in_place)
@@ -858,6 +861,18 @@ def batch_norm_bwd(
     return dx, dw, db, dz if dz is not None else _nothing(x)
 
 
+def _batch_norm_bwd_eager(dy, x, mean, invstd, weight, bias, z, activation, per_activation,
+                          training):  # fmt: skip
+    """batch_norm_bwd on the eager road: dz is None without z (no empty tensor to make)."""
+    return ops.batch_norm_backward(
+        dy, x, mean, invstd, weight, bias, z=z, activation=activation,
+        mode=_bn_mode(per_activation), training=training,
+    )  # fmt: skip
+
+
+batch_norm_bwd.register_eager(_batch_norm_bwd_eager)
+
+
 @batch_norm_bwd.register_fake
 def _(dy, x, mean, invstd, weight, bias, z, activation, per_activation, training):
     shape = _bn_param_shape(x, per_activation)
@@ -873,7 +888,7 @@ def _(dy, x, mean, invstd, weight, bias, z, activation, per_activation, training
 
 def _bn_train_setup(ctx, inputs, output):
     x, weight, bias, z, _, _, _, _, activation, per_activation = inputs
-    _, mean, invstd, _, _ = output
+    mean, invstd = output[1], output[2]
     ctx.save_for_backward(x, weight, bias, z, mean, invstd)
     ctx.args = (activation, per_activation)
 
@@ -937,15 +952,16 @@ def batch_norm(
     (if given) are updated in place with `momentum` as the exponential average factor."""
     per_activation = mode == "per_activation"
     if training:
-        y, _, _, new_rm, new_rv = batch_norm_train(
+        outputs = batch_norm_train(
             x, weight, bias, z, running_mean, running_var, momentum, eps, activation,
             per_activation,
         )  # fmt: skip
-        if running_mean is not None and running_var is not None and new_rm.numel():
+        # Three outputs on the eager road, which updated the running statistics in place.
+        if len(outputs) == 5 and running_mean is not None and outputs[3].numel():
             with torch.no_grad():
-                running_mean.copy_(new_rm)
-                running_var.copy_(new_rv)
-        return y
+                running_mean.copy_(outputs[3])
+                running_var.copy_(outputs[4])
+        return outputs[0]
     if running_mean is None or running_var is None:
         raise bad_param("running_mean", None, "running statistics in inference (training=False)")
     return batch_norm_infer(

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import torch
 import triton
 from triton import knobs
-from triton.runtime import driver
 
 from ..core import INTERPRETED
 from .brgemm import brgemm_kernel, brgemm_reduce_kernel, identity
@@ -32,25 +31,6 @@ class TileConfig:
     num_stages: int = 3
 
 
-def _signature(values) -> tuple:
-    """What Triton specializes a compiled kernel on, for the arguments that change between
-    calls: each tensor's dtype and 16-byte alignment, each int's divisibility by 16 and
-    equality to 1 and whether it fits in 32 bits. Calls with the same signature can share one
-    compiled kernel."""
-    sig = []
-    for v in values:
-        kind = type(v)
-        if kind is float:  # alpha, beta: the most common non-tensor slots
-            sig.append(float)
-        elif isinstance(v, torch.Tensor):
-            sig.append((v.dtype, (v.data_ptr() & 15) == 0))
-        elif kind is int:
-            sig.append(((v & 15) == 0, v == 1, -(2**31) <= v < 2**31))
-        else:
-            sig.append(kind)
-    return tuple(sig)
-
-
 def _launch_hooks_installed() -> bool:
     """Whether a launch hook (a profiler such as proton) is installed: an empty HookChain in
     Triton 3.6, None in earlier versions, when there is none."""
@@ -58,14 +38,32 @@ def _launch_hooks_installed() -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
+class _Compiled:
+    """A compiled kernel and what its launcher needs besides the arguments."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        launcher = kernel.run  # loads the module on first access, which sets kernel.function
+        self.function = kernel.function
+        self.metadata = kernel.packed_metadata
+        self.launcher = launcher
+        # The C entry point takes the launch flags and scratch pointers itself; a kernel that
+        # needs scratch memory goes through the Python wrapper, which allocates it.
+        scratch = launcher.global_scratch_size > 0 or launcher.profile_scratch_size > 0
+        self.c_launch = None if scratch else launcher.launch
+        self.flags = (launcher.launch_cooperative_grid, launcher.launch_pdl)
+
+
 class SlotLaunch:
     """One @triton.jit kernel with a fixed grid and fixed arguments, and holes ("slots") for the
     arguments that change between calls (tensors, alpha, beta, seeds), given by position.
 
-    The first call with a new argument signature (see `_signature`) on a device goes through
-    Triton's JIT, compiling if needed; later calls fill the slots and call that compiled
-    kernel's launcher on the current stream. Memory-bound kernels take a few microseconds on
-    the GPU, so the host must not take longer.
+    The first call with a new argument signature on a device goes through Triton's JIT,
+    compiling if needed; later calls fill the slots and call that compiled
+    kernel's C launcher on the current stream. Memory-bound kernels take a few microseconds on
+    the GPU, so the host must not take longer: tensors go to the launcher as raw device
+    addresses, which spares it a data_ptr() call and a driver query per pointer (the tensors'
+    devices were checked when the call was prepared).
     """
 
     def __init__(self, fn, grid: tuple[int, ...], options: dict, slots: tuple[str, ...], **fixed):
@@ -78,33 +76,59 @@ class SlotLaunch:
         self.options = options
         self.template = [fixed.get(n) for n in names]
         self.index = [names.index(s) for s in slots]
-        self.compiled: dict[tuple, tuple] = {}
+        self.compiled: dict[tuple, _Compiled] = {}
 
     def __call__(self, *values) -> None:
         args = self.template.copy()
-        for i, v in zip(self.index, values, strict=True):
-            args[i] = v
         if INTERPRETED:
+            for i, v in zip(self.index, values, strict=True):
+                args[i] = v
             self.fn[self.grid](*args, **self.options)
             return
-        # A compiled module is loaded on the device current when it was first launched.
-        device = driver.active.get_current_device()
-        key = (device, _signature(values))
-        compiled = self.compiled.get(key)
-        if compiled is None:
-            kernel = self.fn[self.grid](*args, **self.options)
-            # kernel.run loads the module on first access, which sets kernel.function.
-            self.compiled[key] = (kernel, kernel.run, kernel.function, kernel.packed_metadata)
+        # The signature: what Triton specializes a compiled kernel on, for the arguments that
+        # change between calls (each tensor's dtype and 16-byte alignment, each int's
+        # divisibility by 16, equality to 1 and 32-bit range), and the device, as a compiled
+        # module is loaded on the device current when it was first launched. CUDA is
+        # initialized here: the tensors live on it.
+        device = torch._C._cuda_getDevice()
+        sig = [device]
+        for i, v in zip(self.index, values, strict=True):
+            kind = type(v)
+            if kind is float:
+                sig.append(float)
+                args[i] = v
+            elif isinstance(v, torch.Tensor):
+                ptr = v.data_ptr()
+                sig.append((v.dtype, (ptr & 15) == 0))
+                args[i] = ptr
+            elif kind is int:
+                sig.append(((v & 15) == 0, v == 1, -(2**31) <= v < 2**31))
+                args[i] = v
+            else:
+                sig.append(kind)
+                args[i] = v
+        compiled = self.compiled.get(tuple(sig))
+        if compiled is None or compiled.c_launch is None or _launch_hooks_installed():
+            self._slow_path(tuple(sig), compiled, values)
             return
-        kernel, launcher, function, metadata = compiled
-        # What CompiledKernel.__getitem__'s runner does, without a closure and launch metadata
-        # per call; a profiling hook (e.g. proton) still gets Triton's full path.
-        if _launch_hooks_installed():
-            kernel[self.grid](*args)
-            return
-        stream = driver.active.get_current_stream(device)
         gx, gy, gz = self.grid
-        launcher(gx, gy, gz, stream, function, metadata, None, None, None, *args)
+        coop, pdl = compiled.flags
+        compiled.c_launch(
+            gx, gy, gz, torch._C._cuda_getCurrentRawStream(device), compiled.function, coop,
+            pdl, None, None, compiled.metadata, None, None, None, *args,
+        )  # fmt: skip
+
+    def _slow_path(self, key: tuple, compiled: _Compiled | None, values) -> None:
+        """Triton's own launch path, with the tensors themselves: the first call of a signature
+        (which compiles or loads the kernel), kernels that need scratch memory, and calls
+        while a launch hook (a profiler) is installed."""
+        args = self.template.copy()
+        for i, v in zip(self.index, values, strict=True):
+            args[i] = v
+        if compiled is None:
+            self.compiled[key] = _Compiled(self.fn[self.grid](*args, **self.options))
+        else:
+            compiled.kernel[self.grid](*args)
 
 
 class KernelLaunch(SlotLaunch):

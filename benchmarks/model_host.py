@@ -1,0 +1,135 @@
+"""Where a ResNet-50 training step's wall time goes: host time per step (one step issued with the
+GPU drained, so the launch queue never fills), wall time per step, GPU idle time, allocator
+traffic, a Python profile of the rtdnn step and a profiler trace of one step of each model.
+    PYTHONPATH=src python benchmarks/model_host.py OUT_DIR [BATCH]
+"""
+
+import cProfile
+import json
+import os
+import pstats
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import rtdnn
+from rtdnn.bench.model import build
+
+out_dir = sys.argv[1]
+batch = int(sys.argv[2]) if len(sys.argv) > 2 else 128
+os.makedirs(out_dir, exist_ok=True)
+torch.backends.cudnn.benchmark = True
+torch.manual_seed(0)
+model, size = build("resnet50")
+model = model.cuda().to(memory_format=torch.channels_last)
+converted, _ = rtdnn.convert(model, fuse=True)
+x = torch.randn(batch, 3, size, size, device="cuda").to(memory_format=torch.channels_last)
+target = torch.randint(0, 10, (batch,), device="cuda")
+
+
+def train_step(net, loss_fn):
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(net(x).float(), target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+steps = {
+    "pytorch": train_step(model.train(), torch.nn.CrossEntropyLoss()),
+    "rtdnn": train_step(converted.train(), rtdnn.nn.CrossEntropyLoss()),
+}
+results = {}
+for name, step in steps.items():
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    stats0 = torch.cuda.memory_stats()
+    host = []
+    for _ in range(10):  # one step at a time from a drained GPU: the host's own cost
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        host.append(time.perf_counter() - t0)
+    with torch.autograd.set_multithreading_enabled(False):  # backward on the calling thread
+        single = []
+        for _ in range(10):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            step()
+            single.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(20):
+        step()
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / 20
+    stats1 = torch.cuda.memory_stats()
+    results[name] = {
+        "host_ms": min(host) * 1e3,
+        "host_ms_backward_on_calling_thread": min(single) * 1e3,
+        "wall_ms": wall * 1e3,
+        "device_allocs_per_step": (stats1["num_device_alloc"] - stats0["num_device_alloc"]) / 30,
+        "device_frees_per_step": (stats1["num_device_free"] - stats0["num_device_free"]) / 30,
+        "alloc_retries": stats1["num_alloc_retries"] - stats0["num_alloc_retries"],
+        "allocations_per_step": (
+            stats1["allocation.all.allocated"] - stats0["allocation.all.allocated"]
+        )
+        / 30,
+    }
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(os.path.join(out_dir, f"trace_{name}.json"))
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    results[name]["kernels_per_step"] = len(kernels)
+    results[name]["kernel_ms"] = sum(e.device_time_total for e in kernels) / 1e3
+    print(name, json.dumps(results[name]), flush=True)
+
+
+class PythonWork(torch.autograd.Function):
+    """The same Python work in forward and backward, to compare the two threads' speed."""
+
+    @staticmethod
+    def forward(ctx, t):
+        for _ in range(20):
+            sum(range(1000))
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx, g):
+        t0 = time.perf_counter()
+        for _ in range(20):
+            sum(range(1000))
+        results["python_us_in_backward"] = (time.perf_counter() - t0) / 20 * 1e6
+        return g
+
+
+leaf = torch.ones(4, device="cuda", requires_grad=True)
+for _ in range(5):
+    t0 = time.perf_counter()
+    y = PythonWork.apply(leaf)
+    results["python_us_in_forward"] = (time.perf_counter() - t0) / 20 * 1e6
+    y.sum().backward()
+print({k: v for k, v in results.items() if k.startswith("python")}, flush=True)
+
+pr = cProfile.Profile()
+for _ in range(5):
+    torch.cuda.synchronize()
+    pr.enable()
+    steps["rtdnn"]()
+    pr.disable()
+torch.cuda.synchronize()
+with open(os.path.join(out_dir, "rtdnn_step_profile.txt"), "w") as f:
+    st = pstats.Stats(pr, stream=f)
+    st.sort_stats("tottime").print_stats(70)
+    st.sort_stats("cumulative").print_stats(70)
+with open(os.path.join(out_dir, "model_host.json"), "w") as f:
+    json.dump(results, f, indent=1)
