@@ -5,6 +5,7 @@ traffic, a Python profile of the rtdnn step and a profiler trace of one step of 
 """
 
 import cProfile
+import gc
 import json
 import os
 import pstats
@@ -52,12 +53,23 @@ for name, step in steps.items():
         step()
     torch.cuda.synchronize()
     stats0 = torch.cuda.memory_stats()
+    gc_ms = [0.0, 0.0, 0.0]
+    gc_start = [0.0]
+
+    def gc_timer(phase, info, gc_ms=gc_ms, gc_start=gc_start):
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+        else:
+            gc_ms[info["generation"]] += (time.perf_counter() - gc_start[0]) * 1e3
+
+    gc.callbacks.append(gc_timer)
     host = []
     for _ in range(10):  # one step at a time from a drained GPU: the host's own cost
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         step()
         host.append(time.perf_counter() - t0)
+    gc.callbacks.remove(gc_timer)
     with torch.autograd.set_multithreading_enabled(False):  # backward on the calling thread
         single = []
         for _ in range(10):
@@ -75,6 +87,7 @@ for name, step in steps.items():
     results[name] = {
         "host_ms": min(host) * 1e3,
         "host_ms_all": sorted(round(h * 1e3, 1) for h in host),
+        "gc_ms_per_step_by_generation": [round(g / 10, 2) for g in gc_ms],
         "host_ms_backward_on_calling_thread": min(single) * 1e3,
         "wall_ms": wall * 1e3,
         "device_allocs_per_step": (stats1["num_device_alloc"] - stats0["num_device_alloc"]) / 30,

@@ -194,7 +194,7 @@ class BrgemmLaunch:
             a=a, b=b, c=c, m=m, n=n, steps=steps, batches=batches, tiles=tiles,
             precision=precision, activation=activation,
         )  # fmt: skip
-        self._variants: dict[tuple[bool, bool], tuple[KernelLaunch, KernelLaunch | None]] = {}
+        self._variants: dict[tuple[bool, bool], tuple[SlotLaunch, SlotLaunch | None]] = {}
 
     def _variant(self, has_bias: bool, beta_nonzero: bool):
         cfg = self.config
@@ -209,13 +209,13 @@ class BrgemmLaunch:
         for g in (a.geo, b.geo, c.geo):
             if g not in geos:
                 geos.append(g)
-        main = KernelLaunch(
+        main = SlotLaunch(
             brgemm_kernel,
             (triton.cdiv(m, t.block_m) * triton.cdiv(n, t.block_n), cfg["batches"] * self.splits),
             dict(num_warps=t.num_warps, num_stages=t.num_stages),
-            geos=tuple(geos), A_GEO=geos.index(a.geo), B_GEO=geos.index(b.geo),
-            C_GEO=geos.index(c.geo), M=m, N=n, STEPS=cfg["steps"],
-            steps_per_split=self.steps_per_split,
+            ("A", "B", "C", "BIAS", "WS", "alpha", "beta"), geos=tuple(geos),
+            A_GEO=geos.index(a.geo), B_GEO=geos.index(b.geo), C_GEO=geos.index(c.geo), M=m, N=n,
+            STEPS=cfg["steps"], steps_per_split=self.steps_per_split,
             A_SETUP=a.setup, A_LOAD=a.load, B_SETUP=b.setup, B_LOAD=b.load, C_ADDR=c.addr,
             PRECISION=cfg["precision"], BLOCK_M=t.block_m, BLOCK_N=t.block_n,
             BLOCK_K=t.block_k, GROUP_M=t.group_m, **flags,
@@ -223,10 +223,10 @@ class BrgemmLaunch:
         reduce = None
         if self.splits > 1:
             block = 64
-            reduce = KernelLaunch(
+            reduce = SlotLaunch(
                 brgemm_reduce_kernel,
                 (triton.cdiv(m, block), triton.cdiv(n, block), cfg["batches"]),
-                dict(num_warps=4),
+                dict(num_warps=4), ("C", "BIAS", "WS", "alpha", "beta"),
                 c_geo=c.geo, M=m, N=n, C_ADDR=c.addr, BLOCK_M=block, BLOCK_N=block, **flags,
             )  # fmt: skip
         return main, reduce
@@ -251,6 +251,6 @@ class BrgemmLaunch:
             ws = workspace.view(torch.float32)
         bias_arg = bias if bias is not None else c
         alpha, beta = float(alpha), float(beta)
-        main(A=a, B=b, C=c, BIAS=bias_arg, WS=ws, alpha=alpha, beta=beta)
+        main(a, b, c, bias_arg, ws, alpha, beta)
         if reduce is not None:
-            reduce(C=c, BIAS=bias_arg, WS=ws, alpha=alpha, beta=beta)
+            reduce(c, bias_arg, ws, alpha, beta)
