@@ -134,6 +134,25 @@ for _ in range(5):
     y.sum().backward()
 print({k: v for k, v in results.items() if k.startswith("python")}, flush=True)
 
+# Back-to-back steps (no synchronization between them), as in training: the host's time per
+# step there, and a trace of three of them (launch calls that block show a full launch queue).
+for name, step in steps.items():
+    torch.cuda.synchronize()
+    marks = [time.perf_counter()]
+    for _ in range(20):
+        step()
+        marks.append(time.perf_counter())
+    torch.cuda.synchronize()
+    results[name]["loop_host_ms_per_step"] = [
+        round((b - a) * 1e3, 1) for a, b in zip(marks, marks[1:], strict=False)
+    ]
+    print(name, "back to back, host ms per step:", results[name]["loop_host_ms_per_step"])
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(os.path.join(out_dir, f"trace_{name}_loop.json"))
+
 pr = cProfile.Profile()
 for _ in range(5):
     torch.cuda.synchronize()
