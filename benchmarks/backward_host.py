@@ -9,7 +9,7 @@ import cProfile
 import pstats
 
 import torch
-from host_timing import host_us
+from host_timing import Identity, host_us
 
 import rtdnn
 from rtdnn import ops
@@ -27,16 +27,6 @@ conv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False).to(dev, torch.bfloat16)
 conv = conv.to(memory_format=torch.channels_last)
 ours = rtdnn.convert(conv)[0]
 xg = x.clone().requires_grad_()
-
-
-class Identity(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, t):
-        return t.view_as(t)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g
 
 
 class DirectConv(torch.autograd.Function):
