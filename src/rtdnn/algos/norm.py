@@ -20,6 +20,7 @@ import torch
 import triton
 
 from ..core import NotSupportedError, cached_call
+from ..core.handle import stream_counters, stream_scratch
 from ..core.tensor import MAX_ELEMENTS, memory_span
 from ..kernels.launch import SlotLaunch
 from ..kernels.norm_addressing import ACTIVATIONS, Layout, NormGeometry
@@ -33,8 +34,7 @@ from ..kernels.norm_backward import (
 from ..kernels.norm_forward import (
     norm_apply_kernel,
     norm_row_forward_kernel,
-    norm_stats_finish_kernel,
-    norm_stats_partial_kernel,
+    norm_stats_kernel,
 )
 from .geometry import parallel_slots
 
@@ -238,6 +238,13 @@ def _slices(g: Geometry, t: Tiles, device: torch.device, pol: TilePolicy) -> tup
     return triton.cdiv(tiles, per_slice), per_slice
 
 
+def _finish_slices(slices: int, t: Tiles, pol: TilePolicy) -> int:
+    """Slices the last program of a kept block merges per step: blocks of [BLOCK_S, BLOCK_K]
+    partial sums of at most 16 values per thread."""
+    per_step = max(1, 512 * t.num_warps // t.block_k)
+    return max(1, min(_pow2(slices), pol.finish_block, _pow2(per_step + 1) // 2))
+
+
 def use_row_path(g: Geometry, itemsize: int, device: torch.device, pol: TilePolicy) -> bool:
     """One program per kept block, when that is one pass over x (the tile holds the whole
     reduced extent) or when there are enough kept blocks to fill the device."""
@@ -318,18 +325,13 @@ class ForwardPlan:
         kept_blocks = triton.cdiv(g.kept, t.block_k)
         slices, per_slice = _slices(g, t, x.device, pol)
         grid, opts = (kept_blocks, slices), dict(num_warps=t.num_warps)
-        self.part_shape = (4, slices, g.kept)
-        self.partial = SlotLaunch(
-            norm_stats_partial_kernel, grid, opts, ("X", "PART"), geo=geo, xl=xl,
-            tiles_per_slice=per_slice, IS_RMS=rms, KD=g.kd, BLOCK_R=t.block_r,
-            BLOCK_K=t.block_k,
-        )  # fmt: skip
-        fs = min(_pow2(slices), pol.finish_block)
-        fk = max(1, min(_pow2(g.kept), 2048 // fs))
-        self.finish = SlotLaunch(
-            norm_stats_finish_kernel, (triton.cdiv(g.kept, fk),), dict(num_warps=4),
-            ("PART", "MEAN", "RSTD", "RUN_MEAN", "RUN_VAR", "eps", "momentum"), kept=g.kept,
-            slices=slices, IS_RMS=rms, UPDATE_RUNNING=running, BLOCK_S=fs, BLOCK_K=fk,
+        self.part_numel = 4 * slices * g.kept
+        self.kept_blocks = kept_blocks
+        self.stats = SlotLaunch(
+            norm_stats_kernel, grid, opts,
+            ("X", "PART", "MEAN", "RSTD", "RUN_MEAN", "RUN_VAR", "ARRIVALS", "eps", "momentum"),
+            geo=geo, xl=xl, tiles_per_slice=per_slice, IS_RMS=rms, UPDATE_RUNNING=running,
+            KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k, BLOCK_S=_finish_slices(slices, t, pol),
         )  # fmt: skip
         # The statistics were just written contiguously, indexed by the flat kept index.
         sl = Layout(contiguous_strides(g.ksize, range(MAX_DIMS)), (0,) * MAX_DIMS)
@@ -346,11 +348,11 @@ class ForwardPlan:
         if self.row is not None:
             self.row(x, y, z, w, b, mean, rstd, eps, alpha, beta)
             return
-        part = torch.empty(self.part_shape, dtype=torch.float32, device=x.device)
-        self.partial(x, part)
+        part = stream_scratch(x.device, "norm_part", self.part_numel)
+        arrivals = stream_counters(x.device, self.kept_blocks)
         rm, rv = _or(running_mean, mean), _or(running_var, rstd)
-        self.finish(part, mean, rstd, rm, rv, eps, momentum)
-        # The finish pass left the mean relative to the shift in part[1, 0], the shift is in
+        self.stats(x, part, mean, rstd, rm, rv, arrivals, eps, momentum)
+        # The statistics pass left the mean relative to the shift in part[1, 0], the shift is in
         # part[3, 0] (the offsets are fixed in the launch): normalizing with them is exact
         # where x - mean in float32 is not.
         self.apply(x, y, z, w, b, part, rstd, eps, alpha, beta, part)
@@ -464,25 +466,34 @@ class SplitBackwardPlan:
             IS_RMS=rms, HAS_W=w is not None, HAS_B=b is not None, HAS_Z=z is not None,
             PMODE=_pmode(pl), KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
         )  # fmt: skip
+        outer, n_groups, group_size = groups
+        inv_count = 1.0 / (g.count * group_size)
+        # Batch norm (a statistic and a weight per kept index) is finished by the partial
+        # pass's last program of each kept block; group and instance norm sum over kept
+        # blocks (members of a group, outer indices), so a finish kernel follows.
+        fused = outer == 1 and group_size == 1
         self.partial = SlotLaunch(
             norm_bwd_partial_kernel, grid, opts,
-            ("DY", "X", "W", "B", "Z", "MEAN", "RSTD", "DZ", "PART"), geo=geo, dyl=dyl, xl=xl,
-            pl=pl, zl=zl, sl=sl, dzl=dzl, tiles_per_slice=per_slice, ACT=act,
-            WRITE_DZ=dz is not None, **flags,
+            ("DY", "X", "W", "B", "Z", "MEAN", "RSTD", "DZ", "PART", "DW", "DB", "COEF",
+             "ARRIVALS"), geo=geo, dyl=dyl, xl=xl, pl=pl, zl=zl, sl=sl, dzl=dzl,
+            tiles_per_slice=per_slice, inv_count=inv_count, ACT=act, WRITE_DZ=dz is not None,
+            FINISH=fused, PARAM_GRADS=grads,
+            BLOCK_S=_finish_slices(slices, t, pol), **flags,
         )  # fmt: skip
-        outer, n_groups, group_size = groups
-        # Blocks of (outer, slice, member, group) sums of about 2048 elements per step.
-        bc = _pow2(group_size)
-        bs = min(_pow2(slices), pol.finish_block)
-        bn = min(_pow2(outer), max(1, pol.finish_block // bs))
-        bg = max(1, min(_pow2(n_groups), 2048 // (bs * bn * bc)))
-        self.finish = SlotLaunch(
-            norm_bwd_finish_kernel, (triton.cdiv(n_groups, bg),), dict(num_warps=4),
-            ("PART", "W", "DW", "DB", "COEF"), outer=outer, groups=n_groups,
-            group_size=group_size, slices=slices, inv_count=1.0 / (g.count * group_size),
-            HAS_W=w is not None, PARAM_GRADS=grads, BLOCK_N=bn, BLOCK_S=bs, BLOCK_C=bc,
-            BLOCK_G=bg,
-        )  # fmt: skip
+        self.finish = None
+        if not fused:
+            # Blocks of (outer, slice, member, group) sums of about 2048 elements per step.
+            bc = _pow2(group_size)
+            bs = min(_pow2(slices), pol.finish_block)
+            bn = min(_pow2(outer), max(1, pol.finish_block // bs))
+            bg = max(1, min(_pow2(n_groups), 2048 // (bs * bn * bc)))
+            self.finish = SlotLaunch(
+                norm_bwd_finish_kernel, (triton.cdiv(n_groups, bg),), dict(num_warps=4),
+                ("PART", "W", "DW", "DB", "COEF"), outer=outer, groups=n_groups,
+                group_size=group_size, slices=slices, inv_count=inv_count,
+                HAS_W=w is not None, PARAM_GRADS=grads, BLOCK_N=bn, BLOCK_S=bs, BLOCK_C=bc,
+                BLOCK_G=bg,
+            )  # fmt: skip
         self.uses_dz = dz is not None
         if self.uses_dz:  # dpre comes from dz: no activation to recompute, no residual to read
             dyl, act, flags["HAS_Z"] = dzl, 0, False
@@ -493,15 +504,19 @@ class SplitBackwardPlan:
             tiles_per_slice=per_slice, TRAINING=training, ACT=act, BETA_NONZERO=beta_nonzero,
             **flags,
         )  # fmt: skip
-        self.part_shape = (2, slices, g.kept)
-        self.coef_shape = (2, outer, n_groups)
+        self.part_numel = 2 * slices * g.kept
+        self.coef_numel = 2 * outer * n_groups
+        self.kept_blocks = kept_blocks
 
     def __call__(self, dy, x, dx, mean, rstd, weight, bias, z, dz, dw, db, alpha, beta) -> None:
-        part = torch.empty(self.part_shape, dtype=torch.float32, device=x.device)
-        coef = torch.empty(self.coef_shape, dtype=torch.float32, device=x.device)
+        part = stream_scratch(x.device, "norm_part", self.part_numel)
+        coef = stream_scratch(x.device, "norm_coef", self.coef_numel)
+        arrivals = stream_counters(x.device, self.kept_blocks)
         w, b, z = _or(weight, x), _or(bias, x), _or(z, x)
-        self.partial(dy, x, w, b, z, mean, rstd, _or(dz, x), part)
-        self.finish(part, w, _or(dw, coef), _or(db, coef), coef)
+        dw, db = _or(dw, coef), _or(db, coef)
+        self.partial(dy, x, w, b, z, mean, rstd, _or(dz, x), part, dw, db, coef, arrivals)
+        if self.finish is not None:
+            self.finish(part, w, dw, db, coef)
         # With dz written, the last pass reads dz = dy * act'(pre) instead of recomputing it.
         grad = dz if self.uses_dz else dy
         self.apply(grad, x, w, b, z, mean, rstd, coef, dx, alpha, beta)

@@ -29,3 +29,45 @@ def allocate_workspace(nbytes: int, device: torch.device) -> torch.Tensor | None
         return torch.empty(nbytes, dtype=torch.uint8, device=device)
     except torch.OutOfMemoryError as e:
         raise AllocFailedError(f"workspace of {nbytes} bytes could not be allocated: {e}") from e
+
+
+# Scratch memory that ops keep between calls. Kernels on one CUDA stream run one after the
+# other, so a buffer per (device, stream) serves every op issued on that stream: the last
+# kernel of an op has finished with it before the next op's first kernel starts. This spares a
+# training step hundreds of allocations of small buffers (partial sums between the passes of
+# a reduction). Ops issued on two streams at once get two buffers. In the interpreter kernels
+# run synchronously, so one buffer per device suffices.
+_scratch: dict[tuple, torch.Tensor] = {}
+
+
+def _stream_of(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    return torch._C._cuda_getCurrentRawStream(
+        device.index if device.index is not None else torch._C._cuda_getDevice()
+    )
+
+
+def stream_scratch(device: torch.device, name: str, numel: int) -> torch.Tensor:
+    """A float32 buffer of at least `numel` elements, private to the current stream of
+    `device` and to `name` (so that one op can hold several at once). Its contents are
+    whatever the last op on the stream left there."""
+    key = (device, _stream_of(device), name)
+    buf = _scratch.get(key)
+    if buf is None or buf.numel() < numel:
+        buf = torch.empty(max(numel, 1024), dtype=torch.float32, device=device)
+        _scratch[key] = buf
+    return buf
+
+
+def stream_counters(device: torch.device, numel: int) -> torch.Tensor:
+    """An int32 buffer of at least `numel` arrival counters, zero between kernels: a kernel
+    whose programs count their arrivals (so that the last one finishes a reduction) must
+    leave every counter it used at zero again, which makes the buffer reusable by the next
+    kernel on the stream, and in a captured CUDA graph by every replay."""
+    key = (device, _stream_of(device), "counters")
+    buf = _scratch.get(key)
+    if buf is None or buf.numel() < numel:
+        buf = torch.zeros(max(numel, 1024), dtype=torch.int32, device=device)
+        _scratch[key] = buf
+    return buf

@@ -17,15 +17,18 @@ statistics are constants, keeps only dx = rstd * w * dpre.
 * Split (batch, group and instance norm): `norm_bwd_partial_kernel` writes per-slice sums of
   dpre and dpre * xhat per kept index (and dz, so that the last pass reads dz instead of
   recomputing the activation from dy, x and z); `norm_bwd_finish_kernel` adds the slices in
-  order and gives dw, db and the two per-statistic coefficients; `norm_bwd_apply_kernel` is
-  the elementwise dx pass.
+  order and gives dw, db and the two per-statistic coefficients (for batch norm the partial
+  kernel's last program of each kept block does this itself, see arrival.py);
+  `norm_bwd_apply_kernel` is the elementwise dx pass.
 
-No atomics anywhere: every sum has a fixed order, so results are bitwise reproducible.
+Every sum has a fixed order, so results are bitwise reproducible (the only atomics count
+programs' arrivals).
 """
 
 import triton
 import triton.language as tl
 
+from .arrival import last_to_arrive
 from .norm_addressing import (
     activation_grad,
     kept_offsets,
@@ -207,13 +210,19 @@ def param_grad_finish_kernel(
 
 @triton.jit
 def norm_bwd_partial_kernel(
-    DY, X, W, B, Z, MEAN, RSTD, DZ, PART, geo, dyl, xl, pl, zl, sl, dzl, tiles_per_slice,
+    DY, X, W, B, Z, MEAN, RSTD, DZ, PART, DW, DB, COEF, ARRIVALS, geo, dyl, xl, pl, zl, sl, dzl,
+    tiles_per_slice, inv_count,
     IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
     ACT: tl.constexpr, WRITE_DZ: tl.constexpr, PMODE: tl.constexpr, KD: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+    FINISH: tl.constexpr, PARAM_GRADS: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     """Grid: (cdiv(kept, BLOCK_K), slices). PART (2, slices, kept) float32: the slice's sums of
-    dpre * xhat and of dpre per kept index. With WRITE_DZ, dz = dpre is stored on the way."""
+    dpre * xhat and of dpre per kept index. With WRITE_DZ, dz = dpre is stored on the way.
+
+    With FINISH (batch norm: one statistic and one weight per kept index), the last program
+    of each kept block to arrive (counted in ARRIVALS) sums the slices and writes what
+    `norm_bwd_finish_kernel` would: see `_finish_bn_grads`. Otherwise that kernel runs next."""
     ksize, rsize, kept, chunks, tiles = geo
     dyks, dyr = dyl
     xks, xr = xl
@@ -264,6 +273,38 @@ def norm_bwd_partial_kernel(
     base = PART + s * kept + offs_k
     tl.store(base, tl.sum(a, axis=0), mask=kmask)
     tl.store(base + slices * kept, tl.sum(b, axis=0), mask=kmask)
+    if FINISH:
+        if last_to_arrive(ARRIVALS + tl.program_id(0), slices):
+            _finish_bn_grads(
+                PART, W, DW, DB, COEF, offs_k, kmask, kept, slices, inv_count, HAS_W,
+                PARAM_GRADS, BLOCK_S,
+            )  # fmt: skip
+
+
+@triton.jit
+def _finish_bn_grads(
+    PART, W, DW, DB, COEF, offs_k, kmask, kept, slices, inv_count, HAS_W: tl.constexpr,
+    PARAM_GRADS: tl.constexpr, BLOCK_S: tl.constexpr,
+):  # fmt: skip
+    """`norm_bwd_finish_kernel` for one block of kept indices when each is its own statistic
+    and weight (outer 1, group_size 1): the slices' sums in a fixed order, BLOCK_S at a time.
+    PART was written by other programs: it is read through L2 (".cg")."""
+    a = tl.zeros(offs_k.shape, tl.float32)
+    b = tl.zeros(offs_k.shape, tl.float32)
+    for s0 in range(0, slices, BLOCK_S):
+        offs_s = s0 + tl.arange(0, BLOCK_S)
+        mask = (offs_s < slices)[:, None] & kmask[None, :]
+        ptrs = PART + offs_s[:, None] * kept + offs_k[None, :]
+        a += tl.sum(tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg"), axis=0)
+        b += tl.sum(tl.load(ptrs + slices * kept, mask=mask, other=0.0, cache_modifier=".cg"), 0)
+    w = 1.0
+    if HAS_W:
+        w = tl.load(W + offs_k, mask=kmask, other=0.0).to(tl.float32)
+    tl.store(COEF + offs_k, w * b * inv_count, mask=kmask)
+    tl.store(COEF + kept + offs_k, w * a * inv_count, mask=kmask)
+    if PARAM_GRADS:
+        tl.store(DW + offs_k, a.to(DW.dtype.element_ty), mask=kmask)
+        tl.store(DB + offs_k, b.to(DB.dtype.element_ty), mask=kmask)
 
 
 @triton.jit

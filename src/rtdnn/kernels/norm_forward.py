@@ -9,16 +9,18 @@ Two ways to get there:
   in registers, so x is read once, with exact two-pass statistics: layer and RMS norm rows,
   small groups. Otherwise the program walks the tiles twice (statistics, then the output); the
   second walk mostly hits L2.
-* Split (two-stage, deterministic): `norm_stats_partial_kernel` runs a grid of (kept block,
-  slice of reduced tiles) and writes one (count, mean, M2) summary per slice;
-  `norm_stats_finish_kernel` merges the slices in a fixed order, writes mean and 1/std and
-  updates running statistics; `norm_apply_kernel` is the elementwise pass. Used when there
-  are too few kept indices to fill the GPU (batch norm: C channels over N*H*W rows).
+* Split (deterministic): `norm_stats_kernel` runs a grid of (kept block, slice of reduced
+  tiles); each program writes one (count, mean, M2) summary of its slice, and the last
+  program of a kept block to finish merges the slices in a fixed order, writes mean and
+  1/std and updates running statistics; `norm_apply_kernel` is the elementwise pass. Used
+  when there are too few kept indices to fill the GPU (batch norm: C channels over N*H*W
+  rows).
 """
 
 import triton
 import triton.language as tl
 
+from .arrival import last_to_arrive
 from .norm_addressing import (
     activate,
     chan_merge,
@@ -131,12 +133,16 @@ def norm_row_forward_kernel(
 
 
 @triton.jit
-def norm_stats_partial_kernel(
-    X, PART, geo, xl, tiles_per_slice, IS_RMS: tl.constexpr, KD: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+def norm_stats_kernel(
+    X, PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, ARRIVALS, geo, xl, tiles_per_slice, eps, momentum,
+    IS_RMS: tl.constexpr, UPDATE_RUNNING: tl.constexpr, KD: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
-    """Grid: (cdiv(kept, BLOCK_K), slices). PART (4, slices, kept) float32: count, mean of
-    x - shift, M2, and the shift (the same in every slice: the statistic's first value)."""
+    """Grid: (cdiv(kept, BLOCK_K), slices). Each program summarizes its slice of the reduced
+    tiles in PART (4, slices, kept) float32: count, mean of x - shift, M2, and the shift (the
+    same in every slice: the statistic's first value). The last program of a kept block to
+    arrive (counted in ARRIVALS, int32 per kept block, zero before and after) merges the
+    slices' summaries: see `_finish_stats`."""
     ksize, rsize, kept, chunks, tiles = geo
     xks, xr = xl
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -169,13 +175,17 @@ def norm_stats_partial_kernel(
     tl.store(base + plane, mean, mask=kmask)
     tl.store(base + 2 * plane, m2, mask=kmask)
     tl.store(base + 3 * plane, shift, mask=kmask)
+    if last_to_arrive(ARRIVALS + tl.program_id(0), slices):
+        _finish_stats(
+            PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, offs_k, kmask, kept, slices, eps, momentum,
+            IS_RMS, UPDATE_RUNNING, BLOCK_S,
+        )  # fmt: skip
 
 
 @triton.jit
-def norm_stats_finish_kernel(
-    PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, kept, slices, eps, momentum,
+def _finish_stats(
+    PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, offs_k, kmask, kept, slices, eps, momentum,
     IS_RMS: tl.constexpr, UPDATE_RUNNING: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Merge the slices' summaries; write mean and 1/std (float32) and, with UPDATE_RUNNING,
     running = (1 - momentum) * running + momentum * batch statistic, where the running
@@ -186,27 +196,26 @@ def norm_stats_finish_kernel(
     and few enough steps that thousands of slices cost microseconds.
 
     The merged mean of x - shift replaces slice 0's partial mean in PART: the apply pass
-    normalizes with (x - shift) - mean, exact where x - mean rounded to float32 is not."""
-    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
-    kmask = offs_k < kept
+    normalizes with (x - shift) - mean, exact where x - mean rounded to float32 is not.
+    PART was written by other programs: it is read through L2 (".cg"), never a stale L1."""
     plane = slices * kept
-    n = tl.zeros((BLOCK_K,), tl.float32)
-    mean = tl.zeros((BLOCK_K,), tl.float32)
-    m2 = tl.zeros((BLOCK_K,), tl.float32)
+    n = tl.zeros(offs_k.shape, tl.float32)
+    mean = tl.zeros(offs_k.shape, tl.float32)
+    m2 = tl.zeros(offs_k.shape, tl.float32)
     for s0 in range(0, slices, BLOCK_S):
         offs_s = s0 + tl.arange(0, BLOCK_S)
         mask = (offs_s < slices)[:, None] & kmask[None, :]
         ptrs = PART + offs_s[:, None] * kept + offs_k[None, :]
-        n_s = tl.load(ptrs, mask=mask, other=0.0)
-        mean_s = tl.load(ptrs + plane, mask=mask, other=0.0)
-        m2_s = tl.load(ptrs + 2 * plane, mask=mask, other=0.0)
+        n_s = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
+        mean_s = tl.load(ptrs + plane, mask=mask, other=0.0, cache_modifier=".cg")
+        m2_s = tl.load(ptrs + 2 * plane, mask=mask, other=0.0, cache_modifier=".cg")
         n_c = tl.sum(n_s, axis=0)
         mean_c = tl.sum(n_s * mean_s, axis=0) / tl.maximum(n_c, 1.0)
         d = mean_s - mean_c[None, :]
         m2_c = tl.sum(m2_s + n_s * d * d, axis=0)
         n, mean, m2 = chan_merge(n, mean, m2, n_c, mean_c, m2_c)
     n = tl.maximum(n, 1.0)  # masked lanes only
-    shift = tl.load(PART + 3 * plane + offs_k, mask=kmask, other=0.0)
+    shift = tl.load(PART + 3 * plane + offs_k, mask=kmask, other=0.0, cache_modifier=".cg")
     tl.store(PART + plane + offs_k, mean, mask=kmask)
     tl.store(MEAN + offs_k, shift + mean, mask=kmask)
     tl.store(RSTD + offs_k, inv_std(mean, m2, n, eps, IS_RMS), mask=kmask)

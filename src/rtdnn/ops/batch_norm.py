@@ -13,7 +13,7 @@ Forward (training and inference) computes
 
 where z (optional) is the residual of BN_ADD_ACTIVATION and act is "identity" or "relu".
 Statistics are float32 whatever the data type. Results are deterministic: every reduction runs
-in a fixed order (no atomics).
+in a fixed order (atomics only count arrivals, never add values).
 """
 
 from __future__ import annotations

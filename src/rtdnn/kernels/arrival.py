@@ -1,0 +1,29 @@
+"""Split reductions in one launch: the last program to arrive finishes the reduction.
+
+A reduction split over many programs (per-channel statistics over millions of rows, split-K
+GEMM tiles) leaves one partial result per program. Rather than a second kernel to combine them,
+each program counts its arrival on a shared counter once its partial is stored; the program
+that sees every other one arrived before it combines the partials, in a fixed order (so the
+result does not depend on which program came last), and resets the counter to zero for the
+next launch. This is the semaphore of CUTLASS's serial split-K.
+
+Memory ordering: every thread's stores precede a CTA barrier, and the counter is incremented
+with release-acquire semantics at GPU scope, so the last program sees the others' partials;
+it reads them through L2 (`cache_modifier=".cg"`).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def last_to_arrive(counter, expected):
+    """Count this program's arrival at `counter` (int32, zero before the first of `expected`
+    arrivals); True in the last program to arrive, which must finish the work. The counter is
+    zero again after the last arrival."""
+    tl.debug_barrier()  # the whole program's stores come before its arrival
+    arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    last = arrived == expected - 1
+    if last:
+        tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+    return last
