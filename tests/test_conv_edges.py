@@ -19,6 +19,7 @@ import rtdnn
 from rtdnn import reference
 from rtdnn.algos.implicit_gemm import split_count
 from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
+from rtdnn.core.handle import stream_counters
 
 ALGOS = ["IMPLICIT_GEMM", "GEMM"]
 FILTER_ALGOS = ["IMPLICIT_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K"]
@@ -376,6 +377,7 @@ def test_backward_filter_split_into_several_parts(algo, gen):
     prior = out.clone()
     dw2 = rtdnn.conv_backward_filter(x, dy, (1, 1, 3), beta=1.0, out=out, **p_args)
     assert torch.equal(dw2, dw + prior), "not deterministic, or beta applied twice"
+    assert not stream_counters(x.device, 64).any(), "a tile's arrival counter was left set"
 
 
 @pytest.mark.slow

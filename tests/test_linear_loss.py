@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import rtdnn
 import rtdnn.nn as rnn
+from rtdnn.core.handle import stream_counters
 
 
 def _f64(t):
@@ -53,7 +54,11 @@ def test_linear_all_directions(lead, k, n, dtype, transposed, relu, beta):
 def test_linear_long_reduction_splits():
     """700 rows: the weight gradient splits its reduction; the sum must still be exact."""
     x, dy = torch.randn(700, 9), torch.randn(700, 5)
-    assert_close(rtdnn.linear_backward_weight(x, dy, math=MATH), _f64(dy).T @ _f64(x))
+    first = rtdnn.linear_backward_weight(x, dy, math=MATH)
+    assert_close(first, _f64(dy).T @ _f64(x))
+    # The last split of each tile summed the partials in a fixed order and reset its counter.
+    assert torch.equal(rtdnn.linear_backward_weight(x, dy, math=MATH), first)
+    assert not stream_counters(x.device, 64).any()
 
 
 @pytest.mark.parametrize(

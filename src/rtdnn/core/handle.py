@@ -48,16 +48,31 @@ def _stream_of(device: torch.device) -> int:
     )
 
 
-def stream_scratch(device: torch.device, name: str, numel: int) -> torch.Tensor:
-    """A float32 buffer of at least `numel` elements, private to the current stream of
+def stream_scratch(
+    device: torch.device, name: str, numel: int, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """A buffer of at least `numel` elements of `dtype`, private to the current stream of
     `device` and to `name` (so that one op can hold several at once). Its contents are
-    whatever the last op on the stream left there."""
+    whatever the last op on the stream left there. It grows to the largest size asked for."""
     key = (device, _stream_of(device), name)
     buf = _scratch.get(key)
     if buf is None or buf.numel() < numel:
-        buf = torch.empty(max(numel, 1024), dtype=torch.float32, device=device)
+        try:
+            buf = torch.empty(max(numel, 1024), dtype=dtype, device=device)
+        except torch.OutOfMemoryError as e:
+            msg = f"scratch buffer of {numel} x {dtype} could not be allocated: {e}"
+            raise AllocFailedError(msg) from e
         _scratch[key] = buf
     return buf
+
+
+def stream_workspace(nbytes: int, device: torch.device) -> torch.Tensor | None:
+    """allocate_workspace's result, reused: the current stream's workspace buffer (None for
+    zero bytes). For the workspaces rtdnn's ops pass to their own algorithms; a caller's
+    `workspace` argument is the caller's."""
+    if nbytes == 0:
+        return None
+    return stream_scratch(device, "workspace", nbytes, torch.uint8)
 
 
 def stream_counters(device: torch.device, numel: int) -> torch.Tensor:

@@ -21,12 +21,14 @@ Convolution in every direction, explicit-GEMM convolution and linear layers are 
 kernel with different addressing (see `conv_addressing.py` and `strided.py`).
 
 Split-K: with SPLITS > 1 the steps of each tile are divided among SPLITS programs which write
-float32 partial tiles to a workspace; `brgemm_reduce_kernel` sums them in a fixed order
-(deterministic) and applies the same epilogue.
+float32 partial tiles to a workspace; the last of them to finish (see arrival.py) sums them in
+a fixed order (deterministic) and applies the epilogue, all in the one launch.
 """
 
 import triton
 import triton.language as tl
+
+from .arrival import last_to_arrive
 
 
 @triton.jit
@@ -87,6 +89,7 @@ def brgemm_kernel(
     C,
     BIAS,
     WS,
+    ARRIVALS,
     geos,
     M,
     N,
@@ -151,43 +154,20 @@ def brgemm_kernel(
             ACTIVATION,
         )
     else:
-        # Partial sums: WS is float32 [batches * SPLITS, M, N], row-major.
-        ws = WS + pid_z.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :]
-        tl.store(ws, acc, mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
-
-
-@triton.jit
-def brgemm_reduce_kernel(
-    C,
-    BIAS,
-    WS,
-    c_geo,
-    M,
-    N,
-    alpha,
-    beta,
-    C_ADDR: tl.constexpr,
-    ACTIVATION: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    BETA_NONZERO: tl.constexpr,
-    SPLITS: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    """Sum the SPLITS partial tiles of one batch entry in order, then run the epilogue."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    batch = tl.program_id(2)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    inside = (offs_m < M)[:, None] & (offs_n < N)[None, :]
-    ws = WS + batch.to(tl.int64) * SPLITS * M * N + offs_m[:, None] * N + offs_n[None, :]
-    # Address C before the loop: Triton 3.6 loses a geometry leaf specialized to 1 when the
-    # geometry is read after a loop it was live across (a compile error on the GPU only).
-    offs, mask, chan = C_ADDR(c_geo, batch, offs_m, offs_n)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for s in range(SPLITS):
-        acc += tl.load(ws + s * M * N, mask=inside, other=0.0)
-    epilogue(
-        C, offs, mask, acc, alpha, beta, BIAS, chan, offs_n < N, HAS_BIAS, BETA_NONZERO, ACTIVATION
-    )
+        # Partial sums: WS is float32 [batches, SPLITS, M, N], row-major; ARRIVALS holds one
+        # counter per tile of C and batch entry.
+        inside = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+        tile = WS + batch.to(tl.int64) * SPLITS * M * N + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(tile + split * M * N, acc, mask=inside)
+        counter = ARRIVALS + batch * tl.num_programs(0) + tl.program_id(0)
+        if last_to_arrive(counter, SPLITS):
+            # Address C before the loop: Triton 3.6 loses a geometry leaf specialized to 1
+            # when the geometry is read after a loop it was live across (a GPU compile error).
+            offs, mask, chan = C_ADDR(c_geo, batch, offs_m, offs_n)
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in range(SPLITS):
+                total += tl.load(tile + s * M * N, mask=inside, other=0.0, cache_modifier=".cg")
+            epilogue(
+                C, offs, mask, total, alpha, beta, BIAS, chan, offs_n < N, HAS_BIAS,
+                BETA_NONZERO, ACTIVATION,
+            )  # fmt: skip

@@ -16,7 +16,8 @@ import triton
 from triton import knobs
 
 from ..core import INTERPRETED
-from .brgemm import brgemm_kernel, brgemm_reduce_kernel, identity
+from ..core.handle import stream_counters
+from .brgemm import brgemm_kernel, identity
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,8 @@ class BrgemmLaunch:
     """C[b] = act(alpha * sum_t A[b, t] @ B[b, t] + bias + beta * C[b]) for b < batches.
 
     Sizes, addressing and tiles are fixed at construction; call with the tensors. With
-    splits > 1 the workspace must hold `partial_bytes` bytes of float32 partial sums.
+    splits > 1 the workspace must hold `partial_bytes` bytes of float32 partial sums, and the
+    tiles count their arrivals in the current stream's counters (core.handle).
     """
 
     def __init__(
@@ -190,11 +192,12 @@ class BrgemmLaunch:
         self.steps_per_split = triton.cdiv(steps, splits)
         self.splits = triton.cdiv(steps, self.steps_per_split) if steps else 1
         self.partial_bytes = batches * self.splits * m * n * 4 if self.splits > 1 else 0
+        self.tiles = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
         self.config = dict(
             a=a, b=b, c=c, m=m, n=n, steps=steps, batches=batches, tiles=tiles,
             precision=precision, activation=activation,
         )  # fmt: skip
-        self._variants: dict[tuple[bool, bool], tuple[SlotLaunch, SlotLaunch | None]] = {}
+        self._variants: dict[tuple[bool, bool], SlotLaunch] = {}
 
     def _variant(self, has_bias: bool, beta_nonzero: bool):
         cfg = self.config
@@ -209,27 +212,17 @@ class BrgemmLaunch:
         for g in (a.geo, b.geo, c.geo):
             if g not in geos:
                 geos.append(g)
-        main = SlotLaunch(
+        return SlotLaunch(
             brgemm_kernel,
-            (triton.cdiv(m, t.block_m) * triton.cdiv(n, t.block_n), cfg["batches"] * self.splits),
+            (self.tiles, cfg["batches"] * self.splits),
             dict(num_warps=t.num_warps, num_stages=t.num_stages),
-            ("A", "B", "C", "BIAS", "WS", "alpha", "beta"), geos=tuple(geos),
+            ("A", "B", "C", "BIAS", "WS", "ARRIVALS", "alpha", "beta"), geos=tuple(geos),
             A_GEO=geos.index(a.geo), B_GEO=geos.index(b.geo), C_GEO=geos.index(c.geo), M=m, N=n,
             STEPS=cfg["steps"], steps_per_split=self.steps_per_split,
             A_SETUP=a.setup, A_LOAD=a.load, B_SETUP=b.setup, B_LOAD=b.load, C_ADDR=c.addr,
             PRECISION=cfg["precision"], BLOCK_M=t.block_m, BLOCK_N=t.block_n,
             BLOCK_K=t.block_k, GROUP_M=t.group_m, **flags,
         )  # fmt: skip
-        reduce = None
-        if self.splits > 1:
-            block = 64
-            reduce = SlotLaunch(
-                brgemm_reduce_kernel,
-                (triton.cdiv(m, block), triton.cdiv(n, block), cfg["batches"]),
-                dict(num_warps=4), ("C", "BIAS", "WS", "alpha", "beta"),
-                c_geo=c.geo, M=m, N=n, C_ADDR=c.addr, BLOCK_M=block, BLOCK_N=block, **flags,
-            )  # fmt: skip
-        return main, reduce
 
     def __call__(
         self,
@@ -243,14 +236,12 @@ class BrgemmLaunch:
         workspace: torch.Tensor | None = None,
     ) -> None:
         key = (bias is not None, beta != 0)
-        if key not in self._variants:
-            self._variants[key] = self._variant(*key)
-        main, reduce = self._variants[key]
-        ws = c
-        if reduce is not None:
+        launch = self._variants.get(key)
+        if launch is None:
+            launch = self._variants[key] = self._variant(*key)
+        ws = arrivals = c  # not read without split-K
+        if self.splits > 1:
             ws = workspace.view(torch.float32)
+            arrivals = stream_counters(c.device, self.tiles * self.config["batches"])
         bias_arg = bias if bias is not None else c
-        alpha, beta = float(alpha), float(beta)
-        main(a, b, c, bias_arg, ws, alpha, beta)
-        if reduce is not None:
-            reduce(c, bias_arg, ws, alpha, beta)
+        launch(a, b, c, bias_arg, ws, arrivals, float(alpha), float(beta))

@@ -25,7 +25,6 @@ from ..core import (
     ConvProblem,
     Direction,
     TensorDesc,
-    allocate_workspace,
     bad_param,
     check_out,
     check_runnable,
@@ -36,6 +35,7 @@ from ..core import (
     layout_strides,
     resolve_math_mode,
 )
+from ..core.handle import stream_workspace
 from ..kernels.reduce import channel_partial_sum_kernel, channel_sum_finish_kernel
 
 IntOrSeq = int | Sequence[int]
@@ -69,7 +69,7 @@ class _Prepared:
         return torch.empty_strided(self.shape, self.strides, dtype=like.dtype, device=like.device)
 
     def __call__(self, t: ConvTensors, alpha: float, beta: float) -> None:
-        workspace = allocate_workspace(self.workspace_bytes, t.x.device)
+        workspace = stream_workspace(self.workspace_bytes, t.x.device)
         if self.runner is None:
             self.runner = self.algorithm.runner(self.problem, t, workspace)
         self.runner(t, workspace, alpha, beta)

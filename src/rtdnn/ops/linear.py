@@ -20,7 +20,6 @@ import triton
 
 from ..algos.tiles import tile_candidates, tune
 from ..core import (
-    allocate_workspace,
     bad_param,
     check_out,
     check_runnable,
@@ -29,6 +28,7 @@ from ..core import (
     not_supported,
     resolve_math_mode,
 )
+from ..core.handle import stream_workspace
 from ..kernels import brgemm, strided
 from ..kernels.launch import BrgemmLaunch, Operand, Output, TileConfig
 from ..kernels.strided import StridedGeometry
@@ -86,7 +86,7 @@ def _gemm(a, a_geo, b, b_geo, c, alpha, beta, bias=None, activation=None, math=N
     key = ("linear", a_geo, b_geo, c_geo, c.dtype, precision, splits)
 
     def workspace_for(launch: BrgemmLaunch):
-        return allocate_workspace(launch.partial_bytes, c.device)
+        return stream_workspace(launch.partial_bytes, c.device)
 
     def make_run(tiles):
         launch = _launch(a_geo, b_geo, c_geo, depth, tiles, precision, act, splits)
