@@ -18,7 +18,9 @@ def autocast_inputs(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
     if not torch.is_autocast_enabled(kind):
         return tensors
     dtype = torch.get_autocast_dtype(kind)
-    return tuple(None if t is None else t.to(dtype) for t in tensors)
+    # A tensor already in the autocast dtype (the activations, after the first layer) is
+    # passed as it is: .to() would return it too, but through the dispatcher.
+    return tuple(t if t is None or t.dtype == dtype else t.to(dtype) for t in tensors)
 
 
 class _RtdnnConv:
