@@ -238,11 +238,19 @@ def _slices(g: Geometry, t: Tiles, device: torch.device, pol: TilePolicy) -> tup
     return triton.cdiv(tiles, per_slice), per_slice
 
 
-def _finish_slices(slices: int, t: Tiles, pol: TilePolicy) -> int:
-    """Slices the last program of a kept block merges per step: blocks of [BLOCK_S, BLOCK_K]
-    partial sums of at most 16 values per thread."""
-    per_step = max(1, 512 * t.num_warps // t.block_k)
-    return max(1, min(_pow2(slices), pol.finish_block, _pow2(per_step + 1) // 2))
+class MergeTree:
+    """How the split kernels merge their slices' partial results in the launch that made them
+    (kernels/arrival.py): groups of `fan_in` slices, then the groups, about sqrt(slices)
+    each, merged `block` at a time (blocks of [block, BLOCK_K] of at most 16 values per
+    thread); `counters` arrival counters in all."""
+
+    def __init__(self, slices: int, kept_blocks: int, t: Tiles, pol: TilePolicy):
+        self.fan_in = max(1, math.isqrt(slices - 1) + 1) if slices > 1 else 1
+        groups = triton.cdiv(slices, self.fan_in)
+        self.counters = kept_blocks * (groups + 1)
+        per_step = max(1, 512 * t.num_warps // t.block_k)
+        largest = max(self.fan_in, groups)
+        self.block = max(1, min(_pow2(largest), pol.finish_block, _pow2(per_step + 1) // 2))
 
 
 def use_row_path(g: Geometry, itemsize: int, device: torch.device, pol: TilePolicy) -> bool:
@@ -326,12 +334,14 @@ class ForwardPlan:
         slices, per_slice = _slices(g, t, x.device, pol)
         grid, opts = (kept_blocks, slices), dict(num_warps=t.num_warps)
         self.part_numel = 4 * slices * g.kept
-        self.kept_blocks = kept_blocks
+        tree = MergeTree(slices, kept_blocks, t, pol)
+        self.counters = tree.counters
         self.stats = SlotLaunch(
             norm_stats_kernel, grid, opts,
             ("X", "PART", "MEAN", "RSTD", "RUN_MEAN", "RUN_VAR", "ARRIVALS", "eps", "momentum"),
-            geo=geo, xl=xl, tiles_per_slice=per_slice, IS_RMS=rms, UPDATE_RUNNING=running,
-            KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k, BLOCK_S=_finish_slices(slices, t, pol),
+            geo=geo, xl=xl, tiles_per_slice=per_slice, fan_in=tree.fan_in, IS_RMS=rms,
+            UPDATE_RUNNING=running, KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
+            BLOCK_S=tree.block,
         )  # fmt: skip
         # The statistics were just written contiguously, indexed by the flat kept index.
         sl = Layout(contiguous_strides(g.ksize, range(MAX_DIMS)), (0,) * MAX_DIMS)
@@ -349,7 +359,7 @@ class ForwardPlan:
             self.row(x, y, z, w, b, mean, rstd, eps, alpha, beta)
             return
         part = stream_scratch(x.device, "norm_part", self.part_numel)
-        arrivals = stream_counters(x.device, self.kept_blocks)
+        arrivals = stream_counters(x.device, self.counters)
         rm, rv = _or(running_mean, mean), _or(running_var, rstd)
         self.stats(x, part, mean, rstd, rm, rv, arrivals, eps, momentum)
         # The statistics pass left the mean relative to the shift in part[1, 0], the shift is in
@@ -472,13 +482,15 @@ class SplitBackwardPlan:
         # pass's last program of each kept block; group and instance norm sum over kept
         # blocks (members of a group, outer indices), so a finish kernel follows.
         fused = outer == 1 and group_size == 1
+        tree = MergeTree(slices, kept_blocks, t, pol)
+        self.counters = tree.counters
         self.partial = SlotLaunch(
             norm_bwd_partial_kernel, grid, opts,
             ("DY", "X", "W", "B", "Z", "MEAN", "RSTD", "DZ", "PART", "DW", "DB", "COEF",
              "ARRIVALS"), geo=geo, dyl=dyl, xl=xl, pl=pl, zl=zl, sl=sl, dzl=dzl,
-            tiles_per_slice=per_slice, inv_count=inv_count, ACT=act, WRITE_DZ=dz is not None,
-            FINISH=fused, PARAM_GRADS=grads,
-            BLOCK_S=_finish_slices(slices, t, pol), **flags,
+            tiles_per_slice=per_slice, fan_in=tree.fan_in, inv_count=inv_count, ACT=act,
+            WRITE_DZ=dz is not None, FINISH=fused, PARAM_GRADS=grads, BLOCK_S=tree.block,
+            **flags,
         )  # fmt: skip
         self.finish = None
         if not fused:
@@ -506,12 +518,11 @@ class SplitBackwardPlan:
         )  # fmt: skip
         self.part_numel = 2 * slices * g.kept
         self.coef_numel = 2 * outer * n_groups
-        self.kept_blocks = kept_blocks
 
     def __call__(self, dy, x, dx, mean, rstd, weight, bias, z, dz, dw, db, alpha, beta) -> None:
         part = stream_scratch(x.device, "norm_part", self.part_numel)
         coef = stream_scratch(x.device, "norm_coef", self.coef_numel)
-        arrivals = stream_counters(x.device, self.kept_blocks)
+        arrivals = stream_counters(x.device, self.counters)
         w, b, z = _or(weight, x), _or(bias, x), _or(z, x)
         dw, db = _or(dw, coef), _or(db, coef)
         self.partial(dy, x, w, b, z, mean, rstd, _or(dz, x), part, dw, db, coef, arrivals)

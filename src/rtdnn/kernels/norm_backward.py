@@ -211,7 +211,7 @@ def param_grad_finish_kernel(
 @triton.jit
 def norm_bwd_partial_kernel(
     DY, X, W, B, Z, MEAN, RSTD, DZ, PART, DW, DB, COEF, ARRIVALS, geo, dyl, xl, pl, zl, sl, dzl,
-    tiles_per_slice, inv_count,
+    tiles_per_slice, fan_in, inv_count,
     IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
     ACT: tl.constexpr, WRITE_DZ: tl.constexpr, PMODE: tl.constexpr, KD: tl.constexpr,
     FINISH: tl.constexpr, PARAM_GRADS: tl.constexpr, BLOCK_R: tl.constexpr,
@@ -220,9 +220,11 @@ def norm_bwd_partial_kernel(
     """Grid: (cdiv(kept, BLOCK_K), slices). PART (2, slices, kept) float32: the slice's sums of
     dpre * xhat and of dpre per kept index. With WRITE_DZ, dz = dpre is stored on the way.
 
-    With FINISH (batch norm: one statistic and one weight per kept index), the last program
-    of each kept block to arrive (counted in ARRIVALS) sums the slices and writes what
-    `norm_bwd_finish_kernel` would: see `_finish_bn_grads`. Otherwise that kernel runs next."""
+    With FINISH (batch norm: one statistic and one weight per kept index) the slices' sums
+    are added up in the same launch, in a two-level tree as in norm_stats_kernel (groups of
+    `fan_in` slices, then the groups; ARRIVALS holds groups + 1 counters per kept block), and
+    the last program writes what `norm_bwd_finish_kernel` would (`_write_bn_grads`).
+    Otherwise that kernel runs next."""
     ksize, rsize, kept, chunks, tiles = geo
     dyks, dyr = dyl
     xks, xr = xl
@@ -270,33 +272,50 @@ def norm_bwd_partial_kernel(
         if WRITE_DZ:
             store_tile(DZ, dzr, coords, offs_r, dzk, mask, dp, 1.0, 0.0, False)
         x, dy, mask, rmask = x_next, dy_next, next_mask, next_rmask
-    base = PART + s * kept + offs_k
-    tl.store(base, tl.sum(a, axis=0), mask=kmask)
-    tl.store(base + slices * kept, tl.sum(b, axis=0), mask=kmask)
+    plane = slices * kept
+    slot = PART + s * kept + offs_k
+    tl.store(slot, tl.sum(a, axis=0), mask=kmask)
+    tl.store(slot + plane, tl.sum(b, axis=0), mask=kmask)
     if FINISH:
-        if last_to_arrive(ARRIVALS + tl.program_id(0), slices):
-            _finish_bn_grads(
-                PART, W, DW, DB, COEF, offs_k, kmask, kept, slices, inv_count, HAS_W,
-                PARAM_GRADS, BLOCK_S,
-            )  # fmt: skip
+        groups = tl.cdiv(slices, fan_in)
+        group = s // fan_in
+        members = tl.minimum(fan_in, slices - group * fan_in)
+        counters = ARRIVALS + tl.program_id(0) * (groups + 1)
+        # (New names below: Triton wants a variable's type to stay the same across an if.)
+        if last_to_arrive(counters + group, members):
+            group_slot = PART + group * fan_in * kept + offs_k
+            a_g, b_g = _sum_slots(group_slot, kept, plane, members, kmask, BLOCK_S)
+            tl.store(group_slot, a_g, mask=kmask)
+            tl.store(group_slot + plane, b_g, mask=kmask)
+            if last_to_arrive(counters + groups, groups):
+                a_t, b_t = _sum_slots(PART + offs_k, fan_in * kept, plane, groups, kmask, BLOCK_S)
+                _write_bn_grads(
+                    W, DW, DB, COEF, offs_k, kmask, kept, a_t, b_t, inv_count, HAS_W, PARAM_GRADS
+                )
 
 
 @triton.jit
-def _finish_bn_grads(
-    PART, W, DW, DB, COEF, offs_k, kmask, kept, slices, inv_count, HAS_W: tl.constexpr,
-    PARAM_GRADS: tl.constexpr, BLOCK_S: tl.constexpr,
-):  # fmt: skip
-    """`norm_bwd_finish_kernel` for one block of kept indices when each is its own statistic
-    and weight (outer 1, group_size 1): the slices' sums in a fixed order, BLOCK_S at a time.
-    PART was written by other programs: it is read through L2 (".cg")."""
-    a = tl.zeros(offs_k.shape, tl.float32)
-    b = tl.zeros(offs_k.shape, tl.float32)
-    for s0 in range(0, slices, BLOCK_S):
+def _sum_slots(first, stride, plane, count, kmask, BLOCK_S: tl.constexpr):
+    """The sums of `count` (a, b) pairs `stride` elements apart from `first`, in order, BLOCK_S
+    at a time; written by other programs, so read through L2 (".cg")."""
+    a = tl.zeros(kmask.shape, tl.float32)
+    b = tl.zeros(kmask.shape, tl.float32)
+    for s0 in range(0, count, BLOCK_S):
         offs_s = s0 + tl.arange(0, BLOCK_S)
-        mask = (offs_s < slices)[:, None] & kmask[None, :]
-        ptrs = PART + offs_s[:, None] * kept + offs_k[None, :]
+        mask = (offs_s < count)[:, None] & kmask[None, :]
+        ptrs = first + offs_s[:, None] * stride
         a += tl.sum(tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg"), axis=0)
-        b += tl.sum(tl.load(ptrs + slices * kept, mask=mask, other=0.0, cache_modifier=".cg"), 0)
+        b += tl.sum(tl.load(ptrs + plane, mask=mask, other=0.0, cache_modifier=".cg"), axis=0)
+    return a, b
+
+
+@triton.jit
+def _write_bn_grads(
+    W, DW, DB, COEF, offs_k, kmask, kept, a, b, inv_count, HAS_W: tl.constexpr,
+    PARAM_GRADS: tl.constexpr,
+):  # fmt: skip
+    """What `norm_bwd_finish_kernel` writes when each kept index is its own statistic and
+    weight (outer 1, group_size 1), from the total sums a (of dpre * xhat) and b (of dpre)."""
     w = 1.0
     if HAS_W:
         w = tl.load(W + offs_k, mask=kmask, other=0.0).to(tl.float32)

@@ -11,8 +11,8 @@ Two ways to get there:
   second walk mostly hits L2.
 * Split (deterministic): `norm_stats_kernel` runs a grid of (kept block, slice of reduced
   tiles); each program writes one (count, mean, M2) summary of its slice, and the last
-  program of a kept block to finish merges the slices in a fixed order, writes mean and
-  1/std and updates running statistics; `norm_apply_kernel` is the elementwise pass. Used
+  programs to finish merge the slices in a fixed order (a two-level tree), write mean and
+  1/std and update running statistics; `norm_apply_kernel` is the elementwise pass. Used
   when there are too few kept indices to fill the GPU (batch norm: C channels over N*H*W
   rows).
 """
@@ -134,15 +134,20 @@ def norm_row_forward_kernel(
 
 @triton.jit
 def norm_stats_kernel(
-    X, PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, ARRIVALS, geo, xl, tiles_per_slice, eps, momentum,
-    IS_RMS: tl.constexpr, UPDATE_RUNNING: tl.constexpr, KD: tl.constexpr,
+    X, PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, ARRIVALS, geo, xl, tiles_per_slice, fan_in, eps,
+    momentum, IS_RMS: tl.constexpr, UPDATE_RUNNING: tl.constexpr, KD: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     """Grid: (cdiv(kept, BLOCK_K), slices). Each program summarizes its slice of the reduced
     tiles in PART (4, slices, kept) float32: count, mean of x - shift, M2, and the shift (the
-    same in every slice: the statistic's first value). The last program of a kept block to
-    arrive (counted in ARRIVALS, int32 per kept block, zero before and after) merges the
-    slices' summaries: see `_finish_stats`."""
+    same in every slice: the statistic's first value).
+
+    The summaries are merged in a two-level tree, in the same launch (see arrival.py): slices
+    form groups of `fan_in`; the last program of a group to arrive merges the group's
+    summaries into the group's first slot, and the last group to finish merges the groups'
+    and writes the statistics (`_write_stats`). Two short merges instead of one long one: the
+    merging programs run while the others still stream x. ARRIVALS holds groups + 1 int32
+    counters per kept block, zero before and after."""
     ksize, rsize, kept, chunks, tiles = geo
     xks, xr = xl
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -169,43 +174,49 @@ def norm_stats_kernel(
         cnt, acc_mean, acc_m2 = welford_step(x, shift, mask, rmask, cnt, acc_mean, acc_m2)
         x, mask, rmask = x_next, next_mask, next_rmask
     n, mean, m2 = welford_finish(cnt, acc_mean, acc_m2)
-    base = PART + s * kept + offs_k
     plane = slices * kept
-    tl.store(base, n, mask=kmask)
-    tl.store(base + plane, mean, mask=kmask)
-    tl.store(base + 2 * plane, m2, mask=kmask)
-    tl.store(base + 3 * plane, shift, mask=kmask)
-    if last_to_arrive(ARRIVALS + tl.program_id(0), slices):
-        _finish_stats(
-            PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, offs_k, kmask, kept, slices, eps, momentum,
-            IS_RMS, UPDATE_RUNNING, BLOCK_S,
-        )  # fmt: skip
+    _store_summary(PART + s * kept + offs_k, plane, n, mean, m2, kmask)
+    tl.store(PART + s * kept + offs_k + 3 * plane, shift, mask=kmask)
+
+    groups = tl.cdiv(slices, fan_in)
+    group = s // fan_in
+    members = tl.minimum(fan_in, slices - group * fan_in)
+    counters = ARRIVALS + tl.program_id(0) * (groups + 1)
+    # (New names below: Triton wants a variable's type to stay the same across an if.)
+    if last_to_arrive(counters + group, members):
+        group_slot = PART + group * fan_in * kept + offs_k
+        n_g, mean_g, m2_g = _merge_summaries(group_slot, kept, plane, members, kmask, BLOCK_S)
+        _store_summary(group_slot, plane, n_g, mean_g, m2_g, kmask)
+        if last_to_arrive(counters + groups, groups):
+            n_t, mean_t, m2_t = _merge_summaries(
+                PART + offs_k, fan_in * kept, plane, groups, kmask, BLOCK_S
+            )
+            _write_stats(
+                PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, offs_k, kmask, plane, n_t, mean_t, m2_t,
+                eps, momentum, IS_RMS, UPDATE_RUNNING,
+            )  # fmt: skip
 
 
 @triton.jit
-def _finish_stats(
-    PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, offs_k, kmask, kept, slices, eps, momentum,
-    IS_RMS: tl.constexpr, UPDATE_RUNNING: tl.constexpr, BLOCK_S: tl.constexpr,
-):  # fmt: skip
-    """Merge the slices' summaries; write mean and 1/std (float32) and, with UPDATE_RUNNING,
-    running = (1 - momentum) * running + momentum * batch statistic, where the running
-    variance takes the unbiased batch variance M2 / (n - 1), as cuDNN and torch do.
+def _store_summary(slot, plane, n, mean, m2, kmask):
+    tl.store(slot, n, mask=kmask)
+    tl.store(slot + plane, mean, mask=kmask)
+    tl.store(slot + 2 * plane, m2, mask=kmask)
 
-    Slices are merged BLOCK_S at a time (their count-weighted mean and M2 with the spread of
-    their means, in registers), then chunk after chunk with Chan's formula: a fixed order,
-    and few enough steps that thousands of slices cost microseconds.
 
-    The merged mean of x - shift replaces slice 0's partial mean in PART: the apply pass
-    normalizes with (x - shift) - mean, exact where x - mean rounded to float32 is not.
-    PART was written by other programs: it is read through L2 (".cg"), never a stale L1."""
-    plane = slices * kept
-    n = tl.zeros(offs_k.shape, tl.float32)
-    mean = tl.zeros(offs_k.shape, tl.float32)
-    m2 = tl.zeros(offs_k.shape, tl.float32)
-    for s0 in range(0, slices, BLOCK_S):
+@triton.jit
+def _merge_summaries(first, stride, plane, count, kmask, BLOCK_S: tl.constexpr):
+    """Merge `count` (n, mean, M2) summaries, `stride` elements apart from `first`, in order:
+    BLOCK_S at a time (their count-weighted mean and M2 with the spread of their means, in
+    registers), then chunk after chunk with Chan's formula. They were written by other
+    programs: read through L2 (".cg"), never a stale L1."""
+    n = tl.zeros(kmask.shape, tl.float32)
+    mean = tl.zeros(kmask.shape, tl.float32)
+    m2 = tl.zeros(kmask.shape, tl.float32)
+    for s0 in range(0, count, BLOCK_S):
         offs_s = s0 + tl.arange(0, BLOCK_S)
-        mask = (offs_s < slices)[:, None] & kmask[None, :]
-        ptrs = PART + offs_s[:, None] * kept + offs_k[None, :]
+        mask = (offs_s < count)[:, None] & kmask[None, :]
+        ptrs = first + offs_s[:, None] * stride
         n_s = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
         mean_s = tl.load(ptrs + plane, mask=mask, other=0.0, cache_modifier=".cg")
         m2_s = tl.load(ptrs + 2 * plane, mask=mask, other=0.0, cache_modifier=".cg")
@@ -214,6 +225,20 @@ def _finish_stats(
         d = mean_s - mean_c[None, :]
         m2_c = tl.sum(m2_s + n_s * d * d, axis=0)
         n, mean, m2 = chan_merge(n, mean, m2, n_c, mean_c, m2_c)
+    return n, mean, m2
+
+
+@triton.jit
+def _write_stats(
+    PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, offs_k, kmask, plane, n, mean, m2, eps, momentum,
+    IS_RMS: tl.constexpr, UPDATE_RUNNING: tl.constexpr,
+):  # fmt: skip
+    """From the merged summary (mean of x - shift): mean and 1/std (float32) and, with
+    UPDATE_RUNNING, running = (1 - momentum) * running + momentum * batch statistic, where
+    the running variance takes the unbiased batch variance M2 / (n - 1), as cuDNN and torch do.
+
+    The merged mean of x - shift goes to slot 0 of PART's mean plane: the apply pass
+    normalizes with (x - shift) - mean, exact where x - mean rounded to float32 is not."""
     n = tl.maximum(n, 1.0)  # masked lanes only
     shift = tl.load(PART + 3 * plane + offs_k, mask=kmask, other=0.0, cache_modifier=".cg")
     tl.store(PART + plane + offs_k, mean, mask=kmask)
