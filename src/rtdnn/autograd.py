@@ -22,6 +22,8 @@ from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from . import ops
 from .core import ConvDesc, bad_param, conv_output_shape, empty_like_layout
 
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+
 
 class CustomOp:
     """A torch.library custom op (functional, no mutated arguments) with an eager fast path.
@@ -74,15 +76,22 @@ class CustomOp:
             (torch.autograd.Function,),
             {"forward": staticmethod(forward), "backward": staticmethod(backward_or_none)},
         )
+        # Function.apply's own entry point, in C. The Python classmethod around it adds what
+        # these Functions do not need on the eager road (setup_context binding, functorch
+        # transforms, which __call__ checks) at about a microsecond per call.
+        self.apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, self.function)
 
     def __call__(self, *args):
         # One pass over the arguments: a tensor subclass (FakeTensor, FunctionalTensor, a
-        # user's) sends the call through the dispatcher, as tracing and dispatch modes do.
-        needs_grad = False
+        # user's) sends the call through the dispatcher, as tracing and dispatch modes do. A
+        # tensor left over from a finished torch.func transform (a "dead wrapper") sends it
+        # through Function.apply, which unwraps it.
+        needs_grad = dead = False
         for a in args:
             kind = type(a)
             if kind is Tensor or kind is torch.nn.Parameter:
                 needs_grad = needs_grad or a.requires_grad
+                dead = dead or _unwrap_if_dead(a) is not a
             elif isinstance(a, Tensor):
                 return self.op(*args)
         if (
@@ -92,7 +101,9 @@ class CustomOp:
         ):
             return self.op(*args)
         if needs_grad and self.function is not None and torch.is_grad_enabled():
-            return self.function.apply(*args)
+            if dead or torch._C._are_functorch_transforms_active():
+                return self.function.apply(*args)
+            return self.apply(*args)
         return self.eager(*args)
 
 

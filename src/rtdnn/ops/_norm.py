@@ -99,7 +99,16 @@ def grad_dtype(weight: torch.Tensor | None) -> torch.dtype:
 
 
 def contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
-    return t.contiguous() if t is not None else None
+    # is_contiguous() is a plain attribute read; contiguous() goes through the dispatcher
+    # even when it returns t itself, and these run for every parameter on every call.
+    return t if t is None or t.is_contiguous() else t.contiguous()
+
+
+def float_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """t as contiguous float32 (saved statistics usually are already)."""
+    if t.dtype is torch.float32 and t.is_contiguous():
+        return t
+    return t.to(torch.float32).contiguous()
 
 
 def key(name: str, tensors, *flags) -> tuple | None:

@@ -239,8 +239,7 @@ def _backward_call(dy, x, saved_mean, saved_invstd, weight, bias, z, out, activa
         dz = V.empty(z.shape, dz_strides, z) if z is not None else None
         dw = torch.empty(pshape, dtype=gdt, device=x.device)
         db = torch.empty(pshape, dtype=gdt, device=x.device)
-        mean = saved_mean.to(torch.float32).contiguous()
-        invstd = saved_invstd.to(torch.float32).contiguous()
+        mean, invstd = V.float_contiguous(saved_mean), V.float_contiguous(saved_invstd)
         plan(
             dy, x, dx, mean, invstd, V.contiguous(weight), V.contiguous(bias), z, dz, dw, db,
             alpha, beta,
