@@ -37,3 +37,18 @@ class Identity(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return g
+
+
+def sgd_train_step(net, loss_fn, x: torch.Tensor, target: torch.Tensor):
+    """A function running one training step of `net` as `rtdnn bench --model` does: bf16
+    autocast forward and loss, backward, SGD with momentum."""
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(net(x).float(), target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step

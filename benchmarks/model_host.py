@@ -13,6 +13,7 @@ import sys
 import time
 
 import torch
+from host_timing import sgd_train_step
 from torch.profiler import ProfilerActivity, profile
 
 import rtdnn
@@ -30,22 +31,9 @@ x = torch.randn(batch, 3, size, size, device="cuda").to(memory_format=torch.chan
 target = torch.randint(0, 10, (batch,), device="cuda")
 
 
-def train_step(net, loss_fn):
-    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = loss_fn(net(x).float(), target)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    return step
-
-
 steps = {
-    "pytorch": train_step(model.train(), torch.nn.CrossEntropyLoss()),
-    "rtdnn": train_step(converted.train(), rtdnn.nn.CrossEntropyLoss()),
+    "pytorch": sgd_train_step(model.train(), torch.nn.CrossEntropyLoss(), x, target),
+    "rtdnn": sgd_train_step(converted.train(), rtdnn.nn.CrossEntropyLoss(), x, target),
 }
 results = {}
 for name, step in steps.items():

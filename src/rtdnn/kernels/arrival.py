@@ -27,3 +27,15 @@ def last_to_arrive(counter, expected):
     if last:
         tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
     return last
+
+
+@triton.jit
+def merge_tree(ARRIVALS, block, s, slices, fan_in):
+    """Where slice `s` of `slices` sits in a two-level merge tree: the slices form groups of
+    `fan_in`; the last of a group to arrive merges the group, and the last group to finish
+    merges the groups. Returns (group, members of the group, groups, the counters of `block`:
+    one per group and one for the groups, groups + 1 in all)."""
+    groups = tl.cdiv(slices, fan_in)
+    group = s // fan_in
+    members = tl.minimum(fan_in, slices - group * fan_in)
+    return group, members, groups, ARRIVALS + block * (groups + 1)

@@ -28,7 +28,7 @@ programs' arrivals).
 import triton
 import triton.language as tl
 
-from .arrival import last_to_arrive
+from .arrival import last_to_arrive, merge_tree
 from .norm_addressing import (
     activation_grad,
     kept_offsets,
@@ -277,10 +277,7 @@ def norm_bwd_partial_kernel(
     tl.store(slot, tl.sum(a, axis=0), mask=kmask)
     tl.store(slot + plane, tl.sum(b, axis=0), mask=kmask)
     if FINISH:
-        groups = tl.cdiv(slices, fan_in)
-        group = s // fan_in
-        members = tl.minimum(fan_in, slices - group * fan_in)
-        counters = ARRIVALS + tl.program_id(0) * (groups + 1)
+        group, members, groups, counters = merge_tree(ARRIVALS, tl.program_id(0), s, slices, fan_in)
         # (New names below: Triton wants a variable's type to stay the same across an if.)
         if last_to_arrive(counters + group, members):
             group_slot = PART + group * fan_in * kept + offs_k

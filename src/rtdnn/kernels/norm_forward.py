@@ -20,7 +20,7 @@ Two ways to get there:
 import triton
 import triton.language as tl
 
-from .arrival import last_to_arrive
+from .arrival import last_to_arrive, merge_tree
 from .norm_addressing import (
     activate,
     chan_merge,
@@ -178,10 +178,7 @@ def norm_stats_kernel(
     _store_summary(PART + s * kept + offs_k, plane, n, mean, m2, kmask)
     tl.store(PART + s * kept + offs_k + 3 * plane, shift, mask=kmask)
 
-    groups = tl.cdiv(slices, fan_in)
-    group = s // fan_in
-    members = tl.minimum(fan_in, slices - group * fan_in)
-    counters = ARRIVALS + tl.program_id(0) * (groups + 1)
+    group, members, groups, counters = merge_tree(ARRIVALS, tl.program_id(0), s, slices, fan_in)
     # (New names below: Triton wants a variable's type to stay the same across an if.)
     if last_to_arrive(counters + group, members):
         group_slot = PART + group * fan_in * kept + offs_k
