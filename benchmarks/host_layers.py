@@ -6,16 +6,14 @@ A Python profile of the launch-free step shows where the rest goes.
     PYTHONPATH=src python benchmarks/host_layers.py OUT_DIR
 """
 
-import cProfile
 import gc
 import json
 import os
-import pstats
 import sys
 import time
 
 import torch
-from host_timing import sgd_train_step
+from host_timing import profile_steps, sgd_train_step
 
 import rtdnn
 from rtdnn.bench.model import build
@@ -95,17 +93,7 @@ summary = {k: {"min_ms": round(min(v), 2), "rounds": [round(t, 2) for t in v]}
 print(json.dumps(summary, indent=1), flush=True)
 
 L.SlotLaunch.__call__ = no_launch
-pr = cProfile.Profile()
-for _ in range(5):
-    torch.cuda.synchronize()
-    pr.enable()
-    ours()
-    pr.disable()
+profile_steps(ours, os.path.join(out_dir, "no_launch_profile.txt"))
 L.SlotLaunch.__call__ = real_call
-torch.cuda.synchronize()
-with open(os.path.join(out_dir, "no_launch_profile.txt"), "w") as f:
-    st = pstats.Stats(pr, stream=f)
-    st.sort_stats("tottime").print_stats(60)
-    st.sort_stats("cumulative").print_stats(90)
 with open(os.path.join(out_dir, "host_layers.json"), "w") as f:
     json.dump(summary, f, indent=1)

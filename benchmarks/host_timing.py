@@ -52,3 +52,22 @@ def sgd_train_step(net, loss_fn, x: torch.Tensor, target: torch.Tensor):
         opt.step()
 
     return step
+
+
+def profile_steps(step, path: str, steps: int = 5, lines: int = 70) -> None:
+    """A Python profile of `steps` calls of step, each issued with the GPU drained, written to
+    `path` sorted by own time and by cumulative time."""
+    import cProfile
+    import pstats
+
+    pr = cProfile.Profile()
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        pr.enable()
+        step()
+        pr.disable()
+    torch.cuda.synchronize()
+    with open(path, "w") as f:
+        st = pstats.Stats(pr, stream=f)
+        st.sort_stats("tottime").print_stats(lines)
+        st.sort_stats("cumulative").print_stats(lines)

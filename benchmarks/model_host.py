@@ -4,16 +4,14 @@ traffic, a Python profile of the rtdnn step and a profiler trace of one step of 
     PYTHONPATH=src python benchmarks/model_host.py OUT_DIR [BATCH]
 """
 
-import cProfile
 import gc
 import json
 import os
-import pstats
 import sys
 import time
 
 import torch
-from host_timing import sgd_train_step
+from host_timing import profile_steps, sgd_train_step
 from torch.profiler import ProfilerActivity, profile
 
 import rtdnn
@@ -141,16 +139,6 @@ for name, step in steps.items():
         torch.cuda.synchronize()
     prof.export_chrome_trace(os.path.join(out_dir, f"trace_{name}_loop.json"))
 
-pr = cProfile.Profile()
-for _ in range(5):
-    torch.cuda.synchronize()
-    pr.enable()
-    steps["rtdnn"]()
-    pr.disable()
-torch.cuda.synchronize()
-with open(os.path.join(out_dir, "rtdnn_step_profile.txt"), "w") as f:
-    st = pstats.Stats(pr, stream=f)
-    st.sort_stats("tottime").print_stats(70)
-    st.sort_stats("cumulative").print_stats(70)
+profile_steps(steps["rtdnn"], os.path.join(out_dir, "rtdnn_step_profile.txt"))
 with open(os.path.join(out_dir, "model_host.json"), "w") as f:
     json.dump(results, f, indent=1)
