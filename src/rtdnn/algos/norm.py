@@ -62,9 +62,11 @@ class TilePolicy:
 # Split grids are oversubscribed (8 programs per slot, about 16 per SM) so that the last wave
 # is a small fraction of the work whatever the occupancy. The persistent row backward keeps
 # one partial dweight row per program, so it runs about 4 programs per SM: a multiple of the
-# SM count, and few enough partial rows to be a few percent of the traffic.
+# SM count, and few enough partial rows to be a few percent of the traffic. Short rows are
+# packed two to four per tile (2048 elements): with 4096 the row backward on rows of 768 and
+# 1024 ran at 25-55% of copy bandwidth, with 2048 at 63-77% (benchmarks/row_norm_sweep.py).
 GPU_POLICY = TilePolicy(
-    row_elements=16384, row_pack=4096, split_elements=4096, max_block_r=16384,
+    row_elements=16384, row_pack=2048, split_elements=4096, max_block_r=16384,
     programs_per_slot=8, row_programs_per_slot=2, max_slices=512, finish_block=256,
     warp_elements=1024,
 )  # fmt: skip
