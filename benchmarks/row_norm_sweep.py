@@ -47,7 +47,7 @@ def sweep(rows: int, d: int) -> None:
     }
     for pack, warp, slot in itertools.product([1024, 2048, 4096, 8192], [256, 512, 1024], [1, 2]):
         engine.GPU_POLICY = dataclasses.replace(
-            default_policy, row_pack=pack, row_programs_per_slot=slot
+            default_policy, row_pack=pack, row_pack_16bit=pack, row_programs_per_slot=slot
         )
         per_warp[0] = warp
         engine.clear_plans()

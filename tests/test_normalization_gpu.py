@@ -121,8 +121,9 @@ def test_batch_norm_per_activation(dtype):
     check(got[1], want[1], torch.float32, factor=50, what="dweight")
 
 
-ROW_CASES = [((512, 768), (768,)), ((64, 4096), (4096,)), ((16, 40000), (40000,)),
-             ((4, 3, 8, 64), (8, 64)), ((3, 100000), (100000,))]  # fmt: skip
+ROW_CASES = [((512, 768), (768,)), ((256, 2048), (2048,)), ((64, 4096), (4096,)),
+             ((16, 40000), (40000,)), ((4, 3, 8, 64), (8, 64)),
+             ((3, 100000), (100000,))]  # fmt: skip
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -91,7 +91,8 @@ def test_rms_norm_matches_reference(p):
     [
         (dict(), (5, 12)),  # one tile per row, rows packed
         (dict(), (3, 2, 40)),  # rows longer than a tile: two walks
-        (dict(row_elements=16, row_pack=16), (7, 3, 5)),  # two reduced dims: walked tiles
+        # two reduced dims: walked tiles
+        (dict(row_elements=16, row_pack=16, row_pack_16bit=16), (7, 3, 5)),
         (dict(force_path="split"), (3, 40)),  # few long rows: split statistics
         (dict(max_block_r=8), (40, 6)),  # several kept blocks per backward program
     ],
