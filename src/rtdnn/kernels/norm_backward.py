@@ -106,29 +106,43 @@ def norm_row_backward_kernel(
     offs_r = tl.arange(0, BLOCK_R)
     acc_w = tl.zeros((BLOCK_R,), tl.float32)
     acc_b = tl.zeros((BLOCK_R,), tl.float32)
-    for kb in range(pid, kept_blocks, programs):
-        offs_k = kb * BLOCK_K + tl.arange(0, BLOCK_K)
+    if SINGLE:
+        # Every row is one tile, in registers. Double buffering: the rows of block
+        # kb + programs are requested before block kb's arithmetic, so that the program always
+        # has loads in flight (short rows are otherwise latency-bound).
+        coords = tile_coords(0, rsize, chunks, BLOCK_R)
+        offs_k = pid * BLOCK_K + tl.arange(0, BLOCK_K)
         kmask = offs_k < kept
-        dyk = kept_offsets(offs_k, ksize, dyks, KD)
-        xk = kept_offsets(offs_k, ksize, xks, KD)
-        pk = kept_offsets(offs_k, ksize, pks, KD)
-        zk = kept_offsets(offs_k, ksize, zks, KD)
-        dxk = kept_offsets(offs_k, ksize, dxks, KD)
+        mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
+        x = load_tile(X, xr, coords, offs_r, kept_offsets(offs_k, ksize, xks, KD), mask)
+        dy = load_tile(DY, dyr, coords, offs_r, kept_offsets(offs_k, ksize, dyks, KD), mask)
         mean = tl.load(MEAN + offs_k, mask=kmask, other=0.0)
         rstd = tl.load(RSTD + offs_k, mask=kmask, other=0.0)
-        wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
-        if SINGLE:
-            coords = tile_coords(0, rsize, chunks, BLOCK_R)
-            mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
-            xhat, dp, w = _grad_tile(
-                DY, X, W, B, Z, dyr, xr, pr, zr, coords, offs_r, dyk, xk, pk, zk, mask, rmask,
-                mean, rstd, wpre, bpre, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
+        for kb in range(pid, kept_blocks, programs):
+            next_k = (kb + programs) * BLOCK_K + tl.arange(0, BLOCK_K)
+            next_kmask = next_k < kept
+            next_mask, _ = tile_mask(coords, rsize, offs_r, next_kmask)
+            x_next = load_tile(
+                X, xr, coords, offs_r, kept_offsets(next_k, ksize, xks, KD), next_mask
+            )
+            dy_next = load_tile(
+                DY, dyr, coords, offs_r, kept_offsets(next_k, ksize, dyks, KD), next_mask
+            )
+            mean_next = tl.load(MEAN + next_k, mask=next_kmask, other=0.0)
+            rstd_next = tl.load(RSTD + next_k, mask=next_kmask, other=0.0)
+            pk = kept_offsets(offs_k, ksize, pks, KD)
+            zk = kept_offsets(offs_k, ksize, zks, KD)
+            wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
+            xhat, dp, w = _grad_values(
+                x, dy, W, B, Z, pr, zr, coords, offs_r, pk, zk, mask, rmask, mean, rstd, wpre,
+                bpre, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, PMODE,
             )  # fmt: skip
             g = dp * w
             c2 = tl.sum(g * xhat, axis=0) * inv_count
             dx = g - xhat * c2[None, :]
             if not IS_RMS:
                 dx -= (tl.sum(g, axis=0) * inv_count)[None, :]
+            dxk = kept_offsets(offs_k, ksize, dxks, KD)
             store_tile(
                 DX, dxr, coords, offs_r, dxk, mask, dx * rstd[None, :], alpha, beta, BETA_NONZERO
             )
@@ -136,7 +150,20 @@ def norm_row_backward_kernel(
                 acc_w += tl.sum(dp * xhat, axis=1)
                 if BIAS_GRAD:
                     acc_b += tl.sum(dp, axis=1)
-        else:
+            offs_k, kmask, mask = next_k, next_kmask, next_mask
+            x, dy, mean, rstd = x_next, dy_next, mean_next, rstd_next
+    else:
+        for kb in range(pid, kept_blocks, programs):
+            offs_k = kb * BLOCK_K + tl.arange(0, BLOCK_K)
+            kmask = offs_k < kept
+            dyk = kept_offsets(offs_k, ksize, dyks, KD)
+            xk = kept_offsets(offs_k, ksize, xks, KD)
+            pk = kept_offsets(offs_k, ksize, pks, KD)
+            zk = kept_offsets(offs_k, ksize, zks, KD)
+            dxk = kept_offsets(offs_k, ksize, dxks, KD)
+            mean = tl.load(MEAN + offs_k, mask=kmask, other=0.0)
+            rstd = tl.load(RSTD + offs_k, mask=kmask, other=0.0)
+            wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
             acc1 = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
             acc2 = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
             for t in range(0, tiles):
