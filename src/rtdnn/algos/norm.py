@@ -54,7 +54,7 @@ class TilePolicy:
     programs_per_slot: int  # split grids aim at this many programs per parallel slot
     row_programs_per_slot: int  # programs of the persistent row backward, per slot
     max_slices: int  # cap on reduced slices per kept block (split path)
-    finish_block: int  # finish kernels merge this many slices (or outer indices) per step
+    finish_block: int  # merges and finish kernels read at most this many slices per step
     lane_bytes: int = 128  # kept-contiguous split tiles: bytes of kept indices per row
     warp_elements: int = 512  # split tiles get one warp per this many elements
     force_path: str | None = None  # "row" or "split" for tests; None decides by the problem
@@ -239,7 +239,7 @@ def _single(g: Geometry, t: Tiles) -> bool:
 def _slices(g: Geometry, t: Tiles, device: torch.device, pol: TilePolicy) -> tuple[int, int]:
     """(slices, tiles per slice) of the split grid (cdiv(kept, BLOCK_K), slices): enough
     programs to fill the device, no empty slice, and at most max_slices summaries per kept
-    index for the finish pass to merge (it reads them finish_block at a time, in order)."""
+    index for the merge (see MergeTree) or finish pass to read, in order."""
     tiles = g.for_tiles(t.block_r).tiles
     kept_blocks = triton.cdiv(g.kept, t.block_k)
     target = pol.programs_per_slot * parallel_slots(device.type)
