@@ -2,11 +2,14 @@
 the registered custom ops that tracing uses: the same outputs, gradients and running
 statistics, and tracers still see the custom ops."""
 
+import threading
+
 import torch
 from conftest import assert_close
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from rtdnn import autograd
+from rtdnn.core.handle import stream_scratch
 
 CONV_ARGS = ([1, 1], [1, 1], [1, 1], 1, "cross_correlation")
 
@@ -43,3 +46,20 @@ def test_tracing_records_the_custom_ops():
     graph = make_fx(lambda x, w: autograd.conv_forward(x, w, None, *CONV_ARGS))(x, w)
     targets = {str(n.target) for n in graph.graph.nodes if n.op == "call_function"}
     assert "rtdnn.conv_forward.default" in targets, targets
+
+
+def test_scratch_buffers_are_reused_per_thread():
+    """Ops keep scratch buffers between calls, one per (device, stream, host thread): reused
+    and grown by one thread, never shared with another (whose kernels could interleave)."""
+    device = torch.device("cpu")
+    first = stream_scratch(device, "test", 10)
+    assert stream_scratch(device, "test", 10) is first
+    grown = stream_scratch(device, "test", first.numel() + 1)
+    assert grown.numel() > first.numel()
+    assert stream_scratch(device, "test", 10) is grown
+    assert stream_scratch(device, "other", 10) is not grown
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(stream_scratch(device, "test", 10)))
+    worker.start()
+    worker.join()
+    assert seen[0].data_ptr() != grown.data_ptr()

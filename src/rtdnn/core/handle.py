@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import torch
 
@@ -32,29 +33,30 @@ def allocate_workspace(nbytes: int, device: torch.device) -> torch.Tensor | None
 
 
 # Scratch memory that ops keep between calls. Kernels on one CUDA stream run one after the
-# other, so a buffer per (device, stream) serves every op issued on that stream: the last
-# kernel of an op has finished with it before the next op's first kernel starts. This spares a
-# training step hundreds of allocations of small buffers (partial sums between the passes of
-# a reduction). Ops issued on two streams at once get two buffers. In the interpreter kernels
-# run synchronously, so one buffer per device suffices.
+# other, so a buffer per stream serves every op a thread issues on it: the last kernel of an op
+# has finished with it before the next op's first kernel starts. This spares a training step
+# hundreds of allocations of small buffers (partial sums between the passes of a reduction).
+# Buffers are also per host thread: two threads issuing ops on one stream at once would
+# interleave their kernels (one op's second pass reading what another's first pass left).
+# Ops issued on two streams get two buffers. In the interpreter kernels run synchronously.
 _scratch: dict[tuple, torch.Tensor] = {}
 
 
-def _stream_of(device: torch.device) -> int:
+def _owner(device: torch.device) -> tuple:
+    """(device, current stream, host thread): who may use a scratch buffer."""
     if device.type != "cuda":
-        return 0
-    return torch._C._cuda_getCurrentRawStream(
-        device.index if device.index is not None else torch._C._cuda_getDevice()
-    )
+        return device, 0, threading.get_ident()
+    index = device.index if device.index is not None else torch._C._cuda_getDevice()
+    return device, torch._C._cuda_getCurrentRawStream(index), threading.get_ident()
 
 
 def stream_scratch(
     device: torch.device, name: str, numel: int, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
     """A buffer of at least `numel` elements of `dtype`, private to the current stream of
-    `device` and to `name` (so that one op can hold several at once). Its contents are
-    whatever the last op on the stream left there. It grows to the largest size asked for."""
-    key = (device, _stream_of(device), name)
+    `device`, the calling thread and `name` (so that one op can hold several at once). Its
+    contents are whatever the last op left there. It grows to the largest size asked for."""
+    key = (*_owner(device), name)
     buf = _scratch.get(key)
     if buf is None or buf.numel() < numel:
         try:
@@ -80,7 +82,7 @@ def stream_counters(device: torch.device, numel: int) -> torch.Tensor:
     whose programs count their arrivals (so that the last one finishes a reduction) must
     leave every counter it used at zero again, which makes the buffer reusable by the next
     kernel on the stream, and in a captured CUDA graph by every replay."""
-    key = (device, _stream_of(device), "counters")
+    key = (*_owner(device), "counters")
     buf = _scratch.get(key)
     if buf is None or buf.numel() < numel:
         buf = torch.zeros(max(numel, 1024), dtype=torch.int32, device=device)
