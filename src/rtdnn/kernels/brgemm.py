@@ -157,8 +157,10 @@ def brgemm_kernel(
         # Partial sums: WS is float32 [batches, SPLITS, M, N], row-major; ARRIVALS holds one
         # counter per tile of C and batch entry.
         inside = (offs_m < M)[:, None] & (offs_n < N)[None, :]
-        tile = WS + batch.to(tl.int64) * SPLITS * M * N + offs_m[:, None] * N + offs_n[None, :]
-        tl.store(tile + split * M * N, acc, mask=inside)
+        # Tile offsets in int64: a workspace can pass 2^31 elements.
+        first = (batch * SPLITS).to(tl.int64)  # this batch entry's first partial tile
+        tile = WS + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(tile + (first + split) * M * N, acc, mask=inside)
         counter = ARRIVALS + batch * tl.num_programs(0) + tl.program_id(0)
         if last_to_arrive(counter, SPLITS):
             # Address C before the loop: Triton 3.6 loses a geometry leaf specialized to 1
@@ -166,7 +168,8 @@ def brgemm_kernel(
             offs, mask, chan = C_ADDR(c_geo, batch, offs_m, offs_n)
             total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for s in range(SPLITS):
-                total += tl.load(tile + s * M * N, mask=inside, other=0.0, cache_modifier=".cg")
+                partial = tile + (first + s) * M * N
+                total += tl.load(partial, mask=inside, other=0.0, cache_modifier=".cg")
             epilogue(
                 C, offs, mask, total, alpha, beta, BIAS, chan, offs_n < N, HAS_BIAS,
                 BETA_NONZERO, ACTIVATION,
