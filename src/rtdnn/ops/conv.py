@@ -208,29 +208,10 @@ def conv_backward_data(
     dy: (N, K, *O); w: (K, C/groups, *R); x_shape: (N, C, *S). Returns dx in dy's memory
     format, or `out`.
     """
-    key, call = _lookup(
-        Direction.BACKWARD_DATA, (dy, w, out), x_shape, stride, padding, dilation, groups, mode,
-        algo, workspace_limit, resolve_math_mode(math),
+    return _backward(
+        Direction.BACKWARD_DATA, dy, w, x_shape, ("dy", "w", "x_shape"), stride, padding,
+        dilation, groups, mode, alpha, beta, out, algo, workspace_limit, math,
     )  # fmt: skip
-    if call is None:
-        dy = check_tensor("dy", dy, ndim=(3, 4, 5))
-        w = check_tensor("w", w, ndim=dy.dim(), dtype=dy.dtype, device=dy.device)
-        x_shape = _shape_arg("x_shape", x_shape, dy.dim())
-        conv = _conv_desc(dy.dim(), stride, padding, dilation, groups, mode, math)
-        conv_output_shape(x_shape, w.shape, conv)
-        check_scaling(alpha, beta, out)
-        dx = _output(out, x_shape, dy)
-        tensors = ConvTensors(dx, w, dy)
-        call = _remember(
-            key,
-            _prepare(Direction.BACKWARD_DATA, tensors, conv, algo, workspace_limit, x_shape, dy),
-        )
-    else:
-        check_scaling(alpha, beta, out)
-        dx = call.output(out, dy)
-        tensors = ConvTensors(dx, w, dy)
-    call(tensors, alpha, beta)
-    return dx
 
 
 def conv_backward_filter(
@@ -255,29 +236,47 @@ def conv_backward_filter(
     x: (N, C, *S); dy: (N, K, *O); w_shape: (K, C/groups, *R). Returns dw in x's memory
     format, or `out`.
     """
-    key, call = _lookup(
-        Direction.BACKWARD_FILTER, (x, dy, out), w_shape, stride, padding, dilation, groups, mode,
-        algo, workspace_limit, resolve_math_mode(math),
+    return _backward(
+        Direction.BACKWARD_FILTER, x, dy, w_shape, ("x", "dy", "w_shape"), stride, padding,
+        dilation, groups, mode, alpha, beta, out, algo, workspace_limit, math,
     )  # fmt: skip
-    if call is None:
-        x = check_tensor("x", x, ndim=(3, 4, 5))
-        dy = check_tensor("dy", dy, ndim=x.dim(), dtype=x.dtype, device=x.device)
-        w_shape = _shape_arg("w_shape", w_shape, x.dim())
-        conv = _conv_desc(x.dim(), stride, padding, dilation, groups, mode, math)
-        conv_output_shape(x.shape, w_shape, conv)
-        check_scaling(alpha, beta, out)
-        dw = _output(out, w_shape, x)
-        tensors = ConvTensors(x, dw, dy)
-        call = _remember(
-            key,
-            _prepare(Direction.BACKWARD_FILTER, tensors, conv, algo, workspace_limit, w_shape, x),
+
+
+def _backward(
+    direction: Direction, first, second, shape, names, stride, padding, dilation, groups, mode,
+    alpha, beta, out, algo, workspace_limit, math,
+) -> torch.Tensor:  # fmt: skip
+    """conv_backward_data (first, second = dy, w; shape = x_shape) and conv_backward_filter
+    (first, second = x, dy; shape = w_shape): the result has `shape` in first's memory format
+    (or is `out`); `names` name the three arguments in errors."""
+    key, call = _lookup(
+        direction, (first, second, out), shape, stride, padding, dilation, groups, mode, algo,
+        workspace_limit, resolve_math_mode(math),
+    )  # fmt: skip
+    data = direction is Direction.BACKWARD_DATA
+    if call is None:  # a new signature: validate everything, then prepare below
+        first = check_tensor(names[0], first, ndim=(3, 4, 5))
+        second = check_tensor(
+            names[1], second, ndim=first.dim(), dtype=first.dtype, device=first.device
         )
+        shape = _shape_arg(names[2], shape, first.dim())
+        conv = _conv_desc(first.dim(), stride, padding, dilation, groups, mode, math)
+        if data:
+            conv_output_shape(shape, second.shape, conv)  # shape is x's, second is w
+        else:
+            conv_output_shape(first.shape, shape, conv)  # first is x, shape is w's
+        check_scaling(alpha, beta, out)
+        result = _output(out, shape, first)
     else:
         check_scaling(alpha, beta, out)
-        dw = call.output(out, x)
-        tensors = ConvTensors(x, dw, dy)
+        result = call.output(out, first)
+    # ConvTensors is (x, w, y): dx is the result of backward-data, dw of backward-filter.
+    tensors = ConvTensors(result, second, first) if data else ConvTensors(first, result, second)
+    if call is None:
+        prepared = _prepare(direction, tensors, conv, algo, workspace_limit, shape, first)
+        call = _remember(key, prepared)
     call(tensors, alpha, beta)
-    return dw
+    return result
 
 
 def conv_backward_bias(
