@@ -51,16 +51,22 @@ def _owner(device: torch.device) -> tuple:
 
 
 def stream_scratch(
-    device: torch.device, name: str, numel: int, dtype: torch.dtype = torch.float32
+    device: torch.device,
+    name: str,
+    numel: int,
+    dtype: torch.dtype = torch.float32,
+    zeroed: bool = False,
 ) -> torch.Tensor:
     """A buffer of at least `numel` elements of `dtype`, private to the current stream of
     `device`, the calling thread and `name` (so that one op can hold several at once). Its
-    contents are whatever the last op left there. It grows to the largest size asked for."""
+    contents are whatever the last op left there (zeros when `zeroed` and new). It grows to the
+    largest size asked for."""
     key = (*_owner(device), name)
     buf = _scratch.get(key)
     if buf is None or buf.numel() < numel:
+        alloc = torch.zeros if zeroed else torch.empty
         try:
-            buf = torch.empty(max(numel, 1024), dtype=dtype, device=device)
+            buf = alloc(max(numel, 1024), dtype=dtype, device=device)
         except torch.OutOfMemoryError as e:
             msg = f"scratch buffer of {numel} x {dtype} could not be allocated: {e}"
             raise AllocFailedError(msg) from e
@@ -82,9 +88,4 @@ def stream_counters(device: torch.device, numel: int) -> torch.Tensor:
     whose programs count their arrivals (so that the last one finishes a reduction) must
     leave every counter it used at zero again, which makes the buffer reusable by the next
     kernel on the stream, and in a captured CUDA graph by every replay."""
-    key = (*_owner(device), "counters")
-    buf = _scratch.get(key)
-    if buf is None or buf.numel() < numel:
-        buf = torch.zeros(max(numel, 1024), dtype=torch.int32, device=device)
-        _scratch[key] = buf
-    return buf
+    return stream_scratch(device, "counters", numel, torch.int32, zeroed=True)

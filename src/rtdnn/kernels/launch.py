@@ -79,13 +79,18 @@ class SlotLaunch:
         self.index = [names.index(s) for s in slots]
         self.compiled: dict[tuple, _Compiled] = {}
 
-    def __call__(self, *values) -> None:
+    def _bind(self, values) -> list:
+        """Every argument of the kernel, the slots filled with `values` as they are."""
         args = self.template.copy()
+        for i, v in zip(self.index, values, strict=True):
+            args[i] = v
+        return args
+
+    def __call__(self, *values) -> None:
         if INTERPRETED:
-            for i, v in zip(self.index, values, strict=True):
-                args[i] = v
-            self.fn[self.grid](*args, **self.options)
+            self.fn[self.grid](*self._bind(values), **self.options)
             return
+        args = self.template.copy()
         # The signature: what Triton specializes a compiled kernel on, for the arguments that
         # change between calls (each tensor's dtype and 16-byte alignment, each int's
         # divisibility by 16, equality to 1 and 32-bit range), and the device, as a compiled
@@ -108,9 +113,10 @@ class SlotLaunch:
             else:
                 sig.append(kind)
                 args[i] = v
-        compiled = self.compiled.get(tuple(sig))
+        key = tuple(sig)
+        compiled = self.compiled.get(key)
         if compiled is None or compiled.c_launch is None or _launch_hooks_installed():
-            self._slow_path(tuple(sig), compiled, values)
+            self._slow_path(key, compiled, values)
             return
         gx, gy, gz = self.grid
         coop, pdl = compiled.flags
@@ -123,9 +129,7 @@ class SlotLaunch:
         """Triton's own launch path, with the tensors themselves: the first call of a signature
         (which compiles or loads the kernel), kernels that need scratch memory, and calls
         while a launch hook (a profiler) is installed."""
-        args = self.template.copy()
-        for i, v in zip(self.index, values, strict=True):
-            args[i] = v
+        args = self._bind(values)
         if compiled is None:
             self.compiled[key] = _Compiled(self.fn[self.grid](*args, **self.options))
         else:
