@@ -13,21 +13,14 @@ import sys
 import time
 
 import torch
-from host_timing import profile_steps, sgd_train_step
+from host_timing import profile_steps, resnet50_pair, sgd_train_step
 
 import rtdnn
-from rtdnn.bench.model import build
 from rtdnn.kernels import launch as L
 
 out_dir = sys.argv[1]
 os.makedirs(out_dir, exist_ok=True)
-torch.backends.cudnn.benchmark = True
-torch.manual_seed(0)
-model, size = build("resnet50")
-model = model.cuda().to(memory_format=torch.channels_last)
-converted, _ = rtdnn.convert(model, fuse=True)
-x = torch.randn(128, 3, size, size, device="cuda").to(memory_format=torch.channels_last)
-target = torch.randint(0, 10, (128,), device="cuda")
+model, converted, x, target = resnet50_pair(128)
 
 
 torch_step = sgd_train_step(model.train(), torch.nn.CrossEntropyLoss(), x, target)

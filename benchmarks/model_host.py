@@ -11,22 +11,15 @@ import sys
 import time
 
 import torch
-from host_timing import profile_steps, sgd_train_step
+from host_timing import profile_steps, resnet50_pair, sgd_train_step
 from torch.profiler import ProfilerActivity, profile
 
 import rtdnn
-from rtdnn.bench.model import build
 
 out_dir = sys.argv[1]
 batch = int(sys.argv[2]) if len(sys.argv) > 2 else 128
 os.makedirs(out_dir, exist_ok=True)
-torch.backends.cudnn.benchmark = True
-torch.manual_seed(0)
-model, size = build("resnet50")
-model = model.cuda().to(memory_format=torch.channels_last)
-converted, _ = rtdnn.convert(model, fuse=True)
-x = torch.randn(batch, 3, size, size, device="cuda").to(memory_format=torch.channels_last)
-target = torch.randint(0, 10, (batch,), device="cuda")
+model, converted, x, target = resnet50_pair(batch)
 
 
 steps = {
