@@ -143,6 +143,27 @@ def test_reduce_channels_last_keeps_channels(dims):
         assert torch.equal(got.isnan(), ref.isnan()), op
 
 
+def test_reduce_loops_over_many_tiles_per_split():
+    # Each split walks several tiles (double-buffered loop, an odd tail), with ties and a NaN
+    # late in the walk.
+    fill = lambda s: torch.randint(-3, 4, s).float()  # noqa: E731
+    x = make((4, 40, 33, 33), layout="channels_last", fill=fill)
+    x[3, 7, 30, 31] = float("nan")
+    for op in ("add", "max", "min", "norm1"):
+        indexed = op in ("max", "min")
+        got = rtdnn.reduce_tensor(x, op, (0, 2, 3), indices=indexed)
+        ref = R.reduce_tensor(x, op, (0, 2, 3), indices=indexed)
+        if indexed:
+            assert torch.equal(got[1], ref[1]), op
+            got, ref = got[0], ref[0]
+        assert_close(got.nan_to_num(7.0), ref.nan_to_num(7.0), x.dtype, what=op)
+        assert torch.equal(got.isnan(), ref.isnan()), op
+    # Value-only max keeps NaN without tracking indices.
+    assert torch.equal(
+        rtdnn.reduce_tensor(x, "max", (0, 2, 3)).isnan().flatten(), torch.arange(40) == 7
+    )
+
+
 def test_reduce_nan_wins_like_torch():
     x = torch.tensor([[1.0, float("nan"), 3.0, float("nan")], [4.0, 2.0, 4.0, 0.0]])
     v, i = rtdnn.reduce_tensor(x, "max", 1, keepdim=False, indices=True)

@@ -435,8 +435,12 @@ class RowBackwardPlan:
         )  # fmt: skip
         self.finish = None
         if grads:
-            bp = min(_pow2(programs), pol.finish_block // 4 or 1)
-            bk = max(1, min(_pow2(params), 2048 // bp))
+            # About one column block per parallel slot (at least 32-byte sectors of them), so
+            # that the sum of the partial rows (several MB on short rows) is spread over the
+            # device instead of two dozen programs.
+            slots = parallel_slots(x.device.type)
+            bk = max(8, min(_pow2(params), _pow2(triton.cdiv(params, slots))))
+            bp = min(_pow2(programs), max(1, 2048 // bk), pol.finish_block)
             self.finish = SlotLaunch(
                 param_grad_finish_kernel, (triton.cdiv(params, bk),), dict(num_warps=4),
                 ("PW", "PB", "DW", "DB"), n_params=params, n_parts=programs,

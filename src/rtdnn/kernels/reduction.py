@@ -96,8 +96,9 @@ def _mul(a, b):
 
 
 @triton.jit
-def _combine_lanes(acc, acc_i, OP: tl.constexpr, AXIS: tl.constexpr):
-    """Reduce the 2-D accumulators along AXIS (the reduced axis of the tile)."""
+def _combine_lanes(acc, acc_i, OP: tl.constexpr, AXIS: tl.constexpr, WITH_INDEX: tl.constexpr):
+    """Reduce the 2-D accumulators along AXIS (the reduced axis of the tile); the index is
+    BIG_INDEX without WITH_INDEX."""
     if OP == MUL:
         return tl.reduce(acc, AXIS, _mul), tl.min(acc_i, AXIS)
     elif OP == MIN or OP == MAX or OP == AMAX:
@@ -108,8 +109,10 @@ def _combine_lanes(acc, acc_i, OP: tl.constexpr, AXIS: tl.constexpr):
         else:
             m = tl.max(tl.where(is_nan, float("-inf"), acc), AXIS, keep_dims=True)
         m = tl.where(any_nan, float("nan"), m)
-        hit = tl.where(any_nan, is_nan, acc == m)
-        idx = tl.min(tl.where(hit, acc_i, BIG_INDEX), AXIS)
+        idx = tl.min(acc_i, AXIS)
+        if WITH_INDEX:
+            hit = tl.where(any_nan, is_nan, acc == m)
+            idx = tl.min(tl.where(hit, acc_i, BIG_INDEX), AXIS)
         return tl.max(m, AXIS), idx
     else:
         return tl.sum(acc, AXIS), tl.min(acc_i, AXIS)
@@ -135,14 +138,54 @@ def _finish(v, count, OP: tl.constexpr):
 
 
 @triton.jit
+def _work_tile(
+    X, x_base, w, valid, r_chunks, r1s, r2s, rin, xr0, xr1, xr2, xr3, ir0, ir1, ir2, ir3, x_k,
+    k_in, tile_r, OP: tl.constexpr, BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    """Work item w (an outer reduced position and a chunk of the inner reduced dim): its
+    values (prepared for OP, the identity where masked or not `valid`) and their indices
+    (BIG_INDEX there)."""
+    chunk = w % r_chunks
+    ro = w // r_chunks
+    r2 = ro % r2s
+    ro = ro // r2s
+    r1 = ro % r1s
+    r0 = ro // r1s
+    offs_r = chunk * BLOCK_R + tile_r
+    mask = k_in & (offs_r < rin) & valid
+    ptrs = X + x_base + r0 * xr0 + r1 * xr1 + r2 * xr2 + x_k + offs_r * xr3
+    v = _prep(tl.load(ptrs, mask=mask, other=_identity(OP)).to(tl.float32), OP)
+    i = tl.where(mask, r0 * ir0 + r1 * ir1 + r2 * ir2 + offs_r * ir3, BIG_INDEX)
+    return v, i
+
+
+@triton.jit
+def _accumulate(acc, acc_i, v, i, OP: tl.constexpr, WITH_INDEX: tl.constexpr):
+    if OP == MUL:
+        acc = acc * v
+    elif OP == MIN or OP == MAX or OP == AMAX:
+        if WITH_INDEX:
+            upd = _better(v, i, acc, acc_i, OP == MIN)
+            acc_i = tl.where(upd, i, acc_i)
+        elif OP == MIN:
+            upd = (v < acc) | (v != v)  # NaN sticks once in: NaN < v and v < NaN are False
+        else:
+            upd = (v > acc) | (v != v)
+        acc = tl.where(upd, v, acc)
+    else:
+        acc = acc + v
+    return acc, acc_i
+
+
+@triton.jit
 def reduce_kernel(
     X, OUT, IDX, PART_V, PART_I, geo, alpha, beta,
     OP: tl.constexpr, SPLIT: tl.constexpr, WITH_INDEX: tl.constexpr,
-    BETA_NONZERO: tl.constexpr, K_FAST: tl.constexpr, BLOCK_K: tl.constexpr,
-    BLOCK_R: tl.constexpr,
+    BETA_NONZERO: tl.constexpr, K_FAST: tl.constexpr, ONE_STEP: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
 ):  # fmt: skip
-    """WITH_INDEX: write IDX. Split partials of min/max/amax always carry their index, so
-    that the finish kernel breaks ties between splits the same way."""
+    """WITH_INDEX: track indices and write IDX (or, split, index partials in PART_I).
+    ONE_STEP: every program has exactly one work item (no loop)."""
     # Unpack tuples before any loop: Triton 3.6 loses tuple elements specialized to 1 after a
     # runtime loop ("'NoneType' object has no attribute 'type'").
     k0s, k1s, k2s, kin = geo.kept
@@ -168,40 +211,33 @@ def reduce_kernel(
     xr0, xr1, xr2, xr3 = geo.x_red
     ir0, ir1, ir2, ir3 = geo.idx_red
     r_chunks = geo.r_chunks
-    if K_FAST:
-        acc = tl.full((BLOCK_R, BLOCK_K), _identity(OP), tl.float32)
-    else:
-        acc = tl.full((BLOCK_K, BLOCK_R), _identity(OP), tl.float32)
-    acc_i = tl.full(acc.shape, BIG_INDEX, tl.int32)
     w_start = split * geo.work_per_split
     w_end = tl.minimum(w_start + geo.work_per_split, r0s * r1s * r2s * r_chunks)
-    for w in range(w_start, w_end):
-        chunk = w % r_chunks
-        ro = w // r_chunks
-        r2 = ro % r2s
-        ro = ro // r2s
-        r1 = ro % r1s
-        r0 = ro // r1s
-        offs_r = chunk * BLOCK_R + tile_r
-        mask = k_in & (offs_r < rin)
-        ptrs = X + x_base + r0 * xr0 + r1 * xr1 + r2 * xr2 + x_k + offs_r * xr3
-        v = tl.load(ptrs, mask=mask, other=_identity(OP)).to(tl.float32)
-        v = _prep(v, OP)
-        if OP == MUL:
-            acc = acc * v
-        elif OP == MIN or OP == MAX or OP == AMAX:
-            i = tl.where(mask, r0 * ir0 + r1 * ir1 + r2 * ir2 + offs_r * ir3, BIG_INDEX)
-            upd = _better(v, i, acc, acc_i, OP == MIN) & mask
-            acc = tl.where(upd, v, acc)
-            acc_i = tl.where(upd, i, acc_i)
-        else:
-            acc = acc + v
-    val, idx = _combine_lanes(acc, acc_i, OP, 0 if K_FAST else 1)
+    # The first work item is the accumulator itself (combining with the identity is a copy);
+    # then double buffering: item w + 1 is requested before item w is combined, so that a
+    # program always has a load in flight.
+    acc, acc_i = _work_tile(
+        X, x_base, w_start, True, r_chunks, r1s, r2s, rin, xr0, xr1, xr2, xr3, ir0, ir1, ir2,
+        ir3, x_k, k_in, tile_r, OP, BLOCK_R,
+    )  # fmt: skip
+    if not ONE_STEP:
+        v, i = _work_tile(
+            X, x_base, w_start + 1, w_start + 1 < w_end, r_chunks, r1s, r2s, rin, xr0, xr1,
+            xr2, xr3, ir0, ir1, ir2, ir3, x_k, k_in, tile_r, OP, BLOCK_R,
+        )  # fmt: skip
+        for w in range(w_start + 1, w_end):
+            v_next, i_next = _work_tile(
+                X, x_base, w + 1, w + 1 < w_end, r_chunks, r1s, r2s, rin, xr0, xr1, xr2, xr3,
+                ir0, ir1, ir2, ir3, x_k, k_in, tile_r, OP, BLOCK_R,
+            )  # fmt: skip
+            acc, acc_i = _accumulate(acc, acc_i, v, i, OP, WITH_INDEX)
+            v, i = v_next, i_next
+    val, idx = _combine_lanes(acc, acc_i, OP, 0 if K_FAST else 1, WITH_INDEX)
     if SPLIT:
         kflat = ((k0 * k1s + k1) * k2s + k2) * kin + offs_k
         n_kept = k0s * k1s * k2s * kin
         tl.store(PART_V + split * n_kept + kflat, val, mask=k_ok)
-        if OP == MIN or OP == MAX or OP == AMAX:
+        if WITH_INDEX:
             tl.store(PART_I + split * n_kept + kflat, idx, mask=k_ok)
     else:
         o_offs = k0 * ok0 + k1 * ok1 + k2 * ok2 + offs_k * ok3
@@ -219,7 +255,9 @@ def reduce_finish_kernel(
     OP: tl.constexpr, WITH_INDEX: tl.constexpr, BETA_NONZERO: tl.constexpr,
     BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """Combine the partials of each kept element, split 0 first (deterministic)."""
+    """Combine the partials of each kept element, split 0 first (deterministic). With
+    WITH_INDEX, min/max partials come with their indices in PART_I, so that ties between
+    splits go to the first index."""
     k0s, k1s, k2s, kin = geo.kept
     ok0, ok1, ok2, ok3 = geo.out_kept  # before the loop (see reduce_kernel)
     count = geo.count
@@ -236,15 +274,10 @@ def reduce_finish_kernel(
     acc_i = tl.full((BLOCK,), BIG_INDEX, tl.int32)
     for s in range(splits):
         v = tl.load(PART_V + s * n_kept + kflat, mask=in_range, other=_identity(OP))
-        if OP == MUL:
-            acc = acc * v
-        elif OP == MIN or OP == MAX or OP == AMAX:
+        i = acc_i
+        if WITH_INDEX:
             i = tl.load(PART_I + s * n_kept + kflat, mask=in_range, other=BIG_INDEX)
-            upd = _better(v, i, acc, acc_i, OP == MIN)
-            acc = tl.where(upd, v, acc)
-            acc_i = tl.where(upd, i, acc_i)
-        else:
-            acc = acc + v
+        acc, acc_i = _accumulate(acc, acc_i, v, i, OP, WITH_INDEX)
     o_offs = k0 * ok0 + k1 * ok1 + k2 * ok2 + kk * ok3
     res = alpha * _finish(acc, count, OP)
     if BETA_NONZERO:
@@ -337,15 +370,15 @@ def launch_reduce(x, out, idx, plan: ReducePlan, op: str, alpha: float, beta: fl
         n_kept = geo.kept[0] * geo.kept[1] * geo.kept[2] * geo.kept[3]
         part_v = torch.empty((plan.splits, n_kept), dtype=torch.float32, device=x.device)
         part_i = part_v
-        if op in INDEXED:
+        if with_index:
             part_i = torch.empty((plan.splits, n_kept), dtype=torch.int32, device=x.device)
     idx_arg = idx if with_index else out
     code = OPS[op]
     reduce_kernel[plan.grid](
         x, out, idx_arg, part_v, part_i, geo, float(alpha), float(beta),
         OP=code, SPLIT=split, WITH_INDEX=with_index, BETA_NONZERO=beta != 0,
-        K_FAST=plan.k_fast, BLOCK_K=plan.block_k, BLOCK_R=plan.block_r,
-        num_warps=plan.num_warps,
+        K_FAST=plan.k_fast, ONE_STEP=geo.work_per_split == 1, BLOCK_K=plan.block_k,
+        BLOCK_R=plan.block_r, num_warps=plan.num_warps,
     )  # fmt: skip
     if split:
         block = 256
