@@ -345,7 +345,12 @@ def reduce_tensor(x, op, dims=None, *, keepdim=True, indices=False, alpha=1.0, b
         i = None
     else:
         t = flat.abs() if op == "amax" else flat
-        v, i = t.min(-1) if op == "min" else t.max(-1)
+        v = t.amin(-1) if op == "min" else t.amax(-1)  # NaN propagates
+        # The first position holding the result (NaN matching NaN), whatever tie rule
+        # torch.max follows on this device.
+        hit = (t == v[..., None]) | (t.isnan() & v.isnan()[..., None])
+        pos = torch.arange(t.shape[-1], device=t.device)
+        i = torch.where(hit, pos, t.shape[-1]).amin(-1)
     full = [1 if d in red else s for d, s in enumerate(x64.shape)]
     v = v.reshape(full)
     i = i.reshape(full) if i is not None else None

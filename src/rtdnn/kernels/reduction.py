@@ -6,15 +6,19 @@ tile of (innermost kept dim, innermost reduced dim) whose last (fastest) axis is
 the two is contiguous in memory, so that it is read with vector loads: [BLOCK_R, BLOCK_K] when
 a kept dim is contiguous (K_FAST, per-channel sums of NHWC data), else [BLOCK_K, BLOCK_R]. The
 other kept dims come from the program id and the other reduced dims are a scalar loop. Programs
-accumulate in float32 in a 2-D register tile and reduce it across lanes once at the end.
+accumulate in a 2-D register tile (double-buffered: the next tile's load is in flight while
+one is combined) and reduce it across lanes once at the end.
 
 When few outputs share a long reduction (a global sum, per-channel sums of NHWC data) each
 output's work is split over `splits` programs that write float32 partials; a finish kernel
 combines them in a fixed order, so results are deterministic.
 
-Indices (min, max, amax) are flat positions in the reduced dims, row-major in x's dim order. The
-loop does not visit elements in that order, so ties are broken by comparing indices: the first
-extremum wins, and NaN beats every number (the first NaN wins), as in torch.max.
+Min, max and amax accumulate order keys: the float's bits mapped to an int32 whose order is
+the order of preference (NaN first, as in torch.max), and with indices a 64-bit key holding
+that above BIG_INDEX - index. Combining is then one integer max, elementwise in the loop and
+across lanes at the end, and it picks the first extremum (the lowest index) whatever order the
+loop visits elements in. Indices are flat positions in the reduced dims, row-major in x's dim
+order.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ NORM2 = tl.constexpr(7)
 OPS = {"add": 0, "mul": 1, "min": 2, "max": 3, "amax": 4, "avg": 5, "norm1": 6, "norm2": 7}
 INDEXED = ("min", "max", "amax")
 BIG_INDEX = tl.constexpr(2**31 - 1)
+MAX_INT32 = tl.constexpr(2**31 - 1)
 
 
 class ReduceGeometry(NamedTuple):
@@ -77,17 +82,51 @@ def _prep(v, OP: tl.constexpr):
 
 
 @triton.jit
-def _better(v, i, m, j, LOWER: tl.constexpr):
-    """True where (v, i) beats (m, j): NaN first, then the larger (smaller if LOWER), then the
-    lower index."""
-    v_nan = v != v
-    m_nan = m != m
+def _is_extremum(OP: tl.constexpr):
+    return OP == MIN or OP == MAX or OP == AMAX
+
+
+@triton.jit
+def _order_key(v, LOWER: tl.constexpr):
+    """An int32 whose signed order is the order of preference: the larger value wins (the
+    smaller if LOWER), NaN beats every number. Negative floats' bit patterns count down, so
+    their low 31 bits are flipped; -0.0 is first made +0.0 (they tie, as in torch)."""
+    bits = (v + 0.0).to(tl.int32, bitcast=True)
+    k = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
     if LOWER:
-        wins = v < m
-    else:
-        wins = v > m
-    num = (~v_nan) & (~m_nan) & (wins | ((v == m) & (i < j)))
-    return (v_nan & ~m_nan) | (v_nan & m_nan & (i < j)) | num
+        k = ~k
+    return tl.where(v != v, MAX_INT32, k)
+
+
+@triton.jit
+def _key_value(k, LOWER: tl.constexpr):
+    """The float32 value of an order key (NaN for NaN's key)."""
+    if LOWER:
+        k = ~k
+    return tl.where(k >= 0, k, k ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _as_acc(v, i, OP: tl.constexpr, WITH_INDEX: tl.constexpr):
+    """Values (prepared for OP) in accumulator form. Min, max and amax accumulate order keys,
+    so that combining is one integer max: with WITH_INDEX the key is 64-bit, the value's key
+    above BIG_INDEX - index (= index ^ BIG_INDEX: 31 bits), so that ties go to the lower
+    index and one max carries both."""
+    if _is_extremum(OP):
+        k = _order_key(v, OP == MIN)
+        if WITH_INDEX:
+            k = (k.to(tl.int64) << 32) | (i ^ BIG_INDEX).to(tl.int64)
+        return k
+    return v
+
+
+@triton.jit
+def _accumulate(acc, a, OP: tl.constexpr):
+    if OP == MUL:
+        return acc * a
+    elif _is_extremum(OP):
+        return tl.maximum(acc, a)
+    return acc + a
 
 
 @triton.jit
@@ -96,26 +135,24 @@ def _mul(a, b):
 
 
 @triton.jit
-def _combine_lanes(acc, acc_i, OP: tl.constexpr, AXIS: tl.constexpr, WITH_INDEX: tl.constexpr):
-    """Reduce the 2-D accumulators along AXIS (the reduced axis of the tile); the index is
-    BIG_INDEX without WITH_INDEX."""
+def _combine_lanes(acc, OP: tl.constexpr, AXIS: tl.constexpr):
+    """Reduce the 2-D accumulator along AXIS (the reduced axis of the tile)."""
     if OP == MUL:
-        return tl.reduce(acc, AXIS, _mul), tl.min(acc_i, AXIS)
-    elif OP == MIN or OP == MAX or OP == AMAX:
-        is_nan = acc != acc
-        any_nan = tl.max(is_nan.to(tl.int32), AXIS, keep_dims=True) > 0
-        if OP == MIN:
-            m = tl.min(tl.where(is_nan, float("inf"), acc), AXIS, keep_dims=True)
-        else:
-            m = tl.max(tl.where(is_nan, float("-inf"), acc), AXIS, keep_dims=True)
-        m = tl.where(any_nan, float("nan"), m)
-        idx = tl.min(acc_i, AXIS)
+        return tl.reduce(acc, AXIS, _mul)
+    elif _is_extremum(OP):
+        return tl.max(acc, AXIS)
+    return tl.sum(acc, AXIS)
+
+
+@triton.jit
+def _result(acc, OP: tl.constexpr, WITH_INDEX: tl.constexpr):
+    """Accumulator -> (float32 value, int32 index; BIG_INDEX without an index)."""
+    if _is_extremum(OP):
         if WITH_INDEX:
-            hit = tl.where(any_nan, is_nan, acc == m)
-            idx = tl.min(tl.where(hit, acc_i, BIG_INDEX), AXIS)
-        return tl.max(m, AXIS), idx
-    else:
-        return tl.sum(acc, AXIS), tl.min(acc_i, AXIS)
+            idx = (acc & BIG_INDEX).to(tl.int32) ^ BIG_INDEX
+            return _key_value((acc >> 32).to(tl.int32), OP == MIN), idx
+        return _key_value(acc, OP == MIN), tl.full(acc.shape, BIG_INDEX, tl.int32)
+    return acc, tl.full(acc.shape, BIG_INDEX, tl.int32)
 
 
 @triton.jit
@@ -160,24 +197,6 @@ def _work_tile(
 
 
 @triton.jit
-def _accumulate(acc, acc_i, v, i, OP: tl.constexpr, WITH_INDEX: tl.constexpr):
-    if OP == MUL:
-        acc = acc * v
-    elif OP == MIN or OP == MAX or OP == AMAX:
-        if WITH_INDEX:
-            upd = _better(v, i, acc, acc_i, OP == MIN)
-            acc_i = tl.where(upd, i, acc_i)
-        elif OP == MIN:
-            upd = (v < acc) | (v != v)  # NaN sticks once in: NaN < v and v < NaN are False
-        else:
-            upd = (v > acc) | (v != v)
-        acc = tl.where(upd, v, acc)
-    else:
-        acc = acc + v
-    return acc, acc_i
-
-
-@triton.jit
 def reduce_kernel(
     X, OUT, IDX, PART_V, PART_I, geo, alpha, beta,
     OP: tl.constexpr, SPLIT: tl.constexpr, WITH_INDEX: tl.constexpr,
@@ -216,10 +235,11 @@ def reduce_kernel(
     # The first work item is the accumulator itself (combining with the identity is a copy);
     # then double buffering: item w + 1 is requested before item w is combined, so that a
     # program always has a load in flight.
-    acc, acc_i = _work_tile(
+    v, i = _work_tile(
         X, x_base, w_start, True, r_chunks, r1s, r2s, rin, xr0, xr1, xr2, xr3, ir0, ir1, ir2,
         ir3, x_k, k_in, tile_r, OP, BLOCK_R,
     )  # fmt: skip
+    acc = _as_acc(v, i, OP, WITH_INDEX)
     if not ONE_STEP:
         v, i = _work_tile(
             X, x_base, w_start + 1, w_start + 1 < w_end, r_chunks, r1s, r2s, rin, xr0, xr1,
@@ -230,9 +250,9 @@ def reduce_kernel(
                 X, x_base, w + 1, w + 1 < w_end, r_chunks, r1s, r2s, rin, xr0, xr1, xr2, xr3,
                 ir0, ir1, ir2, ir3, x_k, k_in, tile_r, OP, BLOCK_R,
             )  # fmt: skip
-            acc, acc_i = _accumulate(acc, acc_i, v, i, OP, WITH_INDEX)
+            acc = _accumulate(acc, _as_acc(v, i, OP, WITH_INDEX), OP)
             v, i = v_next, i_next
-    val, idx = _combine_lanes(acc, acc_i, OP, 0 if K_FAST else 1, WITH_INDEX)
+    val, idx = _result(_combine_lanes(acc, OP, 0 if K_FAST else 1), OP, WITH_INDEX)
     if SPLIT:
         kflat = ((k0 * k1s + k1) * k2s + k2) * kin + offs_k
         n_kept = k0s * k1s * k2s * kin
@@ -250,14 +270,28 @@ def reduce_kernel(
 
 
 @triton.jit
+def _partials(PART_V, PART_I, s0, splits, n_kept, kflat, in_range, OP: tl.constexpr,
+              WITH_INDEX: tl.constexpr, BLOCK_S: tl.constexpr):  # fmt: skip
+    """Splits s0 .. s0 + BLOCK_S of each kept element, combined (a fixed tree)."""
+    offs_s = s0 + tl.arange(0, BLOCK_S)
+    mask = (offs_s < splits)[:, None] & in_range[None, :]
+    ptrs = offs_s[:, None] * n_kept + kflat[None, :]
+    v = tl.load(PART_V + ptrs, mask=mask, other=_identity(OP))
+    i = tl.full(v.shape, BIG_INDEX, tl.int32)
+    if WITH_INDEX:
+        i = tl.load(PART_I + ptrs, mask=mask, other=BIG_INDEX)
+    return _combine_lanes(_as_acc(v, i, OP, WITH_INDEX), OP, 0)
+
+
+@triton.jit
 def reduce_finish_kernel(
     OUT, IDX, PART_V, PART_I, geo, splits, alpha, beta,
     OP: tl.constexpr, WITH_INDEX: tl.constexpr, BETA_NONZERO: tl.constexpr,
-    BLOCK: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """Combine the partials of each kept element, split 0 first (deterministic). With
-    WITH_INDEX, min/max partials come with their indices in PART_I, so that ties between
-    splits go to the first index."""
+    """Combine the partials of BLOCK kept elements: BLOCK_S splits at a time in a fixed tree,
+    the blocks of splits in order (deterministic). With WITH_INDEX, min/max partials come
+    with their indices in PART_I, so that ties between splits go to the lower index."""
     k0s, k1s, k2s, kin = geo.kept
     ok0, ok1, ok2, ok3 = geo.out_kept  # before the loop (see reduce_kernel)
     count = geo.count
@@ -270,21 +304,20 @@ def reduce_finish_kernel(
     rest = rest // k2s
     k1 = rest % k1s
     k0 = rest // k1s
-    acc = tl.full((BLOCK,), _identity(OP), tl.float32)
-    acc_i = tl.full((BLOCK,), BIG_INDEX, tl.int32)
-    for s in range(splits):
-        v = tl.load(PART_V + s * n_kept + kflat, mask=in_range, other=_identity(OP))
-        i = acc_i
-        if WITH_INDEX:
-            i = tl.load(PART_I + s * n_kept + kflat, mask=in_range, other=BIG_INDEX)
-        acc, acc_i = _accumulate(acc, acc_i, v, i, OP, WITH_INDEX)
+    acc = _partials(PART_V, PART_I, 0, splits, n_kept, kflat, in_range, OP, WITH_INDEX, BLOCK_S)
+    for s0 in range(BLOCK_S, splits, BLOCK_S):
+        part = _partials(
+            PART_V, PART_I, s0, splits, n_kept, kflat, in_range, OP, WITH_INDEX, BLOCK_S
+        )
+        acc = _accumulate(acc, part, OP)
+    val, idx = _result(acc, OP, WITH_INDEX)
     o_offs = k0 * ok0 + k1 * ok1 + k2 * ok2 + kk * ok3
-    res = alpha * _finish(acc, count, OP)
+    res = alpha * _finish(val, count, OP)
     if BETA_NONZERO:
         res += beta * tl.load(OUT + o_offs, mask=in_range).to(tl.float32)
     tl.store(OUT + o_offs, res.to(OUT.dtype.element_ty), mask=in_range)
     if WITH_INDEX:
-        tl.store(IDX + o_offs, acc_i.to(tl.int64), mask=in_range)
+        tl.store(IDX + o_offs, idx.to(tl.int64), mask=in_range)
 
 
 # -- planning (host side) --------------------------------------------------------------------
@@ -381,8 +414,12 @@ def launch_reduce(x, out, idx, plan: ReducePlan, op: str, alpha: float, beta: fl
         BLOCK_R=plan.block_r, num_warps=plan.num_warps,
     )  # fmt: skip
     if split:
-        block = 256
+        # All splits of a few kept elements per program, in one load where they fit: a
+        # serial walk over hundreds of splits took a quarter of the main kernel's time.
+        block_s = min(next_pow2(plan.splits), 1024)
+        block = max(1, min(next_pow2(part_v.shape[1]), 4096 // block_s))
         reduce_finish_kernel[(triton.cdiv(part_v.shape[1], block),)](
             out, idx_arg, part_v, part_i, geo, plan.splits, float(alpha), float(beta),
-            OP=code, WITH_INDEX=with_index, BETA_NONZERO=beta != 0, BLOCK=block, num_warps=4,
+            OP=code, WITH_INDEX=with_index, BETA_NONZERO=beta != 0, BLOCK_S=block_s,
+            BLOCK=block, num_warps=4,
         )  # fmt: skip

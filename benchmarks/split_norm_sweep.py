@@ -1,0 +1,101 @@
+"""Batch norm on ResNet-50 shapes (channels-last bf16): time per tile policy of the split
+kernels (statistics, backward partial sums and the elementwise passes), to choose the policy
+from measurements: elements per tile, elements per warp, bytes of channels per tile row,
+programs per parallel slot. Each op is timed whole (do_bench, L2 flushed) and split into its
+kernels (torch.profiler).
+    PYTHONPATH=src python benchmarks/split_norm_sweep.py OUT_DIR
+"""
+
+import collections
+import dataclasses
+import json
+import os
+import sys
+
+import torch
+import triton
+
+from rtdnn import ops
+from rtdnn.algos import norm as engine
+
+out_dir = sys.argv[1]
+os.makedirs(out_dir, exist_ok=True)
+default_policy = engine.GPU_POLICY
+results = []
+
+# (split_elements, warp_elements, lane_bytes, programs_per_slot); the first is the default.
+CONFIGS = [
+    (4096, 1024, 128, 8),
+    (4096, 512, 128, 8),
+    (2048, 512, 128, 8),
+    (2048, 256, 128, 8),
+    (8192, 1024, 128, 8),
+    (8192, 2048, 128, 8),
+    (4096, 1024, 256, 8),
+    (4096, 512, 64, 8),
+    (4096, 1024, 128, 4),
+    (4096, 1024, 128, 16),
+]
+SHAPES = [(64, 64, 112), (64, 256, 56), (64, 512, 28), (64, 1024, 14), (128, 512, 28),
+          (128, 1024, 14), (64, 2048, 7)]  # fmt: skip
+
+
+def kernel_times(fn, steps: int = 10) -> dict[str, float]:
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    per = collections.defaultdict(float)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            per[e.name[:40]] += e.device_time / steps
+    return {k: round(v, 1) for k, v in per.items()}
+
+
+def calls(n: int, c: int, hw: int) -> dict:
+    def cl(t):
+        return t.to(memory_format=torch.channels_last)
+
+    x = cl(torch.randn(n, c, hw, hw, device="cuda", dtype=torch.bfloat16))
+    z, dy = torch.randn_like(x), torch.randn_like(x)
+    w, b = torch.rand(c, device="cuda") + 0.5, torch.randn(c, device="cuda")
+    rm, rv = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
+    _, mean, invstd = ops.batch_norm_forward_training(x, w, b)
+    nb = x.numel() * 2
+    return {
+        "bn train fwd": (lambda: ops.batch_norm_forward_training(
+            x, w, b, running_mean=rm, running_var=rv), 2 * nb),
+        "bn bwd": (lambda: ops.batch_norm_backward(dy, x, mean, invstd, w, b), 3 * nb),
+        "bn+add+relu train fwd": (lambda: ops.batch_norm_forward_training(
+            x, w, b, z=z, activation="relu"), 3 * nb),
+    }  # fmt: skip
+
+
+for n, c, hw in SHAPES:
+    work = calls(n, c, hw)
+    for split, warp, lane, pps in CONFIGS:
+        engine.GPU_POLICY = dataclasses.replace(
+            default_policy, split_elements=split, warp_elements=warp, lane_bytes=lane,
+            programs_per_slot=pps,
+        )  # fmt: skip
+        engine.clear_plans()
+        for op, (fn, moved) in work.items():
+            ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+            row = dict(op=op, shape=f"{n}x{c}x{hw}x{hw}", split=split, warp=warp, lane=lane,
+                       pps=pps, ms=round(ms, 4), gbs=round(moved / ms / 1e6),
+                       kernels=kernel_times(fn))  # fmt: skip
+            results.append(row)
+            print(json.dumps(row), flush=True)
+engine.GPU_POLICY = default_policy
+with open(os.path.join(out_dir, "split_norm_sweep.json"), "w") as f:
+    json.dump(results, f, indent=1)
+best = {}
+for r in results:
+    k = (r["op"], r["shape"])
+    if k not in best or r["ms"] < best[k]["ms"]:
+        best[k] = r
+for k, r in best.items():
+    base = next(x for x in results if (x["op"], x["shape"]) == k)
+    print("BEST", k, (r["split"], r["warp"], r["lane"], r["pps"]), r["ms"], "default", base["ms"])
