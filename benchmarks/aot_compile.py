@@ -7,11 +7,13 @@ ptxas), and runs, on CPU tensors with the GPU tile shapes, a forward and backwar
 the demo's CNN and a small ResNet-style block (convolutions with bias, batch norm, pooling,
 linear, cross-entropy). Results are meaningless: only compilation is checked.
 
-    PYTHONPATH=src python benchmarks/aot_compile.py      (TRITON_INTERPRET must be unset)
+    PYTHONPATH=src python benchmarks/aot_compile.py [--conv-tests] [--prims]
+    (TRITON_INTERPRET must be unset)
 
 Relies on Triton 3.6 internals (CudaDriver, JITFunction.run's warm-up flag); a development aid.
 """
 
+import dataclasses
 import sys
 
 from sm90_stub import activate  # noqa: E402
@@ -79,6 +81,29 @@ def main() -> None:
                 if algo != "IMPLICIT_GEMM_SPLIT_K":
                     rtdnn.conv_backward_data(y, w, x.shape, **kw)
             rtdnn.conv_backward_bias(y)
+    if "--prims" in sys.argv:  # reductions (every op, split or not, with indices) and norms
+        for x, dims in (
+            (torch.randn(4, 64, 6, 6).to(memory_format=torch.channels_last), (0, 2, 3)),
+            (torch.randn(8, 4096), (1,)),
+            (torch.randn(3, 9000), None),
+        ):
+            for dtype in (torch.float32, torch.bfloat16):
+                for op in ("add", "mul", "min", "max", "amax", "avg", "norm1", "norm2"):
+                    rtdnn.reduce_tensor(x.to(dtype), op, dims)
+                    if op in ("min", "max", "amax"):
+                        rtdnn.reduce_tensor(x.to(dtype), op, dims, indices=True)
+        for d in (768, 2048):
+            x = torch.randn(64, d).to(torch.bfloat16)
+            w = torch.randn(d).to(torch.bfloat16)
+            _, mean, rstd = rtdnn.layer_norm_forward(x, d, w, w)
+            rtdnn.layer_norm_backward(x, x, d, mean, rstd, w)
+        from rtdnn.algos import norm as engine
+
+        for stages in (0, 3):
+            engine.GPU_POLICY = dataclasses.replace(engine.GPU_POLICY, stats_stages=stages)
+            engine.clear_plans()
+            x = torch.randn(8, 64, 14, 14).to(torch.bfloat16).to(memory_format=torch.channels_last)
+            rtdnn.batch_norm_forward_training(x, torch.randn(64), torch.randn(64))
     print(f"compiled {len(compiled)} kernel variants for sm_90")
 
 

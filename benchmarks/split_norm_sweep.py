@@ -3,7 +3,7 @@ kernels (statistics, backward partial sums and the elementwise passes), to choos
 from measurements: elements per tile, elements per warp, bytes of channels per tile row,
 programs per parallel slot. Each op is timed whole (do_bench, L2 flushed) and split into its
 kernels (torch.profiler).
-    PYTHONPATH=src python benchmarks/split_norm_sweep.py OUT_DIR
+    PYTHONPATH=src python benchmarks/split_norm_sweep.py OUT_DIR [CONFIG_INDEX ...]
 """
 
 import collections
@@ -23,19 +23,27 @@ os.makedirs(out_dir, exist_ok=True)
 default_policy = engine.GPU_POLICY
 results = []
 
-# (split_elements, warp_elements, lane_bytes, programs_per_slot); the first is the default.
+# (split_elements, warp_elements, lane_bytes, programs_per_slot, stats_stages); the first is
+# the default. Give a subset on the command line: indices into this list, e.g. "0 5 6".
 CONFIGS = [
-    (4096, 1024, 128, 8),
-    (4096, 512, 128, 8),
-    (2048, 512, 128, 8),
-    (2048, 256, 128, 8),
-    (8192, 1024, 128, 8),
-    (8192, 2048, 128, 8),
-    (4096, 1024, 256, 8),
-    (4096, 512, 64, 8),
-    (4096, 1024, 128, 4),
-    (4096, 1024, 128, 16),
+    (4096, 1024, 128, 8, 0),
+    (4096, 512, 128, 8, 0),
+    (2048, 512, 128, 8, 0),
+    (2048, 256, 128, 8, 0),
+    (8192, 1024, 128, 8, 0),
+    (8192, 2048, 128, 8, 0),
+    (4096, 1024, 256, 8, 0),
+    (4096, 512, 64, 8, 0),
+    (4096, 1024, 128, 4, 0),
+    (4096, 1024, 128, 16, 0),
+    (4096, 1024, 128, 8, 3),
+    (4096, 1024, 128, 8, 4),
+    (8192, 1024, 128, 8, 3),
+    (8192, 2048, 128, 8, 4),
+    (2048, 512, 128, 8, 3),
 ]
+if len(sys.argv) > 2:
+    CONFIGS = [CONFIGS[int(i)] for i in sys.argv[2:]]
 SHAPES = [(64, 64, 112), (64, 256, 56), (64, 512, 28), (64, 1024, 14), (128, 512, 28),
           (128, 1024, 14), (64, 2048, 7)]  # fmt: skip
 
@@ -75,16 +83,16 @@ def calls(n: int, c: int, hw: int) -> dict:
 
 for n, c, hw in SHAPES:
     work = calls(n, c, hw)
-    for split, warp, lane, pps in CONFIGS:
+    for split, warp, lane, pps, stages in CONFIGS:
         engine.GPU_POLICY = dataclasses.replace(
             default_policy, split_elements=split, warp_elements=warp, lane_bytes=lane,
-            programs_per_slot=pps,
+            programs_per_slot=pps, stats_stages=stages,
         )  # fmt: skip
         engine.clear_plans()
         for op, (fn, moved) in work.items():
             ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
             row = dict(op=op, shape=f"{n}x{c}x{hw}x{hw}", split=split, warp=warp, lane=lane,
-                       pps=pps, ms=round(ms, 4), gbs=round(moved / ms / 1e6),
+                       pps=pps, stages=stages, ms=round(ms, 4), gbs=round(moved / ms / 1e6),
                        kernels=kernel_times(fn))  # fmt: skip
             results.append(row)
             print(json.dumps(row), flush=True)
@@ -98,4 +106,5 @@ for r in results:
         best[k] = r
 for k, r in best.items():
     base = next(x for x in results if (x["op"], x["shape"]) == k)
-    print("BEST", k, (r["split"], r["warp"], r["lane"], r["pps"]), r["ms"], "default", base["ms"])
+    config = (r["split"], r["warp"], r["lane"], r["pps"], r["stages"])
+    print("BEST", k, config, r["ms"], "first config", base["ms"])

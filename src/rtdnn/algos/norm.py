@@ -57,6 +57,8 @@ class TilePolicy:
     finish_block: int  # merges and finish kernels read at most this many slices per step
     lane_bytes: int = 128  # kept-contiguous split tiles: bytes of kept indices per row
     warp_elements: int = 512  # split tiles get one warp per this many elements
+    stats_programs_per_slot: int = 0  # the statistics pass's (0: programs_per_slot)
+    stats_stages: int = 0  # statistics pass: 0 double-buffers in registers, else tl.range stages
     force_path: str | None = None  # "row" or "split" for tests; None decides by the problem
 
 
@@ -67,10 +69,14 @@ class TilePolicy:
 # 16-bit data are packed into tiles of 2048 elements: with 4096 the row backward on bf16 rows
 # of 768 and 1024 ran at 25-55% of copy bandwidth, with 2048 at 63-77%
 # (benchmarks/row_norm_sweep.py). Float32 keeps 4096 (not measured at 2048).
+# The statistics pass runs half as many programs (4 per slot): each has more tiles to walk
+# after its prologue, and its merge tree is shallower; it took 4 to 22% less time on every
+# ResNet-50 batch-norm shape (batch 64 and 128), while the elementwise passes were 3 to 10%
+# slower with 4 (benchmarks/split_norm_sweep.py).
 GPU_POLICY = TilePolicy(
     row_elements=16384, row_pack=4096, row_pack_16bit=2048, split_elements=4096, max_block_r=16384,
     programs_per_slot=8, row_programs_per_slot=2, max_slices=512, finish_block=256,
-    warp_elements=1024,
+    warp_elements=1024, stats_programs_per_slot=4,
 )  # fmt: skip
 CPU_POLICY = TilePolicy(
     row_elements=64, row_pack=32, row_pack_16bit=32, split_elements=32, max_block_r=16,
@@ -236,13 +242,16 @@ def _single(g: Geometry, t: Tiles) -> bool:
     return math.prod(g.rsize[:3]) == 1 and g.rsize[3] <= t.block_r
 
 
-def _slices(g: Geometry, t: Tiles, device: torch.device, pol: TilePolicy) -> tuple[int, int]:
-    """(slices, tiles per slice) of the split grid (cdiv(kept, BLOCK_K), slices): enough
-    programs to fill the device, no empty slice, and at most max_slices summaries per kept
-    index for the merge (see MergeTree) or finish pass to read, in order."""
+def _slices(
+    g: Geometry, t: Tiles, device: torch.device, pol: TilePolicy, per_slot: int | None = None
+) -> tuple[int, int]:
+    """(slices, tiles per slice) of the split grid (cdiv(kept, BLOCK_K), slices): about
+    `per_slot` (default pol.programs_per_slot) programs per parallel slot, no empty slice, and
+    at most max_slices summaries per kept index for the merge (see MergeTree) or finish pass
+    to read, in order."""
     tiles = g.for_tiles(t.block_r).tiles
     kept_blocks = triton.cdiv(g.kept, t.block_k)
-    target = pol.programs_per_slot * parallel_slots(device.type)
+    target = (per_slot or pol.programs_per_slot) * parallel_slots(device.type)
     slices = max(1, min(tiles, pol.max_slices, triton.cdiv(target, kept_blocks)))
     per_slice = triton.cdiv(tiles, slices)
     return triton.cdiv(tiles, per_slice), per_slice
@@ -341,23 +350,26 @@ class ForwardPlan:
         t = split_tiles(g, itemsize, pol)
         geo = g.for_tiles(t.block_r)
         kept_blocks = triton.cdiv(g.kept, t.block_k)
-        slices, per_slice = _slices(g, t, x.device, pol)
-        grid, opts = (kept_blocks, slices), dict(num_warps=t.num_warps)
+        slices, per_slice = _slices(g, t, x.device, pol, pol.stats_programs_per_slot)
+        opts = dict(num_warps=t.num_warps)
         self.part_numel = 4 * slices * g.kept
         tree = MergeTree(slices, kept_blocks, t, pol)
         self.counters = tree.counters
         self.stats = SlotLaunch(
-            norm_stats_kernel, grid, opts,
+            norm_stats_kernel, (kept_blocks, slices), opts,
             ("X", "PART", "MEAN", "RSTD", "RUN_MEAN", "RUN_VAR", "ARRIVALS", "eps", "momentum"),
             geo=geo, xl=xl, tiles_per_slice=per_slice, fan_in=tree.fan_in, IS_RMS=rms,
             UPDATE_RUNNING=running, KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
-            BLOCK_S=tree.block,
+            BLOCK_S=tree.block, STAGES=pol.stats_stages,
         )  # fmt: skip
-        # The statistics were just written contiguously, indexed by the flat kept index.
+        # The statistics were just written contiguously, indexed by the flat kept index; the
+        # merged mean and the shift sit in the statistics pass's planes 1 and 3.
         sl = Layout(contiguous_strides(g.ksize, range(MAX_DIMS)), (0,) * MAX_DIMS)
+        apply_slices, apply_per_slice = _slices(g, t, x.device, pol)
         self.apply = SlotLaunch(
-            norm_apply_kernel, grid, opts, (*_FWD_SLOTS, "SHIFT"), geo=geo, xl=xl, yl=yl,
-            zl=zl, pl=pl, sl=sl, tiles_per_slice=per_slice, mean_offset=slices * g.kept,
+            norm_apply_kernel, (kept_blocks, apply_slices), opts, (*_FWD_SLOTS, "SHIFT"),
+            geo=geo, xl=xl, yl=yl, zl=zl, pl=pl, sl=sl, tiles_per_slice=apply_per_slice,
+            mean_offset=slices * g.kept,
             shift_offset=3 * slices * g.kept, SHIFTED=True, STATS_ARE_VAR=False,
             BLOCK_R=t.block_r, BLOCK_K=t.block_k, **flags,
         )  # fmt: skip

@@ -136,7 +136,7 @@ def norm_row_forward_kernel(
 def norm_stats_kernel(
     X, PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, ARRIVALS, geo, xl, tiles_per_slice, fan_in, eps,
     momentum, IS_RMS: tl.constexpr, UPDATE_RUNNING: tl.constexpr, KD: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, STAGES: tl.constexpr,
 ):  # fmt: skip
     """Grid: (cdiv(kept, BLOCK_K), slices). Each program summarizes its slice of the reduced
     tiles in PART (4, slices, kept) float32: count, mean of x - shift, M2, and the shift (the
@@ -158,21 +158,31 @@ def norm_stats_kernel(
     xk = kept_offsets(offs_k, ksize, xks, KD)
     first = s * tiles_per_slice
     last = tl.minimum(first + tiles_per_slice, tiles)
-    # Double buffering: tile t + 1 is requested before tile t's arithmetic, so that a program
-    # always has a load in flight (the first one together with the shift's).
-    coords = tile_coords(first, rsize, chunks, BLOCK_R)
-    mask, rmask = tile_mask(coords, rsize, offs_r, kmask & (first < last))
-    x = load_tile(X, xr, coords, offs_r, xk, mask)
-    shift = shift_of(X, xk, kmask, IS_RMS)
     cnt = tl.zeros((BLOCK_R,), tl.float32)
     acc_mean = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
     acc_m2 = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
-    for t in range(first, last):
-        coords = tile_coords(t + 1, rsize, chunks, BLOCK_R)
-        next_mask, next_rmask = tile_mask(coords, rsize, offs_r, kmask & (t + 1 < last))
-        x_next = load_tile(X, xr, coords, offs_r, xk, next_mask)
-        cnt, acc_mean, acc_m2 = welford_step(x, shift, mask, rmask, cnt, acc_mean, acc_m2)
-        x, mask, rmask = x_next, next_mask, next_rmask
+    if STAGES > 0:
+        # Triton's software pipeline keeps STAGES - 1 tiles in flight through shared memory,
+        # not registers (which the accumulators fill).
+        shift = shift_of(X, xk, kmask, IS_RMS)
+        for t in tl.range(first, last, num_stages=STAGES):
+            coords = tile_coords(t, rsize, chunks, BLOCK_R)
+            mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
+            x = load_tile(X, xr, coords, offs_r, xk, mask)
+            cnt, acc_mean, acc_m2 = welford_step(x, shift, mask, rmask, cnt, acc_mean, acc_m2)
+    else:
+        # Double buffering: tile t + 1 is requested before tile t's arithmetic, so that a
+        # program always has a load in flight (the first one together with the shift's).
+        coords = tile_coords(first, rsize, chunks, BLOCK_R)
+        mask, rmask = tile_mask(coords, rsize, offs_r, kmask & (first < last))
+        x = load_tile(X, xr, coords, offs_r, xk, mask)
+        shift = shift_of(X, xk, kmask, IS_RMS)
+        for t in range(first, last):
+            coords = tile_coords(t + 1, rsize, chunks, BLOCK_R)
+            next_mask, next_rmask = tile_mask(coords, rsize, offs_r, kmask & (t + 1 < last))
+            x_next = load_tile(X, xr, coords, offs_r, xk, next_mask)
+            cnt, acc_mean, acc_m2 = welford_step(x, shift, mask, rmask, cnt, acc_mean, acc_m2)
+            x, mask, rmask = x_next, next_mask, next_rmask
     n, mean, m2 = welford_finish(cnt, acc_mean, acc_m2)
     plane = slices * kept
     _store_summary(PART + s * kept + offs_k, plane, n, mean, m2, kmask)

@@ -82,11 +82,6 @@ def _prep(v, OP: tl.constexpr):
 
 
 @triton.jit
-def _is_extremum(OP: tl.constexpr):
-    return OP == MIN or OP == MAX or OP == AMAX
-
-
-@triton.jit
 def _order_key(v, LOWER: tl.constexpr):
     """An int32 whose signed order is the order of preference: the larger value wins (the
     smaller if LOWER), NaN beats every number. Negative floats' bit patterns count down, so
@@ -112,21 +107,23 @@ def _as_acc(v, i, OP: tl.constexpr, WITH_INDEX: tl.constexpr):
     so that combining is one integer max: with WITH_INDEX the key is 64-bit, the value's key
     above BIG_INDEX - index (= index ^ BIG_INDEX: 31 bits), so that ties go to the lower
     index and one max carries both."""
-    if _is_extremum(OP):
+    if OP == MIN or OP == MAX or OP == AMAX:
         k = _order_key(v, OP == MIN)
         if WITH_INDEX:
             k = (k.to(tl.int64) << 32) | (i ^ BIG_INDEX).to(tl.int64)
         return k
-    return v
+    else:
+        return v
 
 
 @triton.jit
 def _accumulate(acc, a, OP: tl.constexpr):
     if OP == MUL:
         return acc * a
-    elif _is_extremum(OP):
+    elif OP == MIN or OP == MAX or OP == AMAX:
         return tl.maximum(acc, a)
-    return acc + a
+    else:
+        return acc + a
 
 
 @triton.jit
@@ -139,20 +136,27 @@ def _combine_lanes(acc, OP: tl.constexpr, AXIS: tl.constexpr):
     """Reduce the 2-D accumulator along AXIS (the reduced axis of the tile)."""
     if OP == MUL:
         return tl.reduce(acc, AXIS, _mul)
-    elif _is_extremum(OP):
+    elif OP == MIN or OP == MAX or OP == AMAX:
         return tl.max(acc, AXIS)
-    return tl.sum(acc, AXIS)
+    else:
+        return tl.sum(acc, AXIS)
 
 
 @triton.jit
 def _result(acc, OP: tl.constexpr, WITH_INDEX: tl.constexpr):
     """Accumulator -> (float32 value, int32 index; BIG_INDEX without an index)."""
-    if _is_extremum(OP):
+    none = tl.full(acc.shape, BIG_INDEX, tl.int32)
+    if OP == MIN or OP == MAX or OP == AMAX:
         if WITH_INDEX:
             idx = (acc & BIG_INDEX).to(tl.int32) ^ BIG_INDEX
-            return _key_value((acc >> 32).to(tl.int32), OP == MIN), idx
-        return _key_value(acc, OP == MIN), tl.full(acc.shape, BIG_INDEX, tl.int32)
-    return acc, tl.full(acc.shape, BIG_INDEX, tl.int32)
+            value = _key_value((acc >> 32).to(tl.int32), OP == MIN)
+        else:
+            idx = none
+            value = _key_value(acc, OP == MIN)
+    else:
+        idx = none
+        value = acc
+    return value, idx
 
 
 @triton.jit
