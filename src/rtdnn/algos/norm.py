@@ -58,7 +58,7 @@ class TilePolicy:
     lane_bytes: int = 128  # kept-contiguous split tiles: bytes of kept indices per row
     warp_elements: int = 512  # split tiles get one warp per this many elements
     stats_programs_per_slot: int = 0  # the statistics pass's (0: programs_per_slot)
-    stats_stages: int = 0  # statistics pass: 0 double-buffers in registers, else tl.range stages
+    stats_stages: int = 4  # software-pipeline stages of the statistics pass's loop
     force_path: str | None = None  # "row" or "split" for tests; None decides by the problem
 
 

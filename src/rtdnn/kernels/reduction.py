@@ -201,6 +201,44 @@ def _work_tile(
 
 
 @triton.jit
+def _first_extremum(v, i, LOWER: tl.constexpr, AXIS: tl.constexpr):
+    """The extremum of one tile along AXIS and the lowest index holding it: an int32 key max,
+    then an index min. With one tile per program this is cheaper than the 64-bit keys a loop
+    needs (max with indices over rows of 4096: measured)."""
+    key = _order_key(v, LOWER)
+    best = tl.max(key, AXIS)
+    idx = tl.min(tl.where(key == tl.expand_dims(best, AXIS), i, BIG_INDEX), AXIS)
+    return _key_value(best, LOWER), idx
+
+
+@triton.jit
+def _loop(
+    X, x_base, v, i, w_start, w_end, r_chunks, r1s, r2s, rin, xr0, xr1, xr2, xr3, ir0, ir1,
+    ir2, ir3, x_k, k_in, tile_r, OP: tl.constexpr, WITH_INDEX: tl.constexpr,
+    ONE_STEP: tl.constexpr, K_FAST: tl.constexpr, BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    """Accumulate work items w_start .. w_end (the first one's values given), then reduce
+    across lanes: (float32 value, int32 index) per kept element. The first item is the
+    accumulator itself (combining with the identity is a copy); then double buffering: item
+    w + 1 is requested before item w is combined, so that a program always has a load in
+    flight."""
+    acc = _as_acc(v, i, OP, WITH_INDEX)
+    if not ONE_STEP:
+        v, i = _work_tile(
+            X, x_base, w_start + 1, w_start + 1 < w_end, r_chunks, r1s, r2s, rin, xr0, xr1,
+            xr2, xr3, ir0, ir1, ir2, ir3, x_k, k_in, tile_r, OP, BLOCK_R,
+        )  # fmt: skip
+        for w in range(w_start + 1, w_end):
+            v_next, i_next = _work_tile(
+                X, x_base, w + 1, w + 1 < w_end, r_chunks, r1s, r2s, rin, xr0, xr1, xr2, xr3,
+                ir0, ir1, ir2, ir3, x_k, k_in, tile_r, OP, BLOCK_R,
+            )  # fmt: skip
+            acc = _accumulate(acc, _as_acc(v, i, OP, WITH_INDEX), OP)
+            v, i = v_next, i_next
+    return _result(_combine_lanes(acc, OP, 0 if K_FAST else 1), OP, WITH_INDEX)
+
+
+@triton.jit
 def reduce_kernel(
     X, OUT, IDX, PART_V, PART_I, geo, alpha, beta,
     OP: tl.constexpr, SPLIT: tl.constexpr, WITH_INDEX: tl.constexpr,
@@ -236,27 +274,17 @@ def reduce_kernel(
     r_chunks = geo.r_chunks
     w_start = split * geo.work_per_split
     w_end = tl.minimum(w_start + geo.work_per_split, r0s * r1s * r2s * r_chunks)
-    # The first work item is the accumulator itself (combining with the identity is a copy);
-    # then double buffering: item w + 1 is requested before item w is combined, so that a
-    # program always has a load in flight.
     v, i = _work_tile(
         X, x_base, w_start, True, r_chunks, r1s, r2s, rin, xr0, xr1, xr2, xr3, ir0, ir1, ir2,
         ir3, x_k, k_in, tile_r, OP, BLOCK_R,
     )  # fmt: skip
-    acc = _as_acc(v, i, OP, WITH_INDEX)
-    if not ONE_STEP:
-        v, i = _work_tile(
-            X, x_base, w_start + 1, w_start + 1 < w_end, r_chunks, r1s, r2s, rin, xr0, xr1,
-            xr2, xr3, ir0, ir1, ir2, ir3, x_k, k_in, tile_r, OP, BLOCK_R,
+    if ONE_STEP and WITH_INDEX and (OP == MIN or OP == MAX or OP == AMAX):
+        val, idx = _first_extremum(v, i, OP == MIN, 0 if K_FAST else 1)
+    else:
+        val, idx = _loop(
+            X, x_base, v, i, w_start, w_end, r_chunks, r1s, r2s, rin, xr0, xr1, xr2, xr3, ir0,
+            ir1, ir2, ir3, x_k, k_in, tile_r, OP, WITH_INDEX, ONE_STEP, K_FAST, BLOCK_R,
         )  # fmt: skip
-        for w in range(w_start + 1, w_end):
-            v_next, i_next = _work_tile(
-                X, x_base, w + 1, w + 1 < w_end, r_chunks, r1s, r2s, rin, xr0, xr1, xr2, xr3,
-                ir0, ir1, ir2, ir3, x_k, k_in, tile_r, OP, BLOCK_R,
-            )  # fmt: skip
-            acc = _accumulate(acc, _as_acc(v, i, OP, WITH_INDEX), OP)
-            v, i = v_next, i_next
-    val, idx = _result(_combine_lanes(acc, OP, 0 if K_FAST else 1), OP, WITH_INDEX)
     if SPLIT:
         kflat = ((k0 * k1s + k1) * k2s + k2) * kin + offs_k
         n_kept = k0s * k1s * k2s * kin
