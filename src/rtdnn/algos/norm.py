@@ -453,14 +453,18 @@ class RowBackwardPlan:
             SINGLE=single, KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k, BLOCK_S=block_s,
             BLOCK_C=block_c,
         )  # fmt: skip
-        self.part_shape = (programs, params) if grads else (1,)
+        self.part_numel = programs * params if grads else 1
         self.zero_parts = grads and not single
         self.bias_grad = bias_grad
 
     def __call__(self, dy, x, dx, mean, rstd, w, dw, db, alpha, beta) -> None:
-        alloc = torch.zeros if self.zero_parts else torch.empty
-        pw = alloc(self.part_shape, dtype=torch.float32, device=x.device)
-        pb = alloc(self.part_shape, dtype=torch.float32, device=x.device) if self.bias_grad else pw
+        # The partial rows live in the stream's scratch buffers (no allocation per call); the
+        # two-walk path adds into them, so they start at zero there.
+        pw = stream_scratch(x.device, "norm_part", self.part_numel)
+        pb = stream_scratch(x.device, "norm_coef", self.part_numel) if self.bias_grad else pw
+        if self.zero_parts:
+            pw[: self.part_numel].zero_()
+            pb[: self.part_numel].zero_()
         arrivals = stream_counters(x.device, self.counters)
         # B and Z are never read here (no activation): x stands in for the pointers; without
         # parameter gradients the partial rows stand in for dw and db.

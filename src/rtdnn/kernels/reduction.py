@@ -30,6 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..core.handle import stream_scratch
+from .launch import SlotLaunch
 from .layout import merge_dims, next_pow2
 
 # Op codes: module constants read in @triton.jit code must be tl.constexpr.
@@ -425,33 +427,49 @@ def plan_reduce(
     return ReducePlan(geo, (kept_programs, splits), splits, block_k, block_r, k_fast, warps)
 
 
-def launch_reduce(x, out, idx, plan: ReducePlan, op: str, alpha: float, beta: float) -> None:
-    """idx: an int64 tensor with out's shape and strides, or None."""
-    with_index = idx is not None
-    split = plan.splits > 1
-    geo = plan.geo
-    part_v = part_i = out
-    if split:
-        n_kept = geo.kept[0] * geo.kept[1] * geo.kept[2] * geo.kept[3]
-        part_v = torch.empty((plan.splits, n_kept), dtype=torch.float32, device=x.device)
-        part_i = part_v
-        if with_index:
-            part_i = torch.empty((plan.splits, n_kept), dtype=torch.int32, device=x.device)
-    idx_arg = idx if with_index else out
-    code = OPS[op]
-    reduce_kernel[plan.grid](
-        x, out, idx_arg, part_v, part_i, geo, float(alpha), float(beta),
-        OP=code, SPLIT=split, WITH_INDEX=with_index, BETA_NONZERO=beta != 0,
-        K_FAST=plan.k_fast, ONE_STEP=geo.work_per_split == 1, BLOCK_K=plan.block_k,
-        BLOCK_R=plan.block_r, num_warps=plan.num_warps,
+@functools.lru_cache(maxsize=4096)
+def _prepared(
+    plan: ReducePlan, op: str, with_index: bool, beta_nonzero: bool
+) -> tuple[SlotLaunch, SlotLaunch | None]:
+    """The main launch and (split plans) the finish launch of one problem: the host path of a
+    memory-bound op must stay short next to a kernel of tens of microseconds."""
+    geo, code = plan.geo, OPS[op]
+    flags = dict(OP=code, WITH_INDEX=with_index, BETA_NONZERO=beta_nonzero)
+    main = SlotLaunch(
+        reduce_kernel, plan.grid, dict(num_warps=plan.num_warps),
+        ("X", "OUT", "IDX", "PART_V", "PART_I", "alpha", "beta"), geo=geo,
+        SPLIT=plan.splits > 1, K_FAST=plan.k_fast, ONE_STEP=geo.work_per_split == 1,
+        BLOCK_K=plan.block_k, BLOCK_R=plan.block_r, **flags,
     )  # fmt: skip
-    if split:
-        # All splits of a few kept elements per program, in one load where they fit: a
-        # serial walk over hundreds of splits took a quarter of the main kernel's time.
-        block_s = min(next_pow2(plan.splits), 1024)
-        block = max(1, min(next_pow2(part_v.shape[1]), 4096 // block_s))
-        reduce_finish_kernel[(triton.cdiv(part_v.shape[1], block),)](
-            out, idx_arg, part_v, part_i, geo, plan.splits, float(alpha), float(beta),
-            OP=code, WITH_INDEX=with_index, BETA_NONZERO=beta != 0, BLOCK_S=block_s,
-            BLOCK=block, num_warps=4,
-        )  # fmt: skip
+    if plan.splits == 1:
+        return main, None
+    # All splits of a few kept elements per program, in one load where they fit: a serial
+    # walk over hundreds of splits took a quarter of the main kernel's time.
+    n_kept = geo.kept[0] * geo.kept[1] * geo.kept[2] * geo.kept[3]
+    block_s = min(next_pow2(plan.splits), 1024)
+    block = max(1, min(next_pow2(n_kept), 4096 // block_s))
+    finish = SlotLaunch(
+        reduce_finish_kernel, (triton.cdiv(n_kept, block),), dict(num_warps=4),
+        ("OUT", "IDX", "PART_V", "PART_I", "alpha", "beta"), geo=geo, splits=plan.splits,
+        BLOCK_S=block_s, BLOCK=block, **flags,
+    )  # fmt: skip
+    return main, finish
+
+
+def launch_reduce(x, out, idx, plan: ReducePlan, op: str, alpha: float, beta: float) -> None:
+    """idx: an int64 tensor with out's shape and strides, or None. Split partials live in the
+    stream's scratch buffers."""
+    with_index = idx is not None
+    main, finish = _prepared(plan, op, with_index, beta != 0)
+    part_v = part_i = out
+    if finish is not None:
+        geo = plan.geo
+        numel = plan.splits * geo.kept[0] * geo.kept[1] * geo.kept[2] * geo.kept[3]
+        part_v = part_i = stream_scratch(x.device, "reduce_part", numel)
+        if with_index:
+            part_i = stream_scratch(x.device, "reduce_index", numel, torch.int32)
+    idx_arg = idx if with_index else out
+    alpha, beta = float(alpha), float(beta)
+    main(x, out, idx_arg, part_v, part_i, alpha, beta)
+    if finish is not None:
+        finish(out, idx_arg, part_v, part_i, alpha, beta)
