@@ -1,7 +1,8 @@
 """Where the memory-bound kernels below the bandwidth bar spend their time, and how their
 launch choices move it: per-kernel GPU time (torch.profiler) of the slow rows of
 BENCHMARKS.md, split counts of the reductions, programs per slot of the row-norm backward.
-    PYTHONPATH=src python benchmarks/bandwidth_probe.py OUT_DIR
+    PYTHONPATH=src python benchmarks/bandwidth_probe.py OUT_DIR [SECTION ...]
+SECTION: reductions, rows, breakdowns (default: all).
 """
 
 import collections
@@ -9,6 +10,7 @@ import dataclasses
 import json
 import os
 import sys
+import warnings
 
 import torch
 import triton
@@ -109,6 +111,21 @@ def row_backward(d: int) -> None:
         "layer norm bwd": lambda: ops.layer_norm_backward(dy, xr, d, mean, rstd, w),
         "rms norm bwd": lambda: ops.rms_norm_backward(dy, xr, d, rms_rstd, w),
     }
+    # Does a call synchronize with the device (an allocation, a host read)? Such a call's time
+    # includes the host's.
+    torch.cuda.set_sync_debug_mode("warn")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for fn in calls.values():
+            fn()
+    torch.cuda.set_sync_debug_mode(0)
+    record(what="row bwd syncs", d=d, warnings=[str(w.message)[:160] for w in caught])
+    for op, fn in calls.items():
+        ms = bench(fn)
+        record(what="row bwd default", op=op, d=d, ms=round(ms, 4), pct=pct(moved, ms),
+               kernels=kernel_times(fn))  # fmt: skip
+    if d > 1024:
+        return
     for per_slot in (1, 2, 3, 4, 6):
         engine.GPU_POLICY = dataclasses.replace(default_policy, row_programs_per_slot=per_slot)
         engine.clear_plans()
@@ -118,8 +135,6 @@ def row_backward(d: int) -> None:
                    pct=pct(moved, ms))  # fmt: skip
     engine.GPU_POLICY = default_policy
     engine.clear_plans()
-    for op, fn in calls.items():
-        record(what="row bwd kernels", op=op, d=d, kernels=kernel_times(fn))
 
 
 def breakdowns() -> None:
@@ -165,9 +180,13 @@ def breakdowns() -> None:
                                         xb, wb, bb, running_mean=rm, running_var=rv)))  # fmt: skip
 
 
-reductions()
-row_backward(768)
-row_backward(1024)
-breakdowns()
+sections = sys.argv[2:] or ["reductions", "rows", "breakdowns"]
+if "reductions" in sections:
+    reductions()
+if "rows" in sections:
+    for d in (768, 1024, 4096, 8192):
+        row_backward(d)
+if "breakdowns" in sections:
+    breakdowns()
 with open(os.path.join(out_dir, "bandwidth_probe.json"), "w") as f:
     json.dump(results, f, indent=1)

@@ -29,6 +29,7 @@ from ..kernels.norm_backward import (
     norm_bwd_finish_kernel,
     norm_bwd_partial_kernel,
     norm_row_backward_kernel,
+    param_grad_finish_kernel,
 )
 from ..kernels.norm_forward import (
     norm_apply_kernel,
@@ -435,24 +436,29 @@ class RowBackwardPlan:
         programs = min(kept_blocks, pol.row_programs_per_slot * parallel_slots(x.device.type))
         single = _single(g, t)
         params = g.count
-        # The partial rows (one per program) are added up by the last programs to finish, in
-        # a two-level tree of about sqrt(programs) rows per merge, [BLOCK_S, BLOCK_C] at a
-        # time: no second launch (a finish kernel took 2 to 5 us of a 55 us backward).
-        fan_in = max(1, math.isqrt(programs - 1) + 1) if programs > 1 else 1
-        block_s = min(_pow2(max(fan_in, triton.cdiv(programs, fan_in))), 4 * pol.finish_block)
-        block_c = max(1, min(_pow2(params), 4096 // block_s))
-        self.counters = triton.cdiv(programs, fan_in) + 1
         self.main = SlotLaunch(
             norm_row_backward_kernel, (programs,), dict(num_warps=t.num_warps),
-            ("DY", "X", "W", "B", "Z", "MEAN", "RSTD", "DX", "PW", "PB", "DW", "DB", "ARRIVALS",
-             "alpha", "beta"),
+            ("DY", "X", "W", "B", "Z", "MEAN", "RSTD", "DX", "PW", "PB", "alpha", "beta"),
             geo=g.for_tiles(t.block_r), dyl=dyl, xl=xl, pl=pl, zl=xl, dxl=dxl,
-            inv_count=1.0 / g.count, kept_blocks=kept_blocks, n_params=params, fan_in=fan_in,
-            IS_RMS=rms, HAS_W=w is not None, HAS_B=False, HAS_Z=False, ACT=0,
-            BETA_NONZERO=beta_nonzero, PARAM_GRADS=grads, BIAS_GRAD=bias_grad, PMODE=_pmode(pl),
-            SINGLE=single, KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k, BLOCK_S=block_s,
-            BLOCK_C=block_c,
+            inv_count=1.0 / g.count, kept_blocks=kept_blocks, n_params=params, IS_RMS=rms,
+            HAS_W=w is not None, HAS_B=False, HAS_Z=False, ACT=0, BETA_NONZERO=beta_nonzero,
+            PARAM_GRADS=grads, BIAS_GRAD=bias_grad, PMODE=_pmode(pl), SINGLE=single, KD=g.kd,
+            BLOCK_R=t.block_r, BLOCK_K=t.block_k,
         )  # fmt: skip
+        self.finish = None
+        if grads:
+            # About one column block per parallel slot (at least 32-byte sectors of them), and
+            # all partial rows of a block in one load where they fit: the sum of the partial
+            # rows (several MB on short rows) is a short tail, not a serial walk by two dozen
+            # programs (5 us of a 70 us layer-norm backward, measured).
+            slots = parallel_slots(x.device.type)
+            bk = max(8, min(_pow2(params), _pow2(triton.cdiv(params, slots))))
+            bp = min(_pow2(programs), max(1, 8192 // bk), 4 * pol.finish_block)
+            self.finish = SlotLaunch(
+                param_grad_finish_kernel, (triton.cdiv(params, bk),), dict(num_warps=8),
+                ("PW", "PB", "DW", "DB"), n_params=params, n_parts=programs,
+                HAS_DB=bias_grad, BLOCK_P=bp, BLOCK=bk,
+            )  # fmt: skip
         self.part_numel = programs * params if grads else 1
         self.zero_parts = grads and not single
         self.bias_grad = bias_grad
@@ -465,11 +471,10 @@ class RowBackwardPlan:
         if self.zero_parts:
             pw[: self.part_numel].zero_()
             pb[: self.part_numel].zero_()
-        arrivals = stream_counters(x.device, self.counters)
-        # B and Z are never read here (no activation): x stands in for the pointers; without
-        # parameter gradients the partial rows stand in for dw and db.
-        self.main(dy, x, _or(w, x), x, x, mean, rstd, dx, pw, pb, _or(dw, pw), _or(db, pb),
-                  arrivals, alpha, beta)  # fmt: skip
+        # B and Z are never read here (no activation): x stands in for the pointers.
+        self.main(dy, x, _or(w, x), x, x, mean, rstd, dx, pw, pb, alpha, beta)
+        if self.finish is not None:
+            self.finish(pw, pb, dw, _or(db, dw))
 
 
 def _reduced(x: torch.Tensor, kept) -> list[int]:

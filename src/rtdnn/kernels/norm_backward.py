@@ -13,8 +13,7 @@ statistics are constants, keeps only dx = rstd * w * dpre.
 * Row kernel (`norm_row_backward_kernel`, layer and RMS norm): a persistent grid; each program
   walks blocks of kept rows, computes both row sums and dx with the row in registers (SINGLE)
   or in two walks over its tiles, and accumulates dw and db for the reduced positions in its
-  own partial row; the last programs to finish add the partial rows up, in a fixed tree
-  (arrival.py).
+  own partial row. `param_grad_finish_kernel` adds the partial rows in program order.
 * Split (batch, group and instance norm): `norm_bwd_partial_kernel` writes per-slice sums of
   dpre and dpre * xhat per kept index (and dz, so that the last pass reads dz instead of
   recomputing the activation from dy, x and z); `norm_bwd_finish_kernel` adds the slices in
@@ -84,20 +83,17 @@ def _grad_values(
 
 @triton.jit
 def norm_row_backward_kernel(
-    DY, X, W, B, Z, MEAN, RSTD, DX, PW, PB, DW, DB, ARRIVALS, geo, dyl, xl, pl, zl, dxl,
-    inv_count, alpha, beta, kept_blocks, n_params, fan_in,
+    DY, X, W, B, Z, MEAN, RSTD, DX, PW, PB, geo, dyl, xl, pl, zl, dxl, inv_count, alpha, beta,
+    kept_blocks, n_params,
     IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
     ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PARAM_GRADS: tl.constexpr,
     BIAS_GRAD: tl.constexpr, PMODE: tl.constexpr, SINGLE: tl.constexpr, KD: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Grid: (programs,), each walking kept blocks pid, pid + programs, ...
 
     PW, PB: (programs, n_params) float32 partial sums of dw and (with BIAS_GRAD) db, addressed by
-    the weight's layout `pl` over the reduced dims (which must not depend on the kept dims;
-    the parameters are contiguous). The partial rows are added up in the same launch, in a
-    two-level tree as in the split kernels (groups of `fan_in` programs, then the groups;
-    ARRIVALS holds groups + 1 counters, zero before and after), into DW and DB.
+    the weight's layout `pl` over the reduced dims (which must not depend on the kept dims).
     """
     ksize, rsize, kept, chunks, tiles = geo
     dyks, dyr = dyl
@@ -214,43 +210,29 @@ def norm_row_backward_kernel(
         tl.store(PW + poff, acc_w, mask=rmask)
         if BIAS_GRAD:
             tl.store(PB + poff, acc_b, mask=rmask)
-    if PARAM_GRADS:
-        group, members, groups, counters = merge_tree(ARRIVALS, 0, pid, programs, fan_in)
-        if last_to_arrive(counters + group, members):
-            first = group * fan_in
-            _merge_rows(PW, PB, PW, PB, first, 1, members, first, n_params, BIAS_GRAD,
-                        BLOCK_S, BLOCK_C)  # fmt: skip
-            if last_to_arrive(counters + groups, groups):
-                _merge_rows(PW, PB, DW, DB, 0, fan_in, groups, 0, n_params, BIAS_GRAD,
-                            BLOCK_S, BLOCK_C)  # fmt: skip
 
 
 @triton.jit
-def _merge_rows(
-    PW, PB, OUT_W, OUT_B, first, step, count, out_row, n_params, BIAS_GRAD: tl.constexpr,
-    BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
+def param_grad_finish_kernel(
+    PW, PB, DW, DB, n_params, n_parts, HAS_DB: tl.constexpr, BLOCK_P: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """Rows first, first + step, ... (`count` of them) of PW (and PB), each n_params long, added
-    up in a fixed order (BLOCK_S rows at a time in a tree, then in sequence) into row
-    `out_row` of OUT_W (and OUT_B), in their dtype. The rows were written by other programs:
-    read through L2 (".cg")."""
-    for c0 in range(0, n_params, BLOCK_C):
-        cols = c0 + tl.arange(0, BLOCK_C)
-        cmask = cols < n_params
-        acc_w = tl.zeros((BLOCK_C,), tl.float32)
-        acc_b = tl.zeros((BLOCK_C,), tl.float32)
-        for s0 in range(0, count, BLOCK_S):
-            rows = first + (s0 + tl.arange(0, BLOCK_S)) * step
-            mask = ((s0 + tl.arange(0, BLOCK_S)) < count)[:, None] & cmask[None, :]
-            offs = rows[:, None] * n_params + cols[None, :]
-            acc_w += tl.sum(tl.load(PW + offs, mask=mask, other=0.0, cache_modifier=".cg"), 0)
-            if BIAS_GRAD:
-                pb = tl.load(PB + offs, mask=mask, other=0.0, cache_modifier=".cg")
-                acc_b += tl.sum(pb, 0)
-        out = out_row * n_params + cols
-        tl.store(OUT_W + out, acc_w.to(OUT_W.dtype.element_ty), mask=cmask)
-        if BIAS_GRAD:
-            tl.store(OUT_B + out, acc_b.to(OUT_B.dtype.element_ty), mask=cmask)
+    """DW[p] = sum over parts i of PW[i, p] (and DB from PB), BLOCK_P parts per step in a
+    fixed tree, the steps in order."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_params
+    acc_w = tl.zeros((BLOCK,), tl.float32)
+    acc_b = tl.zeros((BLOCK,), tl.float32)
+    for i0 in range(0, n_parts, BLOCK_P):
+        offs_i = i0 + tl.arange(0, BLOCK_P)
+        m = (offs_i < n_parts)[:, None] & mask[None, :]
+        ptrs = offs_i[:, None] * n_params + offs[None, :]
+        acc_w += tl.sum(tl.load(PW + ptrs, mask=m, other=0.0), axis=0)
+        if HAS_DB:
+            acc_b += tl.sum(tl.load(PB + ptrs, mask=m, other=0.0), axis=0)
+    tl.store(DW + offs, acc_w.to(DW.dtype.element_ty), mask=mask)
+    if HAS_DB:
+        tl.store(DB + offs, acc_b.to(DB.dtype.element_ty), mask=mask)
 
 
 @triton.jit
