@@ -23,24 +23,27 @@ os.makedirs(out_dir, exist_ok=True)
 default_policy = engine.GPU_POLICY
 results = []
 
-# (split_elements, warp_elements, lane_bytes, programs_per_slot, stats_stages); the first is
-# the default. Give a subset on the command line: indices into this list, e.g. "0 5 6".
+# (split_elements, warp_elements, lane_bytes, programs_per_slot, stats_stages, stats_sums);
+# the first is the default. Give a subset on the command line: indices into this list.
 CONFIGS = [
-    (4096, 1024, 128, 8, 0),
-    (4096, 512, 128, 8, 0),
-    (2048, 512, 128, 8, 0),
-    (2048, 256, 128, 8, 0),
-    (8192, 1024, 128, 8, 0),
-    (8192, 2048, 128, 8, 0),
-    (4096, 1024, 256, 8, 0),
-    (4096, 512, 64, 8, 0),
-    (4096, 1024, 128, 4, 0),
-    (4096, 1024, 128, 16, 0),
-    (4096, 1024, 128, 8, 3),
-    (4096, 1024, 128, 8, 4),
-    (8192, 1024, 128, 8, 3),
-    (8192, 2048, 128, 8, 4),
-    (2048, 512, 128, 8, 3),
+    (4096, 1024, 128, 8, 4, False),
+    (4096, 512, 128, 8, 4, False),
+    (2048, 512, 128, 8, 4, False),
+    (2048, 256, 128, 8, 4, False),
+    (8192, 1024, 128, 8, 4, False),
+    (8192, 2048, 128, 8, 4, False),
+    (4096, 1024, 256, 8, 4, False),
+    (4096, 512, 64, 8, 4, False),
+    (4096, 1024, 128, 4, 4, False),
+    (4096, 1024, 128, 16, 4, False),
+    (4096, 1024, 128, 8, 1, False),
+    (4096, 1024, 128, 8, 3, False),
+    (8192, 1024, 128, 8, 3, False),
+    (8192, 2048, 128, 8, 4, False),
+    (2048, 512, 128, 8, 3, False),
+    (4096, 1024, 128, 8, 4, True),
+    (2048, 512, 128, 8, 3, True),
+    (4096, 1024, 128, 8, 2, True),
 ]
 if len(sys.argv) > 2:
     CONFIGS = [CONFIGS[int(i)] for i in sys.argv[2:]]
@@ -70,12 +73,10 @@ def calls(n: int, c: int, hw: int) -> dict:
     z, dy = torch.randn_like(x), torch.randn_like(x)
     w, b = torch.rand(c, device="cuda") + 0.5, torch.randn(c, device="cuda")
     rm, rv = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
-    _, mean, invstd = ops.batch_norm_forward_training(x, w, b)
     nb = x.numel() * 2
     return {
         "bn train fwd": (lambda: ops.batch_norm_forward_training(
             x, w, b, running_mean=rm, running_var=rv), 2 * nb),
-        "bn bwd": (lambda: ops.batch_norm_backward(dy, x, mean, invstd, w, b), 3 * nb),
         "bn+add+relu train fwd": (lambda: ops.batch_norm_forward_training(
             x, w, b, z=z, activation="relu"), 3 * nb),
     }  # fmt: skip
@@ -83,16 +84,17 @@ def calls(n: int, c: int, hw: int) -> dict:
 
 for n, c, hw in SHAPES:
     work = calls(n, c, hw)
-    for split, warp, lane, pps, stages in CONFIGS:
+    for split, warp, lane, pps, stages, sums in CONFIGS:
         engine.GPU_POLICY = dataclasses.replace(
             default_policy, split_elements=split, warp_elements=warp, lane_bytes=lane,
-            programs_per_slot=pps, stats_stages=stages,
+            programs_per_slot=pps, stats_stages=stages, stats_sums=sums,
         )  # fmt: skip
         engine.clear_plans()
         for op, (fn, moved) in work.items():
             ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
             row = dict(op=op, shape=f"{n}x{c}x{hw}x{hw}", split=split, warp=warp, lane=lane,
-                       pps=pps, stages=stages, ms=round(ms, 4), gbs=round(moved / ms / 1e6),
+                       pps=pps, stages=stages, sums=sums, ms=round(ms, 4),
+                       gbs=round(moved / ms / 1e6),
                        kernels=kernel_times(fn))  # fmt: skip
             results.append(row)
             print(json.dumps(row), flush=True)
@@ -106,5 +108,5 @@ for r in results:
         best[k] = r
 for k, r in best.items():
     base = next(x for x in results if (x["op"], x["shape"]) == k)
-    config = (r["split"], r["warp"], r["lane"], r["pps"], r["stages"])
+    config = (r["split"], r["warp"], r["lane"], r["pps"], r["stages"], r["sums"])
     print("BEST", k, config, r["ms"], "first config", base["ms"])

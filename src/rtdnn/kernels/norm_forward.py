@@ -30,6 +30,8 @@ from .norm_addressing import (
     normalized,
     preload_params,
     shift_of,
+    shifted_sums_step,
+    shifted_sums_summary,
     store_tile,
     tile_coords,
     tile_mask,
@@ -137,8 +139,10 @@ def norm_stats_kernel(
     X, PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, ARRIVALS, geo, xl, tiles_per_slice, fan_in, eps,
     momentum, IS_RMS: tl.constexpr, UPDATE_RUNNING: tl.constexpr, KD: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, STAGES: tl.constexpr,
+    SUMS: tl.constexpr,
 ):  # fmt: skip
-    """Grid: (cdiv(kept, BLOCK_K), slices). Each program summarizes its slice of the reduced
+    """Grid: (cdiv(kept, BLOCK_K), slices). SUMS: per-element shifted sums instead of Welford
+    updates (see shifted_sums_step). Each program summarizes its slice of the reduced
     tiles in PART (4, slices, kept) float32: count, mean of x - shift, M2, and the shift (the
     same in every slice: the statistic's first value).
 
@@ -169,7 +173,12 @@ def norm_stats_kernel(
         coords = tile_coords(t, rsize, chunks, BLOCK_R)
         mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
         x = load_tile(X, xr, coords, offs_r, xk, mask)
-        cnt, acc_mean, acc_m2 = welford_step(x, shift, mask, rmask, cnt, acc_mean, acc_m2)
+        if SUMS:
+            cnt, acc_mean, acc_m2 = shifted_sums_step(x, shift, mask, rmask, cnt, acc_mean, acc_m2)
+        else:
+            cnt, acc_mean, acc_m2 = welford_step(x, shift, mask, rmask, cnt, acc_mean, acc_m2)
+    if SUMS:
+        acc_mean, acc_m2 = shifted_sums_summary(cnt, acc_mean, acc_m2)
     n, mean, m2 = welford_finish(cnt, acc_mean, acc_m2)
     plane = slices * kept
     _store_summary(PART + s * kept + offs_k, plane, n, mean, m2, kmask)
