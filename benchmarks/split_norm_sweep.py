@@ -70,7 +70,7 @@ def calls(n: int, c: int, hw: int) -> dict:
         return t.to(memory_format=torch.channels_last)
 
     x = cl(torch.randn(n, c, hw, hw, device="cuda", dtype=torch.bfloat16))
-    z, dy = torch.randn_like(x), torch.randn_like(x)
+    z = torch.randn_like(x)
     w, b = torch.rand(c, device="cuda") + 0.5, torch.randn(c, device="cuda")
     rm, rv = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
     nb = x.numel() * 2
