@@ -44,6 +44,7 @@ CONFIGS = [
     (4096, 1024, 128, 8, 4, True),
     (2048, 512, 128, 8, 3, True),
     (4096, 1024, 128, 8, 2, True),
+    (4096, 1024, 128, 8, 2, False),
 ]
 if len(sys.argv) > 2:
     CONFIGS = [CONFIGS[int(i)] for i in sys.argv[2:]]
