@@ -1,8 +1,8 @@
 """Batch norm on ResNet-50 shapes (channels-last bf16): time per tile policy of the split
-kernels (statistics, backward partial sums and the elementwise passes), to choose the policy
-from measurements: elements per tile, elements per warp, bytes of channels per tile row,
-programs per parallel slot. Each op is timed whole (do_bench, L2 flushed) and split into its
-kernels (torch.profiler).
+kernels of the training forward, plain and with add + ReLU (statistics and elementwise
+passes), to choose the policy from measurements: elements per tile and per warp, bytes of
+channels per tile row, programs per parallel slot, pipeline stages of the statistics loop.
+Each op is timed whole (do_bench, L2 flushed) and split into its kernels (torch.profiler).
     PYTHONPATH=src python benchmarks/split_norm_sweep.py OUT_DIR [CONFIG_INDEX ...]
 """
 
@@ -23,28 +23,25 @@ os.makedirs(out_dir, exist_ok=True)
 default_policy = engine.GPU_POLICY
 results = []
 
-# (split_elements, warp_elements, lane_bytes, programs_per_slot, stats_stages, stats_sums);
+# (split_elements, warp_elements, lane_bytes, programs_per_slot, stats_stages);
 # the first is the default. Give a subset on the command line: indices into this list.
 CONFIGS = [
-    (4096, 1024, 128, 8, 4, False),
-    (4096, 512, 128, 8, 4, False),
-    (2048, 512, 128, 8, 4, False),
-    (2048, 256, 128, 8, 4, False),
-    (8192, 1024, 128, 8, 4, False),
-    (8192, 2048, 128, 8, 4, False),
-    (4096, 1024, 256, 8, 4, False),
-    (4096, 512, 64, 8, 4, False),
-    (4096, 1024, 128, 4, 4, False),
-    (4096, 1024, 128, 16, 4, False),
-    (4096, 1024, 128, 8, 1, False),
-    (4096, 1024, 128, 8, 3, False),
-    (8192, 1024, 128, 8, 3, False),
-    (8192, 2048, 128, 8, 4, False),
-    (2048, 512, 128, 8, 3, False),
-    (4096, 1024, 128, 8, 4, True),
-    (2048, 512, 128, 8, 3, True),
-    (4096, 1024, 128, 8, 2, True),
-    (4096, 1024, 128, 8, 2, False),
+    (4096, 1024, 128, 8, 2),
+    (4096, 512, 128, 8, 4),
+    (2048, 512, 128, 8, 4),
+    (2048, 256, 128, 8, 4),
+    (8192, 1024, 128, 8, 4),
+    (8192, 2048, 128, 8, 4),
+    (4096, 1024, 256, 8, 4),
+    (4096, 512, 64, 8, 4),
+    (4096, 1024, 128, 4, 4),
+    (4096, 1024, 128, 16, 4),
+    (4096, 1024, 128, 8, 1),
+    (4096, 1024, 128, 8, 3),
+    (8192, 1024, 128, 8, 3),
+    (8192, 2048, 128, 8, 4),
+    (2048, 512, 128, 8, 3),
+    (4096, 1024, 128, 8, 4),
 ]
 if len(sys.argv) > 2:
     CONFIGS = [CONFIGS[int(i)] for i in sys.argv[2:]]
@@ -85,16 +82,16 @@ def calls(n: int, c: int, hw: int) -> dict:
 
 for n, c, hw in SHAPES:
     work = calls(n, c, hw)
-    for split, warp, lane, pps, stages, sums in CONFIGS:
+    for split, warp, lane, pps, stages in CONFIGS:
         engine.GPU_POLICY = dataclasses.replace(
             default_policy, split_elements=split, warp_elements=warp, lane_bytes=lane,
-            programs_per_slot=pps, stats_stages=stages, stats_sums=sums,
+            programs_per_slot=pps, stats_stages=stages,
         )  # fmt: skip
         engine.clear_plans()
         for op, (fn, moved) in work.items():
             ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
             row = dict(op=op, shape=f"{n}x{c}x{hw}x{hw}", split=split, warp=warp, lane=lane,
-                       pps=pps, stages=stages, sums=sums, ms=round(ms, 4),
+                       pps=pps, stages=stages, ms=round(ms, 4),
                        gbs=round(moved / ms / 1e6),
                        kernels=kernel_times(fn))  # fmt: skip
             results.append(row)
@@ -109,5 +106,5 @@ for r in results:
         best[k] = r
 for k, r in best.items():
     base = next(x for x in results if (x["op"], x["shape"]) == k)
-    config = (r["split"], r["warp"], r["lane"], r["pps"], r["stages"], r["sums"])
+    config = (r["split"], r["warp"], r["lane"], r["pps"], r["stages"])
     print("BEST", k, config, r["ms"], "first config", base["ms"])

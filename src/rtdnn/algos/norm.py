@@ -58,8 +58,7 @@ class TilePolicy:
     lane_bytes: int = 128  # kept-contiguous split tiles: bytes of kept indices per row
     warp_elements: int = 512  # split tiles get one warp per this many elements
     stats_programs_per_slot: int = 0  # the statistics pass's (0: programs_per_slot)
-    stats_stages: int = 4  # software-pipeline stages of the statistics pass's loop
-    stats_sums: bool = False  # statistics pass: shifted sums instead of Welford updates
+    stats_stages: int = 2  # software-pipeline stages of the statistics pass's loop
     force_path: str | None = None  # "row" or "split" for tests; None decides by the problem
 
 
@@ -361,7 +360,7 @@ class ForwardPlan:
             ("X", "PART", "MEAN", "RSTD", "RUN_MEAN", "RUN_VAR", "ARRIVALS", "eps", "momentum"),
             geo=geo, xl=xl, tiles_per_slice=per_slice, fan_in=tree.fan_in, IS_RMS=rms,
             UPDATE_RUNNING=running, KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
-            BLOCK_S=tree.block, STAGES=pol.stats_stages, SUMS=pol.stats_sums,
+            BLOCK_S=tree.block, STAGES=pol.stats_stages,
         )  # fmt: skip
         # The statistics were just written contiguously, indexed by the flat kept index; the
         # merged mean and the shift sit in the statistics pass's planes 1 and 3.

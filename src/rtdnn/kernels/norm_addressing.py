@@ -144,24 +144,6 @@ def welford_step(x, shift, mask, rmask, cnt, mean, m2):
 
 
 @triton.jit
-def shifted_sums_step(x, shift, mask, rmask, cnt, s, q):
-    """One tile into per-element sums of d = x - shift and of d^2 (two adds and a multiply per
-    element, against Welford's division-free five). Exact enough where the shift is a value of
-    the statistic's own data: d is then of the order of the spread, and the sums of each
-    element's few dozen values lose nothing to cancellation (`shifted_sums_summary`)."""
-    d = tl.where(mask, x - shift[None, :], 0.0)
-    cnt += rmask.to(tl.float32)
-    return cnt, s + d, q + d * d
-
-
-@triton.jit
-def shifted_sums_summary(cnt, s, q):
-    """Per-element (sum, sum of squares) -> per-element (mean, M2), for welford_finish."""
-    mean = s / tl.maximum(cnt, 1.0)[:, None]
-    return mean, tl.maximum(q - s * mean, 0.0)
-
-
-@triton.jit
 def welford_finish(cnt, mean, m2):
     """Per-element accumulators -> (count, mean, M2) per kept lane, by Chan's formula over the
     BLOCK_R positions (count-weighted mean, M2 plus the spread of the position means)."""

@@ -30,8 +30,6 @@ from .norm_addressing import (
     normalized,
     preload_params,
     shift_of,
-    shifted_sums_step,
-    shifted_sums_summary,
     store_tile,
     tile_coords,
     tile_mask,
@@ -139,10 +137,8 @@ def norm_stats_kernel(
     X, PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, ARRIVALS, geo, xl, tiles_per_slice, fan_in, eps,
     momentum, IS_RMS: tl.constexpr, UPDATE_RUNNING: tl.constexpr, KD: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, STAGES: tl.constexpr,
-    SUMS: tl.constexpr,
 ):  # fmt: skip
-    """Grid: (cdiv(kept, BLOCK_K), slices). SUMS: per-element shifted sums instead of Welford
-    updates (see shifted_sums_step). Each program summarizes its slice of the reduced
+    """Grid: (cdiv(kept, BLOCK_K), slices). Each program summarizes its slice of the reduced
     tiles in PART (4, slices, kept) float32: count, mean of x - shift, M2, and the shift (the
     same in every slice: the statistic's first value).
 
@@ -165,20 +161,17 @@ def norm_stats_kernel(
     cnt = tl.zeros((BLOCK_R,), tl.float32)
     acc_mean = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
     acc_m2 = tl.zeros((BLOCK_R, BLOCK_K), tl.float32)
-    # Triton's software pipeline keeps STAGES - 1 tiles in flight through shared memory, not
-    # registers (which the accumulators fill): 2 to 7% less time than double buffering in
-    # registers on the ResNet-50 shapes (benchmarks/split_norm_sweep.py).
+    # Triton's software pipeline keeps the next tiles in flight through shared memory, not
+    # registers (which the accumulators fill). Two stages took 2 to 14% less time than
+    # double buffering in registers on the ResNet-50 shapes, and less than three or four
+    # stages (benchmarks/split_norm_sweep.py); per-element shifted sums instead of Welford
+    # updates made no difference, so the arithmetic is not what limits this pass.
     shift = shift_of(X, xk, kmask, IS_RMS)
     for t in tl.range(first, last, num_stages=STAGES):
         coords = tile_coords(t, rsize, chunks, BLOCK_R)
         mask, rmask = tile_mask(coords, rsize, offs_r, kmask)
         x = load_tile(X, xr, coords, offs_r, xk, mask)
-        if SUMS:
-            cnt, acc_mean, acc_m2 = shifted_sums_step(x, shift, mask, rmask, cnt, acc_mean, acc_m2)
-        else:
-            cnt, acc_mean, acc_m2 = welford_step(x, shift, mask, rmask, cnt, acc_mean, acc_m2)
-    if SUMS:
-        acc_mean, acc_m2 = shifted_sums_summary(cnt, acc_mean, acc_m2)
+        cnt, acc_mean, acc_m2 = welford_step(x, shift, mask, rmask, cnt, acc_mean, acc_m2)
     n, mean, m2 = welford_finish(cnt, acc_mean, acc_m2)
     plane = slices * kept
     _store_summary(PART + s * kept + offs_k, plane, n, mean, m2, kmask)
