@@ -13,7 +13,6 @@ from hypothesis import strategies as st  # noqa: E402
 import rtdnn  # noqa: E402
 import rtdnn.nn as rnn  # noqa: E402
 from rtdnn import reference as R  # noqa: E402
-from rtdnn.core.handle import stream_counters  # noqa: E402
 
 SETTINGS = dict(
     deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
@@ -96,7 +95,7 @@ def test_rms_norm_matches_reference(p):
         (dict(row_elements=16, row_pack=16, row_pack_16bit=16), (7, 3, 5)),
         (dict(force_path="split"), (3, 40)),  # few long rows: split statistics
         (dict(max_block_r=8), (40, 6)),  # several kept blocks per backward program
-        # 8 backward programs, their partial dweight rows added in a tree of 3 groups
+        # one row per tile: 8 backward programs walking 8 blocks each, 8 partial dweight rows
         (dict(row_pack=4, max_block_r=4), (64, 3)),
     ],
 )
@@ -120,8 +119,6 @@ def test_layer_norm_paths(norm_tile_policy, changes, shape):
             want = R.layer_norm_backward(dy, x, norm, mean, rstd, w)
         for a, b_, what in zip(got, want, ("dx", "dw", "db"), strict=False):
             check(a, b_, factor=10, what=f"{what} rms={rms}")
-    # The programs that added the partial rows left the arrival counters at zero.
-    assert not stream_counters(x.device, 64).any()
 
 
 def test_large_mean_small_variance_float32():
