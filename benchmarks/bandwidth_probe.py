@@ -5,7 +5,6 @@ BENCHMARKS.md, split counts of the reductions, programs per slot of the row-norm
 SECTION: reductions, rows, breakdowns (default: all).
 """
 
-import collections
 import dataclasses
 import json
 import os
@@ -14,6 +13,7 @@ import warnings
 
 import torch
 import triton
+from host_timing import kernel_times
 
 from rtdnn import ops
 from rtdnn.algos import norm as engine
@@ -33,21 +33,6 @@ def record(**row):
 
 def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-
-
-def kernel_times(fn, steps: int = 20) -> dict[str, float]:
-    """Mean GPU microseconds per call of each kernel `fn` launches."""
-    fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            fn()
-        torch.cuda.synchronize()
-    per = collections.defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            per[e.name[:60]] += e.device_time / steps
-    return {k: round(v, 2) for k, v in per.items()}
 
 
 copy = copy_bandwidth()

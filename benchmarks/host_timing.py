@@ -1,5 +1,7 @@
-"""Host time per call for the scripts in this folder (run them from the repository root)."""
+"""Timing helpers for the scripts in this folder (run them from the repository root): host time
+per call, GPU time per kernel, profiles."""
 
+import collections
 import time
 
 import torch
@@ -87,3 +89,33 @@ def resnet50_pair(batch: int = 128):
     x = torch.randn(batch, 3, size, size, device="cuda").to(memory_format=torch.channels_last)
     target = torch.randint(0, 10, (batch,), device="cuda")
     return model, converted, x, target
+
+
+def kernel_times(fn, steps: int = 20, width: int = 60) -> dict[str, float]:
+    """Mean GPU microseconds per call of each kernel `fn` launches (torch.profiler), by the
+    first `width` characters of the kernel's name."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    per: dict[str, float] = collections.defaultdict(float)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            per[e.name[:width]] += e.device_time / steps
+    return {k: round(v, 2) for k, v in per.items()}
+
+
+def print_best(results: list[dict], problem: tuple[str, ...]) -> None:
+    """For each problem (the values of the `problem` keys), the fastest row by "ms", beside the
+    problem's first row (a sweep's default configuration)."""
+    best: dict[tuple, dict] = {}
+    first: dict[tuple, dict] = {}
+    for r in results:
+        k = tuple(r[name] for name in problem)
+        first.setdefault(k, r)
+        if k not in best or r["ms"] < best[k]["ms"]:
+            best[k] = r
+    for k, r in best.items():
+        print("BEST", k, r, "first configuration", first[k]["ms"], "ms")

@@ -11,6 +11,7 @@ import sys
 
 import torch
 import triton
+from host_timing import print_best
 
 from rtdnn import ops
 from rtdnn.algos import norm as engine
@@ -68,10 +69,4 @@ for rows, d in [(32768, 768), (32768, 1024)]:
 engine.GPU_POLICY = default_policy
 with open(os.path.join(out_dir, "row_norm_sweep.json"), "w") as f:
     json.dump(results, f, indent=1)
-best = {}
-for r in results:
-    k = (r["op"], r["d"])
-    if k not in best or r["ms"] < best[k]["ms"]:
-        best[k] = r
-for k, r in best.items():
-    print("BEST", k, r)
+print_best(results, ("op", "d"))

@@ -6,7 +6,6 @@ Each op is timed whole (do_bench, L2 flushed) and split into its kernels (torch.
     PYTHONPATH=src python benchmarks/split_norm_sweep.py OUT_DIR [CONFIG_INDEX ...]
 """
 
-import collections
 import dataclasses
 import json
 import os
@@ -14,6 +13,7 @@ import sys
 
 import torch
 import triton
+from host_timing import kernel_times, print_best
 
 from rtdnn import ops
 from rtdnn.algos import norm as engine
@@ -49,20 +49,6 @@ SHAPES = [(64, 64, 112), (64, 256, 56), (64, 512, 28), (64, 1024, 14), (128, 512
           (128, 1024, 14), (64, 2048, 7)]  # fmt: skip
 
 
-def kernel_times(fn, steps: int = 10) -> dict[str, float]:
-    fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            fn()
-        torch.cuda.synchronize()
-    per = collections.defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            per[e.name[:40]] += e.device_time / steps
-    return {k: round(v, 1) for k, v in per.items()}
-
-
 def calls(n: int, c: int, hw: int) -> dict:
     def cl(t):
         return t.to(memory_format=torch.channels_last)
@@ -93,18 +79,10 @@ for n, c, hw in SHAPES:
             row = dict(op=op, shape=f"{n}x{c}x{hw}x{hw}", split=split, warp=warp, lane=lane,
                        pps=pps, stages=stages, ms=round(ms, 4),
                        gbs=round(moved / ms / 1e6),
-                       kernels=kernel_times(fn))  # fmt: skip
+                       kernels=kernel_times(fn, steps=10, width=40))  # fmt: skip
             results.append(row)
             print(json.dumps(row), flush=True)
 engine.GPU_POLICY = default_policy
 with open(os.path.join(out_dir, "split_norm_sweep.json"), "w") as f:
     json.dump(results, f, indent=1)
-best = {}
-for r in results:
-    k = (r["op"], r["shape"])
-    if k not in best or r["ms"] < best[k]["ms"]:
-        best[k] = r
-for k, r in best.items():
-    base = next(x for x in results if (x["op"], x["shape"]) == k)
-    config = (r["split"], r["warp"], r["lane"], r["pps"], r["stages"])
-    print("BEST", k, config, r["ms"], "first config", base["ms"])
+print_best(results, ("op", "shape"))
