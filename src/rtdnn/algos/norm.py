@@ -464,13 +464,15 @@ class RowBackwardPlan:
         self.bias_grad = bias_grad
 
     def __call__(self, dy, x, dx, mean, rstd, w, dw, db, alpha, beta) -> None:
-        # The partial rows live in the stream's scratch buffers (no allocation per call); the
-        # two-walk path adds into them, so they start at zero there.
+        # The partial rows live in the stream's scratch buffers (those of the split backward,
+        # free between ops: no allocation per call); the two-walk path adds into them, so they
+        # start at zero there.
         pw = stream_scratch(x.device, "norm_part", self.part_numel)
         pb = stream_scratch(x.device, "norm_coef", self.part_numel) if self.bias_grad else pw
         if self.zero_parts:
             pw[: self.part_numel].zero_()
-            pb[: self.part_numel].zero_()
+            if self.bias_grad:
+                pb[: self.part_numel].zero_()
         # B and Z are never read here (no activation): x stands in for the pointers.
         self.main(dy, x, _or(w, x), x, x, mean, rstd, dx, pw, pb, alpha, beta)
         if self.finish is not None:
