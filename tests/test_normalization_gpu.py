@@ -205,6 +205,64 @@ def test_deterministic_and_prepared_launches_agree():
     assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
 
 
+def _dependent_chain(x, w, g, dy):
+    """Ops that each read what the one before wrote, issued with no host synchronization:
+    every pass of every op must wait for the kernel before it (programmatic dependent launch
+    lets it start early, kernels/dependent_launch.py)."""
+    y, mean, invstd = rtdnn.batch_norm_forward_training(x, w)
+    dx, dw, _ = rtdnn.batch_norm_backward(g, x, mean, invstd, w)[:3]
+    rows = dx.movedim(1, -1).reshape(-1, dx.shape[1] * dx.shape[3])  # channels-last rows
+    z, lmean, lrstd = rtdnn.layer_norm_forward(rows, rows.shape[1])
+    dz = rtdnn.layer_norm_backward(dy, z, rows.shape[1], lmean, lrstd)[0]
+    return y, dx, dw, z, dz
+
+
+def _reference_chain(x, w, g, dy):
+    y, mean, invstd = R.batch_norm_forward_training(x, w)[:3]
+    dx, dw, _ = R.batch_norm_backward(g, x, mean, invstd, w)[:3]
+    rows = dx.movedim(1, -1).reshape(-1, dx.shape[1] * dx.shape[3])
+    z, lmean, lrstd = R.layer_norm_forward(rows, rows.shape[1])
+    dz = R.layer_norm_backward(dy, z, rows.shape[1], lmean, lrstd)[0]
+    return y, dx, dw, z, dz
+
+
+def test_dependent_launches_back_to_back_and_in_a_cuda_graph():
+    """A chain of normalizations, each reading the previous one's result, run back to back and
+    then replayed from a CUDA graph on fresh inputs, against the float64 reference."""
+    from rtdnn.algos import norm as engine
+
+    device = torch.device("cuda")
+    assert engine.policy(device).pdl == (torch.cuda.get_device_capability()[0] >= 9)
+    x = rand((16, 64, 10, 10), torch.float32, channels_last=True, shift=2.0)
+    w = rand((64,), torch.float32, seed=1) + 2.0
+    g = rand(x.shape, torch.float32, channels_last=True, seed=2)
+    dy = rand((16 * 10, 10 * 64), torch.float32, seed=3)
+    names = ("bn y", "bn dx", "bn dweight", "ln y", "ln dx")
+    factors = (5, 20, 20, 20, 50)  # each step's rounding is amplified by the next
+
+    def compare(got, x, dy):
+        want = _reference_chain(x, w, g, dy)
+        for name, f, a, b in zip(names, factors, got, want, strict=True):
+            check(a, b, torch.float32, factor=f, what=name)
+
+    compare(_dependent_chain(x, w, g, dy), x, dy)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        _dependent_chain(x, w, g, dy)  # warm-up: prepared launches and scratch buffers
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = _dependent_chain(x, w, g, dy)
+    for seed in (4, 5):
+        x.copy_(rand(x.shape, torch.float32, channels_last=True, shift=-1.0, seed=seed))
+        dy.copy_(rand(dy.shape, torch.float32, seed=seed + 10))
+        for o in outs:
+            o.fill_(float("nan"))
+        graph.replay()
+        compare(outs, x, dy)
+
+
 @pytest.mark.parametrize("momentum", [0.1, None])
 def test_batch_norm_module_matches_torch_over_steps(momentum):
     theirs = torch.nn.BatchNorm2d(32, momentum=momentum).cuda()

@@ -10,8 +10,11 @@ once for the per-channel sums and once for dx. For those rows the table also giv
 of copy bandwidth on the bytes the algorithm must move ("counted"); the column says which
 operands are read twice. Layer and RMS norm rows that fit in registers move the minimal bytes.
 
-Both sides are timed with triton.testing.do_bench (median; L2 is flushed before each run) and
-rtdnn's result is checked against eager's.
+Both sides are timed the same way (core.timing.device_time_ms: each call captured in a CUDA
+graph and the graph replayed, median of many runs, L2 flushed before each run), so the host's
+cost of issuing launches, which exceeds the device time of the smaller shapes, is left out of
+both; the whole benchmark runs on a side stream, so that eager's autograd backward is captured
+on the stream its forward ran on. rtdnn's result is checked against eager's.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import ops
+from ..core.timing import device_time_ms
 
 #: ResNet-50's batch-norm layers (channels, spatial size), channels-last.
 RESNET50_BN = [(64, 112), (256, 56), (512, 28), (1024, 14), (2048, 7)]
@@ -50,9 +54,7 @@ class Row:
 
 
 def _bench(fn: Callable[[], object]) -> float:
-    import triton
-
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    return device_time_ms(fn, rep_ms=100)
 
 
 def copy_bandwidth(nbytes: int = 2**30) -> float:
@@ -258,15 +260,17 @@ def run_norm(
     if not torch.cuda.is_available():
         raise RuntimeError("run_norm needs a CUDA GPU")
     torch.backends.cudnn.benchmark = True
-    copy_gbps = copy_bandwidth()
     rows: list[Row] = []
-    for n in batches:
-        for c, hw in RESNET50_BN:
-            rows += batch_norm_rows(n, c, hw, dtype, copy_gbps)
+    with torch.cuda.stream(torch.cuda.Stream()):
+        copy_gbps = copy_bandwidth()
+        for n in batches:
+            for c, hw in RESNET50_BN:
+                rows += batch_norm_rows(n, c, hw, dtype, copy_gbps)
+                torch.cuda.empty_cache()
+        for rows_n, d in TRANSFORMER_ROWS:
+            rows += row_norm_rows(rows_n, d, dtype, copy_gbps)
             torch.cuda.empty_cache()
-    for rows_n, d in TRANSFORMER_ROWS:
-        rows += row_norm_rows(rows_n, d, dtype, copy_gbps)
-        torch.cuda.empty_cache()
+    torch.cuda.synchronize()
     dname = str(dtype).replace("torch.", "")
     title = (
         f"Normalization, {dname}, {torch.cuda.get_device_name()}, "
