@@ -12,13 +12,12 @@ import sys
 import warnings
 
 import torch
-import triton
 from host_timing import kernel_times
 
 from rtdnn import ops
 from rtdnn.algos import norm as engine
 from rtdnn.algos.geometry import parallel_slots
-from rtdnn.bench.prims import copy_bandwidth
+from rtdnn.core.timing import copy_bandwidth, device_time_ms
 from rtdnn.kernels import reduction as red
 
 out_dir = sys.argv[1]
@@ -32,7 +31,7 @@ def record(**row):
 
 
 def bench(fn) -> float:
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    return device_time_ms(fn, graph=False)
 
 
 copy = copy_bandwidth()

@@ -10,11 +10,11 @@ import os
 import sys
 
 import torch
-import triton
 from host_timing import print_best
 
 from rtdnn import ops
 from rtdnn.algos import norm as engine
+from rtdnn.core.timing import device_time_ms
 
 out_dir = sys.argv[1]
 os.makedirs(out_dir, exist_ok=True)
@@ -54,7 +54,7 @@ def sweep(rows: int, d: int) -> None:
         engine.clear_plans()
         for op, (fn, moved) in calls.items():
             try:
-                ms = triton.testing.do_bench(fn, return_mode="median")
+                ms = device_time_ms(fn, graph=False)
             except Exception as e:  # a config the compiler rejects
                 print(op, rows, d, pack, warp, slot, "failed", type(e).__name__, flush=True)
                 continue

@@ -2,7 +2,7 @@
 kernels of the training forward, plain and with add + ReLU (statistics and elementwise
 passes), to choose the policy from measurements: elements per tile and per warp, bytes of
 channels per tile row, programs per parallel slot, pipeline stages of the statistics loop.
-Each op is timed whole (do_bench, L2 flushed) and split into its kernels (torch.profiler).
+Each op is timed whole (core.timing, L2 flushed) and split into its kernels (torch.profiler).
     PYTHONPATH=src python benchmarks/split_norm_sweep.py OUT_DIR [CONFIG_INDEX ...]
 """
 
@@ -12,11 +12,11 @@ import os
 import sys
 
 import torch
-import triton
 from host_timing import kernel_times, print_best
 
 from rtdnn import ops
 from rtdnn.algos import norm as engine
+from rtdnn.core.timing import device_time_ms
 
 out_dir = sys.argv[1]
 os.makedirs(out_dir, exist_ok=True)
@@ -75,7 +75,7 @@ for n, c, hw in SHAPES:
         )  # fmt: skip
         engine.clear_plans()
         for op, (fn, moved) in work.items():
-            ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+            ms = device_time_ms(fn, graph=False)
             row = dict(op=op, shape=f"{n}x{c}x{hw}x{hw}", split=split, warp=warp, lane=lane,
                        pps=pps, stages=stages, ms=round(ms, 4),
                        gbs=round(moved / ms / 1e6),

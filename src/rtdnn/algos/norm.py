@@ -13,7 +13,6 @@ No validation here: the ops layer has done it.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -60,7 +59,6 @@ class TilePolicy:
     warp_elements: int = 512  # split tiles get one warp per this many elements
     stats_programs_per_slot: int = 0  # the statistics pass's (0: programs_per_slot)
     stats_stages: int = 2  # software-pipeline stages of the statistics pass's loop
-    pdl: bool = False  # launch as programmatic dependents (sm_90 and later only)
     force_path: str | None = None  # "row" or "split" for tests; None decides by the problem
 
 
@@ -78,7 +76,7 @@ class TilePolicy:
 GPU_POLICY = TilePolicy(
     row_elements=16384, row_pack=4096, row_pack_16bit=2048, split_elements=4096, max_block_r=16384,
     programs_per_slot=8, row_programs_per_slot=2, max_slices=512, finish_block=256,
-    warp_elements=1024, stats_programs_per_slot=4, pdl=True,
+    warp_elements=1024, stats_programs_per_slot=4,
 )  # fmt: skip
 CPU_POLICY = TilePolicy(
     row_elements=64, row_pack=32, row_pack_16bit=32, split_elements=32, max_block_r=16,
@@ -87,11 +85,7 @@ CPU_POLICY = TilePolicy(
 
 
 def policy(device: torch.device) -> TilePolicy:
-    if device.type != "cuda":
-        return CPU_POLICY
-    if GPU_POLICY.pdl and torch.cuda.get_device_capability(device)[0] < 9:
-        return dataclasses.replace(GPU_POLICY, pdl=False)  # no griddepcontrol before sm_90
-    return GPU_POLICY
+    return GPU_POLICY if device.type == "cuda" else CPU_POLICY
 
 
 def _pow2(n: int) -> int:
@@ -318,15 +312,6 @@ def _pmode(pl: Layout) -> int:
     return 2 if not any(pl.k) else 0
 
 
-def _launch(pol: TilePolicy, fn, grid, options: dict, slots, **fixed) -> SlotLaunch:
-    """A prepared launch of one of the normalization kernels, each of which takes a PDL flag:
-    with pol.pdl it is launched as a programmatic dependent of the kernel before it on the
-    stream (kernels/dependent_launch.py), so that an op's second and third passes are
-    launched while the first one ends."""
-    options = dict(options, launch_pdl=pol.pdl)
-    return SlotLaunch(fn, grid, options, slots, PDL=pol.pdl, **fixed)
-
-
 def _or(t: torch.Tensor | None, default: torch.Tensor) -> torch.Tensor:
     return t if t is not None else default
 
@@ -355,8 +340,8 @@ class ForwardPlan:
         self.row = None
         if not running and use_row_path(g, itemsize, x.device, pol):
             t = row_tiles(g, itemsize, pol)
-            self.row = _launch(
-                pol, norm_row_forward_kernel, (triton.cdiv(g.kept, t.block_k),),
+            self.row = SlotLaunch(
+                norm_row_forward_kernel, (triton.cdiv(g.kept, t.block_k),),
                 dict(num_warps=t.num_warps), _FWD_SLOTS, geo=g.for_tiles(t.block_r), xl=xl,
                 yl=yl, zl=zl, pl=pl, inv_count=1.0 / g.count, SINGLE=_single(g, t),
                 BLOCK_R=t.block_r, BLOCK_K=t.block_k, **flags,
@@ -370,8 +355,8 @@ class ForwardPlan:
         self.part_numel = 4 * slices * g.kept
         tree = MergeTree(slices, kept_blocks, t, pol)
         self.counters = tree.counters
-        self.stats = _launch(
-            pol, norm_stats_kernel, (kept_blocks, slices), opts,
+        self.stats = SlotLaunch(
+            norm_stats_kernel, (kept_blocks, slices), opts,
             ("X", "PART", "MEAN", "RSTD", "RUN_MEAN", "RUN_VAR", "ARRIVALS", "eps", "momentum"),
             geo=geo, xl=xl, tiles_per_slice=per_slice, fan_in=tree.fan_in, IS_RMS=rms,
             UPDATE_RUNNING=running, KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
@@ -381,8 +366,8 @@ class ForwardPlan:
         # merged mean and the shift sit in the statistics pass's planes 1 and 3.
         sl = Layout(contiguous_strides(g.ksize, range(MAX_DIMS)), (0,) * MAX_DIMS)
         apply_slices, apply_per_slice = _slices(g, t, x.device, pol)
-        self.apply = _launch(
-            pol, norm_apply_kernel, (kept_blocks, apply_slices), opts, (*_FWD_SLOTS, "SHIFT"),
+        self.apply = SlotLaunch(
+            norm_apply_kernel, (kept_blocks, apply_slices), opts, (*_FWD_SLOTS, "SHIFT"),
             geo=geo, xl=xl, yl=yl, zl=zl, pl=pl, sl=sl, tiles_per_slice=apply_per_slice,
             mean_offset=slices * g.kept,
             shift_offset=3 * slices * g.kept, SHIFTED=True, STATS_ARE_VAR=False,
@@ -420,8 +405,8 @@ class ApplyPlan:
         kept_blocks = triton.cdiv(g.kept, t.block_k)
         slices, per_slice = _slices(g, t, x.device, pol)
         xl, yl, zl, pl, sl = (_layout_of(g, i) for i in range(5))
-        self.launch = _launch(
-            pol, norm_apply_kernel, (kept_blocks, slices), dict(num_warps=t.num_warps),
+        self.launch = SlotLaunch(
+            norm_apply_kernel, (kept_blocks, slices), dict(num_warps=t.num_warps),
             ("X", "Y", "Z", "W", "B", "MEAN", "RSTD", "eps", "alpha", "beta", "SHIFT"), geo=geo,
             xl=xl, yl=yl, zl=zl, pl=pl, sl=sl, tiles_per_slice=per_slice, mean_offset=0,
             shift_offset=0, SHIFTED=False,
@@ -451,8 +436,8 @@ class RowBackwardPlan:
         programs = min(kept_blocks, pol.row_programs_per_slot * parallel_slots(x.device.type))
         single = _single(g, t)
         params = g.count
-        self.main = _launch(
-            pol, norm_row_backward_kernel, (programs,), dict(num_warps=t.num_warps),
+        self.main = SlotLaunch(
+            norm_row_backward_kernel, (programs,), dict(num_warps=t.num_warps),
             ("DY", "X", "W", "B", "Z", "MEAN", "RSTD", "DX", "PW", "PB", "alpha", "beta"),
             geo=g.for_tiles(t.block_r), dyl=dyl, xl=xl, pl=pl, zl=xl, dxl=dxl,
             inv_count=1.0 / g.count, kept_blocks=kept_blocks, n_params=params, IS_RMS=rms,
@@ -469,8 +454,8 @@ class RowBackwardPlan:
             slots = parallel_slots(x.device.type)
             bk = max(8, min(_pow2(params), _pow2(triton.cdiv(params, slots))))
             bp = min(_pow2(programs), max(1, 8192 // bk), 4 * pol.finish_block)
-            self.finish = _launch(
-                pol, param_grad_finish_kernel, (triton.cdiv(params, bk),), dict(num_warps=8),
+            self.finish = SlotLaunch(
+                param_grad_finish_kernel, (triton.cdiv(params, bk),), dict(num_warps=8),
                 ("PW", "PB", "DW", "DB"), n_params=params, n_parts=programs,
                 HAS_DB=bias_grad, BLOCK_P=bp, BLOCK=bk,
             )  # fmt: skip
@@ -532,8 +517,8 @@ class SplitBackwardPlan:
         fused = outer == 1 and group_size == 1
         tree = MergeTree(slices, kept_blocks, t, pol)
         self.counters = tree.counters
-        self.partial = _launch(
-            pol, norm_bwd_partial_kernel, grid, opts,
+        self.partial = SlotLaunch(
+            norm_bwd_partial_kernel, grid, opts,
             ("DY", "X", "W", "B", "Z", "MEAN", "RSTD", "DZ", "PART", "DW", "DB", "COEF",
              "ARRIVALS"), geo=geo, dyl=dyl, xl=xl, pl=pl, zl=zl, sl=sl, dzl=dzl,
             tiles_per_slice=per_slice, fan_in=tree.fan_in, inv_count=inv_count, ACT=act,
@@ -547,8 +532,8 @@ class SplitBackwardPlan:
             bs = min(_pow2(slices), pol.finish_block)
             bn = min(_pow2(outer), max(1, pol.finish_block // bs))
             bg = max(1, min(_pow2(n_groups), 2048 // (bs * bn * bc)))
-            self.finish = _launch(
-                pol, norm_bwd_finish_kernel, (triton.cdiv(n_groups, bg),), dict(num_warps=4),
+            self.finish = SlotLaunch(
+                norm_bwd_finish_kernel, (triton.cdiv(n_groups, bg),), dict(num_warps=4),
                 ("PART", "W", "DW", "DB", "COEF"), outer=outer, groups=n_groups,
                 group_size=group_size, slices=slices, inv_count=inv_count,
                 HAS_W=w is not None, PARAM_GRADS=grads, BLOCK_N=bn, BLOCK_S=bs, BLOCK_C=bc,
@@ -557,8 +542,8 @@ class SplitBackwardPlan:
         self.uses_dz = dz is not None
         if self.uses_dz:  # dpre comes from dz: no activation to recompute, no residual to read
             dyl, act, flags["HAS_Z"] = dzl, 0, False
-        self.apply = _launch(
-            pol, norm_bwd_apply_kernel, grid, opts,
+        self.apply = SlotLaunch(
+            norm_bwd_apply_kernel, grid, opts,
             ("DY", "X", "W", "B", "Z", "MEAN", "RSTD", "COEF", "DX", "alpha", "beta"), geo=geo,
             dyl=dyl, xl=xl, pl=pl, zl=zl, sl=sl, dxl=dxl, coef_plane=outer * n_groups,
             tiles_per_slice=per_slice, TRAINING=training, ACT=act, BETA_NONZERO=beta_nonzero,

@@ -2,11 +2,12 @@
 LRN, dropout and tensor ops, forward and backward, on large inputs (>= 256 MiB moved).
 
 Every case is run by both sides on the same tensors; rtdnn's result is checked against
-PyTorch's; both are timed with triton.testing.do_bench (median; Triton clears L2 before each
-run). Throughput is counted on minimal bytes: each input the operation needs read once, each
-output written once, whatever either implementation actually moves (PyTorch's max-pool
-backward, for instance, also reads int64 indices). The ceiling is the measured bandwidth of a
-large device-to-device copy (bytes read + bytes written).
+PyTorch's; both are timed the same way (core.timing.device_time_ms: CUDA-graph replay, median
+of many runs, L2 flushed before each run by reading a larger buffer). Throughput is counted on
+minimal bytes: each input the operation needs read once, each output written once, whatever
+either implementation actually moves (PyTorch's max-pool backward, for instance, also reads
+int64 indices). The ceiling is the measured bandwidth of a large device-to-device copy (bytes
+read + bytes written).
 
     from rtdnn.bench.prims import run_ops
     rows = run_ops(["pooling", "softmax"], "bench-results")      # or ["all"]
@@ -23,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import ops as rt
+from ..core.timing import copy_bandwidth, device_time_ms
 
 OPS = ("pooling", "activation", "softmax", "lrn", "dropout", "tensor")
 MiB = 1 << 20
@@ -69,17 +71,7 @@ class Case:
 
 
 def _bench(fn) -> float:
-    import triton
-
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-
-
-def copy_bandwidth(nbytes: int = 1 << 30) -> float:
-    """GB/s of a device-to-device copy of `nbytes` (bytes read + bytes written)."""
-    a = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    ms = _bench(lambda: b.copy_(a))
-    return 2 * nbytes / ms / 1e6
+    return device_time_ms(fn, rep_ms=100)
 
 
 def _nb(*tensors) -> int:
@@ -367,18 +359,21 @@ def run_ops(ops: list[str], out_dir: str | None = None) -> list[PrimRow]:
     torch.manual_seed(0)
     copy_gbs = copy_bandwidth()
     rows: list[PrimRow] = []
-    for fam in families:
-        cases = CASES[fam]()
-        for case in cases:
-            row = run_case(case, copy_gbs)
-            rows.append(row)
-            print(
-                f"{row.op:10s} {row.direction:8s} {row.case:45s} rtdnn {row.rtdnn_pct:5.1f}% "
-                f"torch {row.torch_pct:5.1f}% ratio {row.ratio:5.2f} {'ok' if row.ok else 'NO'}",
-                flush=True,
-            )
-        del cases
-        torch.cuda.empty_cache()
+    with torch.cuda.stream(torch.cuda.Stream()):  # graphs are captured on it (core.timing)
+        for fam in families:
+            cases = CASES[fam]()
+            for case in cases:
+                row = run_case(case, copy_gbs)
+                rows.append(row)
+                print(
+                    f"{row.op:10s} {row.direction:8s} {row.case:45s} rtdnn "
+                    f"{row.rtdnn_pct:5.1f}% torch {row.torch_pct:5.1f}% ratio {row.ratio:5.2f} "
+                    f"{'ok' if row.ok else 'NO'}",
+                    flush=True,
+                )
+            del cases
+            torch.cuda.empty_cache()
+    torch.cuda.synchronize()
     title = (
         f"Memory-bound primitives, bf16 unless noted, {torch.cuda.get_device_name()}, "
         f"measured copy bandwidth {copy_gbs:.0f} GB/s"

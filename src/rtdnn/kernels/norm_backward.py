@@ -29,7 +29,6 @@ import triton
 import triton.language as tl
 
 from .arrival import last_to_arrive, merge_tree
-from .dependent_launch import follow_prior_grid
 from .norm_addressing import (
     activation_grad,
     kept_offsets,
@@ -89,14 +88,13 @@ def norm_row_backward_kernel(
     IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
     ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PARAM_GRADS: tl.constexpr,
     BIAS_GRAD: tl.constexpr, PMODE: tl.constexpr, SINGLE: tl.constexpr, KD: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Grid: (programs,), each walking kept blocks pid, pid + programs, ...
 
     PW, PB: (programs, n_params) float32 partial sums of dw and (with BIAS_GRAD) db, addressed by
     the weight's layout `pl` over the reduced dims (which must not depend on the kept dims).
     """
-    follow_prior_grid(PDL)
     ksize, rsize, kept, chunks, tiles = geo
     dyks, dyr = dyl
     xks, xr = xl
@@ -217,11 +215,10 @@ def norm_row_backward_kernel(
 @triton.jit
 def param_grad_finish_kernel(
     PW, PB, DW, DB, n_params, n_parts, HAS_DB: tl.constexpr, BLOCK_P: tl.constexpr,
-    BLOCK: tl.constexpr, PDL: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):  # fmt: skip
     """DW[p] = sum over parts i of PW[i, p] (and DB from PB), BLOCK_P parts per step in a
     fixed tree, the steps in order."""
-    follow_prior_grid(PDL)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n_params
     acc_w = tl.zeros((BLOCK,), tl.float32)
@@ -245,7 +242,7 @@ def norm_bwd_partial_kernel(
     IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
     ACT: tl.constexpr, WRITE_DZ: tl.constexpr, PMODE: tl.constexpr, KD: tl.constexpr,
     FINISH: tl.constexpr, PARAM_GRADS: tl.constexpr, BLOCK_R: tl.constexpr,
-    BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     """Grid: (cdiv(kept, BLOCK_K), slices). PART (2, slices, kept) float32: the slice's sums of
     dpre * xhat and of dpre per kept index. With WRITE_DZ, dz = dpre is stored on the way.
@@ -255,7 +252,6 @@ def norm_bwd_partial_kernel(
     `fan_in` slices, then the groups; ARRIVALS holds groups + 1 counters per kept block), and
     the last program writes what `norm_bwd_finish_kernel` would (`_write_bn_grads`).
     Otherwise that kernel runs next."""
-    follow_prior_grid(PDL)
     ksize, rsize, kept, chunks, tiles = geo
     dyks, dyr = dyl
     xks, xr = xl
@@ -358,7 +354,7 @@ def _write_bn_grads(
 def norm_bwd_finish_kernel(
     PART, W, DW, DB, COEF, outer, groups, group_size, slices, inv_count,
     HAS_W: tl.constexpr, PARAM_GRADS: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
 ):  # fmt: skip
     """Kept indices of the partial pass are (outer, groups, group_size), row-major; the weight
     is indexed by (group, member) and the statistics by (outer, group):
@@ -373,7 +369,6 @@ def norm_bwd_finish_kernel(
     that fixed order) and COEF (2, outer, groups) float32: mean_r(w * dpre) and
     mean_r(w * dpre * xhat) per statistic, inv_count being 1 / (values per statistic).
     """
-    follow_prior_grid(PDL)
     offs_g = tl.program_id(0) * BLOCK_G + tl.arange(0, BLOCK_G)
     offs_c = tl.arange(0, BLOCK_C)
     gmask = offs_g < groups
@@ -415,12 +410,11 @@ def norm_bwd_apply_kernel(
     beta, tiles_per_slice,
     TRAINING: tl.constexpr, IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
     HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr,
-    KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
+    KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """The elementwise dx pass. Grid: (cdiv(kept, BLOCK_K), slices). COEF is addressed like
     the statistics (`sl`), with its second coefficient `coef_plane` elements further on.
     Program (k, s) writes slice slices - 1 - s, the tiles of its slice in reverse order."""
-    follow_prior_grid(PDL)
     ksize, rsize, kept, chunks, tiles = geo
     dyks, dyr = dyl
     xks, xr = xl

@@ -21,7 +21,6 @@ import triton
 import triton.language as tl
 
 from .arrival import last_to_arrive, merge_tree
-from .dependent_launch import follow_prior_grid
 from .norm_addressing import (
     activate,
     chan_merge,
@@ -76,10 +75,9 @@ def norm_row_forward_kernel(
     X, Y, Z, W, B, MEAN, RSTD, geo, xl, yl, zl, pl, eps, inv_count, alpha, beta,
     IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
     ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr, SINGLE: tl.constexpr,
-    KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
+    KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Grid: (cdiv(kept, BLOCK_K),). MEAN and RSTD are float32, indexed by the flat kept index."""
-    follow_prior_grid(PDL)
     ksize, rsize, kept, chunks, tiles = geo
     xks, xr = xl
     yks, yr = yl
@@ -139,7 +137,6 @@ def norm_stats_kernel(
     X, PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, ARRIVALS, geo, xl, tiles_per_slice, fan_in, eps,
     momentum, IS_RMS: tl.constexpr, UPDATE_RUNNING: tl.constexpr, KD: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, STAGES: tl.constexpr,
-    PDL: tl.constexpr,
 ):  # fmt: skip
     """Grid: (cdiv(kept, BLOCK_K), slices). Each program summarizes its slice of the reduced
     tiles in PART (4, slices, kept) float32: count, mean of x - shift, M2, and the shift (the
@@ -151,7 +148,6 @@ def norm_stats_kernel(
     and writes the statistics (`_write_stats`). Two short merges instead of one long one: the
     merging programs run while the others still stream x. ARRIVALS holds groups + 1 int32
     counters per kept block, zero before and after."""
-    follow_prior_grid(PDL)
     ksize, rsize, kept, chunks, tiles = geo
     xks, xr = xl
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -261,7 +257,6 @@ def norm_apply_kernel(
     STATS_ARE_VAR: tl.constexpr, IS_RMS: tl.constexpr, HAS_W: tl.constexpr,
     HAS_B: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr,
     PMODE: tl.constexpr, KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
-    PDL: tl.constexpr,
 ):  # fmt: skip
     """The elementwise pass. Grid: (cdiv(kept, BLOCK_K), slices). SHIFT, MEAN and RSTD are
     addressed by `sl`, MEAN and SHIFT from elements mean_offset and shift_offset on (the split
@@ -269,7 +264,6 @@ def norm_apply_kernel(
     statistics); else SHIFT is unused. STATS_ARE_VAR: RSTD holds a variance (running
     statistics, inference) and 1 / sqrt(var + eps) is taken here, once per kept index.
     Program (k, s) writes slice slices - 1 - s, the tiles of its slice in reverse order."""
-    follow_prior_grid(PDL)
     ksize, rsize, kept, chunks, tiles = geo
     xks, xr = xl
     yks, yr = yl
