@@ -91,7 +91,7 @@ for n, c, hw in SHAPES:
         )  # fmt: skip
         engine.clear_plans()
         for op, (fn, moved) in work.items():
-            ms = device_time_ms(fn, graph=False)
+            ms = device_time_ms(fn)
             row = dict(op=op, shape=f"{n}x{c}x{hw}x{hw}", split=split, warp=warp, lane=lane,
                        pps=pps, stages=stages, stats_pps=stats_pps, ms=round(ms, 4),
                        gbs=round(moved / ms / 1e6),

@@ -57,7 +57,7 @@ class TilePolicy:
     finish_block: int  # merges and finish kernels read at most this many slices per step
     lane_bytes: int = 128  # kept-contiguous split tiles: bytes of kept indices per row
     warp_elements: int = 512  # split tiles get one warp per this many elements
-    stats_programs_per_slot: int = 0  # the statistics pass's (0: programs_per_slot)
+    stats_programs_per_slot: int = 0  # the reduction passes' (0: programs_per_slot)
     stats_stages: int = 2  # software-pipeline stages of the statistics pass's loop
     force_path: str | None = None  # "row" or "split" for tests; None decides by the problem
 
@@ -502,8 +502,11 @@ class SplitBackwardPlan:
         t = split_tiles(g, x.element_size(), pol)
         geo = g.for_tiles(t.block_r)
         kept_blocks = triton.cdiv(g.kept, t.block_k)
-        slices, per_slice = _slices(g, t, x.device, pol)
-        grid, opts = (kept_blocks, slices), dict(num_warps=t.num_warps)
+        # The partial pass reduces (like the forward's statistics pass: fewer, longer
+        # programs); the elementwise pass has its own slicing.
+        slices, per_slice = _slices(g, t, x.device, pol, pol.stats_programs_per_slot)
+        apply_slices, apply_per_slice = _slices(g, t, x.device, pol)
+        opts = dict(num_warps=t.num_warps)
         act = _act(activation)
         flags = dict(
             IS_RMS=rms, HAS_W=w is not None, HAS_B=b is not None, HAS_Z=z is not None,
@@ -518,7 +521,7 @@ class SplitBackwardPlan:
         tree = MergeTree(slices, kept_blocks, t, pol)
         self.counters = tree.counters
         self.partial = SlotLaunch(
-            norm_bwd_partial_kernel, grid, opts,
+            norm_bwd_partial_kernel, (kept_blocks, slices), opts,
             ("DY", "X", "W", "B", "Z", "MEAN", "RSTD", "DZ", "PART", "DW", "DB", "COEF",
              "ARRIVALS"), geo=geo, dyl=dyl, xl=xl, pl=pl, zl=zl, sl=sl, dzl=dzl,
             tiles_per_slice=per_slice, fan_in=tree.fan_in, inv_count=inv_count, ACT=act,
@@ -543,10 +546,10 @@ class SplitBackwardPlan:
         if self.uses_dz:  # dpre comes from dz: no activation to recompute, no residual to read
             dyl, act, flags["HAS_Z"] = dzl, 0, False
         self.apply = SlotLaunch(
-            norm_bwd_apply_kernel, grid, opts,
+            norm_bwd_apply_kernel, (kept_blocks, apply_slices), opts,
             ("DY", "X", "W", "B", "Z", "MEAN", "RSTD", "COEF", "DX", "alpha", "beta"), geo=geo,
             dyl=dyl, xl=xl, pl=pl, zl=zl, sl=sl, dxl=dxl, coef_plane=outer * n_groups,
-            tiles_per_slice=per_slice, TRAINING=training, ACT=act, BETA_NONZERO=beta_nonzero,
+            tiles_per_slice=apply_per_slice, TRAINING=training, ACT=act, BETA_NONZERO=beta_nonzero,
             **flags,
         )  # fmt: skip
         self.part_numel = 2 * slices * g.kept
