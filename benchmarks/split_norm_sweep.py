@@ -25,7 +25,8 @@ default_policy = engine.GPU_POLICY
 results = []
 
 # (split_elements, warp_elements, lane_bytes, programs_per_slot, stats_stages,
-# stats_programs_per_slot); the first is the default. Give a subset on the command line:
+# stats_programs_per_slot = sums_programs_per_slot); the first was the default until the
+# statistics pass went to 2 per slot and the partial sums to 4. Give a subset on the command line:
 # indices into this list. SWEEP_SHAPES="64x2048x7,..." picks the shapes (default: SHAPES).
 CONFIGS = [
     (4096, 1024, 128, 8, 2, 4),
@@ -88,6 +89,7 @@ for n, c, hw in SHAPES:
         engine.GPU_POLICY = dataclasses.replace(
             default_policy, split_elements=split, warp_elements=warp, lane_bytes=lane,
             programs_per_slot=pps, stats_stages=stages, stats_programs_per_slot=stats_pps,
+            sums_programs_per_slot=stats_pps,
         )  # fmt: skip
         engine.clear_plans()
         for op, (fn, moved) in work.items():

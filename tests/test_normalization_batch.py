@@ -158,6 +158,7 @@ def test_large_mean_small_variance_float32():
         dict(max_slices=64),  # one tile per slice
         dict(max_slices=2),  # many tiles per slice, the last one partial
         dict(max_slices=64, stats_programs_per_slot=4),  # more statistics slices than apply's
+        dict(max_slices=64, sums_programs_per_slot=4),  # more partial-sum slices than apply's
         dict(max_slices=2, stats_stages=4),  # a deeper pipeline of the statistics loop
         dict(max_slices=3, programs_per_slot=4),  # several kept blocks and slices
         dict(lane_bytes=64, split_elements=64, warp_elements=16),  # wider kept blocks

@@ -57,7 +57,8 @@ class TilePolicy:
     finish_block: int  # merges and finish kernels read at most this many slices per step
     lane_bytes: int = 128  # kept-contiguous split tiles: bytes of kept indices per row
     warp_elements: int = 512  # split tiles get one warp per this many elements
-    stats_programs_per_slot: int = 0  # the reduction passes' (0: programs_per_slot)
+    stats_programs_per_slot: int = 0  # the forward statistics pass's (0: programs_per_slot)
+    sums_programs_per_slot: int = 0  # the backward's partial-sums pass's (0: the same)
     stats_stages: int = 2  # software-pipeline stages of the statistics pass's loop
     force_path: str | None = None  # "row" or "split" for tests; None decides by the problem
 
@@ -69,14 +70,17 @@ class TilePolicy:
 # 16-bit data are packed into tiles of 2048 elements: with 4096 the row backward on bf16 rows
 # of 768 and 1024 ran at 25-55% of copy bandwidth, with 2048 at 63-77%
 # (benchmarks/row_norm_sweep.py). Float32 keeps 4096 (not measured at 2048).
-# The statistics pass runs half as many programs (4 per slot): each has more tiles to walk
-# after its prologue, and its merge tree is shallower; it took 4 to 22% less time on every
-# ResNet-50 batch-norm shape (batch 64 and 128), while the elementwise passes were 3 to 10%
-# slower with 4 (benchmarks/split_norm_sweep.py).
+# The reducing passes run fewer programs: each has more tiles to walk after its prologue, and
+# its merge tree is shallower. The forward statistics pass, 2 per slot: against 4, the same
+# time at 112x112 and 2 to 14% less on the other ResNet-50 batch-norm shapes (batch 64 and
+# 128; most at 14x14 and 7x7), and 4 had been 4 to 22% faster than 8. The backward's partial
+# sums, 4 per slot: within 2% of 8 on the large shapes (the whole backward no slower), 6 to
+# 18% faster at 14x14 and 7x7, while 2 was up to 8% slower at 56x56 and 28x28. The
+# elementwise passes were 3 to 10% slower with fewer than 8 (benchmarks/split_norm_sweep.py).
 GPU_POLICY = TilePolicy(
     row_elements=16384, row_pack=4096, row_pack_16bit=2048, split_elements=4096, max_block_r=16384,
     programs_per_slot=8, row_programs_per_slot=2, max_slices=512, finish_block=256,
-    warp_elements=1024, stats_programs_per_slot=4,
+    warp_elements=1024, stats_programs_per_slot=2, sums_programs_per_slot=4,
 )  # fmt: skip
 CPU_POLICY = TilePolicy(
     row_elements=64, row_pack=32, row_pack_16bit=32, split_elements=32, max_block_r=16,
@@ -502,9 +506,9 @@ class SplitBackwardPlan:
         t = split_tiles(g, x.element_size(), pol)
         geo = g.for_tiles(t.block_r)
         kept_blocks = triton.cdiv(g.kept, t.block_k)
-        # The partial pass reduces (like the forward's statistics pass: fewer, longer
-        # programs); the elementwise pass has its own slicing.
-        slices, per_slice = _slices(g, t, x.device, pol, pol.stats_programs_per_slot)
+        # The partial pass reduces (fewer, longer programs, like the forward's statistics
+        # pass); the elementwise pass has its own slicing.
+        slices, per_slice = _slices(g, t, x.device, pol, pol.sums_programs_per_slot)
         apply_slices, apply_per_slice = _slices(g, t, x.device, pol)
         opts = dict(num_warps=t.num_warps)
         act = _act(activation)
