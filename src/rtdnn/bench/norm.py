@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -53,10 +52,6 @@ class Row:
     ok: bool
 
 
-def _bench(fn: Callable[[], object]) -> float:
-    return device_time_ms(fn, rep_ms=100)
-
-
 def _rel(a, b) -> float:
     if isinstance(a, (tuple, list)):
         return max(_rel(x, y) for x, y in zip(a, b, strict=True))
@@ -73,7 +68,7 @@ def _channels_last(t: torch.Tensor) -> torch.Tensor:
 def _row(op, shape, ours, theirs, check, min_tensors, counted_tensors, reread, elem_bytes,
          numel, copy_gbps, dtype) -> Row:  # fmt: skip
     err = _rel(*check())
-    ours_ms, theirs_ms = _bench(ours), _bench(theirs)
+    ours_ms, theirs_ms = device_time_ms(ours), device_time_ms(theirs)
     gbps = min_tensors * numel * elem_bytes / ours_ms / 1e6
     counted = counted_tensors * numel * elem_bytes / ours_ms / 1e6
     return Row(

@@ -70,10 +70,6 @@ class Case:
     reference: Callable | None = None
 
 
-def _bench(fn) -> float:
-    return device_time_ms(fn, rep_ms=100)
-
-
 def _nb(*tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -317,8 +313,8 @@ def run_case(case: Case, copy_gbs: float, dtype: str = "bf16") -> PrimRow:
     theirs_out = case.reference() if case.reference else case.theirs()
     err = case.check(ours_out, theirs_out) if case.check else _err(ours_out, theirs_out)
     del ours_out, theirs_out
-    ours_ms = _bench(case.ours)
-    theirs_ms = _bench(case.theirs)
+    ours_ms = device_time_ms(case.ours)
+    theirs_ms = device_time_ms(case.theirs)
     ours_gbs = case.nbytes / ours_ms / 1e6
     theirs_gbs = case.nbytes / theirs_ms / 1e6
     return PrimRow(
