@@ -113,7 +113,6 @@ def test_validation_errors_name_the_parameter_and_leave_out_alone():
     _err(lambda: rtdnn.activation_forward(x, "hardtanh", coef=1.0, out=out), "coef")
     _err(lambda: rtdnn.activation_forward(x, "hardtanh", coef=(2.0, 1.0), out=out), "coef")
     _err(lambda: rtdnn.activation_forward(x, "clipped_relu", coef=-1.0, out=out), "coef")
-    _err(lambda: rtdnn.activation_forward(torch.empty(0, 3), "relu"), "x.shape")
     _err(lambda: rtdnn.activation_forward(x, "relu", out=torch.empty(1, 3).expand(2, 3)), "out")
     _err(lambda: rtdnn.activation_backward(x, None, x, "gelu", out=out), "x")
     _err(lambda: rtdnn.activation_backward(x, x, None, "tanh", out=out), "y")

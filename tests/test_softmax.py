@@ -114,7 +114,7 @@ def test_validation_errors():
     out = torch.full((2, 3, 4), 5.0)
     _err(lambda: rtdnn.softmax_forward(x, algo="exact", out=out), "algo")
     _err(lambda: rtdnn.softmax_forward(x, mode="spatial", out=out), "mode")
-    _err(lambda: rtdnn.softmax_forward(x[0, 0]), "x.dim")
+    _err(lambda: rtdnn.softmax_forward(x[0, 0, 0]), "x.dim")  # 0-d (1-D is one row)
     _err(lambda: rtdnn.softmax_forward(x, out=out[:, :2]), "out.shape")
     _err(lambda: rtdnn.softmax_forward(x, beta=2.0), "beta")
     _err(lambda: rtdnn.softmax_backward(x, x[:1], out=out), "dy.shape")

@@ -4,6 +4,10 @@ Every module in rtdnn.nn subclasses the torch.nn module it replaces and adds no 
 module is converted by changing its class: weights, buffers, hooks, train/eval state and
 state_dict keys stay exactly as they were. Only modules of exactly a supported type are
 converted; a user's subclass (which may override forward) is left alone and reported.
+
+rtdnn computes float32, float16 and bfloat16, not float64. A module with float64 parameters or
+buffers is kept as it is, and so is a module without parameters (an activation, a pooling) in
+a model that has float64 ones, since its input is float64 then; the report says why.
 """
 
 from __future__ import annotations
@@ -15,6 +19,23 @@ import torch
 
 from . import nn as rtdnn_nn
 from .fuse import fuse_batch_norm, trace
+
+FLOAT64_REASON = "float64 parameters: rtdnn computes float32, float16 and bfloat16"
+FLOAT64_MODEL_REASON = "in a float64 model: rtdnn computes float32, float16 and bfloat16"
+
+
+def _float64(tensors) -> bool:
+    return any(t.dtype == torch.float64 for t in tensors)
+
+
+def _float64_reason(module: torch.nn.Module, model_float64: bool) -> str | None:
+    """Why `module` must stay in torch because of float64, or None."""
+    own = [*module.parameters(recurse=False), *module.buffers(recurse=False)]
+    if _float64(own):
+        return FLOAT64_REASON
+    if model_float64 and not any(t.is_floating_point() for t in own):
+        return FLOAT64_MODEL_REASON
+    return None
 
 
 def twins() -> dict[type, type]:
@@ -79,9 +100,15 @@ def convert(
     table = twins()
     replaced_types = set(table.values())
     report = ConversionReport()
+    model_float64 = _float64([*model.parameters(), *model.buffers()])
     for path, module in model.named_modules():
         cls = type(module)
-        if cls in table:
+        reason = _float64_reason(module, model_float64)
+        if reason is not None and (cls in table or cls in replaced_types):
+            if cls in replaced_types:  # an rtdnn module (converted before): back to torch's
+                module.__class__ = next(base for base, twin in table.items() if twin is cls)
+            report.kept.append((path, module.__class__.__name__, reason))
+        elif cls in table:
             module.__class__ = table[cls]
             report.replaced.append((path, cls.__name__))
         elif cls in replaced_types:

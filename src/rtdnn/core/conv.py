@@ -117,8 +117,11 @@ def conv_output_shape(
         raise bad_param("groups", g, f"a divisor of the output channels K={k}")
     if c_per_group * g != c:
         raise bad_param("w.shape[1]", c_per_group, f"C/groups = {c}/{g} = {c // g}")
-    if any(s < 1 for s in (*x_shape, *w_shape)):
-        raise bad_param("shape", (tuple(x_shape), tuple(w_shape)), "no dimension below 1")
+    # A batch of 0 is valid (the result is empty); every other dim needs at least one entry.
+    if n < 0 or any(s < 1 for s in (*x_shape[1:], *w_shape)):
+        raise bad_param(
+            "shape", (tuple(x_shape), tuple(w_shape)), "no dimension below 1 (a batch of 0 is fine)"
+        )
     out = conv_output_size(x_shape[2:], w_shape[2:], conv)
     if any(o < 1 for o in out):
         raise bad_param(

@@ -2,7 +2,9 @@
 
 Every check runs before any kernel is launched, so an error means nothing was written. The
 message names the parameter, the value it had and what was expected. Each class also derives
-from the closest built-in exception, so `except ValueError` keeps working in user code.
+from the closest built-in exception, so `except ValueError` keeps working in user code, and
+from the one torch raises for the same mistake (RuntimeError for a shape, rank or dtype that
+does not fit), so code written against torch.nn catches rtdnn's errors too.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ class Error(Exception):
     status = "CUDNN_STATUS_INTERNAL_ERROR"
 
 
-class BadParamError(Error, ValueError):
-    """An argument is invalid: wrong shape, dtype, device, layout or value."""
+class BadParamError(Error, ValueError, RuntimeError):
+    """An argument is invalid: wrong shape, dtype, device, layout or value.
+
+    A ValueError, and also a RuntimeError because torch raises RuntimeError for most of these
+    (a channel count or rank that does not fit, mismatched dtypes)."""
 
     status = "CUDNN_STATUS_BAD_PARAM"
 

@@ -77,8 +77,12 @@ def check_tensor(
     ndim: int | tuple[int, ...] | None = None,
     dtype: torch.dtype | None = None,
     device: torch.device | None = None,
+    empty: bool = False,
 ) -> torch.Tensor:
-    """Validate one tensor argument and return it; raise BadParamError naming `name`."""
+    """Validate one tensor argument and return it; raise BadParamError naming `name`.
+
+    empty: accept tensors with a zero-sized dim (the caller then returns without launching a
+    kernel, as an op over no elements must)."""
     if not isinstance(t, torch.Tensor):
         raise bad_param(name, type(t).__name__, "a torch.Tensor")
     if t.dtype not in SUPPORTED_DTYPES:
@@ -97,7 +101,7 @@ def check_tensor(
         raise NotSupportedError(
             f"{name} has {t.numel()} elements: tensors above 2**31 - 1 elements are not supported"
         )
-    if t.numel() == 0:
+    if t.numel() == 0 and not empty:
         raise bad_param(f"{name}.shape", tuple(t.shape), "no zero-sized dimension")
     return t
 
@@ -113,7 +117,7 @@ def check_scaling(alpha: float, beta: float, out: torch.Tensor | None) -> None:
 
 def check_out(out: torch.Tensor, shape: Sequence[int], like: torch.Tensor) -> None:
     """`out` must have the op's result shape, dtype and device."""
-    check_tensor("out", out, dtype=like.dtype, device=like.device)
+    check_tensor("out", out, dtype=like.dtype, device=like.device, empty=True)
     if tuple(out.shape) != tuple(shape):
         raise bad_param("out.shape", tuple(out.shape), f"{tuple(shape)}")
     if _overlaps_itself(out):

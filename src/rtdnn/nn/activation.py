@@ -7,16 +7,20 @@ SiLU, GELU, Hardtanh, Softmax and LogSoftmax with the same constructor arguments
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
 from .. import autograd
+from ._inputs import check_dtype
 
 
 class ReLU(torch.nn.ReLU):
     """torch.nn.ReLU computed by rtdnn."""
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input)
         return autograd.activation_forward(input, "relu", [])
 
 
@@ -24,6 +28,7 @@ class Sigmoid(torch.nn.Sigmoid):
     """torch.nn.Sigmoid computed by rtdnn."""
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input)
         return autograd.activation_forward(input, "sigmoid", [])
 
 
@@ -31,6 +36,7 @@ class Tanh(torch.nn.Tanh):
     """torch.nn.Tanh computed by rtdnn."""
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input)
         return autograd.activation_forward(input, "tanh", [])
 
 
@@ -38,6 +44,7 @@ class ELU(torch.nn.ELU):
     """torch.nn.ELU computed by rtdnn."""
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input)
         return autograd.activation_forward(input, "elu", [float(self.alpha)])
 
 
@@ -45,6 +52,7 @@ class LeakyReLU(torch.nn.LeakyReLU):
     """torch.nn.LeakyReLU computed by rtdnn."""
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input)
         return autograd.activation_forward(input, "leaky_relu", [float(self.negative_slope)])
 
 
@@ -52,6 +60,7 @@ class SiLU(torch.nn.SiLU):
     """torch.nn.SiLU computed by rtdnn (cuDNN's swish with beta = 1)."""
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input)
         return autograd.activation_forward(input, "swish", [1.0])
 
 
@@ -59,6 +68,7 @@ class GELU(torch.nn.GELU):
     """torch.nn.GELU computed by rtdnn: approximate="none" (erf) or "tanh"."""
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input)
         mode = "gelu_tanh" if self.approximate == "tanh" else "gelu"
         return autograd.activation_forward(input, mode, [])
 
@@ -67,6 +77,7 @@ class Hardtanh(torch.nn.Hardtanh):
     """torch.nn.Hardtanh computed by rtdnn (cuDNN's clipped ReLU when min_val is 0)."""
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input)
         lo, hi = float(self.min_val), float(self.max_val)
         if lo == 0.0:
             return autograd.activation_forward(input, "clipped_relu", [hi])
@@ -89,7 +100,7 @@ def _softmax(input: Tensor, dim: int | None, algo: str) -> Tensor:
     moved = input.movedim(d, 1)
     shape = moved.shape
     if moved.dim() > 5:  # more positions than the kernels address: merge the trailing ones
-        moved = moved.reshape(shape[0], shape[1], -1)
+        moved = moved.reshape(shape[0], shape[1], math.prod(shape[2:]))
     y = autograd.softmax_forward(moved, algo, "channel")
     return y.reshape(shape).movedim(1, d)
 
@@ -98,6 +109,7 @@ class Softmax(torch.nn.Softmax):
     """torch.nn.Softmax computed by rtdnn."""
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input)
         return _softmax(input, self.dim, "accurate")
 
 
@@ -105,4 +117,5 @@ class LogSoftmax(torch.nn.LogSoftmax):
     """torch.nn.LogSoftmax computed by rtdnn."""
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input)
         return _softmax(input, self.dim, "log")

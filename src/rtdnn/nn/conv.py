@@ -1,5 +1,6 @@
 """Convolution modules: drop-ins for torch.nn.Conv1d/2d/3d with the same constructor,
-parameters and state_dict keys; the arithmetic runs in rtdnn."""
+parameters and state_dict keys; the arithmetic runs in rtdnn. Like torch's, they take batched
+(N, C, *S) and unbatched (C, *S) input, and a batch of 0."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import autograd
+from ..core import bad_param
+from ..ops.conv import same_padding
+from ._inputs import batched, unbatch
 
 
 def autocast_inputs(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
@@ -27,6 +31,17 @@ class _RtdnnConv:
     """Replaces torch's _conv_forward; everything else is inherited from torch.nn.ConvNd."""
 
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        input, added = batched(self, input, len(self.kernel_size))
+        if input.shape[1] != self.in_channels:
+            raise bad_param(
+                f"input.shape[{0 if added else 1}]",
+                input.shape[1],
+                f"{self.in_channels} channels (in_channels of {type(self).__name__}), "
+                f"got input of size {list(input.shape[added:])}",
+            )
+        return unbatch(self._batched_forward(input, weight, bias), added)
+
+    def _batched_forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         input, weight, bias = autocast_inputs(input, weight, bias)
         padding = self.padding
         if self.padding_mode != "zeros":
@@ -35,14 +50,10 @@ class _RtdnnConv:
         elif padding == "valid":
             padding = (0,) * len(self.kernel_size)
         elif padding == "same":
-            # Total padding d*(k-1) per dim; an odd total puts the extra pixel on the right.
-            totals = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size, strict=True)]
-            padding = tuple(t // 2 for t in totals)
-            if any(t % 2 for t in totals):
-                extra = []
-                for t in reversed(totals):
-                    extra += [0, t % 2]
-                input = F.pad(input, extra)
+            # An odd total padding puts the extra pixel on the right, as torch does.
+            padding, extra = same_padding(self.kernel_size, self.dilation)
+            if any(extra):
+                input = F.pad(input, [p for e in reversed(extra) for p in (0, e)])
         return autograd.conv_forward(
             input, weight, bias, list(self.stride), list(padding), list(self.dilation),
             self.groups, "cross_correlation",

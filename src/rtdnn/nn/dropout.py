@@ -11,12 +11,14 @@ import torch
 from torch import Tensor
 
 from .. import autograd
+from ._inputs import check_dtype
 
 
 class Dropout(torch.nn.Dropout):
     """torch.nn.Dropout computed by rtdnn (counter-based Philox mask)."""
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input)
         if not self.training or self.p == 0.0:
             return input
         seed = torch.randint(0, 2**31 - 1, (), dtype=torch.int64)

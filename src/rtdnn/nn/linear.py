@@ -1,5 +1,7 @@
 """Linear layers and the classification loss: drop-ins for torch.nn.Linear and
-torch.nn.CrossEntropyLoss, computed by rtdnn."""
+torch.nn.CrossEntropyLoss, computed by rtdnn. Like torch's, Linear takes (*, in_features)
+including a 1-D (in_features,) and no rows at all, and CrossEntropyLoss takes unbatched (C,)
+logits with a 0-d target."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import torch
 from torch import Tensor
 
 from .. import autograd
+from ..core import bad_param
+from ._inputs import check_dtype, unbatch
 from .conv import autocast_inputs
 
 
@@ -14,8 +18,17 @@ class Linear(torch.nn.Linear):
     """torch.nn.Linear computed by rtdnn (same arguments, parameters and state_dict keys)."""
 
     def forward(self, input: Tensor) -> Tensor:
-        input, weight, bias = autocast_inputs(input, self.weight, self.bias)
-        return autograd.linear(input, weight, bias, None)
+        check_dtype(self, input)
+        if input.dim() == 0 or input.shape[-1] != self.in_features:
+            raise bad_param(
+                "input.shape", tuple(input.shape),
+                f"(*, {self.in_features}): in_features of Linear is {self.in_features}",
+            )  # fmt: skip
+        added = input.dim() == 1
+        input, weight, bias = autocast_inputs(
+            input.unsqueeze(0) if added else input, self.weight, self.bias
+        )
+        return unbatch(autograd.linear(input, weight, bias, None), added)
 
 
 class CrossEntropyLoss(torch.nn.CrossEntropyLoss):
@@ -26,7 +39,13 @@ class CrossEntropyLoss(torch.nn.CrossEntropyLoss):
             raise NotImplementedError(
                 "target of class probabilities is not supported: pass class indices (int64)"
             )
+        check_dtype(self, input)
+        added = input.dim() == 1  # unbatched: (C,) logits, a 0-d target
+        if added:
+            if target.dim() != 0:
+                raise bad_param("target.shape", tuple(target.shape), "() for 1-D (C,) input")
+            input, target = input.unsqueeze(0), target.unsqueeze(0)
         loss, _, _ = autograd.cross_entropy(
             input, target, self.weight, self.ignore_index, self.label_smoothing, self.reduction
         )
-        return loss
+        return unbatch(loss, added and self.reduction == "none")

@@ -6,12 +6,21 @@ import torch
 from torch import Tensor
 
 from .. import autograd
+from ..core import bad_param
+from ._inputs import check_dtype
 
 
 class LocalResponseNorm(torch.nn.LocalResponseNorm):
     """torch.nn.LocalResponseNorm(size, alpha, beta, k) computed by rtdnn."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return autograd.lrn_forward(
+        check_dtype(self, input)
+        if input.dim() < 3:  # torch's rule: (N, C, *S) with at least one spatial dim
+            raise bad_param("input.dim()", input.dim(), "3 or more, (N, C, *S)")
+        shape = input.shape
+        if input.dim() > 5:  # the normalization is across channels: merge the spatial dims
+            input = input.reshape(shape[0], shape[1], -1)
+        y = autograd.lrn_forward(
             input, int(self.size), float(self.alpha), float(self.beta), float(self.k)
         )
+        return y.reshape(shape)

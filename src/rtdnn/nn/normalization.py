@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from .. import autograd
+from ._inputs import check_dtype
 
 
 class _RtdnnBatchNorm:
@@ -41,6 +42,7 @@ class _RtdnnBatchNorm:
 
     def _batch_norm(self, input: Tensor, z: Tensor | None, activation: str) -> Tensor:
         self._check_input_dim(input)
+        check_dtype(self, input)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
@@ -79,6 +81,7 @@ class LayerNorm(torch.nn.LayerNorm):
     """torch.nn.LayerNorm computed by rtdnn."""
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input)
         return autograd.layer_norm(
             input, list(self.normalized_shape), self.weight, self.bias, self.eps
         )
@@ -88,6 +91,7 @@ class RMSNorm(torch.nn.RMSNorm):
     """torch.nn.RMSNorm computed by rtdnn."""
 
     def forward(self, x: Tensor) -> Tensor:
+        check_dtype(self, x)
         return autograd.rms_norm(x, list(self.normalized_shape), self.weight, self.eps)
 
 
@@ -95,6 +99,7 @@ class GroupNorm(torch.nn.GroupNorm):
     """torch.nn.GroupNorm computed by rtdnn."""
 
     def forward(self, input: Tensor) -> Tensor:
+        check_dtype(self, input)
         return autograd.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
 
 
@@ -103,6 +108,7 @@ class _RtdnnInstanceNorm:
     and state_dict handling are inherited)."""
 
     def _apply_instance_norm(self, input: Tensor) -> Tensor:
+        check_dtype(self, input)
         return autograd.instance_norm(
             input,
             self.running_mean,

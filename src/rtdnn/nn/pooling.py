@@ -1,5 +1,6 @@
 """Pooling modules: drop-ins for torch.nn.MaxPool1d/2d/3d, AvgPool1d/2d/3d and
-AdaptiveAvgPool1d/2d/3d with the same constructor arguments; the arithmetic runs in rtdnn."""
+AdaptiveAvgPool1d/2d/3d with the same constructor arguments; the arithmetic runs in rtdnn.
+Like torch's, they take batched (N, C, *S) and unbatched (C, *S) input, and a batch of 0."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from torch import Tensor
 
 from .. import autograd
 from ..core import NotSupportedError
+from ._inputs import batched, unbatch
 
 
 def _tuple(v, n: int) -> list[int]:
@@ -21,11 +23,13 @@ class _RtdnnMaxPool:
         if self.return_indices:
             raise NotSupportedError("return_indices=True is not supported by rtdnn pooling")
         n = self._nd
+        input, added = batched(self, input, n)
         stride = self.stride if self.stride is not None else self.kernel_size
-        return autograd.pooling_forward(
+        y = autograd.pooling_forward(
             input, "max", _tuple(self.kernel_size, n), _tuple(stride, n),
             _tuple(self.padding, n), _tuple(self.dilation, n), bool(self.ceil_mode),
         )  # fmt: skip
+        return unbatch(y, added)
 
 
 class MaxPool1d(_RtdnnMaxPool, torch.nn.MaxPool1d):
@@ -53,12 +57,14 @@ class _RtdnnAvgPool:
         if getattr(self, "divisor_override", None) is not None:
             raise NotSupportedError("divisor_override is not supported by rtdnn pooling")
         n = self._nd
+        input, added = batched(self, input, n)
         stride = self.stride if self.stride is not None else self.kernel_size
         mode = "avg_include_pad" if self.count_include_pad else "avg_exclude_pad"
-        return autograd.pooling_forward(
+        y = autograd.pooling_forward(
             input, mode, _tuple(self.kernel_size, n), _tuple(stride, n),
             _tuple(self.padding, n), [1] * n, bool(self.ceil_mode),
         )  # fmt: skip
+        return unbatch(y, added)
 
 
 class AvgPool1d(_RtdnnAvgPool, torch.nn.AvgPool1d):
@@ -84,9 +90,10 @@ class _RtdnnAdaptiveAvgPool:
 
     def forward(self, input: Tensor) -> Tensor:
         n = self._nd
+        input, added = batched(self, input, n)
         size = _tuple(self.output_size, n)
         size = [input.shape[2 + i] if s is None else s for i, s in enumerate(size)]
-        return autograd.adaptive_avg_pool(input, size)
+        return unbatch(autograd.adaptive_avg_pool(input, size), added)
 
 
 class AdaptiveAvgPool1d(_RtdnnAdaptiveAvgPool, torch.nn.AdaptiveAvgPool1d):

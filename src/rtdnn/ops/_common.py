@@ -1,4 +1,5 @@
-"""Checks and helpers shared by the memory-bound primitive families (not by convolution)."""
+"""Checks and helpers shared by the memory-bound primitive families (convolution uses only
+`finish_empty`)."""
 
 from __future__ import annotations
 
@@ -109,3 +110,24 @@ def elementwise_plan(
             "merging contiguous ones: make the operands contiguous first"
         )
     return p
+
+
+def check_batch(name: str, t: torch.Tensor) -> torch.Tensor:
+    """For ops on (N, C, *S) that take a batch of N = 0 (as torch does) but no other empty dim."""
+    if any(s == 0 for s in t.shape[1:]):
+        raise bad_param(f"{name}.shape", tuple(t.shape), "no zero-sized dim but the batch (dim 0)")
+    return t
+
+
+def finish_empty(result: torch.Tensor, beta: float) -> torch.Tensor:
+    """The result of an op whose input has no elements, computed without a kernel launch.
+
+    An empty result needs nothing. A non-empty one holds sums over the empty dims (a filter or
+    bias gradient, a batch's statistics), which are 0: result = alpha * 0 + beta * result.
+    """
+    if result.numel():
+        if beta == 0:
+            result.zero_()  # not beta * result: a NaN in an unused `out` must not survive
+        else:
+            result.mul_(beta)
+    return result

@@ -35,7 +35,7 @@ def activation(v: object) -> str:
 
 def like(name: str, t: object, x: torch.Tensor) -> torch.Tensor:
     """A tensor with x's shape, dtype and device (any strides)."""
-    t = check_tensor(name, t, dtype=x.dtype, device=x.device)
+    t = check_tensor(name, t, dtype=x.dtype, device=x.device, empty=True)
     if t.shape != x.shape:
         raise bad_param(f"{name}.shape", tuple(t.shape), f"{tuple(x.shape)}, the shape of x")
     return t
@@ -54,7 +54,7 @@ def param(name: str, t: object, shape: Sequence[int], x: torch.Tensor) -> torch.
 
 def stat(name: str, t: object, shape: Sequence[int], x: torch.Tensor) -> torch.Tensor:
     """Saved statistics for a backward pass: float32, contiguous, exactly `shape`."""
-    t = check_tensor(name, t, device=x.device)
+    t = check_tensor(name, t, device=x.device, empty=True)
     if tuple(t.shape) != tuple(shape):
         raise bad_param(f"{name}.shape", tuple(t.shape), f"{tuple(shape)}")
     return t.to(torch.float32).contiguous()
@@ -149,6 +149,11 @@ def nonzero(v: object) -> object:
         return bool(v != 0)
     except Exception:
         return v
+
+
+def zeros(shape, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
+    """Parameter gradients summed over no elements (an empty batch)."""
+    return torch.zeros(shape, dtype=dtype, device=like.device)
 
 
 def empty(shape, strides, like: torch.Tensor) -> torch.Tensor:

@@ -83,10 +83,12 @@ def activation_forward(
     `out` may be `x` itself (in place).
     """
     act = _mode(mode)
-    x = check_tensor("x", x)
+    x = check_tensor("x", x, empty=True)
     check_span("x", x)
     p = _params(mode, coef)
     y = output(out, x.shape, x, alpha, beta, preserve_strides=True)
+    if y.numel() == 0:
+        return y
     plan = elementwise_plan(x.shape, y, [x])
     ew.launch(act.forward, y, [x], plan, alpha=alpha, beta=beta, p=p)
     return y
@@ -110,7 +112,7 @@ def activation_backward(
     or `out`.
     """
     act = _mode(mode)
-    dy = check_tensor("dy", dy)
+    dy = check_tensor("dy", dy, empty=True)
     check_span("dy", dy)
     inputs = [dy]
     for name, t in (("x", x), ("y", y)):
@@ -118,7 +120,7 @@ def activation_backward(
             if act.needs == name:
                 raise bad_param(name, None, f"a tensor: the {mode} backward reads {name}")
             continue
-        check_tensor(name, t, dtype=dy.dtype, device=dy.device)
+        check_tensor(name, t, dtype=dy.dtype, device=dy.device, empty=True)
         if tuple(t.shape) != tuple(dy.shape):
             raise bad_param(f"{name}.shape", tuple(t.shape), f"{tuple(dy.shape)}, dy's shape")
         check_span(name, t)
@@ -126,6 +128,8 @@ def activation_backward(
             inputs.append(t)
     p = _params(mode, coef)
     dx = output(out, dy.shape, dy, alpha, beta, preserve_strides=True)
+    if dx.numel() == 0:
+        return dx
     plan = elementwise_plan(dy.shape, dx, inputs)
     ew.launch(act.backward, dx, inputs, plan, alpha=alpha, beta=beta, p=p)
     return dx

@@ -14,6 +14,10 @@ Forward (training and inference) computes
 where z (optional) is the residual of BN_ADD_ACTIVATION and act is "identity" or "relu".
 Statistics are float32 whatever the data type. Results are deterministic: every reduction runs
 in a fixed order (atomics only count arrivals, never add values).
+
+An empty x (a batch of N = 0, as torch allows) gives empty results without a kernel launch: in
+training the running statistics are left as they are and the saved ones are NaN (the mean of
+no values); the backward's weight and bias gradients are zeros.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ def _setup(x: torch.Tensor, mode: str) -> tuple[tuple[int, ...], tuple[int, ...]
     """(kept dims, parameter shape, values per statistic) of x in `mode`."""
     if mode not in MODES:
         raise bad_param("mode", mode, f"one of {MODES}")
-    if mode == "spatial":
-        return (1,), (x.shape[1],), x.numel() // x.shape[1]
-    return tuple(range(1, x.dim())), tuple(x.shape[1:]), x.shape[0]
+    kept = (1,) if mode == "spatial" else tuple(range(1, x.dim()))
+    pshape = tuple(x.shape[d] for d in kept)
+    if 0 in pshape:
+        raise bad_param("x.shape", tuple(x.shape), f"no zero-sized dim among the kept {kept}")
+    return kept, pshape, x.numel() // math.prod(pshape)
 
 
 def batch_norm_forward_training(
@@ -74,7 +80,7 @@ def batch_norm_forward_training(
 
 
 def _train_call(x, weight, bias, running_mean, running_var, z, out, mode, activation, beta):
-    x = check_tensor("x", x, ndim=(2, 3, 4, 5))
+    x = check_tensor("x", x, ndim=(2, 3, 4, 5), empty=True)
     kept, pshape, count = _setup(x, mode)
     weight = V.param("weight", weight, pshape, x)
     bias = V.param("bias", bias, pshape, x)
@@ -86,16 +92,24 @@ def _train_call(x, weight, bias, running_mean, running_var, z, out, mode, activa
     z = V.like("z", z, x) if z is not None else None
     act = V.activation(activation)
     check_scaling(0.0, beta, out)
-    if count < 2:
+    if count == 1:
         raise bad_param("x.shape", tuple(x.shape), "more than one value per statistic in training")
     y = V.output(out, x)
     V.ready(x)
+    y_strides = y.stride()
+    if count == 0:  # an empty batch: nothing to normalize, no statistics to update
+
+        def empty_call(x, weight, bias, running_mean, running_var, z, out, momentum, eps, *_):
+            y = out if out is not None else V.empty(x.shape, y_strides, x)
+            nan = torch.full(pshape, math.nan, dtype=torch.float32, device=x.device)
+            return y, nan, nan.clone()
+
+        return empty_call
     shape = x.shape
     plan = engine.ForwardPlan(
         x, y, kept, V.broadcast(weight, kept, shape), V.broadcast(bias, kept, shape), z,
         rms=False, activation=act, beta_nonzero=beta != 0, running=running_mean is not None,
     )  # fmt: skip
-    y_strides = y.stride()
 
     def call(x, weight, bias, running_mean, running_var, z, out, momentum, eps, alpha, beta):
         y = out if out is not None else V.empty(x.shape, y_strides, x)
@@ -140,7 +154,7 @@ def batch_norm_forward_inference(
 
 
 def _infer_call(x, weight, bias, running_mean, running_var, z, out, mode, activation, beta):
-    x = check_tensor("x", x, ndim=(2, 3, 4, 5))
+    x = check_tensor("x", x, ndim=(2, 3, 4, 5), empty=True)
     kept, pshape, _ = _setup(x, mode)
     weight = V.param("weight", weight, pshape, x)
     bias = V.param("bias", bias, pshape, x)
@@ -153,13 +167,17 @@ def _infer_call(x, weight, bias, running_mean, running_var, z, out, mode, activa
     check_scaling(0.0, beta, out)
     y = V.output(out, x)
     V.ready(x)
+    y_strides = y.stride()
+    if x.numel() == 0:
+        return lambda x, weight, bias, rm, rv, z, out, *_: (
+            out if out is not None else V.empty(x.shape, y_strides, x)
+        )
     shape = x.shape
     plan = engine.ApplyPlan(
         x, y, kept, V.broadcast(running_mean, kept, shape),
         V.broadcast(running_var, kept, shape), True, V.broadcast(weight, kept, shape),
         V.broadcast(bias, kept, shape), z, rms=False, activation=act, beta_nonzero=beta != 0,
     )  # fmt: skip
-    y_strides = y.stride()
 
     def call(x, weight, bias, running_mean, running_var, z, out, eps, alpha, beta):
         y = out if out is not None else V.empty(x.shape, y_strides, x)
@@ -209,7 +227,7 @@ def batch_norm_backward(
 
 def _backward_call(dy, x, saved_mean, saved_invstd, weight, bias, z, out, activation, mode,
                    training, beta):  # fmt: skip
-    x = check_tensor("x", x, ndim=(2, 3, 4, 5))
+    x = check_tensor("x", x, ndim=(2, 3, 4, 5), empty=True)
     dy = V.like("dy", dy, x)
     kept, pshape, _ = _setup(x, mode)
     saved_mean = V.stat("saved_mean", saved_mean, pshape, x)
@@ -225,14 +243,22 @@ def _backward_call(dy, x, saved_mean, saved_invstd, weight, bias, z, out, activa
     V.ready(x)
     dz = V.output(None, z) if z is not None else None
     gdt = V.grad_dtype(weight)
+    dx_strides = dx.stride()
+    dz_strides = dz.stride() if dz is not None else None
+    if x.numel() == 0:  # an empty batch: sums over no values
+
+        def empty_call(dy, x, saved_mean, saved_invstd, weight, bias, z, out, alpha, beta):
+            dx = out if out is not None else V.empty(x.shape, dx_strides, x)
+            dz = V.empty(z.shape, dz_strides, z) if z is not None else None
+            return dx, V.zeros(pshape, gdt, x), V.zeros(pshape, gdt, x), dz
+
+        return empty_call
     shape = x.shape
     plan = engine.SplitBackwardPlan(
         dy, x, dx, kept, V.broadcast(saved_mean, kept, shape), (1, math.prod(pshape), 1),
         V.broadcast(weight, kept, shape), V.broadcast(bias, kept, shape), z, dz, grads=True,
         training=training, rms=False, activation=act, beta_nonzero=beta != 0,
     )  # fmt: skip
-    dx_strides = dx.stride()
-    dz_strides = dz.stride() if dz is not None else None
 
     def call(dy, x, saved_mean, saved_invstd, weight, bias, z, out, alpha, beta):
         dx = out if out is not None else V.empty(x.shape, dx_strides, x)

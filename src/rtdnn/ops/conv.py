@@ -1,8 +1,9 @@
 """Convolution: the public functional API.
 
 Shapes follow torch: x (N, C, *spatial), w (K, C/groups, *kernel), y (N, K, *out_spatial),
-with 1 to 3 spatial dims and any strides. Each call validates everything before a kernel is
-launched, builds a ConvProblem, picks an algorithm and runs it:
+with 1 to 3 spatial dims and any strides; a batch of N = 0 gives an empty result (and zero
+filter and bias gradients) without a kernel launch. Each call validates everything before a
+kernel is launched, builds a ConvProblem, picks an algorithm and runs it:
 
     out = alpha * conv(...) + beta * out          (out's prior value; beta != 0 needs `out`)
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from .. import select
 from ..algos import ConvAlgorithm, ConvTensors
@@ -25,6 +27,7 @@ from ..core import (
     ConvProblem,
     Direction,
     TensorDesc,
+    as_tuple,
     bad_param,
     check_out,
     check_runnable,
@@ -37,6 +40,7 @@ from ..core import (
 )
 from ..core.handle import stream_workspace
 from ..kernels.reduce import channel_partial_sum_kernel, channel_sum_finish_kernel
+from ._common import finish_empty
 
 IntOrSeq = int | Sequence[int]
 
@@ -134,13 +138,38 @@ def _output(out: torch.Tensor | None, shape, like: torch.Tensor) -> torch.Tensor
     return out
 
 
+def same_padding(kernel: Sequence[int], dilation: Sequence[int]) -> tuple[tuple, tuple]:
+    """torch's padding="same" for stride 1: the total padding dilation * (kernel - 1) per dim,
+    split as (padding on both sides, one extra entry on the right where the total is odd)."""
+    totals = [d * (k - 1) for d, k in zip(dilation, kernel, strict=True)]
+    return tuple(t // 2 for t in totals), tuple(t % 2 for t in totals)
+
+
+def _named_padding(x, w, padding: str, stride, dilation) -> tuple[torch.Tensor, tuple]:
+    """(x, numeric padding) for padding="valid" or "same" (x padded on the right where "same"
+    needs an odd total, as torch does)."""
+    x = check_tensor("x", x, ndim=(3, 4, 5), empty=True)
+    w = check_tensor("w", w, ndim=x.dim(), dtype=x.dtype, device=x.device)
+    n = x.dim() - 2
+    if padding == "valid":
+        return x, (0,) * n
+    if padding != "same":
+        raise bad_param("padding", padding, 'an int, a sequence of ints, "same" or "valid"')
+    if any(s != 1 for s in as_tuple("stride", stride, n)):
+        raise bad_param("stride", stride, 'all 1 with padding="same" (as torch requires)')
+    both, extra = same_padding(w.shape[2:], as_tuple("dilation", dilation, n))
+    if any(extra):
+        x = F.pad(x, [p for e in reversed(extra) for p in (0, e)])
+    return x, both
+
+
 def conv_forward(
     x: torch.Tensor,
     w: torch.Tensor,
     bias: torch.Tensor | None = None,
     *,
     stride: IntOrSeq = 1,
-    padding: IntOrSeq = 0,
+    padding: IntOrSeq | str = 0,
     dilation: IntOrSeq = 1,
     groups: int = 1,
     mode: str = "cross_correlation",
@@ -155,15 +184,19 @@ def conv_forward(
 
     x: (N, C, *S); w: (K, C/groups, *R); bias: (K,) or None. Returns y (N, K, *O), in x's
     memory format (channels-last in, channels-last out) unless `out` is given, which is then
-    written in place and returned. `algo` is "auto" (the fastest whose workspace fits
-    `workspace_limit` bytes) or an algorithm name such as "IMPLICIT_GEMM" or "GEMM".
+    written in place and returned. `padding` is per spatial dim, or "valid" (none) or "same"
+    (O = S, stride 1 only; an odd total pads one more on the right, as torch.nn.Conv does).
+    `algo` is "auto" (the fastest whose workspace fits `workspace_limit` bytes) or an
+    algorithm name such as "IMPLICIT_GEMM" or "GEMM".
     """
+    if isinstance(padding, str):
+        x, padding = _named_padding(x, w, padding, stride, dilation)
     key, call = _lookup(
         Direction.FORWARD, (x, w, bias, out), stride, padding, dilation, groups, mode, algo,
         workspace_limit, resolve_math_mode(math),
     )  # fmt: skip
     if call is None:
-        x = check_tensor("x", x, ndim=(3, 4, 5))
+        x = check_tensor("x", x, ndim=(3, 4, 5), empty=True)
         w = check_tensor("w", w, ndim=x.dim(), dtype=x.dtype, device=x.device)
         conv = _conv_desc(x.dim(), stride, padding, dilation, groups, mode, math)
         y_shape = conv_output_shape(x.shape, w.shape, conv)
@@ -173,6 +206,8 @@ def conv_forward(
                 raise bad_param("bias.shape", tuple(bias.shape), f"({w.shape[0]},), one per filter")
         check_scaling(alpha, beta, out)
         y = _output(out, y_shape, x)
+        if y.numel() == 0:  # a batch of 0
+            return y
         bias = bias.contiguous() if bias is not None else None
         tensors = ConvTensors(x, w, y, bias)
         call = _remember(
@@ -255,18 +290,24 @@ def _backward(
     )  # fmt: skip
     data = direction is Direction.BACKWARD_DATA
     if call is None:  # a new signature: validate everything, then prepare below
-        first = check_tensor(names[0], first, ndim=(3, 4, 5))
+        first = check_tensor(names[0], first, ndim=(3, 4, 5), empty=True)
         second = check_tensor(
-            names[1], second, ndim=first.dim(), dtype=first.dtype, device=first.device
-        )
+            names[1], second, ndim=first.dim(), dtype=first.dtype, device=first.device,
+            empty=not data,
+        )  # fmt: skip
         shape = _shape_arg(names[2], shape, first.dim())
         conv = _conv_desc(first.dim(), stride, padding, dilation, groups, mode, math)
         if data:
-            conv_output_shape(shape, second.shape, conv)  # shape is x's, second is w
+            y_shape = conv_output_shape(shape, second.shape, conv)  # shape is x's, second is w
         else:
-            conv_output_shape(first.shape, shape, conv)  # first is x, shape is w's
+            y_shape = conv_output_shape(first.shape, shape, conv)  # first is x, shape is w's
         check_scaling(alpha, beta, out)
         result = _output(out, shape, first)
+        dy = first if data else second
+        if dy.numel() == 0 or first.numel() == 0:  # a batch of 0: dx is empty, dw is zeros
+            if tuple(dy.shape) != y_shape:
+                raise bad_param(f"{'dy' if data else names[1]}.shape", tuple(dy.shape), y_shape)
+            return finish_empty(result, beta)
     else:
         check_scaling(alpha, beta, out)
         result = call.output(out, first)
@@ -290,10 +331,12 @@ def conv_backward_bias(
 
     dy: (N, K, *O) with any strides. Returns db (K,) in dy's dtype (summed in float32).
     """
-    dy = check_tensor("dy", dy, ndim=(3, 4, 5))
+    dy = check_tensor("dy", dy, ndim=(3, 4, 5), empty=True)
     check_scaling(alpha, beta, out)
     k = dy.shape[1]
     db = _output(out, (k,), dy)
+    if dy.numel() == 0:  # a sum over no elements
+        return finish_empty(db, beta)
     check_runnable(dy.device)
     geo = output_geometry(TensorDesc.of(dy))
     pixels = dy.numel() // k

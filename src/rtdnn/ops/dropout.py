@@ -7,7 +7,8 @@ mask[e] = u(seed, e) >= p, where e is the element's row-major (logical) index in
 shape and u is output e % 4 of Philox4x32-10 (Triton's tl.rand4x) on counter e // 4, mapped to
 [0, 1) as tl.rand does. The mask therefore depends only on (seed, shape, p): not on strides,
 memory format, launch grid or device count, and the backward recomputes it from the seed
-instead of storing it (no reserve space). Any shape, any strides, float32/16/bfloat16.
+instead of storing it (no reserve space). Any shape (empty ones too), any strides,
+float32/16/bfloat16.
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ def _check(p, seed) -> tuple[float, float]:
 
 
 def _run(name: str, t: torch.Tensor, p, seed, alpha, beta, out) -> torch.Tensor:
-    t = check_tensor(name, t)
+    t = check_tensor(name, t, empty=True)
     check_span(name, t)
     prob, scale = _check(p, seed)
     y = output(out, t.shape, t, alpha, beta, preserve_strides=True)
+    if y.numel() == 0:
+        return y
     plan = elementwise_plan(t.shape, y, [t], index=True)
     ew.launch(dropout_op, y, [t], plan, alpha=alpha, beta=beta, p=(prob, scale, 0.0), seed=seed)
     return y

@@ -21,6 +21,7 @@ import torch
 from ..algos import norm as engine
 from ..core import bad_param, check_scaling, check_tensor
 from . import _norm as V
+from ._common import check_batch
 
 
 def _groups(x: torch.Tensor, num_groups: object) -> int:
@@ -41,7 +42,8 @@ def _forward(x, num_groups, weight, bias, eps, alpha, beta, out, instance):
 
 
 def _forward_call(x, weight, bias, out, num_groups, beta, instance):
-    x = check_tensor("x", x, ndim=(3, 4, 5) if instance else (2, 3, 4, 5))
+    x = check_tensor("x", x, ndim=(3, 4, 5) if instance else (2, 3, 4, 5), empty=True)
+    check_batch("x", x)
     g = x.shape[1] if instance else _groups(x, num_groups)
     n, c = x.shape[:2]
     weight = V.param("weight", weight, (c,), x)
@@ -49,13 +51,21 @@ def _forward_call(x, weight, bias, out, num_groups, beta, instance):
     check_scaling(0.0, beta, out)
     y = V.output(out, x)
     V.ready(x)
+    y_strides = y.stride()
+    if n == 0:  # an empty batch
+
+        def empty_call(x, weight, bias, out, *_):
+            y = out if out is not None else V.empty(x.shape, y_strides, x)
+            stats = torch.empty((0, g), dtype=torch.float32, device=x.device)
+            return y, stats, torch.empty_like(stats)
+
+        return empty_call
     # View C as (G, C/G): kept dims (N, G), reduced dims (C/G, *S).
     xv, yv = x.unflatten(1, (g, c // g)), y.unflatten(1, (g, c // g))
     plan = engine.ForwardPlan(
         xv, yv, (0, 1), _param_view(weight, xv), _param_view(bias, xv), None, rms=False,
         activation="identity", beta_nonzero=beta != 0, running=False,
     )  # fmt: skip
-    y_strides = y.stride()
 
     def call(x, weight, bias, out, eps, alpha, beta):
         y = out if out is not None else V.empty(x.shape, y_strides, x)
@@ -87,7 +97,8 @@ def _backward(dy, x, num_groups, mean, rstd, weight, param_grads, alpha, beta, o
 
 
 def _backward_call(dy, x, mean, rstd, weight, out, num_groups, param_grads, beta, instance):
-    x = check_tensor("x", x, ndim=(3, 4, 5) if instance else (2, 3, 4, 5))
+    x = check_tensor("x", x, ndim=(3, 4, 5) if instance else (2, 3, 4, 5), empty=True)
+    check_batch("x", x)
     g = x.shape[1] if instance else _groups(x, num_groups)
     dy = V.like("dy", dy, x)
     n, c = x.shape[:2]
@@ -99,6 +110,17 @@ def _backward_call(dy, x, mean, rstd, weight, out, num_groups, param_grads, beta
     check_scaling(0.0, beta, out)
     dx = V.output(out, x)
     V.ready(x)
+    gdt = V.grad_dtype(weight)
+    dx_strides = dx.stride()
+    if n == 0:  # an empty batch: the parameter gradients are sums over nothing
+
+        def empty_call(dy, x, mean, rstd, weight, out, *_):
+            dx = out if out is not None else V.empty(x.shape, dx_strides, x)
+            if not param_grads:
+                return dx, None, None
+            return dx, V.zeros((c,), gdt, x), V.zeros((c,), gdt, x)
+
+        return empty_call
     # Kept dims (N, G, C/G): sums per (n, c) over *S, then combined per group and per channel.
     shape = (n, g, c // g, *x.shape[2:])
     stats = V.broadcast(torch.empty((n, g), device="meta"), (0, 1), shape)
@@ -108,8 +130,6 @@ def _backward_call(dy, x, mean, rstd, weight, out, num_groups, param_grads, beta
         (n, g, c // g), _param_view(weight, xv), None, None, None, grads=param_grads,
         training=True, rms=False, activation="identity", beta_nonzero=beta != 0,
     )  # fmt: skip
-    gdt = V.grad_dtype(weight)
-    dx_strides = dx.stride()
 
     def call(dy, x, mean, rstd, weight, out, alpha, beta):
         dx = out if out is not None else V.empty(x.shape, dx_strides, x)

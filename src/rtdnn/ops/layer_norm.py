@@ -35,6 +35,8 @@ def _normalized(x: torch.Tensor, normalized_shape) -> tuple[tuple[int, ...], tup
         raise bad_param(
             "normalized_shape", normalized_shape, f"a non-empty tail of x's shape {tuple(x.shape)}"
         )
+    if 0 in shape:
+        raise bad_param("normalized_shape", normalized_shape, "no zero-sized dim")
     return tuple(range(x.dim() - len(shape))), shape
 
 
@@ -57,13 +59,23 @@ def _forward(x, normalized_shape, weight, bias, eps, alpha, beta, out, rms: bool
 
 
 def _forward_call(x, weight, bias, out, normalized_shape, beta, rms):
-    x = check_tensor("x", x)
+    x = check_tensor("x", x, empty=True)
     kept, nshape = _normalized(x, normalized_shape)
     weight = V.param("weight", weight, nshape, x)
     bias = V.param("bias", bias, nshape, x)
     check_scaling(0.0, beta, out)
     y = V.output(out, x)
     V.ready(x)
+    lead = tuple(x.shape[: len(kept)])
+    y_strides = y.stride()
+    if x.numel() == 0:  # no rows
+
+        def empty_call(x, weight, bias, out, *_):
+            y = out if out is not None else V.empty(x.shape, y_strides, x)
+            stats = torch.empty(lead, dtype=torch.float32, device=x.device)
+            return y, stats, torch.empty_like(stats)
+
+        return empty_call
     copy = not _fit(x, kept)
     xs = x.contiguous() if copy else x
     dims = range(len(kept), x.dim())
@@ -71,8 +83,6 @@ def _forward_call(x, weight, bias, out, normalized_shape, beta, rms):
         xs, y, kept, V.broadcast(weight, dims, x.shape), V.broadcast(bias, dims, x.shape), None,
         rms=rms, activation="identity", beta_nonzero=beta != 0, running=False,
     )  # fmt: skip
-    lead = tuple(x.shape[: len(kept)])
-    y_strides = y.stride()
 
     def call(x, weight, bias, out, eps, alpha, beta):
         y = out if out is not None else V.empty(x.shape, y_strides, x)
@@ -98,7 +108,7 @@ def _backward(dy, x, normalized_shape, mean, rstd, weight, param_grads, alpha, b
 
 
 def _backward_call(dy, x, mean, rstd, weight, out, normalized_shape, param_grads, beta, rms):
-    x = check_tensor("x", x)
+    x = check_tensor("x", x, empty=True)
     dy = V.like("dy", dy, x)
     kept, nshape = _normalized(x, normalized_shape)
     lead = tuple(x.shape[: len(kept)])
@@ -111,6 +121,17 @@ def _backward_call(dy, x, mean, rstd, weight, out, normalized_shape, param_grads
     check_scaling(0.0, beta, out)
     dx = V.output(out, x)
     V.ready(x)
+    gdt = V.grad_dtype(weight)
+    dx_strides = dx.stride()
+    if x.numel() == 0:  # no rows: the parameter gradients are sums over nothing
+
+        def empty_call(dy, x, mean, rstd, weight, out, *_):
+            dx = out if out is not None else V.empty(x.shape, dx_strides, x)
+            if not param_grads:
+                return dx, None, None
+            return dx, V.zeros(nshape, gdt, x), None if rms else V.zeros(nshape, gdt, x)
+
+        return empty_call
     copy_x, copy_dy = not _fit(x, kept), not _fit(dy, kept)
     xs = x.contiguous() if copy_x else x
     dys = dy.contiguous() if copy_dy else dy
@@ -119,8 +140,6 @@ def _backward_call(dy, x, mean, rstd, weight, out, normalized_shape, param_grads
         dys, xs, dx, kept, V.broadcast(weight, dims, x.shape), grads=param_grads,
         bias_grad=param_grads and not rms, rms=rms, beta_nonzero=beta != 0,
     )  # fmt: skip
-    gdt = V.grad_dtype(weight)
-    dx_strides = dx.stride()
 
     def call(dy, x, mean, rstd, weight, out, alpha, beta):
         dx = out if out is not None else V.empty(x.shape, dx_strides, x)

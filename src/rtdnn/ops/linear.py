@@ -32,6 +32,7 @@ from ..core.handle import stream_workspace
 from ..kernels import brgemm, strided
 from ..kernels.launch import BrgemmLaunch, Operand, Output, TileConfig
 from ..kernels.strided import StridedGeometry
+from ._common import finish_empty
 
 ACTIVATIONS = {None: brgemm.identity, "identity": brgemm.identity, "relu": brgemm.relu}
 
@@ -134,9 +135,10 @@ def linear(
     """y = act(alpha * x @ w^T + bias + beta * out).
 
     x: (*, in_features); w: (out_features, in_features); bias: (out_features,) or None.
-    Returns y (*, out_features), or `out` written in place.
+    Returns y (*, out_features), or `out` written in place. No rows (x.shape[:-1] holding a
+    0) give an empty y, and zero weight and bias gradients.
     """
-    x = check_tensor("x", x)
+    x = check_tensor("x", x, empty=True)
     w = check_tensor("w", w, ndim=2, dtype=x.dtype, device=x.device)
     if x.shape[-1] != w.shape[1]:
         raise bad_param("x.shape[-1]", x.shape[-1], f"w.shape[1] = {w.shape[1]} (in_features)")
@@ -151,6 +153,8 @@ def linear(
     resolve_math_mode(math)
     check_runnable(x.device)
     y = _out(out, (*x.shape[:-1], w.shape[0]), x)
+    if y.numel() == 0:  # no rows
+        return y
     x2, y2 = _rows(x), _out_rows(y)
     _gemm(x2, _matrix(x2), w, _matrix(w, transpose=True), y2, alpha, beta, bias, activation, math)
     return y
@@ -166,7 +170,7 @@ def linear_backward_data(
     math: str | None = None,
 ) -> torch.Tensor:
     """dx = alpha * dy @ w + beta * out. dy: (*, out_features); returns (*, in_features)."""
-    dy = check_tensor("dy", dy)
+    dy = check_tensor("dy", dy, empty=True)
     w = check_tensor("w", w, ndim=2, dtype=dy.dtype, device=dy.device)
     if dy.shape[-1] != w.shape[0]:
         raise bad_param("dy.shape[-1]", dy.shape[-1], f"w.shape[0] = {w.shape[0]}")
@@ -174,6 +178,8 @@ def linear_backward_data(
     resolve_math_mode(math)
     check_runnable(dy.device)
     dx = _out(out, (*dy.shape[:-1], w.shape[1]), dy)
+    if dx.numel() == 0:  # no rows
+        return dx
     dy2, dx2 = _rows(dy), _out_rows(dx)
     _gemm(dy2, _matrix(dy2), w, _matrix(w), dx2, alpha, beta, math=math)
     return dx
@@ -192,14 +198,16 @@ def linear_backward_weight(
 
     x: (*, in_features); dy: (*, out_features). Returns (out_features, in_features).
     """
-    x = check_tensor("x", x)
-    dy = check_tensor("dy", dy, dtype=x.dtype, device=x.device)
+    x = check_tensor("x", x, empty=True)
+    dy = check_tensor("dy", dy, dtype=x.dtype, device=x.device, empty=True)
     if dy.shape[:-1] != x.shape[:-1]:
         raise bad_param("dy.shape", tuple(dy.shape), f"(*{tuple(x.shape[:-1])}, out_features)")
     check_scaling(alpha, beta, out)
     resolve_math_mode(math)
     check_runnable(x.device)
     dw = _out(out, (dy.shape[-1], x.shape[-1]), x)
+    if x.numel() == 0:  # a sum over no rows
+        return finish_empty(dw, beta)
     x2, dy2 = _rows(x), _rows(dy)
     _gemm(dy2, _matrix(dy2, transpose=True), x2, _matrix(x2), dw, alpha, beta, math=math)
     return dw
@@ -211,7 +219,7 @@ def linear_backward_bias(
     """db = alpha * (dy summed over every leading index) + beta * out; (out_features,)."""
     from .conv import conv_backward_bias
 
-    dy = check_tensor("dy", dy)
+    dy = check_tensor("dy", dy, empty=True)
     dy2 = _rows(dy)
     # The per-channel sum of the convolution, with rows as the batch and one pixel each.
     return conv_backward_bias(dy2.unsqueeze(-1), alpha=alpha, beta=beta, out=out)

@@ -3,7 +3,8 @@
 Semantics are torch.nn.functional.cross_entropy's with class-index targets: logits (N, C) or
 (N, C, *spatial) with any strides, target (N,) or (N, *spatial) int64, optional class weights
 (C,), ignore_index, label_smoothing, reduction "mean" (divided by the summed weights of the
-targets that are not ignored), "sum" or "none".
+targets that are not ignored), "sum" or "none". With no rows (N = 0 or an empty spatial dim)
+the loss is torch's: NaN for "mean" (0 / 0), 0 for "sum", empty for "none".
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ def _rows(logits: torch.Tensor) -> torch.Tensor:
 
 
 def _check(logits, target, weight, reduction, label_smoothing):
-    logits = check_tensor("logits", logits, ndim=tuple(range(2, 6)))
+    logits = check_tensor("logits", logits, ndim=tuple(range(2, 6)), empty=True)
+    if logits.shape[1] == 0:
+        raise bad_param("logits.shape", tuple(logits.shape), "at least one class (dim 1)")
     if not isinstance(target, torch.Tensor) or target.dtype != torch.int64:
         raise bad_param("target.dtype", getattr(target, "dtype", type(target).__name__), "int64")
     if target.device != logits.device:
@@ -64,6 +67,11 @@ def cross_entropy_forward(
     loss = torch.empty(rows, dtype=torch.float32, device=x.device)
     lse = torch.empty_like(loss)
     w_t = torch.empty_like(loss)
+    if rows == 0:
+        if reduction == "none":
+            return loss.view(target.shape).to(logits.dtype), lse, w_t
+        empty_value = float("nan") if reduction == "mean" else 0.0
+        return torch.full((), empty_value, dtype=logits.dtype, device=x.device), lse, w_t
     cross_entropy_fwd_kernel[(rows,)](
         x, t, weight if weight is not None else loss, loss, lse, w_t, classes, x.stride(0),
         x.stride(1), ignore_index, float(label_smoothing), HAS_WEIGHT=weight is not None,
@@ -97,6 +105,8 @@ def cross_entropy_backward(
     t = target.reshape(-1).contiguous()
     rows, classes = x.shape
     dx = torch.empty_like(x)
+    if rows == 0:
+        return torch.empty_like(logits)
     g = grad.reshape(-1).float().contiguous()
     g_stride = 1 if reduction == "none" else 0
     if reduction == "mean":

@@ -1,7 +1,8 @@
 """Cross-channel local response normalization: the public functional API.
 
-x: (N, C, *S) with 0 to 3 spatial dims, any strides, float32 / float16 / bfloat16. The
-normalization is torch.nn.LocalResponseNorm's (cuDNN's LRN_CROSS_CHANNEL_DIM1):
+x: (N, C, *S) with 0 to 3 spatial dims, any strides, float32 / float16 / bfloat16; a zero-sized
+dim gives an empty result without a kernel launch. The normalization is
+torch.nn.LocalResponseNorm's (cuDNN's LRN_CROSS_CHANNEL_DIM1):
 
     D[c] = lrn_k + lrn_alpha / size * sum of x[c']^2 over c' in [c - size//2, c + (size-1)//2]
     y    = alpha * x * D^-lrn_beta + beta * out
@@ -41,11 +42,13 @@ def lrn_forward(
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """y = alpha * lrn(x) + beta * out; y has x's shape and layout (or is `out`)."""
-    x = check_tensor("x", x, ndim=(2, 3, 4, 5))
+    x = check_tensor("x", x, ndim=(2, 3, 4, 5), empty=True)
     check_span("x", x)
     size, a, b, k = _params(size, lrn_alpha, lrn_beta, lrn_k)
     bq = K.beta_quarters(b)  # lrn_beta as a number of quarters, for a cheaper pow
     y = output(out, x.shape, x, alpha, beta, preserve_strides=True)
+    if y.numel() == 0:
+        return y
     strides = (x.stride(), x.stride(), y.stride())
     plan = K.plan_lrn(
         x.shape, strides, elem_bytes=x.element_size(), whole_c=False, size=size,
@@ -77,12 +80,12 @@ def lrn_backward(
 
     y (the forward output) is checked for shape when given but not read: it is recomputed.
     """
-    x = check_tensor("x", x, ndim=(2, 3, 4, 5))
-    dy = check_tensor("dy", dy, ndim=x.dim(), dtype=x.dtype, device=x.device)
+    x = check_tensor("x", x, ndim=(2, 3, 4, 5), empty=True)
+    dy = check_tensor("dy", dy, ndim=x.dim(), dtype=x.dtype, device=x.device, empty=True)
     if tuple(dy.shape) != tuple(x.shape):
         raise bad_param("dy.shape", tuple(dy.shape), f"{tuple(x.shape)}, x's shape")
     if y is not None:
-        check_tensor("y", y, dtype=x.dtype, device=x.device)
+        check_tensor("y", y, dtype=x.dtype, device=x.device, empty=True)
         if tuple(y.shape) != tuple(x.shape):
             raise bad_param("y.shape", tuple(y.shape), f"{tuple(x.shape)}, x's shape")
     check_span("x", x)
@@ -90,6 +93,8 @@ def lrn_backward(
     size, a, b, k = _params(size, lrn_alpha, lrn_beta, lrn_k)
     bq = K.beta_quarters(b)  # lrn_beta as a number of quarters, for a cheaper pow
     dx = output(out, dy.shape, dy, alpha, beta, preserve_strides=True)
+    if dx.numel() == 0:
+        return dx
     strides = (x.stride(), dy.stride(), dx.stride())
     plan = K.plan_lrn(
         x.shape, strides, elem_bytes=x.element_size(), whole_c=True, size=size,

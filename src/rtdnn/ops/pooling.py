@@ -24,7 +24,7 @@ import torch
 
 from ..core import bad_param, channels_last, check_tensor
 from ..kernels import pooling as K
-from ._common import check_span, int_tuple, output, spatial5
+from ._common import check_batch, check_span, int_tuple, output, spatial5
 
 MODES = tuple(K.MODES)
 IntOrSeq = int | Sequence[int]
@@ -113,12 +113,15 @@ def pooling_forward(
     """y = alpha * pool(x) + beta * out. x: (N, C, *S); y: (N, C, *O) in x's memory format.
 
     window, stride (default: window), padding, dilation: an int or one per spatial dim.
+    A batch of N = 0 gives an empty y.
     """
-    x = check_tensor("x", x, ndim=(3, 4, 5))
+    x = check_batch("x", check_tensor("x", x, ndim=(3, 4, 5), empty=True))
     check_span("x", x)
     p = pool_desc(x.dim(), mode, window, stride, padding, dilation, ceil_mode)
     out_sp = pool_output_size(x.shape[2:], p)
     y = output(out, (*x.shape[:2], *out_sp), x, alpha, beta)
+    if y.numel() == 0:  # a batch of 0
+        return y
     shape5, x_st = spatial5(x.shape, x.stride())
     out5, y_st = spatial5(y.shape, y.stride())
     cl = _is_cl(x)
@@ -156,8 +159,8 @@ def pooling_backward(
     argmax from x (one byte per output), which moves fewer bytes than reading y. Returns dx
     in x's memory format, or `out`.
     """
-    x = check_tensor("x", x, ndim=(3, 4, 5))
-    dy = check_tensor("dy", dy, ndim=x.dim(), dtype=x.dtype, device=x.device)
+    x = check_batch("x", check_tensor("x", x, ndim=(3, 4, 5), empty=True))
+    dy = check_tensor("dy", dy, ndim=x.dim(), dtype=x.dtype, device=x.device, empty=True)
     check_span("x", x)
     check_span("dy", dy)
     p = pool_desc(x.dim(), mode, window, stride, padding, dilation, ceil_mode)
@@ -165,10 +168,12 @@ def pooling_backward(
     if tuple(dy.shape) != y_shape:
         raise bad_param("dy.shape", tuple(dy.shape), f"{y_shape}, the pooling output's shape")
     if y is not None:
-        check_tensor("y", y, dtype=x.dtype, device=x.device)
+        check_tensor("y", y, dtype=x.dtype, device=x.device, empty=True)
         if tuple(y.shape) != y_shape:
             raise bad_param("y.shape", tuple(y.shape), f"{y_shape}, the pooling output's shape")
     dx = output(out, x.shape, x, alpha, beta)
+    if dx.numel() == 0:  # a batch of 0
+        return dx
     shape5, x_st = spatial5(x.shape, x.stride())
     out5, dy_st = spatial5(dy.shape, dy.stride())
     _, dx_st = spatial5(dx.shape, dx.stride())
@@ -233,10 +238,12 @@ def adaptive_avg_pool(
     output_size: an int or one per spatial dim (None keeps that dim). Output size 1 in every
     dim is global average pooling, run as a reduction.
     """
-    x = check_tensor("x", x, ndim=(3, 4, 5))
+    x = check_batch("x", check_tensor("x", x, ndim=(3, 4, 5), empty=True))
     check_span("x", x)
     osize = _adaptive_size(x, output_size)
     y = output(out, (*x.shape[:2], *osize), x, alpha, beta)
+    if y.numel() == 0:  # a batch of 0
+        return y
     if all(o == 1 for o in osize):
         from .tensor_ops import reduce_tensor
 
@@ -267,7 +274,7 @@ def adaptive_avg_pool_backward(
 
     dy: (N, C, *O); x_shape: the forward input's shape (N, C, *S). dx is in dy's format.
     """
-    dy = check_tensor("dy", dy, ndim=(3, 4, 5))
+    dy = check_batch("dy", check_tensor("dy", dy, ndim=(3, 4, 5), empty=True))
     check_span("dy", dy)
     try:
         x_shape = tuple(int(s) for s in x_shape)
@@ -275,9 +282,11 @@ def adaptive_avg_pool_backward(
         raise bad_param("x_shape", x_shape, f"a sequence of {dy.dim()} ints") from None
     if len(x_shape) != dy.dim() or tuple(x_shape[:2]) != tuple(dy.shape[:2]):
         raise bad_param("x_shape", x_shape, f"(N, C, *S) with N, C = {tuple(dy.shape[:2])}")
-    if any(s < 1 for s in x_shape):
-        raise bad_param("x_shape", x_shape, "no dimension below 1")
+    if x_shape[0] < 0 or any(s < 1 for s in x_shape[1:]):
+        raise bad_param("x_shape", x_shape, "no dimension below 1 (a batch of 0 is fine)")
     dx = output(out, x_shape, dy, alpha, beta)
+    if dx.numel() == 0:  # a batch of 0
+        return dx
     shape5, dx_st = spatial5(dx.shape, dx.stride())
     out5, dy_st = spatial5(dy.shape, dy.stride())
     cl = _is_cl(dx)

@@ -1,6 +1,8 @@
 """Softmax: the public functional API.
 
-x: (N, C) or (N, C, *S) with up to 3 spatial dims, any strides, float32 / float16 / bfloat16.
+x: (C,), (N, C) or (N, C, *S) with up to 3 spatial dims, any strides, float32 / float16 /
+bfloat16. A 1-D x is one row (softmax over all of it, as torch.softmax(x, 0)); a zero-sized
+dim gives an empty result.
 
     mode "channel":   softmax over C at each (n, *s) position
     mode "instance":  softmax over C and all spatial positions of each sample n
@@ -50,6 +52,11 @@ def _plan(shape, mode, tensors, device, elem_bytes):
     )  # fmt: skip
 
 
+def _row(out: object) -> object:
+    """A 1-D `out` as the one row the 2-D call writes (anything else is checked there)."""
+    return out.unsqueeze(0) if isinstance(out, torch.Tensor) else out
+
+
 def softmax_forward(
     x: torch.Tensor,
     *,
@@ -61,9 +68,16 @@ def softmax_forward(
 ) -> torch.Tensor:
     """y = alpha * softmax(x) + beta * out; y has x's shape and layout (or is `out`)."""
     _check(algo, mode)
-    x = check_tensor("x", x, ndim=(2, 3, 4, 5))
+    x = check_tensor("x", x, ndim=(1, 2, 3, 4, 5), empty=True)
+    if x.dim() == 1:  # one row of C
+        y = softmax_forward(
+            x.unsqueeze(0), algo=algo, mode=mode, alpha=alpha, beta=beta, out=_row(out)
+        )
+        return y.squeeze(0) if out is None else out
     check_span("x", x)
     y = output(out, x.shape, x, alpha, beta, preserve_strides=True)
+    if y.numel() == 0:
+        return y
     plan = _plan(x.shape, mode, [x, x, y], x.device, x.element_size())
     if plan is None:
         # Strides that do not merge into (positions, one reduced axis): go through a dense copy.
@@ -91,13 +105,21 @@ def softmax_backward(
     y: softmax_forward's output with the same algo and mode; dy: the gradient of y.
     """
     _check(algo, mode)
-    y = check_tensor("y", y, ndim=(2, 3, 4, 5))
-    dy = check_tensor("dy", dy, ndim=y.dim(), dtype=y.dtype, device=y.device)
+    y = check_tensor("y", y, ndim=(1, 2, 3, 4, 5), empty=True)
+    dy = check_tensor("dy", dy, ndim=y.dim(), dtype=y.dtype, device=y.device, empty=True)
     if tuple(dy.shape) != tuple(y.shape):
         raise bad_param("dy.shape", tuple(dy.shape), f"{tuple(y.shape)}, y's shape")
+    if y.dim() == 1:  # one row of C
+        dx = softmax_backward(
+            y.unsqueeze(0), dy.unsqueeze(0), algo=algo, mode=mode, alpha=alpha, beta=beta,
+            out=_row(out),
+        )  # fmt: skip
+        return dx.squeeze(0) if out is None else out
     check_span("y", y)
     check_span("dy", dy)
     dx = output(out, dy.shape, dy, alpha, beta, preserve_strides=True)
+    if dx.numel() == 0:
+        return dx
     plan = _plan(y.shape, mode, [y, dy, dx], y.device, y.element_size())
     if plan is None:
         from .tensor_ops import transform_tensor

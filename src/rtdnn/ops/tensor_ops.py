@@ -9,6 +9,8 @@
 
 Any shape and strides, float32 / float16 / bfloat16, float32 arithmetic. Broadcasting follows
 torch's rule (trailing dims equal or 1), which includes cuDNN's (same rank, dims equal or 1).
+Empty tensors give empty results without a kernel launch; a reduction over no elements is
+torch's: 0 for add, norm1 and norm2, 1 for mul, NaN for avg, an error for min, max and amax.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def _broadcast(name: str, t: torch.Tensor, shape: Sequence[int]) -> torch.Tensor
 
 def _check_inplace(name: str, y: torch.Tensor) -> torch.Tensor:
     """A tensor written in place: like `out`, it must not overlap itself."""
-    y = check_tensor(name, y)
+    y = check_tensor(name, y, empty=True)
     if overlaps_itself(y):
         raise BadParamError(
             f"{name} has overlapping elements (a broadcast view): it cannot be written"
@@ -67,10 +69,12 @@ def add_tensor(a: torch.Tensor, c: torch.Tensor, *, alpha: float = 1.0, beta: fl
     a: broadcastable to c's shape (e.g. a bias of shape (1, C, 1, 1) for c of (N, C, H, W)).
     """
     c = _check_inplace("c", c)
-    a = check_tensor("a", a, dtype=c.dtype, device=c.device)
+    a = check_tensor("a", a, dtype=c.dtype, device=c.device, empty=True)
     check_scaling(alpha, beta, c)
     a = _broadcast("a", a, c.shape)
     check_span("a", a)
+    if c.numel() == 0:
+        return c
     plan = elementwise_plan(c.shape, c, [a])
     ew.launch(ew.op_first, c, [a], plan, alpha=alpha, beta=beta)
     return c
@@ -94,7 +98,7 @@ def op_tensor(
     """
     if op not in OP_TENSOR:
         raise bad_param("op", op, f"one of {OP_TENSOR_OPS}")
-    a = check_tensor("a", a)
+    a = check_tensor("a", a, empty=True)
     check_span("a", a)
     a1 = check_real("alpha1", alpha1)
     a2 = check_real("alpha2", alpha2)
@@ -102,11 +106,13 @@ def op_tensor(
     if op not in UNARY:
         if b is None:
             raise bad_param("b", None, f"a tensor for op={op!r}")
-        b = check_tensor("b", b, dtype=a.dtype, device=a.device)
+        b = check_tensor("b", b, dtype=a.dtype, device=a.device, empty=True)
         b = _broadcast("b", b, a.shape)
         check_span("b", b)
         inputs.append(b)
     y = output(out, a.shape, a, 1.0, beta, preserve_strides=True)
+    if y.numel() == 0:
+        return y
     plan = elementwise_plan(a.shape, y, inputs)
     ew.launch(OP_TENSOR[op], y, inputs, plan, alpha=1.0, beta=beta, p=(a1, a2, 0.0))
     return y
@@ -116,6 +122,8 @@ def scale_tensor(y: torch.Tensor, alpha: float) -> torch.Tensor:
     """y = alpha * y, in place; returns y."""
     y = _check_inplace("y", y)
     alpha = check_real("alpha", alpha)
+    if y.numel() == 0:
+        return y
     plan = elementwise_plan(y.shape, y, [y])
     ew.launch(ew.op_first, y, [y], plan, alpha=alpha)
     return y
@@ -125,6 +133,8 @@ def set_tensor(y: torch.Tensor, value: float) -> torch.Tensor:
     """Every element of y = value (rounded to y's dtype), in place; returns y."""
     y = _check_inplace("y", y)
     value = check_real("value", value)
+    if y.numel() == 0:
+        return y
     plan = elementwise_plan(y.shape, y, [])
     ew.launch(ew.op_fill, y, [], plan, p=(value, 0.0, 0.0))
     return y
@@ -150,7 +160,7 @@ def transform_tensor(
     preserve_format: x's strides if x is dense). With `out`, its shape must be x's; its dtype
     and strides are whatever it has (dtype and memory_format must then be left unset).
     """
-    x = check_tensor("x", x)
+    x = check_tensor("x", x, empty=True)
     check_span("x", x)
     check_scaling(alpha, beta, out)
     if memory_format not in _FORMATS:
@@ -172,11 +182,13 @@ def transform_tensor(
             raise bad_param(
                 "memory_format", memory_format, "unset when `out` is given (out sets the layout)"
             )
-        out = check_tensor("out", out, device=x.device)
+        out = check_tensor("out", out, device=x.device, empty=True)
         check_out(out, x.shape, out)
         check_span("out", out)
         check_runnable(x.device)
         y = out
+    if y.numel() == 0:
+        return y
     plan = elementwise_plan(x.shape, y, [x])
     ew.launch(ew.op_first, y, [x], plan, alpha=alpha, beta=beta)
     return y
@@ -226,7 +238,7 @@ def reduce_tensor(
     """
     if op not in red.OPS:
         raise bad_param("op", op, f"one of {REDUCE_OPS}")
-    x = check_tensor("x", x)
+    x = check_tensor("x", x, empty=True)
     check_span("x", x)
     reduced = _reduce_dims(dims, x.dim())
     if not isinstance(indices, bool):
@@ -235,7 +247,11 @@ def reduce_tensor(
         raise bad_param("indices", indices, f"False for op={op!r} (indices: {red.INDEXED})")
     full = tuple(1 if d in reduced else s for d, s in enumerate(x.shape))
     shape = full if keepdim else tuple(s for d, s in enumerate(x.shape) if d not in reduced)
+    if x.numel() == 0 and op in red.INDEXED and any(x.shape[d] == 0 for d in reduced):
+        raise bad_param("x.shape", tuple(x.shape), f"no empty reduced dim for op={op!r}")
     y = output(out, shape, x, alpha, beta)
+    if x.numel() == 0:
+        return _reduce_empty(y, op, alpha, beta, indices)
     y_full = y
     if not keepdim:
         for d in reduced:
@@ -259,6 +275,19 @@ def reduce_tensor(
     if not keepdim:
         idx = idx.squeeze(reduced) if reduced else idx
     return y, idx
+
+
+def _reduce_empty(y: torch.Tensor, op: str, alpha: float, beta: float, indices: bool):
+    """reduce_tensor over no elements (torch's values), without a kernel launch."""
+    if y.numel():
+        value = alpha * {"mul": 1.0, "avg": float("nan")}.get(op, 0.0)
+        if beta == 0:
+            y.fill_(value)
+        else:
+            y.mul_(beta).add_(value)
+    if indices:  # only reached when y is empty (an empty kept dim)
+        return y, torch.empty(y.shape, dtype=torch.int64, device=y.device)
+    return y
 
 
 __all__ = [
