@@ -181,3 +181,5 @@ def test_cpu_bench_runs_the_self_check_and_notes_unused_options(capsys, monkeypa
     out = capsys.readouterr().out
     assert "self-check" in out and "--suite" in out and "1 failed" in out
     assert "FAIL b" in out
+    assert cli.main(["bench", "--op", "norm"]) == 1
+    assert "--op: for the GPU benchmark" in capsys.readouterr().out

@@ -248,8 +248,9 @@ def _bench(args) -> int:
     elif not torch.cuda.is_available():
         print("No CUDA device: running the correctness self-check through Triton's interpreter.")
         print("Performance needs a GPU: run `rtdnn bench` on a machine with one.")
-        if args.given:
-            flags = ", ".join("--" + name.replace("_", "-") for name in args.given)
+        given = args.given + (["op"] if args.op is not None else [])
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
             print(f"({flags}: for the GPU benchmark; the self-check takes no options)")
         return _self_check()
     elif args.op is not None:
