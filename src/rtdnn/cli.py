@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         "then checked but only --model applies).",
     )
     bench.add_argument(
-        "--suite", choices=suites(), default=None, help="convolution layer suite (resnet50)"
+        "--suite", choices=suites(), default=None, help="convolution layer suite (default resnet50)"
     )
     bench.add_argument(
         "--dtype",
