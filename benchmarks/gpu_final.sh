@@ -15,7 +15,7 @@ for stage in $STAGES; do
         tests/test_normalization_gpu.py tests/test_convert_gpu.py > "$OUT/tests.log" 2>&1
       grep -E "passed|failed|^FAILED" "$OUT/tests.log" | tail -12 | cut -c1-300 ;;
     overhead)
-      timeout 120 python3 benchmarks/overhead.py > "$OUT/overhead.txt" 2>&1
+      timeout 120 python3 benchmarks/probes/overhead.py > "$OUT/overhead.txt" 2>&1
       head -20 "$OUT/overhead.txt" ;;
     model)  # heuristic tiles unless MODEL_AUTOTUNE=1: tuning 160 layers' tiles takes minutes
       RTDNN_AUTOTUNE=${MODEL_AUTOTUNE:-0} timeout "${MODEL_LIMIT:-300}" python3 -m rtdnn.cli bench --model resnet50 --out "$OUT" \

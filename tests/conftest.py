@@ -47,11 +47,6 @@ if os.environ.get("CI") == "true":
 
 
 def pytest_configure(config):
-    # Triton's interpreter converts 1-element arrays with int(); NumPy >= 1.25 warns each time.
-    config.addinivalue_line(
-        "filterwarnings",
-        "ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning",
-    )
     if not INTERPRETED and not GPU_RUN:
         raise pytest.UsageError(
             "rtdnn was imported before TRITON_INTERPRET=1 was set: the CPU tests cannot run"

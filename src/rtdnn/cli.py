@@ -3,42 +3,222 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import math
 import os
 import platform
 import sys
+import time
+
+from . import __version__
+
+#: --dtype values: the canonical name each stands for (bf16, fp16, or float32 with TF32 math).
+DTYPES = {
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "float32": "float32",
+    "fp32": "float32",
+}
+OPS = ("pooling", "activation", "softmax", "lrn", "dropout", "tensor", "norm", "all")
+MODELS = ("resnet50", "small")
+DIRECTIONS = ("all", "forward", "backward_data", "backward_filter")
+DEMO_EXTRA = 'pip install -e ".[demo]"'
+
+# The bench options each kind of run uses (the convolution suite is the default kind); giving
+# one to a run that does not use it is an error rather than silently ignored.
+_USED_BY = {
+    "suite": {"suite", "dtype", "direction", "batch", "limit", "find", "eager"},
+    "op": set(),
+    "model": {"dtype", "batch", "no_fuse"},
+}
+
+
+def suites() -> list[str]:
+    """The layer suites shipped in rtdnn/bench/suites (read from disk, nothing imported)."""
+    folder = os.path.join(os.path.dirname(__file__), "bench", "suites")
+    return sorted(name[:-5] for name in os.listdir(folder) if name.endswith(".json"))
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _dtype(text: str) -> str:
+    if text not in DTYPES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(DTYPES)}, got {text!r}")
+    return DTYPES[text]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rtdnn", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"rtdnn {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="versions, device, compiled or interpreted, cache locations")
+    bench = sub.add_parser(
+        "bench",
+        help="benchmark against PyTorch/cuDNN (without a GPU: the correctness self-check)",
+        description="On a GPU: rtdnn beside PyTorch/cuDNN. Without one: a correctness "
+        "self-check of every primitive through Triton's interpreter (the options below are "
+        "then checked but only --model applies).",
+    )
+    bench.add_argument(
+        "--suite", choices=suites(), default=None, help="convolution layer suite (default resnet50)"
+    )
+    bench.add_argument(
+        "--dtype",
+        type=_dtype,
+        default=None,
+        metavar="{bf16,fp16,float32}",
+        help="bf16 (default; or bfloat16), fp16 (float16), float32 (fp32; TF32 math)",
+    )
+    bench.add_argument("--direction", choices=DIRECTIONS, default=None, help="default all")
+    bench.add_argument(
+        "--op",
+        choices=OPS,
+        default=None,
+        help="benchmark memory-bound primitives instead of the convolution suite",
+    )
+    bench.add_argument(
+        "--model",
+        choices=MODELS,
+        default=None,
+        help="whole-model training and inference beside PyTorch (a smoke run without a GPU)",
+    )
+    bench.add_argument(
+        "--no-fuse",
+        action="store_true",
+        help="with --model: convert without fusing batch norm with the ReLU and add after it",
+    )
+    bench.add_argument(
+        "--batch", type=_positive_int, default=None, help="override the suite's batch"
+    )
+    bench.add_argument("--limit", type=_positive_int, default=None, help="only the first N layers")
+    bench.add_argument("--out", default="bench-results", help="folder for JSON and markdown")
+    bench.add_argument(
+        "--find", action="store_true", help="let rtdnn measure every algorithm per layer first"
+    )
+    bench.add_argument(
+        "--eager", action="store_true", help="also time plain calls (host overhead included)"
+    )
+    demo = sub.add_parser("demo", help="train a small CNN on the digits data set")
+    demo.add_argument(
+        "--epochs", type=_positive_int, default=None, help="default 20 (GPU), 6 (CPU)"
+    )
+    demo.add_argument(
+        "--budget", type=_positive_seconds, default=None, help="seconds; default 200 on CPU"
+    )
+    demo.add_argument("--plot", default=None, help="write the loss curve to this PNG")
+    parser.set_defaults(command_parser=None)
+    bench.set_defaults(command_parser=bench)
+    demo.set_defaults(command_parser=demo)
+    return parser
+
+
+def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Everything argparse's types and choices cannot check alone, before any work starts."""
+    if args.command == "bench":
+        _validate_bench(parser, args)
+    elif args.command == "demo":
+        if not _installed("sklearn"):
+            parser.error(f"rtdnn demo needs scikit-learn for its data set: {DEMO_EXTRA}")
+        if args.plot is not None:
+            if not _installed("matplotlib"):
+                parser.error(f"--plot needs matplotlib: {DEMO_EXTRA}")
+            folder = os.path.dirname(os.path.abspath(args.plot))
+            if not os.path.isdir(folder):
+                parser.error(f"--plot {args.plot}: folder {folder} does not exist")
+
+
+def _validate_bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.op is not None and args.model is not None:
+        parser.error("--op and --model: give one or the other")
+    kind = "op" if args.op is not None else "model" if args.model is not None else "suite"
+    given = [
+        name
+        for name in ("suite", "dtype", "direction", "batch", "limit", "find", "eager", "no_fuse")
+        if getattr(args, name) not in (None, False)
+    ]
+    unused = [name for name in given if name not in _USED_BY[kind]]
+    if unused:
+        flags = ", ".join("--" + name.replace("_", "-") for name in unused)
+        what = {"op": "--op", "model": "--model", "suite": "the convolution suite"}[kind]
+        parser.error(f"{flags}: not used by {what}")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"--out {args.out}: exists and is not a folder")
+    if kind == "model" and args.model == "resnet50" and not _installed("torchvision"):
+        parser.error("--model resnet50 needs torchvision: pip install torchvision")
+    args.given = given
+    # Defaults, filled in only now so that an option given explicitly can be told apart.
+    args.suite = args.suite or "resnet50"
+    args.dtype = args.dtype or "bf16"
+    args.direction = args.direction or "all"
 
 
 def _info(args) -> int:
     import torch
     import triton
 
-    import rtdnn
-    from rtdnn.core import INTERPRETED
+    from .core import INTERPRETED
 
-    print(f"rtdnn     {rtdnn.__version__}")
+    try:
+        import numpy
+
+        numpy_version = numpy.__version__
+    except ImportError:
+        numpy_version = "not installed (Triton's interpreter needs it)"
+    cuda = torch.cuda.is_available()
+    print(f"rtdnn     {__version__}")
     print(f"python    {platform.python_version()}")
-    print(f"torch     {torch.__version__} (cuDNN {torch.backends.cudnn.version()})")
+    cudnn = torch.backends.cudnn.version()
+    print(f"torch     {torch.__version__} ({f'cuDNN {cudnn}' if cudnn else 'no cuDNN'})")
     print(f"triton    {triton.__version__}")
-    if torch.cuda.is_available():
+    print(f"numpy     {numpy_version}")
+    if cuda:
         p = torch.cuda.get_device_properties(0)
         print(f"device    {p.name}, {p.multi_processor_count} SMs, {p.total_memory >> 30} GiB")
     else:
-        print("device    no CUDA device: CPU tensors only, through Triton's interpreter")
-    mode = "interpreted (TRITON_INTERPRET=1)" if INTERPRETED else "compiled"
-    print(f"kernels   {mode}")
+        print("device    no CUDA device")
+    if INTERPRETED:
+        kernels = "run in Triton's interpreter (TRITON_INTERPRET=1) on the CPU: correct, slow"
+    elif cuda:
+        kernels = "compiled for the GPU at first use"
+    else:
+        kernels = (
+            "cannot run: no CUDA device, and TRITON_INTERPRET=1 was not set before rtdnn was "
+            "imported (set it to run them in Triton's interpreter; `rtdnn bench` and `rtdnn "
+            "demo` do)"
+        )
+    print(f"kernels   {kernels}")
     cache = os.environ.get("TRITON_CACHE_DIR", os.path.expanduser("~/.triton/cache"))
-    print(f"cache     Triton kernels: {cache}")
+    print(f"cache     compiled Triton kernels: {cache}")
     return 0
 
 
 def _self_check() -> int:
-    import warnings
+    from .bench.selfcheck import run_all
 
-    from rtdnn.bench.selfcheck import run_all
-
-    # The interpreter evaluates masked-off lanes too (e.g. exp of -inf padding) and NumPy
-    # warns about them; the results are masked out, so the warnings are noise here.
-    warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton.runtime.interpreter")
     failed = 0
     for name, err, ok in run_all():
         failed += not ok
@@ -47,54 +227,74 @@ def _self_check() -> int:
     return 1 if failed else 0
 
 
+def _written(folder: str, since: float) -> list[str]:
+    """The files in `folder` written at or after `since` (time.time())."""
+    if not os.path.isdir(folder):
+        return []
+    paths = (os.path.join(folder, name) for name in sorted(os.listdir(folder)))
+    return [os.path.abspath(p) for p in paths if os.path.getmtime(p) >= since]
+
+
 def _bench(args) -> int:
     import torch
 
+    start = time.time() - 1  # file times may be rounded down to the second
     if not torch.cuda.is_available() and args.model is not None:
         print("No CUDA device: a smoke run of the small CNN through Triton's interpreter.")
-        from rtdnn.bench.model import run_model
+        from .bench.model import run_model
 
         run_model(args.model, out_dir=args.out, fuse=not args.no_fuse)
-        return 0
-    if not torch.cuda.is_available():
+        status = 0
+    elif not torch.cuda.is_available():
         print("No CUDA device: running the correctness self-check through Triton's interpreter.")
         print("Performance needs a GPU: run `rtdnn bench` on a machine with one.")
+        given = args.given + (["op"] if args.op is not None else [])
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            print(f"({flags}: for the GPU benchmark; the self-check takes no options)")
         return _self_check()
-    if args.op is not None:
-        return _bench_op(args)
-    if args.model is not None:
-        from rtdnn.bench.model import run_model
+    elif args.op is not None:
+        status = _bench_op(args)
+    elif args.model is not None:
+        from .bench.model import run_model
 
         run_model(
             args.model, args.batch or 128, args.dtype, out_dir=args.out, fuse=not args.no_fuse
         )
-        return 0
-    from rtdnn.bench.conv import DIRECTIONS, run_suite
+        status = 0
+    else:
+        from .bench.conv import DIRECTIONS, run_suite
 
-    directions = list(DIRECTIONS) if args.direction == "all" else [args.direction]
-    rows = run_suite(
-        args.suite, args.dtype, directions, args.batch, args.limit, args.out, args.find,
-        args.eager,
-    )  # fmt: skip
-    return 0 if all(r.ok for r in rows) else 1
+        directions = list(DIRECTIONS) if args.direction == "all" else [args.direction]
+        rows = run_suite(
+            args.suite, args.dtype, directions, args.batch, args.limit, args.out, args.find,
+            args.eager,
+        )  # fmt: skip
+        status = 0 if all(r.ok for r in rows) else 1
+    written = _written(args.out, start)
+    print("results written to:" if written else f"no results written to {args.out}")
+    for path in written:
+        print(f"  {path}")
+    return status
 
 
 def _bench_op(args) -> int:
     """Memory-bound primitives beside PyTorch eager: GB/s and percent of copy bandwidth."""
-    from rtdnn.bench.norm import run_norm
-    from rtdnn.bench.prims import OPS, run_ops
+    from .bench.norm import run_norm
+    from .bench.prims import OPS as PRIM_OPS
+    from .bench.prims import run_ops
 
     if args.op in ("norm", "all"):
         run_norm(args.out)
     if args.op != "norm":
-        run_ops(list(OPS) if args.op == "all" else [args.op], args.out)
+        run_ops(list(PRIM_OPS) if args.op == "all" else [args.op], args.out)
     return 0
 
 
 def _demo(args) -> int:
     import torch
 
-    from rtdnn.demo import train
+    from .demo import train
 
     if not torch.cuda.is_available():
         print(
@@ -108,58 +308,20 @@ def _demo(args) -> int:
         f"{', stopped at the time budget' if result['stopped_at_budget'] else ''})"
     )
     if args.plot:
-        print(f"loss curve written to {args.plot}")
+        print(f"loss curve written to {os.path.abspath(args.plot)}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rtdnn", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="versions, device, compiled or interpreted, cache locations")
-    bench = sub.add_parser("bench", help="benchmark against PyTorch/cuDNN (self-check on CPU)")
-    bench.add_argument("--suite", default="resnet50", help="layer suite (default resnet50)")
-    bench.add_argument("--dtype", default="bf16", help="bf16, fp16 or float32 (TF32)")
-    bench.add_argument(
-        "--direction",
-        default="all",
-        choices=["all", "forward", "backward_data", "backward_filter"],
-    )
-    bench.add_argument(
-        "--op",
-        default=None,
-        choices=["pooling", "activation", "softmax", "lrn", "dropout", "tensor", "norm", "all"],
-        help="benchmark memory-bound primitives instead of the convolution suite",
-    )
-    bench.add_argument(
-        "--model",
-        default=None,
-        choices=["resnet50", "small"],
-        help="whole-model training and inference beside PyTorch (a smoke run without a GPU)",
-    )
-    bench.add_argument(
-        "--no-fuse",
-        action="store_true",
-        help="with --model: convert without fusing batch norm with the ReLU and add after it",
-    )
-    bench.add_argument("--batch", type=int, default=None, help="override the suite's batch")
-    bench.add_argument("--limit", type=int, default=None, help="only the first N layers")
-    bench.add_argument("--out", default="bench-results", help="folder for JSON and markdown")
-    bench.add_argument(
-        "--find", action="store_true", help="let rtdnn measure every algorithm per layer first"
-    )
-    bench.add_argument(
-        "--eager", action="store_true", help="also time plain calls (host overhead included)"
-    )
-    demo = sub.add_parser("demo", help="train a small CNN on the digits data set")
-    demo.add_argument("--epochs", type=int, default=None, help="default 20 (GPU), 6 (CPU)")
-    demo.add_argument("--budget", type=float, default=None, help="seconds; default 200 on CPU")
-    demo.add_argument("--plot", default=None, help="write the loss curve to this PNG")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser()
     args = parser.parse_args(argv)
+    _validate(args.command_parser or parser, args)
     if args.command in ("bench", "demo") and not _cpu_ready():
-        # Without a GPU the self-check runs in the interpreter, which must be chosen before
-        # triton is imported: re-run this command with it set.
+        # Without a GPU the kernels run in the interpreter, which must be chosen before triton
+        # is imported (importing rtdnn imports it): re-run this command with it set.
         os.environ["TRITON_INTERPRET"] = "1"
-        os.execv(sys.executable, [sys.executable, "-m", "rtdnn.cli", *sys.argv[1:]])
+        os.execv(sys.executable, [sys.executable, "-m", "rtdnn.cli", *argv])
     return {"info": _info, "bench": _bench, "demo": _demo}[args.command](args)
 
 

@@ -69,14 +69,14 @@ class TilePolicy:
 # SM count, and few enough partial rows to be a few percent of the traffic. Short rows of
 # 16-bit data are packed into tiles of 2048 elements: with 4096 the row backward on bf16 rows
 # of 768 and 1024 ran at 25-55% of copy bandwidth, with 2048 at 63-77%
-# (benchmarks/row_norm_sweep.py). Float32 keeps 4096 (not measured at 2048).
+# (benchmarks/probes/row_norm_sweep.py). Float32 keeps 4096 (not measured at 2048).
 # The reducing passes run fewer programs: each has more tiles to walk after its prologue, and
 # its merge tree is shallower. The forward statistics pass, 2 per slot: against 4, the same
 # time at 112x112 and 2 to 14% less on the other ResNet-50 batch-norm shapes (batch 64 and
 # 128; most at 14x14 and 7x7), and 4 had been 4 to 22% faster than 8. The backward's partial
 # sums, 4 per slot: within 2% of 8 on the large shapes (the whole backward no slower), 6 to
 # 18% faster at 14x14 and 7x7, while 2 was up to 8% slower at 56x56 and 28x28. The
-# elementwise passes were 3 to 10% slower with fewer than 8 (benchmarks/split_norm_sweep.py).
+# elementwise passes were 3 to 10% slower with fewer than 8 (benchmarks/probes/split_norm_sweep.py).
 GPU_POLICY = TilePolicy(
     row_elements=16384, row_pack=4096, row_pack_16bit=2048, split_elements=4096, max_block_r=16384,
     programs_per_slot=8, row_programs_per_slot=2, max_slices=512, finish_block=256,
@@ -232,7 +232,7 @@ def row_tiles(g: Geometry, itemsize: int, pol: TilePolicy) -> Tiles:
         block_k = min(_pow2(g.kept), max(1, pack // block_r))
         if itemsize == 4 and block_k == 2:
             # Float32 tiles of two rows give a wrong dbias in the layer-norm backward on the
-            # GPU (Triton 3.6, sm_90: benchmarks/row_dbias_probe.py; one, four or eight rows,
+            # GPU (Triton 3.6, sm_90: benchmarks/probes/row_dbias_probe.py; one, four or eight rows,
             # and 16-bit data, are right): take one row per tile instead.
             block_k = 1
     return Tiles(block_r, block_k, _warps(block_r * block_k, 512))

@@ -8,9 +8,12 @@ import threading
 import torch
 
 from .errors import AllocFailedError, NotSupportedError
+from .interpreter import quiet_interpreter
 
 #: Triton decides at import time whether @triton.jit kernels are compiled or interpreted.
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+if INTERPRETED:
+    quiet_interpreter()
 
 
 def check_runnable(device: torch.device) -> None:

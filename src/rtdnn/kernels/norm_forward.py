@@ -164,7 +164,7 @@ def norm_stats_kernel(
     # Triton's software pipeline keeps the next tiles in flight through shared memory, not
     # registers (which the accumulators fill). Two stages took 2 to 14% less time than
     # double buffering in registers on the ResNet-50 shapes, and less than three or four
-    # stages (benchmarks/split_norm_sweep.py); per-element shifted sums instead of Welford
+    # stages (benchmarks/probes/split_norm_sweep.py); per-element shifted sums instead of Welford
     # updates made no difference, so the arithmetic is not what limits this pass.
     shift = shift_of(X, xk, kmask, IS_RMS)
     for t in tl.range(first, last, num_stages=STAGES):

@@ -1,7 +1,7 @@
 """Host time per call, layer by layer: the plain op, the torch.library custom op, the nn module
 (with and without autocast and autograd), beside PyTorch's own, on tiny shapes; see
 host_timing.host_us for how the host's own cost is separated from time spent waiting on the GPU.
-    PYTHONPATH=src python benchmarks/overhead.py
+    PYTHONPATH=src python benchmarks/probes/overhead.py
 """
 
 import torch

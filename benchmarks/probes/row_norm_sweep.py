@@ -1,6 +1,6 @@
 """Layer and RMS norm on short rows (768, 1024): time per tile policy of the row kernels, to
 choose the policy from measurements (rows per tile, elements per warp, programs per slot).
-    PYTHONPATH=src python benchmarks/row_norm_sweep.py OUT_DIR
+    PYTHONPATH=src python benchmarks/probes/row_norm_sweep.py OUT_DIR
 """
 
 import dataclasses

@@ -2,7 +2,7 @@
 ops it calls, and the engine's CUDA worker thread (set_multithreading_enabled(False) runs the
 backward on the calling thread instead). Tiny shapes; calls in bursts with the GPU drained
 between, so the numbers are the host's.
-    PYTHONPATH=src python benchmarks/backward_host.py
+    PYTHONPATH=src python benchmarks/probes/backward_host.py
 """
 
 import cProfile

@@ -3,7 +3,7 @@ runs, the step with each Triton launch prepared but not issued (kernels do not r
 only), and the step with the launches removed altogether; beside PyTorch's step. Rounds
 alternate between the variants, since the host's speed drifts; the minimum per variant is kept.
 A Python profile of the launch-free step shows where the rest goes.
-    PYTHONPATH=src python benchmarks/host_layers.py OUT_DIR
+    PYTHONPATH=src python benchmarks/probes/host_layers.py OUT_DIR
 """
 
 import gc

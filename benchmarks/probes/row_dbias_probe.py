@@ -1,5 +1,5 @@
 """Which row-kernel tiles give a wrong layer-norm dbias on the GPU (a probe, not a test).
-PYTHONPATH=src python benchmarks/row_dbias_probe.py
+PYTHONPATH=src python benchmarks/probes/row_dbias_probe.py
 """
 
 import dataclasses

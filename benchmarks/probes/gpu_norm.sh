@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for the normalization work: the GPU tests, benchmarks/flush_probe.py, a
+# One device call for the normalization work: the GPU tests, benchmarks/probes/flush_probe.py, a
 # Find smoke test (core.timing on the default stream) and `rtdnn bench --op all` (the norm and
 # primitives tables). Everything lands under $OUT as it finishes.
 set -u
@@ -11,7 +11,7 @@ timeout "${TEST_LIMIT:-240}" python3 -m pytest -q -rf -n 14 -p no:cacheprovider 
 grep -E "passed|failed|^FAILED|Error" "$OUT/tests.log" | tail -8 | cut -c1-300
 echo "== tests: $(( $(date +%s) - start )) s"
 if [ "${PROBE:-1}" = 1 ]; then
-  timeout "${PROBE_LIMIT:-150}" python3 benchmarks/flush_probe.py "$OUT" > "$OUT/flush_probe.log" 2>&1
+  timeout "${PROBE_LIMIT:-150}" python3 benchmarks/probes/flush_probe.py "$OUT" > "$OUT/flush_probe.log" 2>&1
   grep -E "^\{\"op\": \"copy|^op \||\| (rtdnn|eager) \|" "$OUT/flush_probe.log" | cut -c1-130
   tail -2 "$OUT/flush_probe.log" | grep -i error | cut -c1-300
   echo "== probe: $(( $(date +%s) - start )) s"

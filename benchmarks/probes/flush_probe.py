@@ -3,7 +3,7 @@
 flushes L2 by zeroing 256 MB, leaving it full of dirty lines), core.timing.median_time_ms
 (which flushes by reading 256 MB), and the latter on a CUDA-graph replay (the benchmarks'
 method, core.timing.device_time_ms). Also the copy bandwidth both ways.
-    PYTHONPATH=src python benchmarks/flush_probe.py OUT_DIR
+    PYTHONPATH=src python benchmarks/probes/flush_probe.py OUT_DIR
 """
 
 import json

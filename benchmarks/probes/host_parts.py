@@ -1,6 +1,6 @@
 """Host microseconds of the parts of one convolution and one batch-norm backward call, each
 timed alone (no profiler), to see which Python lines cost what on this host.
-    PYTHONPATH=src python benchmarks/host_parts.py
+    PYTHONPATH=src python benchmarks/probes/host_parts.py
 """
 
 import time

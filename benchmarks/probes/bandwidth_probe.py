@@ -1,7 +1,7 @@
 """Where the memory-bound kernels below the bandwidth bar spend their time, and how their
 launch choices move it: per-kernel GPU time (torch.profiler) of the slow rows of
 BENCHMARKS.md, split counts of the reductions, programs per slot of the row-norm backward.
-    PYTHONPATH=src python benchmarks/bandwidth_probe.py OUT_DIR [SECTION ...]
+    PYTHONPATH=src python benchmarks/probes/bandwidth_probe.py OUT_DIR [SECTION ...]
 SECTION: reductions, rows, breakdowns (default: all).
 """
 

@@ -4,7 +4,7 @@ passes), and of the backward, to choose the policy from measurements: elements p
 per warp, bytes of channels per tile row, programs per parallel slot (of the statistics pass
 and of the others), pipeline stages of the statistics loop.
 Each op is timed whole (core.timing, L2 flushed) and split into its kernels (torch.profiler).
-    PYTHONPATH=src python benchmarks/split_norm_sweep.py OUT_DIR [CONFIG_INDEX ...]
+    PYTHONPATH=src python benchmarks/probes/split_norm_sweep.py OUT_DIR [CONFIG_INDEX ...]
 """
 
 import dataclasses

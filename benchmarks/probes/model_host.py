@@ -1,7 +1,7 @@
 """Where a ResNet-50 training step's wall time goes: host time per step (one step issued with the
 GPU drained, so the launch queue never fills), wall time per step, GPU idle time, allocator
 traffic, a Python profile of the rtdnn step and a profiler trace of one step of each model.
-    PYTHONPATH=src python benchmarks/model_host.py OUT_DIR [BATCH]
+    PYTHONPATH=src python benchmarks/probes/model_host.py OUT_DIR [BATCH]
 """
 
 import gc

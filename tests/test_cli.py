@@ -1,0 +1,185 @@
+"""The command line: option checking (one line, exit 2, before any work), --version, info, and
+where bench says it wrote its results. No real benchmark runs here: the runners are replaced."""
+
+import json
+import os
+
+import pytest
+import torch
+
+import rtdnn
+from rtdnn import cli
+
+
+def _usage_error(capsys, argv) -> str:
+    """main(argv) must stop with exit status 2; returns argparse's error line."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if ": error: " in line]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Any attempt to start real work fails the test."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("work started although the options were wrong")
+
+    for name in ("_info", "_bench", "_demo", "_self_check"):
+        monkeypatch.setattr(cli, name, refuse)
+    monkeypatch.setattr(cli.os, "execv", refuse)
+
+
+@pytest.mark.parametrize("cuda", [False, True], ids=["cpu", "gpu"])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["bench", "--suite", "nosuchsuite"], ["--suite", "nosuchsuite", "resnet50", "vgg16"]),
+        (["bench", "--dtype", "float7"], ["--dtype", "float7", "bf16", "fp16", "float32"]),
+        (["bench", "--batch", "-5"], ["--batch", "-5", "positive"]),
+        (["bench", "--batch", "0"], ["--batch", "'0'", "positive"]),
+        (["bench", "--batch", "two"], ["--batch", "two"]),
+        (["bench", "--limit", "0"], ["--limit", "positive"]),
+        (["bench", "--model", "small", "--batch", "-1"], ["--batch", "-1"]),
+        (["bench", "--direction", "sideways"], ["--direction", "sideways"]),
+        (["bench", "--op", "conv"], ["--op", "conv"]),
+        (["bench", "--op", "lrn", "--model", "small"], ["--op", "--model"]),
+        (["bench", "--op", "lrn", "--suite", "vgg16"], ["--suite", "not used by --op"]),
+        (["bench", "--op", "all", "--dtype", "fp16"], ["--dtype", "not used by --op"]),
+        (["bench", "--model", "small", "--limit", "3"], ["--limit", "not used by --model"]),
+        (["bench", "--no-fuse"], ["--no-fuse", "not used by the convolution suite"]),
+        (["bench", "--out", "pyproject.toml"], ["--out", "not a folder"]),
+        (["demo", "--epochs", "0"], ["--epochs", "positive"]),
+        (["demo", "--epochs", "-2"], ["--epochs", "-2"]),
+        (["demo", "--budget", "-3"], ["--budget", "-3", "seconds"]),
+        (["demo", "--budget", "0"], ["--budget", "seconds"]),
+        (["demo", "--budget", "nan"], ["--budget", "nan"]),
+        (["demo", "--plot", "/no/such/folder/loss.png"], ["--plot", "/no/such/folder"]),
+        (["frobnicate"], ["frobnicate"]),
+        ([], ["command"]),
+    ],
+)
+def test_bad_options_exit_2_before_any_work(capsys, monkeypatch, no_work, cuda, argv, words):
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(__file__)))  # for pyproject.toml
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(cli, "_installed", lambda name: True)  # optional extras: another test
+    line = _usage_error(capsys, argv)
+    for word in words:
+        assert word in line, line
+
+
+def test_suites_are_those_shipped():
+    from rtdnn.bench.conv import suites
+
+    assert cli.suites() == suites()
+    assert "resnet50" in cli.suites()
+
+
+@pytest.mark.parametrize(
+    "argv, module, words",
+    [
+        (["demo"], "sklearn", ["scikit-learn", 'pip install -e ".[demo]"']),
+        (["demo", "--plot", "loss.png"], "matplotlib", ["--plot", 'pip install -e ".[demo]"']),
+        (["bench", "--model", "resnet50"], "torchvision", ["torchvision"]),
+    ],
+)
+def test_missing_optional_dependency_reported_first(
+    capsys, monkeypatch, no_work, argv, module, words
+):
+    monkeypatch.setattr(cli, "_installed", lambda name: name != module)
+    line = _usage_error(capsys, argv)
+    for word in words:
+        assert word in line, line
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"rtdnn {rtdnn.__version__}"
+
+
+@pytest.mark.parametrize(
+    "interpreted, cuda, expected, absent",
+    [
+        (True, False, "interpreter", "compiled"),
+        (False, False, "cannot run", "compiled"),
+        (False, True, "compiled", "interpreter"),
+    ],
+)
+def test_info_says_one_thing_about_the_kernels(
+    capsys, monkeypatch, interpreted, cuda, expected, absent
+):
+    monkeypatch.setattr(rtdnn.core, "INTERPRETED", interpreted)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    if cuda:  # no device here: stand in for its properties
+
+        class Props:
+            name, multi_processor_count, total_memory = "Some GPU", 132, 80 << 30
+
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: Props)
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    kernels = [line for line in out.splitlines() if line.startswith("kernels")]
+    assert len(kernels) == 1
+    assert expected in kernels[0] and absent not in kernels[0], kernels[0]
+    assert f"rtdnn     {rtdnn.__version__}" in out
+
+
+def test_bench_on_gpu_passes_checked_options_and_prints_where_it_wrote(
+    capsys, monkeypatch, tmp_path
+):
+    """The GPU branch with the suite runner replaced: canonical dtype, directions, and the
+    files written listed by path."""
+    import rtdnn.bench.conv as conv
+
+    calls = []
+
+    def fake_run_suite(suite, dtype, directions, batch, limit, out_dir, find, eager):
+        calls.append((suite, dtype, directions, batch, limit, find, eager))
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, f"conv_{suite}_{dtype}.json"), "w") as f:
+            json.dump({"rows": []}, f)
+        return []
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(conv, "run_suite", fake_run_suite)
+    out = tmp_path / "results"
+    argv = ["bench", "--suite", "vgg16", "--dtype", "bfloat16", "--direction", "forward"]
+    status = cli.main([*argv, "--batch", "4", "--limit", "2", "--out", str(out)])
+    assert status == 0
+    assert calls == [("vgg16", "bf16", ["forward"], 4, 2, False, False)]
+    printed = capsys.readouterr().out
+    assert "results written to:" in printed
+    assert str(out / "conv_vgg16_bf16.json") in printed
+
+
+def test_bench_defaults(monkeypatch, tmp_path):
+    import rtdnn.bench.conv as conv
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(conv, "run_suite", lambda *a: calls.append(a) or [])
+    assert cli.main(["bench", "--out", str(tmp_path)]) == 0
+    suite, dtype, directions, batch, limit = calls[0][:5]
+    assert (suite, dtype, batch, limit) == ("resnet50", "bf16", None, None)
+    assert directions == list(conv.DIRECTIONS)
+
+
+def test_cpu_bench_runs_the_self_check_and_notes_unused_options(capsys, monkeypatch):
+    """Without a GPU: the self-check (replaced by two canned results here), its verdict as the
+    exit status, and a note that the suite options are for the GPU benchmark."""
+    import rtdnn.bench.selfcheck as selfcheck
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(selfcheck, "run_all", lambda: [("a", 1e-8, True), ("b", 1.0, False)])
+    assert cli.main(["bench", "--suite", "vgg16"]) == 1
+    out = capsys.readouterr().out
+    assert "self-check" in out and "--suite" in out and "1 failed" in out
+    assert "FAIL b" in out
+    assert cli.main(["bench", "--op", "norm"]) == 1
+    assert "--op: for the GPU benchmark" in capsys.readouterr().out
