@@ -20,6 +20,8 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
+from ..core import BadParamError, check_scaling
+
 _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 
@@ -121,3 +123,84 @@ def _like(x: Tensor) -> Tensor:
 def _nothing(x: Tensor) -> Tensor:
     """An empty tensor where a custom op has no tensor to return (custom ops return tensors)."""
     return x.new_empty(0)
+
+
+# -- the public functions -----------------------------------------------------------------------
+# rtdnn's top level exports, for each plain forward function of rtdnn.ops, a function of the same
+# signature defined in the family's module here (named <plain name>_api there, as the custom op
+# has the plain name). Called on tensors that need no gradient (or in no-grad mode) it is the
+# plain function; when autograd must record the call it runs the family's custom op, so the
+# result has the same backward as the modules'. out= and beta (which accumulate into a tensor
+# the caller owns) are refused then, as torch refuses out= with grad.
+
+
+def records_grad(*args) -> bool:
+    """True when autograd records a call on `args`: grad mode is on and a tensor among them
+    requires grad (None and non-tensors do not)."""
+    if not torch.is_grad_enabled():
+        return False
+    for a in args:
+        if isinstance(a, Tensor) and a.requires_grad:
+            return True
+    return False
+
+
+def check_differentiable(fn: str, alpha: float, beta: float, out: Tensor | None) -> None:
+    """The call of `fn` is recorded by autograd: the plain checks of alpha and beta (beta != 0
+    needs out), then out refused, as torch refuses out= arguments that require grad."""
+    check_scaling(alpha, beta, out)
+    if out is not None:
+        raise BadParamError(
+            f"{fn}(): out=... arguments don't support automatic differentiation, but one of the "
+            "arguments requires grad (call it without out and beta, or under torch.no_grad())"
+        )
+
+
+def in_place_error(fn: str, written: str) -> BadParamError:
+    """`fn` writes `written` in place behind autograd's back: the error when autograd records."""
+    return BadParamError(
+        f"{fn}() writes {written} in place, which autograd cannot record, but one of the "
+        "arguments requires grad (call it under torch.no_grad(), or use op_tensor, which is "
+        "differentiable)"
+    )
+
+
+def scaled(y: Tensor, alpha: float) -> Tensor:
+    """alpha * y, differentiable; y itself when alpha is 1 (the custom ops take no alpha)."""
+    return y if alpha == 1 else y * alpha
+
+
+def public(plain, *, in_place: bool = False, stats: bool = False):
+    """Decorator: the differentiable version of the plain function `plain`, which rtdnn exports
+    under plain's name (and pickles as rtdnn.<name>), with plain's docstring and a note.
+    in_place: `plain` writes an argument in place, so the version refuses recorded calls.
+    stats: `plain` also returns statistics, which the version returns detached."""
+
+    def wrap(fn):
+        fn.__name__ = fn.__qualname__ = plain.__name__
+        fn.__module__ = "rtdnn"
+        note = _IN_PLACE_NOTE if in_place else _NOTE
+        if stats:
+            note = note.rstrip() + _STATS_NOTE
+        fn.__doc__ = (plain.__doc__ or "").rstrip() + note.format(name=plain.__name__)
+        return fn
+
+    return wrap
+
+
+_NOTE = """
+
+    Differentiable: when an input requires grad (and grad mode is on) the call runs the custom
+    op the rtdnn.nn modules use, and its result carries autograd; out= and beta != 0 then raise
+    BadParamError. rtdnn.ops.{name} is the plain primitive without autograd.
+    """
+
+_IN_PLACE_NOTE = """
+
+    Not differentiable (it writes in place): when an input requires grad and grad mode is on it
+    raises BadParamError. rtdnn.ops.{name} is the plain primitive.
+    """
+
+_STATS_NOTE = """ The statistics it returns take no
+    gradient: they come back detached.
+    """

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from .. import ops
-from ._custom_op import _like, custom_op
+from ._custom_op import _like, check_differentiable, custom_op, public, records_grad, scaled
 
 
 def _coef(mode: str, coef: list[float]):
@@ -13,6 +13,15 @@ def _coef(mode: str, coef: list[float]):
     if not coef:
         return None
     return tuple(coef) if mode == "hardtanh" else coef[0]
+
+
+def _coef_list(mode: str, coef) -> list:
+    """The plain API's coef as the op's list (the inverse of _coef); ops validates it."""
+    if coef is None:
+        return []
+    if mode == "hardtanh" and isinstance(coef, (tuple, list)):
+        return list(coef)
+    return [coef]
 
 
 @custom_op("rtdnn::activation_forward")
@@ -50,3 +59,19 @@ def _act_backward(ctx, dy):
 
 
 activation_forward.register_autograd(_act_backward, setup_context=_act_setup)
+
+
+@public(ops.activation_forward)
+def activation_forward_api(
+    x: Tensor,
+    mode: str,
+    *,
+    coef: float | tuple[float, float] | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+) -> Tensor:
+    if not records_grad(x):
+        return ops.activation_forward(x, mode, coef=coef, alpha=alpha, beta=beta, out=out)
+    check_differentiable("activation_forward", alpha, beta, out)
+    return scaled(activation_forward(x, mode, _coef_list(mode, coef)), alpha)

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from .. import ops
 from ..core import bad_param, empty_like_layout
-from ._custom_op import _nothing, custom_op
+from ._custom_op import _nothing, check_differentiable, custom_op, public, records_grad, scaled
 
 
 def _bn_param_shape(x: Tensor, per_activation: bool) -> list[int]:
@@ -194,6 +194,31 @@ def _bn_infer_backward(ctx, dy):
 batch_norm_infer.register_autograd(_bn_infer_backward, setup_context=_bn_infer_setup)
 
 
+def _per_activation(mode: str) -> bool:
+    """The ops' flag for the plain API's mode, checked here: the ops see only the flag."""
+    if mode not in ops.batch_norm.MODES:
+        raise bad_param("mode", mode, f"one of {ops.batch_norm.MODES}")
+    return mode == "per_activation"
+
+
+def _train(
+    x, weight, bias, z, running_mean, running_var, momentum, eps, activation, per_activation
+) -> tuple[Tensor, Tensor, Tensor]:
+    """batch_norm_train's (y, saved_mean, saved_invstd), the running statistics (if given)
+    updated in place."""
+    if (running_mean is None) != (running_var is None):
+        raise bad_param("running_var", running_var, "given with running_mean (both or neither)")
+    outputs = batch_norm_train(
+        x, weight, bias, z, running_mean, running_var, momentum, eps, activation, per_activation
+    )
+    # Three outputs on the eager road, which updated the running statistics in place.
+    if len(outputs) == 5 and running_mean is not None and outputs[3].numel():
+        with torch.no_grad():
+            running_mean.copy_(outputs[3])
+            running_var.copy_(outputs[4])
+    return outputs[0], outputs[1], outputs[2]
+
+
 def batch_norm(
     x: Tensor,
     running_mean: Tensor | None,
@@ -211,20 +236,73 @@ def batch_norm(
     """torch.nn.functional.batch_norm computed by rtdnn, differentiable, with cuDNN's fused
     residual add and activation: y = act(bn(x) + z). In training the running statistics
     (if given) are updated in place with `momentum` as the exponential average factor."""
-    per_activation = mode == "per_activation"
+    per_activation = _per_activation(mode)
     if training:
-        outputs = batch_norm_train(
+        return _train(
             x, weight, bias, z, running_mean, running_var, momentum, eps, activation,
             per_activation,
-        )  # fmt: skip
-        # Three outputs on the eager road, which updated the running statistics in place.
-        if len(outputs) == 5 and running_mean is not None and outputs[3].numel():
-            with torch.no_grad():
-                running_mean.copy_(outputs[3])
-                running_var.copy_(outputs[4])
-        return outputs[0]
+        )[0]  # fmt: skip
     if running_mean is None or running_var is None:
         raise bad_param("running_mean", None, "running statistics in inference (training=False)")
     return batch_norm_infer(
         x, weight, bias, z, running_mean, running_var, eps, activation, per_activation
     )
+
+
+@public(ops.batch_norm_forward_training, stats=True)
+def batch_norm_forward_training_api(
+    x: Tensor,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    *,
+    running_mean: Tensor | None = None,
+    running_var: Tensor | None = None,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+    mode: str = "spatial",
+    z: Tensor | None = None,
+    activation: str = "identity",
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    if not records_grad(x, weight, bias, z):
+        return ops.batch_norm_forward_training(
+            x, weight, bias, running_mean=running_mean, running_var=running_var,
+            momentum=momentum, eps=eps, mode=mode, z=z, activation=activation, alpha=alpha,
+            beta=beta, out=out,
+        )  # fmt: skip
+    check_differentiable("batch_norm_forward_training", alpha, beta, out)
+    y, mean, invstd = _train(
+        x, weight, bias, z, running_mean, running_var, momentum, eps, activation,
+        _per_activation(mode),
+    )  # fmt: skip
+    return scaled(y, alpha), mean.detach(), invstd.detach()
+
+
+@public(ops.batch_norm_forward_inference)
+def batch_norm_forward_inference_api(
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor,
+    running_var: Tensor,
+    *,
+    eps: float = 1e-5,
+    mode: str = "spatial",
+    z: Tensor | None = None,
+    activation: str = "identity",
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+) -> Tensor:
+    if not records_grad(x, weight, bias, z):
+        return ops.batch_norm_forward_inference(
+            x, weight, bias, running_mean, running_var, eps=eps, mode=mode, z=z,
+            activation=activation, alpha=alpha, beta=beta, out=out,
+        )  # fmt: skip
+    check_differentiable("batch_norm_forward_inference", alpha, beta, out)
+    y = batch_norm_infer(
+        x, weight, bias, z, running_mean, running_var, eps, activation, _per_activation(mode)
+    )
+    return scaled(y, alpha)

@@ -6,10 +6,11 @@ a graph break (the op reads its value at run time).
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from .. import ops
-from ._custom_op import _like, custom_op
+from ._custom_op import _like, check_differentiable, custom_op, public, records_grad, scaled
 
 
 @custom_op("rtdnn::dropout_forward")
@@ -44,3 +45,21 @@ def _dropout_backward(ctx, dy):
 
 
 dropout_forward.register_autograd(_dropout_backward, setup_context=_dropout_setup)
+
+
+@public(ops.dropout_forward)
+def dropout_forward_api(
+    x: Tensor,
+    p: float,
+    seed: int,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+) -> Tensor:
+    if not records_grad(x):
+        return ops.dropout_forward(x, p, seed, alpha=alpha, beta=beta, out=out)
+    check_differentiable("dropout_forward", alpha, beta, out)
+    ops.dropout._check(p, seed)  # the plain checks, before the seed becomes a tensor
+    seed_t = torch.tensor(seed, dtype=torch.int64)
+    return scaled(dropout_forward(x, float(p), seed_t), alpha)

@@ -7,8 +7,8 @@ import torch
 from torch import Tensor
 
 from .. import ops
-from ..core import bad_param, empty_like_layout
-from ._custom_op import custom_op
+from ..core import bad_param, check_tensor, empty_like_layout
+from ._custom_op import check_differentiable, custom_op, public, records_grad, scaled
 from ._norm import _or_nothing, _param_grads_fake, _register_norm_autograd
 from .batch_norm import batch_norm_infer
 
@@ -92,3 +92,45 @@ def instance_norm(
             running_mean.mul_(1 - momentum).add_(momentum * mean.detach().mean(0))
             running_var.mul_(1 - momentum).add_((momentum * var.mean(0)).to(running_var.dtype))
     return y
+
+
+@public(ops.group_norm_forward, stats=True)
+def group_norm_forward_api(
+    x: Tensor,
+    num_groups: int,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    *,
+    eps: float = 1e-5,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    if not records_grad(x, weight, bias):
+        return ops.group_norm_forward(
+            x, num_groups, weight, bias, eps=eps, alpha=alpha, beta=beta, out=out
+        )
+    check_differentiable("group_norm_forward", alpha, beta, out)
+    y, mean, rstd = group_norm_fwd(x, num_groups, weight, bias, eps)
+    return scaled(y, alpha), mean.detach(), rstd.detach()
+
+
+@public(ops.instance_norm_forward, stats=True)
+def instance_norm_forward_api(
+    x: Tensor,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    *,
+    eps: float = 1e-5,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    if not records_grad(x, weight, bias):
+        return ops.instance_norm_forward(x, weight, bias, eps=eps, alpha=alpha, beta=beta, out=out)
+    check_differentiable("instance_norm_forward", alpha, beta, out)
+    # Group norm with one group per channel, which also takes 0 spatial dims: instance norm
+    # does not.
+    x = check_tensor("x", x, ndim=(3, 4, 5))
+    y, mean, rstd = group_norm_fwd(x, x.shape[1], weight, bias, eps)
+    return scaled(y, alpha), mean.detach(), rstd.detach()

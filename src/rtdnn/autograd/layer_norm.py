@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
 from .. import ops
 from ..core import empty_like_layout
-from ._custom_op import custom_op
+from ._custom_op import check_differentiable, custom_op, public, records_grad, scaled
 from ._norm import _or_nothing, _param_grads_fake, _register_norm_autograd
+
+
+def _shape(normalized_shape) -> list[int]:
+    """normalized_shape as the ops' list (an int is one dim); ops validates it."""
+    return [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
 
 
 @custom_op("rtdnn::layer_norm")
@@ -58,8 +65,7 @@ def layer_norm(
     eps: float = 1e-5,
 ) -> Tensor:
     """torch.nn.functional.layer_norm computed by rtdnn, differentiable."""
-    shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
-    return layer_norm_fwd(x, shape, weight, bias, eps)[0]
+    return layer_norm_fwd(x, _shape(normalized_shape), weight, bias, eps)[0]
 
 
 @custom_op("rtdnn::rms_norm")
@@ -118,7 +124,49 @@ def rms_norm(
 ) -> Tensor:
     """torch.nn.functional.rms_norm computed by rtdnn, differentiable (eps=None: the dtype's
     machine epsilon, as torch)."""
-    shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
     if eps is None:
         eps = torch.finfo(x.dtype).eps
-    return rms_norm_fwd(x, shape, weight, eps)[0]
+    return rms_norm_fwd(x, _shape(normalized_shape), weight, eps)[0]
+
+
+@public(ops.layer_norm_forward, stats=True)
+def layer_norm_forward_api(
+    x: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    *,
+    eps: float = 1e-5,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    if not records_grad(x, weight, bias):
+        return ops.layer_norm_forward(
+            x, normalized_shape, weight, bias, eps=eps, alpha=alpha, beta=beta, out=out
+        )
+    check_differentiable("layer_norm_forward", alpha, beta, out)
+    y, mean, rstd = layer_norm_fwd(x, _shape(normalized_shape), weight, bias, eps)
+    return scaled(y, alpha), mean.detach(), rstd.detach()
+
+
+@public(ops.rms_norm_forward, stats=True)
+def rms_norm_forward_api(
+    x: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    *,
+    eps: float | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    if not records_grad(x, weight):
+        return ops.rms_norm_forward(
+            x, normalized_shape, weight, eps=eps, alpha=alpha, beta=beta, out=out
+        )
+    check_differentiable("rms_norm_forward", alpha, beta, out)
+    if eps is None:
+        eps = torch.finfo(x.dtype).eps
+    y, rstd = rms_norm_fwd(x, _shape(normalized_shape), weight, eps)
+    return scaled(y, alpha), rstd.detach()

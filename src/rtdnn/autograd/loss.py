@@ -6,7 +6,8 @@ import torch
 from torch import Tensor
 
 from .. import ops
-from ._custom_op import custom_op
+from ..core import not_supported
+from ._custom_op import custom_op, public, records_grad
 
 
 @custom_op("rtdnn::cross_entropy")
@@ -70,3 +71,25 @@ def _ce_backward(ctx, grad, _lse, _w_t):
 
 
 cross_entropy.register_autograd(_ce_backward, setup_context=_ce_setup_context)
+
+
+@public(ops.cross_entropy)
+def cross_entropy_api(
+    logits: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    *,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+) -> Tensor:
+    if not records_grad(logits, weight):
+        return ops.cross_entropy(
+            logits, target, weight, ignore_index=ignore_index, label_smoothing=label_smoothing,
+            reduction=reduction,
+        )  # fmt: skip
+    if isinstance(weight, Tensor) and weight.requires_grad:
+        # As torch: the loss is differentiated with respect to the logits only.
+        raise not_supported("weight.requires_grad", True, "the class weights take no gradient")
+    loss, _, _ = cross_entropy(logits, target, weight, ignore_index, label_smoothing, reduction)
+    return loss

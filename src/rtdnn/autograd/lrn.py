@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from .. import ops
-from ._custom_op import _like, custom_op
+from ._custom_op import _like, check_differentiable, custom_op, public, records_grad, scaled
 
 
 @custom_op("rtdnn::lrn_forward")
@@ -40,3 +40,24 @@ def _lrn_backward(ctx, dy):
 
 
 lrn_forward.register_autograd(_lrn_backward, setup_context=_lrn_setup)
+
+
+@public(ops.lrn_forward)
+def lrn_forward_api(
+    x: Tensor,
+    size: int,
+    *,
+    lrn_alpha: float = 1e-4,
+    lrn_beta: float = 0.75,
+    lrn_k: float = 1.0,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+) -> Tensor:
+    if not records_grad(x):
+        return ops.lrn_forward(
+            x, size, lrn_alpha=lrn_alpha, lrn_beta=lrn_beta, lrn_k=lrn_k, alpha=alpha,
+            beta=beta, out=out,
+        )  # fmt: skip
+    check_differentiable("lrn_forward", alpha, beta, out)
+    return scaled(lrn_forward(x, size, lrn_alpha, lrn_beta, lrn_k), alpha)

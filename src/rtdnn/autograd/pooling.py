@@ -6,7 +6,8 @@ from torch import Tensor
 
 from .. import ops
 from ..core import empty_like_layout
-from ._custom_op import custom_op
+from ..ops.pooling import IntOrSeq
+from ._custom_op import check_differentiable, custom_op, public, records_grad, scaled
 
 
 def _pool_out_shape(x, mode, window, stride, padding, dilation, ceil_mode):
@@ -102,3 +103,46 @@ def _adaptive_backward(ctx, dy):
 
 
 adaptive_avg_pool.register_autograd(_adaptive_backward, setup_context=_adaptive_setup)
+
+
+@public(ops.pooling_forward)
+def pooling_forward_api(
+    x: Tensor,
+    mode: str,
+    window: IntOrSeq,
+    *,
+    stride: IntOrSeq | None = None,
+    padding: IntOrSeq = 0,
+    dilation: IntOrSeq = 1,
+    ceil_mode: bool = False,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+) -> Tensor:
+    if not records_grad(x):
+        return ops.pooling_forward(
+            x, mode, window, stride=stride, padding=padding, dilation=dilation,
+            ceil_mode=ceil_mode, alpha=alpha, beta=beta, out=out,
+        )  # fmt: skip
+    check_differentiable("pooling_forward", alpha, beta, out)
+    p = ops.pooling.pool_desc(x.dim(), mode, window, stride, padding, dilation, ceil_mode)
+    y = pooling_forward(
+        x, mode, list(p.window), list(p.stride), list(p.padding), list(p.dilation), ceil_mode
+    )
+    return scaled(y, alpha)
+
+
+@public(ops.adaptive_avg_pool)
+def adaptive_avg_pool_api(
+    x: Tensor,
+    output_size: IntOrSeq,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+) -> Tensor:
+    if not records_grad(x):
+        return ops.adaptive_avg_pool(x, output_size, alpha=alpha, beta=beta, out=out)
+    check_differentiable("adaptive_avg_pool", alpha, beta, out)
+    size = ops.pooling._adaptive_size(x, output_size)  # None entries keep that dim
+    return scaled(adaptive_avg_pool(x, list(size)), alpha)

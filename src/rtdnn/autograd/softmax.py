@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from .. import ops
-from ._custom_op import _like, custom_op
+from ._custom_op import _like, check_differentiable, custom_op, public, records_grad, scaled
 
 
 @custom_op("rtdnn::softmax_forward")
@@ -39,3 +39,19 @@ def _softmax_backward(ctx, dy):
 
 
 softmax_forward.register_autograd(_softmax_backward, setup_context=_softmax_setup)
+
+
+@public(ops.softmax_forward)
+def softmax_forward_api(
+    x: Tensor,
+    *,
+    algo: str = "accurate",
+    mode: str = "channel",
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+) -> Tensor:
+    if not records_grad(x):
+        return ops.softmax_forward(x, algo=algo, mode=mode, alpha=alpha, beta=beta, out=out)
+    check_differentiable("softmax_forward", alpha, beta, out)
+    return scaled(softmax_forward(x, algo, mode), alpha)

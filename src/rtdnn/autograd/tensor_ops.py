@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
 from .. import ops
+from ..core import bad_param, empty_like_layout
 from ..core import channels_last as _channels_last
-from ..core import empty_like_layout
-from ._custom_op import _like, custom_op
+from ._custom_op import (
+    _like,
+    check_differentiable,
+    custom_op,
+    in_place_error,
+    public,
+    records_grad,
+    scaled,
+)
 
 
 @custom_op("rtdnn::op_tensor")
@@ -150,3 +160,100 @@ def _transform_backward(ctx, g):
 
 
 transform_tensor.register_autograd(_transform_backward, setup_context=_transform_setup)
+
+
+@public(ops.op_tensor)
+def op_tensor_api(
+    a: Tensor,
+    b: Tensor | None,
+    op: str,
+    *,
+    alpha1: float = 1.0,
+    alpha2: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+) -> Tensor:
+    if not records_grad(a, b):
+        return ops.op_tensor(a, b, op, alpha1=alpha1, alpha2=alpha2, beta=beta, out=out)
+    check_differentiable("op_tensor", 1.0, beta, out)
+    return op_tensor(a, b, op, alpha1, alpha2)
+
+
+@public(ops.reduce_tensor)
+def reduce_tensor_api(
+    x: Tensor,
+    op: str,
+    dims: int | Sequence[int] | None = None,
+    *,
+    keepdim: bool = True,
+    indices: bool = False,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+):
+    if not records_grad(x):
+        return ops.reduce_tensor(
+            x, op, dims, keepdim=keepdim, indices=indices, alpha=alpha, beta=beta, out=out
+        )
+    check_differentiable("reduce_tensor", alpha, beta, out)
+    reduced = ops.tensor_ops._reduce_dims(dims, x.dim())  # the plain checks; sorted dims
+    y = scaled(reduce_tensor(x, op, list(reduced)), alpha)
+    idx = None
+    if indices is not False:
+        # The chosen positions take no gradient: the plain op finds them (a second pass).
+        _, idx = ops.reduce_tensor(x.detach(), op, reduced, indices=indices)
+    if not keepdim:
+        y = y.squeeze(reduced)
+        idx = idx.squeeze(reduced) if idx is not None else None
+    return y if idx is None else (y, idx)
+
+
+@public(ops.transform_tensor)
+def transform_tensor_api(
+    x: Tensor,
+    *,
+    out: Tensor | None = None,
+    dtype: torch.dtype | None = None,
+    memory_format: torch.memory_format = torch.preserve_format,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+) -> Tensor:
+    if not records_grad(x):
+        return ops.transform_tensor(
+            x, out=out, dtype=dtype, memory_format=memory_format, alpha=alpha, beta=beta
+        )
+    check_differentiable("transform_tensor", alpha, beta, out)
+    cl_format = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+    if memory_format == torch.preserve_format:
+        # x's layout when it is contiguous or channels-last; other layouts come back contiguous.
+        channels_last = _channels_last(x)
+    elif memory_format in (torch.contiguous_format, cl_format):
+        channels_last = memory_format == cl_format
+    else:
+        raise bad_param(
+            "memory_format", memory_format,
+            f"preserve_format, contiguous_format or {cl_format} for a {x.dim()}-d x",
+        )  # fmt: skip
+    y = transform_tensor(x, x.dtype if dtype is None else dtype, channels_last)
+    return scaled(y, alpha)
+
+
+@public(ops.add_tensor, in_place=True)
+def add_tensor_api(a: Tensor, c: Tensor, *, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
+    if records_grad(a, c):
+        raise in_place_error("add_tensor", "c")
+    return ops.add_tensor(a, c, alpha=alpha, beta=beta)
+
+
+@public(ops.scale_tensor, in_place=True)
+def scale_tensor_api(y: Tensor, alpha: float) -> Tensor:
+    if records_grad(y):
+        raise in_place_error("scale_tensor", "y")
+    return ops.scale_tensor(y, alpha)
+
+
+@public(ops.set_tensor, in_place=True)
+def set_tensor_api(y: Tensor, value: float) -> Tensor:
+    if records_grad(y):
+        raise in_place_error("set_tensor", "y")
+    return ops.set_tensor(y, value)
