@@ -1,4 +1,7 @@
-"""The public functional API, one module per primitive family."""
+"""The primitives, one module per primitive family: cuDNN's functional API (alpha, beta, out=,
+algorithm and math-mode choices) with no autograd. rtdnn.autograd builds its custom ops on
+these, and rtdnn's top level exports the forward functions again, differentiable (the same
+signatures, through those custom ops when an input requires grad)."""
 
 from .activation import activation_backward, activation_forward, activation_needs
 from .batch_norm import (

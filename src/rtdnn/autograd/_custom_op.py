@@ -1,0 +1,206 @@
+"""The custom-op machinery every family module uses: rtdnn primitives as torch.library custom
+ops with autograd and fake (meta) kernels, so they work under autograd and torch.compile
+traces them without graph breaks.
+
+The ops are functional (no alpha, beta or out): those belong to the plain API in rtdnn.ops.
+
+Eager calls take a shorter road. Going through the dispatcher costs a custom op tens of
+microseconds per call, more than many of these kernels take on the GPU, so on plain tensors
+outside any tracing each op runs its implementation directly, or, when an input needs a
+gradient, through a torch.autograd.Function built from the same forward, setup_context and
+backward. Under torch.compile, fake tensors, tensor subclasses or dispatch modes the call goes
+through the registered custom op, so traced graphs hold rtdnn::* ops.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+
+from ..core import BadParamError, check_scaling
+
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+
+
+class CustomOp:
+    """A torch.library custom op (functional, no mutated arguments) with an eager fast path.
+
+    Use as a decorator like torch.library.custom_op; `register_fake` and `register_autograd`
+    take the same arguments as CustomOpDef's.
+    """
+
+    def __init__(self, name: str, fn):
+        self.fn = fn
+        self.eager = fn
+        self.op = torch.library.custom_op(name, mutates_args=())(fn)
+        self.function: type[torch.autograd.Function] | None = None
+        functools.update_wrapper(self, fn)
+
+    def register_eager(self, eager) -> None:
+        """Run `eager` instead of the op's function on the eager road: the same results, but it
+        may also update some inputs in place (what a functional op cannot), and leave off
+        trailing outputs that stand in for nothing there (e.g. empty tensors where the op has
+        no tensor to return; the op's callers must accept the shorter tuple)."""
+        if self.function is not None:
+            raise RuntimeError(f"{self.fn.__name__}: register_eager before register_autograd")
+        self.eager = eager
+
+    def register_fake(self, fake):
+        return self.op.register_fake(fake)
+
+    def register_autograd(self, backward, *, setup_context) -> None:
+        self.op.register_autograd(backward, setup_context=setup_context)
+        eager = self.eager
+
+        # forward(ctx, ...) rather than a separate setup_context: Function.apply binds the
+        # arguments with inspect.signature on every call when setup_context is overridden.
+        def forward(ctx, *args):
+            # Gradients of unused outputs stay None instead of tensors of zeros: the backward
+            # formulas read only the first output's gradient (the others are statistics).
+            ctx.set_materialize_grads(False)
+            ctx.num_inputs = len(args)
+            output = eager(*args)
+            setup_context(ctx, args, output)
+            return output
+
+        def backward_or_none(ctx, *grads):
+            if grads[0] is None:  # no gradient reached the main output: nothing to propagate
+                return (None,) * ctx.num_inputs
+            return backward(ctx, *grads)
+
+        self.function = type(
+            f"{self.fn.__name__}_function",
+            (torch.autograd.Function,),
+            {"forward": staticmethod(forward), "backward": staticmethod(backward_or_none)},
+        )
+        # Function.apply's own entry point, in C. The Python classmethod around it adds what
+        # these Functions do not need on the eager road (setup_context binding, functorch
+        # transforms, which __call__ checks) at about a microsecond per call.
+        self.apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, self.function)
+
+    def __call__(self, *args):
+        # One pass over the arguments: a tensor subclass (FakeTensor, FunctionalTensor, a
+        # user's) sends the call through the dispatcher, as tracing and dispatch modes do. A
+        # tensor left over from a finished torch.func transform (a "dead wrapper") sends it
+        # through Function.apply, which unwraps it.
+        needs_grad = dead = False
+        for a in args:
+            kind = type(a)
+            if kind is Tensor or kind is torch.nn.Parameter:
+                needs_grad = needs_grad or a.requires_grad
+                dead = dead or _unwrap_if_dead(a) is not a
+            elif isinstance(a, Tensor):
+                return self.op(*args)
+        if (
+            torch.compiler.is_compiling()
+            or torch._C._is_torch_function_mode_enabled()
+            or is_in_torch_dispatch_mode()
+        ):
+            return self.op(*args)
+        if needs_grad and self.function is not None and torch.is_grad_enabled():
+            if dead or torch._C._are_functorch_transforms_active():
+                return self.function.apply(*args)
+            return self.apply(*args)
+        return self.eager(*args)
+
+
+def custom_op(name: str):
+    """Decorator: `fn` as the custom op `name` with an eager fast path (see CustomOp)."""
+    return functools.partial(CustomOp, name)
+
+
+# -- helpers shared by the family modules ------------------------------------------------------
+
+
+def _like(x: Tensor) -> Tensor:
+    """What the ops allocate for an elementwise result: torch.empty_like's layout."""
+    return torch.empty_like(x)
+
+
+def _nothing(x: Tensor) -> Tensor:
+    """An empty tensor where a custom op has no tensor to return (custom ops return tensors)."""
+    return x.new_empty(0)
+
+
+# -- the public functions -----------------------------------------------------------------------
+# rtdnn's top level exports, for each plain forward function of rtdnn.ops, a function of the same
+# signature defined in the family's module here (named <plain name>_api there, as the custom op
+# has the plain name). Called on tensors that need no gradient (or in no-grad mode) it is the
+# plain function; when autograd must record the call it runs the family's custom op, so the
+# result has the same backward as the modules'. out= and beta (which accumulate into a tensor
+# the caller owns) are refused then, as torch refuses out= with grad.
+
+
+def records_grad(*args) -> bool:
+    """True when autograd records a call on `args`: grad mode is on and a tensor among them
+    requires grad (None and non-tensors do not)."""
+    if not torch.is_grad_enabled():
+        return False
+    for a in args:
+        if isinstance(a, Tensor) and a.requires_grad:
+            return True
+    return False
+
+
+def check_differentiable(fn: str, alpha: float, beta: float, out: Tensor | None) -> None:
+    """The call of `fn` is recorded by autograd: the plain checks of alpha and beta (beta != 0
+    needs out), then out refused, as torch refuses out= arguments that require grad."""
+    check_scaling(alpha, beta, out)
+    if out is not None:
+        raise BadParamError(
+            f"{fn}(): out=... arguments don't support automatic differentiation, but one of the "
+            "arguments requires grad (call it without out and beta, or under torch.no_grad())"
+        )
+
+
+def in_place_error(fn: str, written: str) -> BadParamError:
+    """`fn` writes `written` in place behind autograd's back: the error when autograd records."""
+    return BadParamError(
+        f"{fn}() writes {written} in place, which autograd cannot record, but one of the "
+        "arguments requires grad (call it under torch.no_grad(), or use op_tensor, which is "
+        "differentiable)"
+    )
+
+
+def scaled(y: Tensor, alpha: float) -> Tensor:
+    """alpha * y, differentiable; y itself when alpha is 1 (the custom ops take no alpha)."""
+    return y if alpha == 1 else y * alpha
+
+
+def public(plain, *, in_place: bool = False, stats: bool = False):
+    """Decorator: the differentiable version of the plain function `plain`, which rtdnn exports
+    under plain's name (and pickles as rtdnn.<name>), with plain's docstring and a note.
+    in_place: `plain` writes an argument in place, so the version refuses recorded calls.
+    stats: `plain` also returns statistics, which the version returns detached."""
+
+    def wrap(fn):
+        fn.__name__ = fn.__qualname__ = plain.__name__
+        fn.__module__ = "rtdnn"
+        note = _IN_PLACE_NOTE if in_place else _NOTE
+        if stats:
+            note = note.rstrip() + _STATS_NOTE
+        fn.__doc__ = (plain.__doc__ or "").rstrip() + note.format(name=plain.__name__)
+        return fn
+
+    return wrap
+
+
+_NOTE = """
+
+    Differentiable: when an input requires grad (and grad mode is on) the call runs the custom
+    op the rtdnn.nn modules use, and its result carries autograd; out= and beta != 0 then raise
+    BadParamError. rtdnn.ops.{name} is the plain primitive without autograd.
+    """
+
+_IN_PLACE_NOTE = """
+
+    Not differentiable (it writes in place): when an input requires grad and grad mode is on it
+    raises BadParamError. rtdnn.ops.{name} is the plain primitive.
+    """
+
+_STATS_NOTE = """ The statistics it returns take no
+    gradient: they come back detached.
+    """

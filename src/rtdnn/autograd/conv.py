@@ -1,0 +1,162 @@
+"""Convolution: forward, backward data, filter and bias as custom ops with autograd."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from .. import ops
+from ..core import ConvDesc, as_tuple, conv_output_shape, empty_like_layout
+from ..ops.conv import IntOrSeq
+from ._custom_op import check_differentiable, custom_op, public, records_grad, scaled
+
+
+def _desc(x: Tensor, stride, padding, dilation, groups, mode) -> ConvDesc:
+    return ConvDesc.create(x.dim() - 2, stride, padding, dilation, groups, mode, "fp32")
+
+
+# The forward op takes the plain API's algorithm choice and math mode; the backward ops take the
+# math mode and workspace limit (their algorithm is chosen for their own direction).
+
+
+@custom_op("rtdnn::conv_forward")
+def conv_forward(
+    x: Tensor,
+    w: Tensor,
+    bias: Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    mode: str,
+    algo: str = "auto",
+    workspace_limit: int | None = None,
+    math: str | None = None,
+) -> Tensor:
+    return ops.conv_forward(
+        x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups, mode=mode,
+        algo=algo, workspace_limit=workspace_limit, math=math,
+    )  # fmt: skip
+
+
+@conv_forward.register_fake
+def _(x, w, bias, stride, padding, dilation, groups, mode, algo="auto", workspace_limit=None,
+      math=None):  # fmt: skip
+    shape = conv_output_shape(x.shape, w.shape, _desc(x, stride, padding, dilation, groups, mode))
+    return empty_like_layout(shape, x)
+
+
+@custom_op("rtdnn::conv_backward_data")
+def conv_backward_data(
+    dy: Tensor,
+    w: Tensor,
+    x_shape: list[int],
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    mode: str,
+    workspace_limit: int | None = None,
+    math: str | None = None,
+) -> Tensor:
+    return ops.conv_backward_data(
+        dy, w, x_shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
+        mode=mode, workspace_limit=workspace_limit, math=math,
+    )  # fmt: skip
+
+
+@conv_backward_data.register_fake
+def _(dy, w, x_shape, stride, padding, dilation, groups, mode, workspace_limit=None, math=None):
+    return empty_like_layout(x_shape, dy)
+
+
+@custom_op("rtdnn::conv_backward_filter")
+def conv_backward_filter(
+    x: Tensor,
+    dy: Tensor,
+    w_shape: list[int],
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    mode: str,
+    workspace_limit: int | None = None,
+    math: str | None = None,
+) -> Tensor:
+    return ops.conv_backward_filter(
+        x, dy, w_shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
+        mode=mode, workspace_limit=workspace_limit, math=math,
+    )  # fmt: skip
+
+
+@conv_backward_filter.register_fake
+def _(x, dy, w_shape, stride, padding, dilation, groups, mode, workspace_limit=None, math=None):
+    return empty_like_layout(w_shape, x)
+
+
+@custom_op("rtdnn::conv_backward_bias")
+def conv_backward_bias(dy: Tensor) -> Tensor:
+    return ops.conv_backward_bias(dy)
+
+
+@conv_backward_bias.register_fake
+def _(dy):
+    return dy.new_empty((dy.shape[1],))
+
+
+def _conv_setup_context(ctx, inputs, output):
+    # The eager road passes the arguments as the caller gave them, without the defaults of
+    # those left out.
+    x, w, bias, stride, padding, dilation, groups, mode, *tuning = inputs
+    _algo, workspace_limit, math = (*tuning, *("auto", None, None)[len(tuning) :])
+    ctx.save_for_backward(x, w)
+    ctx.conv_args = (stride, padding, dilation, groups, mode, workspace_limit, math)
+    ctx.has_bias = bias is not None
+
+
+def _conv_backward(ctx, dy):
+    x, w = ctx.saved_tensors
+    args = ctx.conv_args
+    need_x, need_w, need_b = ctx.needs_input_grad[:3]
+    dx = conv_backward_data(dy, w, list(x.shape), *args) if need_x else None
+    dw = conv_backward_filter(x, dy, list(w.shape), *args) if need_w else None
+    db = conv_backward_bias(dy) if ctx.has_bias and need_b else None
+    # One gradient per input of the full schema; autograd drops the trailing Nones the eager
+    # road's shorter argument list has no input for.
+    return dx, dw, db, None, None, None, None, None, None, None, None
+
+
+conv_forward.register_autograd(_conv_backward, setup_context=_conv_setup_context)
+
+
+@public(ops.conv_forward)
+def conv_forward_api(
+    x: Tensor,
+    w: Tensor,
+    bias: Tensor | None = None,
+    *,
+    stride: IntOrSeq = 1,
+    padding: IntOrSeq = 0,
+    dilation: IntOrSeq = 1,
+    groups: int = 1,
+    mode: str = "cross_correlation",
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+    algo: str = "auto",
+    workspace_limit: int | None = None,
+    math: str | None = None,
+) -> Tensor:
+    if not records_grad(x, w, bias):
+        return ops.conv_forward(
+            x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups,
+            mode=mode, alpha=alpha, beta=beta, out=out, algo=algo,
+            workspace_limit=workspace_limit, math=math,
+        )  # fmt: skip
+    check_differentiable("conv_forward", alpha, beta, out)
+    n = x.dim() - 2
+    # alpha scales the convolution, not the bias: scale the input (conv is linear in x).
+    return conv_forward(
+        scaled(x, alpha), w, bias, list(as_tuple("stride", stride, n)),
+        list(as_tuple("padding", padding, n)), list(as_tuple("dilation", dilation, n)), groups,
+        mode, algo, workspace_limit, math,
+    )  # fmt: skip

@@ -1,0 +1,96 @@
+"""Linear (fully connected) layer: forward and its three backward GEMMs as custom ops."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .. import ops
+from ._custom_op import check_differentiable, custom_op, public, records_grad, scaled
+
+# The GEMMs take the plain API's math mode ("fp32", "tf32" or None: torch's TF32 switch).
+
+
+@custom_op("rtdnn::linear")
+def linear(
+    x: Tensor, w: Tensor, bias: Tensor | None, activation: str | None, math: str | None = None
+) -> Tensor:
+    return ops.linear(x, w, bias, activation=activation, math=math)
+
+
+@linear.register_fake
+def _(x, w, bias, activation, math=None):
+    return x.new_empty((*x.shape[:-1], w.shape[0]))
+
+
+@custom_op("rtdnn::linear_backward_data")
+def linear_backward_data(dy: Tensor, w: Tensor, math: str | None = None) -> Tensor:
+    return ops.linear_backward_data(dy, w, math=math)
+
+
+@linear_backward_data.register_fake
+def _(dy, w, math=None):
+    return dy.new_empty((*dy.shape[:-1], w.shape[1]))
+
+
+@custom_op("rtdnn::linear_backward_weight")
+def linear_backward_weight(x: Tensor, dy: Tensor, math: str | None = None) -> Tensor:
+    return ops.linear_backward_weight(x, dy, math=math)
+
+
+@linear_backward_weight.register_fake
+def _(x, dy, math=None):
+    return x.new_empty((dy.shape[-1], x.shape[-1]))
+
+
+@custom_op("rtdnn::linear_backward_bias")
+def linear_backward_bias(dy: Tensor) -> Tensor:
+    return ops.linear_backward_bias(dy)
+
+
+@linear_backward_bias.register_fake
+def _(dy):
+    return dy.new_empty((dy.shape[-1],))
+
+
+def _linear_setup_context(ctx, inputs, output):
+    x, w, bias, activation, *math = inputs  # the eager road may leave math out
+    ctx.math = math[0] if math else None
+    # ReLU's derivative is read off its output: y > 0 exactly where the pre-activation is.
+    ctx.save_for_backward(x, w, output if activation == "relu" else None)
+    ctx.has_bias = bias is not None
+
+
+def _linear_backward(ctx, dy):
+    x, w, y = ctx.saved_tensors
+    if y is not None:
+        dy = torch.where(y > 0, dy, torch.zeros((), dtype=dy.dtype, device=dy.device))
+    need_x, need_w, need_b = ctx.needs_input_grad[:3]
+    dx = linear_backward_data(dy, w, ctx.math) if need_x else None
+    dw = linear_backward_weight(x, dy, ctx.math) if need_w else None
+    db = linear_backward_bias(dy) if ctx.has_bias and need_b else None
+    return dx, dw, db, None, None
+
+
+linear.register_autograd(_linear_backward, setup_context=_linear_setup_context)
+
+
+@public(ops.linear)
+def linear_api(
+    x: Tensor,
+    w: Tensor,
+    bias: Tensor | None = None,
+    *,
+    activation: str | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Tensor | None = None,
+    math: str | None = None,
+) -> Tensor:
+    if not records_grad(x, w, bias):
+        return ops.linear(
+            x, w, bias, activation=activation, alpha=alpha, beta=beta, out=out, math=math
+        )
+    check_differentiable("linear", alpha, beta, out)
+    # alpha scales the product, before the bias and the activation: scale the input.
+    return linear(scaled(x, alpha), w, bias, activation, math)
