@@ -62,6 +62,17 @@ def test_conv_forward():
     )  # fmt: skip
 
 
+@pytest.mark.filterwarnings("ignore:Using padding='same':UserWarning")  # torch's, on its copy
+@pytest.mark.parametrize("padding", ["same", "valid"])
+def test_conv_forward_named_padding(padding):
+    # An even kernel: "same" pads one more on the right, which must carry the gradient too.
+    check_against_torch(
+        lambda x, w: rtdnn.conv_forward(x, w, padding=padding, dilation=(1, 2), math=MATH),
+        lambda x, w: F.conv2d(x, w, padding=padding, dilation=(1, 2)),
+        randn(1, 2, 5, 6), randn(3, 2, 2, 3, seed=2),
+    )  # fmt: skip
+
+
 def test_conv_forward_alpha_scales_the_convolution_not_the_bias():
     x, w, b = randn(1, 2, 4, 4), randn(3, 2, 3, 3, seed=2), randn(3, seed=3)
     mine = _leaves([x, w, b])

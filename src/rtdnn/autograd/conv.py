@@ -6,7 +6,7 @@ from torch import Tensor
 
 from .. import ops
 from ..core import ConvDesc, as_tuple, conv_output_shape, empty_like_layout
-from ..ops.conv import IntOrSeq
+from ..ops.conv import IntOrSeq, named_padding
 from ._custom_op import check_differentiable, custom_op, public, records_grad, scaled
 
 
@@ -135,7 +135,7 @@ def conv_forward_api(
     bias: Tensor | None = None,
     *,
     stride: IntOrSeq = 1,
-    padding: IntOrSeq = 0,
+    padding: IntOrSeq | str = 0,
     dilation: IntOrSeq = 1,
     groups: int = 1,
     mode: str = "cross_correlation",
@@ -153,6 +153,8 @@ def conv_forward_api(
             workspace_limit=workspace_limit, math=math,
         )  # fmt: skip
     check_differentiable("conv_forward", alpha, beta, out)
+    if isinstance(padding, str):  # "same" may pad x on the right: F.pad carries the gradient
+        x, padding = named_padding(x, w, padding, stride, dilation)
     n = x.dim() - 2
     # alpha scales the convolution, not the bias: scale the input (conv is linear in x).
     return conv_forward(

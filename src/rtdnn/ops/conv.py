@@ -145,7 +145,7 @@ def same_padding(kernel: Sequence[int], dilation: Sequence[int]) -> tuple[tuple,
     return tuple(t // 2 for t in totals), tuple(t % 2 for t in totals)
 
 
-def _named_padding(x, w, padding: str, stride, dilation) -> tuple[torch.Tensor, tuple]:
+def named_padding(x, w, padding: str, stride, dilation) -> tuple[torch.Tensor, tuple]:
     """(x, numeric padding) for padding="valid" or "same" (x padded on the right where "same"
     needs an odd total, as torch does)."""
     x = check_tensor("x", x, ndim=(3, 4, 5), empty=True)
@@ -190,7 +190,7 @@ def conv_forward(
     algorithm name such as "IMPLICIT_GEMM" or "GEMM".
     """
     if isinstance(padding, str):
-        x, padding = _named_padding(x, w, padding, stride, dilation)
+        x, padding = named_padding(x, w, padding, stride, dilation)
     key, call = _lookup(
         Direction.FORWARD, (x, w, bias, out), stride, padding, dilation, groups, mode, algo,
         workspace_limit, resolve_math_mode(math),
