@@ -86,7 +86,9 @@ def activation_forward(
     x = check_tensor("x", x)
     check_span("x", x)
     p = _params(mode, coef)
-    y = output(out, x.shape, x, alpha, beta, preserve_strides=True)
+    y = output(
+        out, x.shape, x, alpha, beta, reads=[("x", x)], in_place_ok=True, preserve_strides=True
+    )
     plan = elementwise_plan(x.shape, y, [x])
     ew.launch(act.forward, y, [x], plan, alpha=alpha, beta=beta, p=p)
     return y
@@ -125,7 +127,10 @@ def activation_backward(
         if act.needs == name:
             inputs.append(t)
     p = _params(mode, coef)
-    dx = output(out, dy.shape, dy, alpha, beta, preserve_strides=True)
+    reads = [("dy", dy), ("x", x), ("y", y)]
+    dx = output(
+        out, dy.shape, dy, alpha, beta, reads=reads, in_place_ok=True, preserve_strides=True
+    )
     plan = elementwise_plan(dy.shape, dx, inputs)
     ew.launch(act.backward, dx, inputs, plan, alpha=alpha, beta=beta, p=p)
     return dx

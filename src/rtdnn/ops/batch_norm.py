@@ -23,7 +23,7 @@ import math
 import torch
 
 from ..algos import norm as engine
-from ..core import bad_param, check_scaling, check_tensor
+from ..core import bad_param, check_no_overlap, check_scaling, check_tensor
 from . import _norm as V
 
 MODES = ("spatial", "per_activation")
@@ -68,8 +68,19 @@ def batch_norm_forward_training(
     k = V.key("bn_train", tensors, mode, activation, V.nonzero(beta))
     call = V.lookup(k) or V.store(k, _train_call(*tensors, mode, activation, beta))
     momentum = V.real("momentum", momentum)
-    eps = V.real("eps", eps, minimum=0.0)
+    if not 0.0 <= momentum <= 1.0:
+        raise bad_param("momentum", momentum, "a factor in [0, 1]")
+    eps = V.eps(eps)
     check_scaling(alpha, beta, out)
+    V.no_overlap(
+        out,
+        x=x,
+        weight=weight,
+        bias=bias,
+        running_mean=running_mean,
+        running_var=running_var,
+        z=z,
+    )
     return call(*tensors, momentum, eps, float(alpha), float(beta))
 
 
@@ -134,8 +145,14 @@ def batch_norm_forward_inference(
     tensors = (x, weight, bias, running_mean, running_var, z, out)
     k = V.key("bn_infer", tensors, mode, activation, V.nonzero(beta))
     call = V.lookup(k) or V.store(k, _infer_call(*tensors, mode, activation, beta))
-    eps = V.real("eps", eps, minimum=0.0)
+    eps = V.eps(eps)
     check_scaling(alpha, beta, out)
+    if out is not None:
+        # One elementwise pass: out may be exactly x or z (in place), nothing else they read.
+        check_no_overlap(out, [("x", x), ("z", z)], same_index_ok=True)
+        V.no_overlap(
+            out, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var
+        )
     return call(*tensors, eps, float(alpha), float(beta))
 
 
@@ -204,6 +221,16 @@ def batch_norm_backward(
     k = V.key("bn_bwd", tensors, activation, mode, training, V.nonzero(beta))
     call = V.lookup(k) or V.store(k, _backward_call(*tensors, activation, mode, training, beta))
     check_scaling(alpha, beta, out)
+    V.no_overlap(
+        out,
+        dy=dy,
+        x=x,
+        saved_mean=saved_mean,
+        saved_invstd=saved_invstd,
+        weight=weight,
+        bias=bias,
+        z=z,
+    )
     return call(*tensors, float(alpha), float(beta))
 
 

@@ -26,6 +26,7 @@ from ..core import (
     Direction,
     TensorDesc,
     bad_param,
+    check_no_overlap,
     check_out,
     check_runnable,
     check_scaling,
@@ -134,6 +135,12 @@ def _output(out: torch.Tensor | None, shape, like: torch.Tensor) -> torch.Tensor
     return out
 
 
+def _no_overlap(out: torch.Tensor | None, **inputs: torch.Tensor | None) -> None:
+    # No convolution direction is elementwise: every output element reads many inputs.
+    if out is not None:
+        check_no_overlap(out, inputs.items())
+
+
 def conv_forward(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -173,6 +180,7 @@ def conv_forward(
                 raise bad_param("bias.shape", tuple(bias.shape), f"({w.shape[0]},), one per filter")
         check_scaling(alpha, beta, out)
         y = _output(out, y_shape, x)
+        _no_overlap(out, x=x, w=w, bias=bias)
         bias = bias.contiguous() if bias is not None else None
         tensors = ConvTensors(x, w, y, bias)
         call = _remember(
@@ -181,6 +189,7 @@ def conv_forward(
     else:
         check_scaling(alpha, beta, out)
         y = call.output(out, x)
+        _no_overlap(out, x=x, w=w, bias=bias)
         tensors = ConvTensors(x, w, y, bias.contiguous() if bias is not None else None)
     call(tensors, alpha, beta)
     return y
@@ -270,6 +279,7 @@ def _backward(
     else:
         check_scaling(alpha, beta, out)
         result = call.output(out, first)
+    _no_overlap(out, **{names[0]: first, names[1]: second})
     # ConvTensors is (x, w, y): dx is the result of backward-data, dw of backward-filter.
     tensors = ConvTensors(result, second, first) if data else ConvTensors(first, result, second)
     if call is None:
@@ -294,6 +304,7 @@ def conv_backward_bias(
     check_scaling(alpha, beta, out)
     k = dy.shape[1]
     db = _output(out, (k,), dy)
+    _no_overlap(out, dy=dy)
     check_runnable(dy.device)
     geo = output_geometry(TensorDesc.of(dy))
     pixels = dy.numel() // k

@@ -33,7 +33,9 @@ def _run(name: str, t: torch.Tensor, p, seed, alpha, beta, out) -> torch.Tensor:
     t = check_tensor(name, t)
     check_span(name, t)
     prob, scale = _check(p, seed)
-    y = output(out, t.shape, t, alpha, beta, preserve_strides=True)
+    y = output(
+        out, t.shape, t, alpha, beta, reads=[(name, t)], in_place_ok=True, preserve_strides=True
+    )
     plan = elementwise_plan(t.shape, y, [t], index=True)
     ew.launch(dropout_op, y, [t], plan, alpha=alpha, beta=beta, p=(prob, scale, 0.0), seed=seed)
     return y

@@ -35,8 +35,9 @@ def _forward(x, num_groups, weight, bias, eps, alpha, beta, out, instance):
     tensors = (x, weight, bias, out)
     k = V.key("in" if instance else "gn", tensors, num_groups, V.nonzero(beta))
     call = V.lookup(k) or V.store(k, _forward_call(*tensors, num_groups, beta, instance))
-    eps = V.real("eps", eps, minimum=0.0)
+    eps = V.eps(eps)
     check_scaling(alpha, beta, out)
+    V.no_overlap(out, x=x, weight=weight, bias=bias)
     return call(*tensors, eps, float(alpha), float(beta))
 
 
@@ -83,6 +84,7 @@ def _backward(dy, x, num_groups, mean, rstd, weight, param_grads, alpha, beta, o
         k, _backward_call(*tensors, num_groups, param_grads, beta, instance)
     )
     check_scaling(alpha, beta, out)
+    V.no_overlap(out, dy=dy, x=x, mean=mean, rstd=rstd, weight=weight)
     return call(*tensors, float(alpha), float(beta))
 
 

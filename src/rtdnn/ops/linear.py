@@ -21,6 +21,7 @@ import triton
 from ..algos.tiles import tile_candidates, tune
 from ..core import (
     bad_param,
+    check_no_overlap,
     check_out,
     check_runnable,
     check_scaling,
@@ -104,10 +105,13 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, t.shape[-1]) if t.dim() != 2 else t
 
 
-def _out(out, shape, like) -> torch.Tensor:
+def _out(out, shape, like, **reads: torch.Tensor | None) -> torch.Tensor:
+    """`out` (checked: shape, dtype, device, no overlap with what the GEMM reads: every
+    output element reads a whole row and column) or a new tensor."""
     if out is None:
         return torch.empty(shape, dtype=like.dtype, device=like.device)
     check_out(out, shape, like)
+    check_no_overlap(out, reads.items())
     return out
 
 
@@ -150,7 +154,7 @@ def linear(
     check_scaling(alpha, beta, out)
     resolve_math_mode(math)
     check_runnable(x.device)
-    y = _out(out, (*x.shape[:-1], w.shape[0]), x)
+    y = _out(out, (*x.shape[:-1], w.shape[0]), x, x=x, w=w, bias=bias)
     x2, y2 = _rows(x), _out_rows(y)
     _gemm(x2, _matrix(x2), w, _matrix(w, transpose=True), y2, alpha, beta, bias, activation, math)
     return y
@@ -173,7 +177,7 @@ def linear_backward_data(
     check_scaling(alpha, beta, out)
     resolve_math_mode(math)
     check_runnable(dy.device)
-    dx = _out(out, (*dy.shape[:-1], w.shape[1]), dy)
+    dx = _out(out, (*dy.shape[:-1], w.shape[1]), dy, dy=dy, w=w)
     dy2, dx2 = _rows(dy), _out_rows(dx)
     _gemm(dy2, _matrix(dy2), w, _matrix(w), dx2, alpha, beta, math=math)
     return dx
@@ -199,7 +203,7 @@ def linear_backward_weight(
     check_scaling(alpha, beta, out)
     resolve_math_mode(math)
     check_runnable(x.device)
-    dw = _out(out, (dy.shape[-1], x.shape[-1]), x)
+    dw = _out(out, (dy.shape[-1], x.shape[-1]), x, x=x, dy=dy)
     x2, dy2 = _rows(x), _rows(dy)
     _gemm(dy2, _matrix(dy2, transpose=True), x2, _matrix(x2), dw, alpha, beta, math=math)
     return dw

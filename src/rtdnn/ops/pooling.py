@@ -118,7 +118,7 @@ def pooling_forward(
     check_span("x", x)
     p = pool_desc(x.dim(), mode, window, stride, padding, dilation, ceil_mode)
     out_sp = pool_output_size(x.shape[2:], p)
-    y = output(out, (*x.shape[:2], *out_sp), x, alpha, beta)
+    y = output(out, (*x.shape[:2], *out_sp), x, alpha, beta, reads=[("x", x)])
     shape5, x_st = spatial5(x.shape, x.stride())
     out5, y_st = spatial5(y.shape, y.stride())
     cl = _is_cl(x)
@@ -168,7 +168,7 @@ def pooling_backward(
         check_tensor("y", y, dtype=x.dtype, device=x.device)
         if tuple(y.shape) != y_shape:
             raise bad_param("y.shape", tuple(y.shape), f"{y_shape}, the pooling output's shape")
-    dx = output(out, x.shape, x, alpha, beta)
+    dx = output(out, x.shape, x, alpha, beta, reads=[("dy", dy), ("x", x)])
     shape5, x_st = spatial5(x.shape, x.stride())
     out5, dy_st = spatial5(dy.shape, dy.stride())
     _, dx_st = spatial5(dx.shape, dx.stride())
@@ -236,7 +236,7 @@ def adaptive_avg_pool(
     x = check_tensor("x", x, ndim=(3, 4, 5))
     check_span("x", x)
     osize = _adaptive_size(x, output_size)
-    y = output(out, (*x.shape[:2], *osize), x, alpha, beta)
+    y = output(out, (*x.shape[:2], *osize), x, alpha, beta, reads=[("x", x)])
     if all(o == 1 for o in osize):
         from .tensor_ops import reduce_tensor
 
@@ -277,7 +277,7 @@ def adaptive_avg_pool_backward(
         raise bad_param("x_shape", x_shape, f"(N, C, *S) with N, C = {tuple(dy.shape[:2])}")
     if any(s < 1 for s in x_shape):
         raise bad_param("x_shape", x_shape, "no dimension below 1")
-    dx = output(out, x_shape, dy, alpha, beta)
+    dx = output(out, x_shape, dy, alpha, beta, reads=[("dy", dy)])
     shape5, dx_st = spatial5(dx.shape, dx.stride())
     out5, dy_st = spatial5(dy.shape, dy.stride())
     cl = _is_cl(dx)

@@ -63,7 +63,7 @@ def softmax_forward(
     _check(algo, mode)
     x = check_tensor("x", x, ndim=(2, 3, 4, 5))
     check_span("x", x)
-    y = output(out, x.shape, x, alpha, beta, preserve_strides=True)
+    y = output(out, x.shape, x, alpha, beta, reads=[("x", x)], preserve_strides=True)
     plan = _plan(x.shape, mode, [x, x, y], x.device, x.element_size())
     if plan is None:
         # Strides that do not merge into (positions, one reduced axis): go through a dense copy.
@@ -97,7 +97,8 @@ def softmax_backward(
         raise bad_param("dy.shape", tuple(dy.shape), f"{tuple(y.shape)}, y's shape")
     check_span("y", y)
     check_span("dy", dy)
-    dx = output(out, dy.shape, dy, alpha, beta, preserve_strides=True)
+    reads = [("y", y), ("dy", dy)]
+    dx = output(out, dy.shape, dy, alpha, beta, reads=reads, preserve_strides=True)
     plan = _plan(y.shape, mode, [y, dy, dx], y.device, y.element_size())
     if plan is None:
         from .tensor_ops import transform_tensor

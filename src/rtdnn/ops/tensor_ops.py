@@ -23,6 +23,7 @@ from ..core import (
     BadParamError,
     NotSupportedError,
     bad_param,
+    check_no_overlap,
     check_out,
     check_runnable,
     check_scaling,
@@ -71,6 +72,8 @@ def add_tensor(a: torch.Tensor, c: torch.Tensor, *, alpha: float = 1.0, beta: fl
     check_scaling(alpha, beta, c)
     a = _broadcast("a", a, c.shape)
     check_span("a", a)
+    # c is read and written in place; a may be c itself (elementwise) but no other view of it.
+    check_no_overlap(c, [("a", a)], same_index_ok=True)
     plan = elementwise_plan(c.shape, c, [a])
     ew.launch(ew.op_first, c, [a], plan, alpha=alpha, beta=beta)
     return c
@@ -106,7 +109,8 @@ def op_tensor(
         b = _broadcast("b", b, a.shape)
         check_span("b", b)
         inputs.append(b)
-    y = output(out, a.shape, a, 1.0, beta, preserve_strides=True)
+    reads = [("a", a), ("b", b if op not in UNARY else None)]
+    y = output(out, a.shape, a, 1.0, beta, reads=reads, in_place_ok=True, preserve_strides=True)
     plan = elementwise_plan(a.shape, y, inputs)
     ew.launch(OP_TENSOR[op], y, inputs, plan, alpha=1.0, beta=beta, p=(a1, a2, 0.0))
     return y
@@ -174,6 +178,7 @@ def transform_tensor(
             )
         out = check_tensor("out", out, device=x.device)
         check_out(out, x.shape, out)
+        check_no_overlap(out, [("x", x)], same_index_ok=True)
         check_span("out", out)
         check_runnable(x.device)
         y = out
@@ -235,7 +240,7 @@ def reduce_tensor(
         raise bad_param("indices", indices, f"False for op={op!r} (indices: {red.INDEXED})")
     full = tuple(1 if d in reduced else s for d, s in enumerate(x.shape))
     shape = full if keepdim else tuple(s for d, s in enumerate(x.shape) if d not in reduced)
-    y = output(out, shape, x, alpha, beta)
+    y = output(out, shape, x, alpha, beta, reads=[("x", x)])
     y_full = y
     if not keepdim:
         for d in reduced:
