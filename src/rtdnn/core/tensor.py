@@ -128,8 +128,10 @@ def check_no_overlap(
     inputs: Iterable[tuple[str, torch.Tensor | None]],
     *,
     same_index_ok: bool = False,
+    out_name: str = "out",
 ) -> None:
-    """`out` must not share memory with any of the named input tensors (None entries skipped).
+    """`out` (the written tensor, called `out_name` in errors) must not share memory with any
+    of the named input tensors (None entries skipped).
 
     A kernel that writes an element another program still has to read gives a wrong result,
     so an overlap is refused. same_index_ok: the op is elementwise (element i of out depends
@@ -149,8 +151,8 @@ def check_no_overlap(
             continue
         allowed = f" (or exactly {name}, in place)" if same_index_ok else ""
         raise BadParamError(
-            f"out overlaps {name} in memory: expected an out that shares no memory with the "
-            f"inputs{allowed}"
+            f"{out_name} overlaps {name} in memory: expected an {out_name} that shares no "
+            f"memory with the inputs{allowed}"
         )
 
 

@@ -73,7 +73,7 @@ def add_tensor(a: torch.Tensor, c: torch.Tensor, *, alpha: float = 1.0, beta: fl
     a = _broadcast("a", a, c.shape)
     check_span("a", a)
     # c is read and written in place; a may be c itself (elementwise) but no other view of it.
-    check_no_overlap(c, [("a", a)], same_index_ok=True)
+    check_no_overlap(c, [("a", a)], same_index_ok=True, out_name="c")
     plan = elementwise_plan(c.shape, c, [a])
     ew.launch(ew.op_first, c, [a], plan, alpha=alpha, beta=beta)
     return c
@@ -128,7 +128,7 @@ def scale_tensor(y: torch.Tensor, alpha: float) -> torch.Tensor:
 def set_tensor(y: torch.Tensor, value: float) -> torch.Tensor:
     """Every element of y = value (rounded to y's dtype), in place; returns y."""
     y = _check_inplace("y", y)
-    value = check_real("value", value)
+    value = check_real("value", value, finite=False)  # a value to store, not a scale
     plan = elementwise_plan(y.shape, y, [])
     ew.launch(ew.op_fill, y, [], plan, p=(value, 0.0, 0.0))
     return y
