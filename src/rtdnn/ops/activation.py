@@ -16,6 +16,10 @@ Modes and `coef` (cuDNN's activation coefficient; None takes the default shown):
 
 The backward reads dy and one more tensor: y for relu, sigmoid and tanh, x for the others,
 nothing for identity (`activation_needs(mode)`); the other may be None.
+
+`out` may be exactly x (forward) or exactly dy, x or y (backward): each element is read
+before the same element is written, so `out=x` computes in place. Any other overlap of `out`
+with an input is refused (BadParamError).
 """
 
 from __future__ import annotations

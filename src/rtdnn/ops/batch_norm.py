@@ -14,6 +14,11 @@ Forward (training and inference) computes
 where z (optional) is the residual of BN_ADD_ACTIVATION and act is "identity" or "relu".
 Statistics are float32 whatever the data type. Results are deterministic: every reduction runs
 in a fixed order (atomics only count arrivals, never add values).
+
+`out` and the inputs: batch_norm_forward_inference is one elementwise pass, so its out may
+be exactly x or z (in place). The training forward and the backward read x in two passes,
+so there any overlap of out with an input (x, dy, z, weight, bias, statistics) is refused
+(BadParamError). eps must be > 0, momentum in [0, 1].
 """
 
 from __future__ import annotations

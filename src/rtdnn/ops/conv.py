@@ -9,6 +9,9 @@ launched, builds a ConvProblem, picks an algorithm and runs it:
 `mode="convolution"` flips the filter (true convolution), "cross_correlation" (the default)
 does not, as in cuDNN. `math` is "fp32" (strict) or "tf32" for float32 data; None follows
 `torch.backends.cudnn.allow_tf32`. Half-precision data always accumulates in float32.
+
+`out` must share no memory with x, w, dy or bias (BadParamError): every output element
+reads many inputs, so no direction runs in place.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ shape and u is output e % 4 of Philox4x32-10 (Triton's tl.rand4x) on counter e /
 [0, 1) as tl.rand does. The mask therefore depends only on (seed, shape, p): not on strides,
 memory format, launch grid or device count, and the backward recomputes it from the seed
 instead of storing it (no reserve space). Any shape, any strides, float32/16/bfloat16.
+
+`out` may be exactly x (forward) or dy (backward): elementwise, so in place is exact. Any
+other overlap of `out` with the input is refused (BadParamError).
 """
 
 from __future__ import annotations

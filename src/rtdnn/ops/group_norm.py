@@ -12,6 +12,9 @@ instance norm modules are kept by rtdnn.nn, from the statistics these functions 
 The forward reads x once when a group fits in one tile, else it runs the deterministic split
 path. The backward takes per-(n, c) sums of dy and dy * xhat, combines them per group and per
 channel in a fixed order, then writes dx (two reads of x and dy).
+
+`out` must share no memory with any input (BadParamError), even out=x: the statistics and the
+normalize pass read x separately. eps must be > 0.
 """
 
 from __future__ import annotations

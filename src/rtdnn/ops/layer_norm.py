@@ -9,6 +9,9 @@ x is (*L, *D) with D = normalized_shape, any strides. One statistic per leading 
 weight and bias have shape D (optional). Statistics are float32, of shape L. A row that fits in
 registers is read once (forward) or once per operand (backward); longer rows are walked twice.
 The parameter gradients are summed per program and then across programs in a fixed order.
+
+`out` must share no memory with any input (BadParamError), even out=x: the statistics and the
+normalize pass read x separately. eps must be > 0.
 """
 
 from __future__ import annotations

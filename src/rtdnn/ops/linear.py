@@ -9,6 +9,9 @@ x: (*, in_features), w: (out_features, in_features), bias: (out_features,); any 
 leading dims of x and dy are flattened, copying only if they cannot be viewed as one). All
 three are the same kernel as the convolutions with plain strided addressing. `activation` is
 None (identity) or "relu", fused into the epilogue.
+
+`out` must share no memory with x, w, dy or bias (BadParamError): every output element reads
+a whole row and column, so nothing runs in place.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ normalization is torch.nn.LocalResponseNorm's (cuDNN's LRN_CROSS_CHANNEL_DIM1):
 
 The LRN constants are named lrn_alpha, lrn_beta and lrn_k because alpha and beta are the
 output scaling shared by every rtdnn primitive.
+
+`out` must share no memory with x or dy (BadParamError): each output reads its neighbours
+across channels, so even out=x is refused.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ Padding may be at most half the window (PyTorch's rule), so every window sees th
 
 Max pooling picks the first maximum in window scan order (d, then h, then w), and NaN wins, as
 in PyTorch; its backward routes each dy to that element, deterministically (no atomics).
+
+`out` must share no memory with x or dy (BadParamError): windows read neighbouring elements.
 """
 
 from __future__ import annotations

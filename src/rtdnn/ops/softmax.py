@@ -14,6 +14,9 @@ x: (N, C) or (N, C, *S) with up to 3 spatial dims, any strides, float32 / float1
 
 Rows (the reduced extent) of 1 to 2**20 elements and more. Rows up to 16384 elements are
 one pass over memory; longer rows take two kernels and read the input twice.
+
+`out` must share no memory with x, y or dy (BadParamError): a row is read more than once,
+possibly by several programs, so even out=x is refused.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@
 
 Any shape and strides, float32 / float16 / bfloat16, float32 arithmetic. Broadcasting follows
 torch's rule (trailing dims equal or 1), which includes cuDNN's (same rank, dims equal or 1).
+
+`out` and the inputs: op_tensor's out may be exactly a or b, add_tensor's a may be exactly c,
+transform_tensor's out may be exactly x (same dtype): elementwise, so in place is exact. Any
+other overlap is refused (BadParamError), as is any overlap of reduce_tensor's out with x.
 """
 
 from __future__ import annotations
