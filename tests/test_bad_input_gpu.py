@@ -34,9 +34,7 @@ def test_cross_entropy_matches_torch_with_ignored_rows(dtype):
     target[::5] = -100
     for smoothing in (0.0, 0.1):
         loss = rtdnn.cross_entropy(logits, target, label_smoothing=smoothing)
-        ref = torch.nn.functional.cross_entropy(
-            logits.double(), target, label_smoothing=smoothing
-        )
+        ref = torch.nn.functional.cross_entropy(logits.double(), target, label_smoothing=smoothing)
         assert abs(float(loss) - float(ref)) <= 2e-2 * max(1.0, abs(float(ref)))
 
 
