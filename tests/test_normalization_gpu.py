@@ -102,7 +102,8 @@ def test_batch_norm_add_relu(dtype):
     check(got[1], want[1], torch.float32, factor=100, what="dweight")
     check(got[2], want[2], torch.float32, factor=100, what="dbias")
     check(got[3], want[3], dtype, factor=5, what="dz")
-    yi = rtdnn.batch_norm_forward_inference(x, w, b, mean, invstd**-2, eps=0.0, z=z,
+    # eps must be > 0; 1e-30 vanishes next to the variance in float32.
+    yi = rtdnn.batch_norm_forward_inference(x, w, b, mean, invstd**-2, eps=1e-30, z=z,
                                             activation="relu")  # fmt: skip
     check(yi, y, dtype, factor=2, what="inference with the batch statistics")
 
@@ -176,13 +177,14 @@ def test_group_and_instance_norm(dtype, channels_last, shape, groups):
 
 def test_large_mean_small_variance_float32():
     x = rand((32, 64, 16, 16), torch.float32, channels_last=True, shift=1e3)
-    y, mean, invstd = rtdnn.batch_norm_forward_training(x, eps=0.0)
-    ref = R.batch_norm_forward_training(x, eps=0.0)
+    # eps must be > 0; 1e-30 vanishes next to the variance in float32.
+    y, mean, invstd = rtdnn.batch_norm_forward_training(x, eps=1e-30)
+    ref = R.batch_norm_forward_training(x, eps=1e-30)
     assert R.rel_error(invstd.double() ** -2, ref[2] ** -2) < 1e-5
     assert R.rel_error(y, ref[0]) < 2e-6
     x = rand((64, 4096), torch.float32, shift=1e3)
-    y, mean, rstd = rtdnn.layer_norm_forward(x, 4096, eps=0.0)
-    ref = R.layer_norm_forward(x, 4096, eps=0.0)
+    y, mean, rstd = rtdnn.layer_norm_forward(x, 4096, eps=1e-30)
+    ref = R.layer_norm_forward(x, 4096, eps=1e-30)
     assert R.rel_error(rstd.double() ** -2, ref[2] ** -2) < 1e-5
     assert R.rel_error(y, ref[0]) < 2e-6
 

@@ -123,13 +123,14 @@ def test_layer_norm_paths(norm_tile_policy, changes, shape):
 
 def test_large_mean_small_variance_float32():
     x = make((6, 300), shift=1e3, seed=3)
-    y, mean, rstd = rtdnn.layer_norm_forward(x, 300, eps=0.0)
-    ref = R.layer_norm_forward(x, 300, eps=0.0)
+    # eps must be > 0; 1e-30 vanishes next to the variance in float32.
+    y, mean, rstd = rtdnn.layer_norm_forward(x, 300, eps=1e-30)
+    ref = R.layer_norm_forward(x, 300, eps=1e-30)
     assert R.rel_error(rstd.double() ** -2, ref[2] ** -2) < 1e-6
     assert R.rel_error(y, ref[0]) < 1e-6
     x = make((6, 12), shift=1e3, seed=4)  # one tile per row
-    y, mean, rstd = rtdnn.layer_norm_forward(x, 12, eps=0.0)
-    ref = R.layer_norm_forward(x, 12, eps=0.0)
+    y, mean, rstd = rtdnn.layer_norm_forward(x, 12, eps=1e-30)
+    ref = R.layer_norm_forward(x, 12, eps=1e-30)
     assert R.rel_error(rstd.double() ** -2, ref[2] ** -2) < 1e-6
     assert R.rel_error(y, ref[0]) < 1e-6
 

@@ -79,6 +79,12 @@ def instance_norm(
     variance recovered from the float32 1/std). Without, the running statistics normalize
     every instance (an inference batch norm).
     """
+    if (
+        not isinstance(momentum, (int, float))
+        or isinstance(momentum, bool)
+        or not 0.0 <= momentum <= 1.0
+    ):
+        raise bad_param("momentum", momentum, "a factor in [0, 1]")
     if not use_input_stats:
         if running_mean is None or running_var is None:
             raise bad_param("running_mean", None, "running statistics when use_input_stats=False")

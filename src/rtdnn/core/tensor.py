@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -107,10 +108,12 @@ def check_tensor(
 
 
 def check_scaling(alpha: float, beta: float, out: torch.Tensor | None) -> None:
-    """cuDNN's output scaling: out = alpha * op + beta * out. beta != 0 needs `out`."""
+    """cuDNN's output scaling: out = alpha * op + beta * out. beta != 0 needs `out`.
+
+    Both must be finite: a NaN or infinite scale would write NaN or inf everywhere."""
     for name, v in (("alpha", alpha), ("beta", beta)):
-        if not isinstance(v, (int, float)) or isinstance(v, bool):
-            raise bad_param(name, v, "a real number")
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            raise bad_param(name, v, "a finite real number")
     if beta != 0 and out is None:
         raise bad_param("beta", beta, "0 unless `out` is given (beta scales out's prior value)")
 
@@ -122,6 +125,56 @@ def check_out(out: torch.Tensor, shape: Sequence[int], like: torch.Tensor) -> No
         raise bad_param("out.shape", tuple(out.shape), f"{tuple(shape)}")
     if _overlaps_itself(out):
         raise BadParamError("out has overlapping elements (a broadcast view): it cannot be written")
+
+
+def check_no_overlap(
+    out: torch.Tensor,
+    inputs: Iterable[tuple[str, torch.Tensor | None]],
+    *,
+    same_index_ok: bool = False,
+    out_name: str = "out",
+) -> None:
+    """`out` (the written tensor, called `out_name` in errors) must not share memory with any
+    of the named input tensors (None entries skipped).
+
+    A kernel that writes an element another program still has to read gives a wrong result,
+    so an overlap is refused. same_index_ok: the op is elementwise (element i of out depends
+    only on element i of each input, read before it is written), so `out` may be exactly an
+    input (same address, shape, strides and dtype: in place). Overlap is judged by address
+    ranges: views that interleave without sharing an element (x[::2] and x[1::2]) are refused
+    too.
+    """
+    lo, hi = _address_range(out)
+    for name, t in inputs:
+        if t is None or t.numel() == 0:
+            continue
+        t_lo, t_hi = _address_range(t)
+        if t_hi <= lo or hi <= t_lo:
+            continue
+        if same_index_ok and _same_view(out, t):
+            continue
+        allowed = f" (or exactly {name}, in place)" if same_index_ok else ""
+        raise BadParamError(
+            f"{out_name} overlaps {name} in memory: expected an {out_name} that shares no "
+            f"memory with the inputs{allowed}"
+        )
+
+
+def _address_range(t: torch.Tensor) -> tuple[int, int]:
+    """[first, last + 1) byte addresses a view touches (torch strides are never negative)."""
+    if t.numel() == 0:
+        return 0, 0
+    start = t.data_ptr()
+    return start, start + memory_span(tuple(t.shape), tuple(t.stride())) * t.element_size()
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (
+        a.data_ptr() == b.data_ptr()
+        and a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+    )
 
 
 def _overlaps_itself(t: torch.Tensor) -> bool:

@@ -23,6 +23,11 @@ kernel with different addressing (see `conv_addressing.py` and `strided.py`).
 Split-K: with SPLITS > 1 the steps of each tile are divided among SPLITS programs which write
 float32 partial tiles to a workspace; the last of them to finish (see arrival.py) sums them in
 a fixed order (deterministic) and applies the epilogue, all in the one launch.
+
+UPCAST is set only under Triton's interpreter (TRITON_INTERPRET=1), whose tl.dot returns
+garbage for bfloat16 tiles: the tiles are converted to float32 first, which gives the product
+a GPU computes (exact products, float32 accumulation). Compiled kernels get UPCAST=False, a
+branch removed at compile time.
 """
 
 import triton
@@ -110,6 +115,7 @@ def brgemm_kernel(
     BETA_NONZERO: tl.constexpr,
     SPLITS: tl.constexpr,
     PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -135,6 +141,10 @@ def brgemm_kernel(
     for t in range(t_begin, t_end):
         a = A_LOAD(A, a_geo, a_state, batch, t, offs_k, BLOCK_K)
         b = B_LOAD(B, b_geo, b_state, batch, t, offs_k, BLOCK_K)
+        if UPCAST:
+            # Triton's interpreter multiplies bfloat16 tiles wrongly: give it float32 ones.
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
     if SPLITS == 1:

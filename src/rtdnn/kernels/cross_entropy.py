@@ -8,6 +8,10 @@ classes and lse = log(sum_c exp(x_c)):
 
 with p = softmax(x). Rows whose target is ignore_index contribute nothing. The forward saves lse
 per row so the backward reads the logits once more and never recomputes the maximum.
+
+The host refuses targets outside [0, C) (other than ignore_index) before launching; the kernels
+never read at an out-of-range target anyway (the load is redirected to class 0) and give such
+a row a NaN loss, so a direct call cannot read out of bounds or return a plausible number.
 """
 
 import triton
@@ -19,7 +23,7 @@ def cross_entropy_fwd_kernel(X, T, W, LOSS, LSE, WT, C, stride_row, stride_class
                              eps, HAS_WEIGHT: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
     row = tl.program_id(0)
     base = X + row.to(tl.int64) * stride_row
-    target = tl.load(T + row).to(tl.int32)
+    target = tl.load(T + row)  # int64: compared before any narrowing
     # Online log-sum-exp: a running maximum and a sum rescaled when the maximum grows.
     m = tl.full((BLOCK,), float("-inf"), tl.float32)
     s = tl.zeros((BLOCK,), tl.float32)
@@ -43,13 +47,15 @@ def cross_entropy_fwd_kernel(X, T, W, LOSS, LSE, WT, C, stride_row, stride_class
     m_row = tl.max(m, axis=0)
     lse = m_row + tl.log(tl.sum(s * tl.exp(m - m_row), axis=0))
     valid = target != ignore_index
-    safe_t = tl.where(valid, target, 0)
+    in_range = (target >= 0) & (target < C)
+    safe_t = tl.where(valid & in_range, target, 0).to(tl.int32)
     x_t = tl.load(base + safe_t * stride_class).to(tl.float32)
     w_t = tl.where(valid, 1.0, 0.0)
     if HAS_WEIGHT:
         w_t = tl.where(valid, tl.load(W + safe_t).to(tl.float32), 0.0)
     smooth = tl.sum(w_sum, axis=0) * lse - tl.sum(wx, axis=0)
     loss = (1.0 - eps) * w_t * (lse - x_t) + eps / C * smooth
+    loss = tl.where(in_range, loss, float("nan"))
     tl.store(LOSS + row, tl.where(valid, loss, 0.0))
     tl.store(LSE + row, lse)
     tl.store(WT + row, w_t)
@@ -62,10 +68,11 @@ def cross_entropy_bwd_kernel(X, T, W, LSE, WT, G, DX, C, stride_row, stride_clas
     """G: the loss gradient per row (g_stride 0 broadcasts one scalar, already divided by the
     mean's denominator)."""
     row = tl.program_id(0)
-    target = tl.load(T + row).to(tl.int32)
+    target = tl.load(T + row)
     valid = target != ignore_index
+    in_range = (target >= 0) & (target < C)
     g = tl.load(G + row * g_stride).to(tl.float32)
-    g = tl.where(valid, g, 0.0)
+    g = tl.where(valid, tl.where(in_range, g, float("nan")), 0.0)
     lse = tl.load(LSE + row)
     w_t = tl.load(WT + row)
     base = X + row.to(tl.int64) * stride_row

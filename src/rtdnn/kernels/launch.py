@@ -224,8 +224,8 @@ class BrgemmLaunch:
             A_GEO=geos.index(a.geo), B_GEO=geos.index(b.geo), C_GEO=geos.index(c.geo), M=m, N=n,
             STEPS=cfg["steps"], steps_per_split=self.steps_per_split,
             A_SETUP=a.setup, A_LOAD=a.load, B_SETUP=b.setup, B_LOAD=b.load, C_ADDR=c.addr,
-            PRECISION=cfg["precision"], BLOCK_M=t.block_m, BLOCK_N=t.block_n,
-            BLOCK_K=t.block_k, GROUP_M=t.group_m, **flags,
+            PRECISION=cfg["precision"], UPCAST=INTERPRETED, BLOCK_M=t.block_m,
+            BLOCK_N=t.block_n, BLOCK_K=t.block_k, GROUP_M=t.group_m, **flags,
         )  # fmt: skip
 
     def __call__(

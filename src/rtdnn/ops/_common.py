@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -11,6 +12,7 @@ from ..core import (
     NotSupportedError,
     bad_param,
     cached_call,
+    check_no_overlap,
     check_out,
     check_runnable,
     check_scaling,
@@ -34,9 +36,13 @@ def check_span(name: str, t: torch.Tensor) -> None:
         )
 
 
-def check_real(name: str, v: object) -> float:
+def check_real(name: str, v: object, *, finite: bool = True) -> float:
+    """A real number; finite unless finite=False (a NaN or infinite coefficient or scale
+    would silently turn the whole result into NaN or inf)."""
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         raise bad_param(name, v, "a real number")
+    if finite and not math.isfinite(v):
+        raise bad_param(name, v, "a finite real number")
     return float(v)
 
 
@@ -47,12 +53,17 @@ def output(
     alpha: float,
     beta: float,
     *,
+    reads: Iterable[tuple[str, torch.Tensor | None]],
+    in_place_ok: bool = False,
     preserve_strides: bool = False,
 ) -> torch.Tensor:
     """Validate alpha, beta and `out`, or allocate the result in `like`'s memory format.
 
-    preserve_strides: allocate with torch.empty_like's rule (same strides as a dense `like`),
-    which keeps elementwise ops on any dense layout a single flat pass.
+    reads: the (name, tensor) inputs the op reads, which `out` must not overlap;
+    in_place_ok: the op is elementwise, so `out` may be exactly one of them (see
+    core.check_no_overlap). preserve_strides: allocate with torch.empty_like's rule (same
+    strides as a dense `like`), which keeps elementwise ops on any dense layout a single flat
+    pass.
     """
     check_scaling(alpha, beta, out)
     if out is None:
@@ -61,6 +72,7 @@ def output(
             return torch.empty_like(like)
         return empty_like_layout(shape, like)
     check_out(out, shape, like)
+    check_no_overlap(out, reads, same_index_ok=in_place_ok)
     check_span("out", out)
     check_runnable(like.device)
     return out

@@ -15,7 +15,14 @@ from collections.abc import Sequence
 import torch
 
 from ..algos import norm as engine
-from ..core import bad_param, check_out, check_runnable, check_tensor, empty_like_layout
+from ..core import (
+    bad_param,
+    check_no_overlap,
+    check_out,
+    check_runnable,
+    check_tensor,
+    empty_like_layout,
+)
 from ..kernels.norm_addressing import ACTIVATIONS
 
 
@@ -25,6 +32,23 @@ def real(name: str, v: object, *, minimum: float | None = None) -> float:
     if minimum is not None and v < minimum:
         raise bad_param(name, v, f"a real number >= {minimum}")
     return float(v)
+
+
+def eps(v: object) -> float:
+    """The variance epsilon: finite and > 0 (eps = 0 divides by zero on a constant group)."""
+    v = real("eps", v)
+    if not v > 0:
+        raise bad_param("eps", v, "a finite real number > 0")
+    return v
+
+
+def no_overlap(out: torch.Tensor | None, **reads: torch.Tensor | None) -> None:
+    """`out` shares no memory with the tensors the op reads. Checked on every call (the
+    prepared call only knows shapes and strides, not addresses). Normalizations read x twice
+    or more (statistics, then the normalize pass, possibly split among programs), so even
+    exactly x is refused; batch_norm_forward_inference, elementwise, says otherwise itself."""
+    if out is not None:
+        check_no_overlap(out, reads.items())
 
 
 def activation(v: object) -> str:

@@ -16,6 +16,10 @@ Modes and `coef` (cuDNN's activation coefficient; None takes the default shown):
 
 The backward reads dy and one more tensor: y for relu, sigmoid and tanh, x for the others,
 nothing for identity (`activation_needs(mode)`); the other may be None.
+
+`out` may be exactly x (forward) or exactly dy, x or y (backward): each element is read
+before the same element is written, so `out=x` computes in place. Any other overlap of `out`
+with an input is refused (BadParamError).
 """
 
 from __future__ import annotations
@@ -86,7 +90,9 @@ def activation_forward(
     x = check_tensor("x", x, empty=True)
     check_span("x", x)
     p = _params(mode, coef)
-    y = output(out, x.shape, x, alpha, beta, preserve_strides=True)
+    y = output(
+        out, x.shape, x, alpha, beta, reads=[("x", x)], in_place_ok=True, preserve_strides=True
+    )
     if y.numel() == 0:
         return y
     plan = elementwise_plan(x.shape, y, [x])
@@ -127,7 +133,10 @@ def activation_backward(
         if act.needs == name:
             inputs.append(t)
     p = _params(mode, coef)
-    dx = output(out, dy.shape, dy, alpha, beta, preserve_strides=True)
+    reads = [("dy", dy), ("x", x), ("y", y)]
+    dx = output(
+        out, dy.shape, dy, alpha, beta, reads=reads, in_place_ok=True, preserve_strides=True
+    )
     if dx.numel() == 0:
         return dx
     plan = elementwise_plan(dy.shape, dx, inputs)

@@ -18,6 +18,11 @@ in a fixed order (atomics only count arrivals, never add values).
 An empty x (a batch of N = 0, as torch allows) gives empty results without a kernel launch: in
 training the running statistics are left as they are and the saved ones are NaN (the mean of
 no values); the backward's weight and bias gradients are zeros.
+
+`out` and the inputs: batch_norm_forward_inference is one elementwise pass, so its out may
+be exactly x or z (in place). The training forward and the backward read x in two passes,
+so there any overlap of out with an input (x, dy, z, weight, bias, statistics) is refused
+(BadParamError). eps must be > 0, momentum in [0, 1].
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import math
 import torch
 
 from ..algos import norm as engine
-from ..core import bad_param, check_scaling, check_tensor
+from ..core import bad_param, check_no_overlap, check_scaling, check_tensor
 from . import _norm as V
 
 MODES = ("spatial", "per_activation")
@@ -74,8 +79,19 @@ def batch_norm_forward_training(
     k = V.key("bn_train", tensors, mode, activation, V.nonzero(beta))
     call = V.lookup(k) or V.store(k, _train_call(*tensors, mode, activation, beta))
     momentum = V.real("momentum", momentum)
-    eps = V.real("eps", eps, minimum=0.0)
+    if not 0.0 <= momentum <= 1.0:
+        raise bad_param("momentum", momentum, "a factor in [0, 1]")
+    eps = V.eps(eps)
     check_scaling(alpha, beta, out)
+    V.no_overlap(
+        out,
+        x=x,
+        weight=weight,
+        bias=bias,
+        running_mean=running_mean,
+        running_var=running_var,
+        z=z,
+    )
     return call(*tensors, momentum, eps, float(alpha), float(beta))
 
 
@@ -148,8 +164,14 @@ def batch_norm_forward_inference(
     tensors = (x, weight, bias, running_mean, running_var, z, out)
     k = V.key("bn_infer", tensors, mode, activation, V.nonzero(beta))
     call = V.lookup(k) or V.store(k, _infer_call(*tensors, mode, activation, beta))
-    eps = V.real("eps", eps, minimum=0.0)
+    eps = V.eps(eps)
     check_scaling(alpha, beta, out)
+    if out is not None:
+        # One elementwise pass: out may be exactly x or z (in place), nothing else they read.
+        check_no_overlap(out, [("x", x), ("z", z)], same_index_ok=True)
+        V.no_overlap(
+            out, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var
+        )
     return call(*tensors, eps, float(alpha), float(beta))
 
 
@@ -222,6 +244,16 @@ def batch_norm_backward(
     k = V.key("bn_bwd", tensors, activation, mode, training, V.nonzero(beta))
     call = V.lookup(k) or V.store(k, _backward_call(*tensors, activation, mode, training, beta))
     check_scaling(alpha, beta, out)
+    V.no_overlap(
+        out,
+        dy=dy,
+        x=x,
+        saved_mean=saved_mean,
+        saved_invstd=saved_invstd,
+        weight=weight,
+        bias=bias,
+        z=z,
+    )
     return call(*tensors, float(alpha), float(beta))
 
 

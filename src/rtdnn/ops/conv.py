@@ -10,6 +10,9 @@ kernel is launched, builds a ConvProblem, picks an algorithm and runs it:
 `mode="convolution"` flips the filter (true convolution), "cross_correlation" (the default)
 does not, as in cuDNN. `math` is "fp32" (strict) or "tf32" for float32 data; None follows
 `torch.backends.cudnn.allow_tf32`. Half-precision data always accumulates in float32.
+
+`out` must share no memory with x, w, dy or bias (BadParamError): every output element
+reads many inputs, so no direction runs in place.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ..core import (
     TensorDesc,
     as_tuple,
     bad_param,
+    check_no_overlap,
     check_out,
     check_runnable,
     check_scaling,
@@ -163,6 +167,12 @@ def named_padding(x, w, padding: str, stride, dilation) -> tuple[torch.Tensor, t
     return x, both
 
 
+def _no_overlap(out: torch.Tensor | None, **inputs: torch.Tensor | None) -> None:
+    # No convolution direction is elementwise: every output element reads many inputs.
+    if out is not None:
+        check_no_overlap(out, inputs.items())
+
+
 def conv_forward(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -206,6 +216,7 @@ def conv_forward(
                 raise bad_param("bias.shape", tuple(bias.shape), f"({w.shape[0]},), one per filter")
         check_scaling(alpha, beta, out)
         y = _output(out, y_shape, x)
+        _no_overlap(out, x=x, w=w, bias=bias)
         if y.numel() == 0:  # a batch of 0
             return y
         bias = bias.contiguous() if bias is not None else None
@@ -216,6 +227,7 @@ def conv_forward(
     else:
         check_scaling(alpha, beta, out)
         y = call.output(out, x)
+        _no_overlap(out, x=x, w=w, bias=bias)
         tensors = ConvTensors(x, w, y, bias.contiguous() if bias is not None else None)
     call(tensors, alpha, beta)
     return y
@@ -311,6 +323,7 @@ def _backward(
     else:
         check_scaling(alpha, beta, out)
         result = call.output(out, first)
+    _no_overlap(out, **{names[0]: first, names[1]: second})
     # ConvTensors is (x, w, y): dx is the result of backward-data, dw of backward-filter.
     tensors = ConvTensors(result, second, first) if data else ConvTensors(first, result, second)
     if call is None:
@@ -335,6 +348,7 @@ def conv_backward_bias(
     check_scaling(alpha, beta, out)
     k = dy.shape[1]
     db = _output(out, (k,), dy)
+    _no_overlap(out, dy=dy)
     if dy.numel() == 0:  # a sum over no elements
         return finish_empty(db, beta)
     check_runnable(dy.device)

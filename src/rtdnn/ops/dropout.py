@@ -9,6 +9,9 @@ shape and u is output e % 4 of Philox4x32-10 (Triton's tl.rand4x) on counter e /
 memory format, launch grid or device count, and the backward recomputes it from the seed
 instead of storing it (no reserve space). Any shape (empty ones too), any strides,
 float32/16/bfloat16.
+
+`out` may be exactly x (forward) or dy (backward): elementwise, so in place is exact. Any
+other overlap of `out` with the input is refused (BadParamError).
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ def _run(name: str, t: torch.Tensor, p, seed, alpha, beta, out) -> torch.Tensor:
     t = check_tensor(name, t, empty=True)
     check_span(name, t)
     prob, scale = _check(p, seed)
-    y = output(out, t.shape, t, alpha, beta, preserve_strides=True)
+    y = output(
+        out, t.shape, t, alpha, beta, reads=[(name, t)], in_place_ok=True, preserve_strides=True
+    )
     if y.numel() == 0:
         return y
     plan = elementwise_plan(t.shape, y, [t], index=True)

@@ -12,6 +12,9 @@ instance norm modules are kept by rtdnn.nn, from the statistics these functions 
 The forward reads x once when a group fits in one tile, else it runs the deterministic split
 path. The backward takes per-(n, c) sums of dy and dy * xhat, combines them per group and per
 channel in a fixed order, then writes dx (two reads of x and dy).
+
+`out` must share no memory with any input (BadParamError), even out=x: the statistics and the
+normalize pass read x separately. eps must be > 0.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ def _forward(x, num_groups, weight, bias, eps, alpha, beta, out, instance):
     tensors = (x, weight, bias, out)
     k = V.key("in" if instance else "gn", tensors, num_groups, V.nonzero(beta))
     call = V.lookup(k) or V.store(k, _forward_call(*tensors, num_groups, beta, instance))
-    eps = V.real("eps", eps, minimum=0.0)
+    eps = V.eps(eps)
     check_scaling(alpha, beta, out)
+    V.no_overlap(out, x=x, weight=weight, bias=bias)
     return call(*tensors, eps, float(alpha), float(beta))
 
 
@@ -93,6 +97,7 @@ def _backward(dy, x, num_groups, mean, rstd, weight, param_grads, alpha, beta, o
         k, _backward_call(*tensors, num_groups, param_grads, beta, instance)
     )
     check_scaling(alpha, beta, out)
+    V.no_overlap(out, dy=dy, x=x, mean=mean, rstd=rstd, weight=weight)
     return call(*tensors, float(alpha), float(beta))
 
 

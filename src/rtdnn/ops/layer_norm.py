@@ -9,6 +9,9 @@ x is (*L, *D) with D = normalized_shape, any strides. One statistic per leading 
 weight and bias have shape D (optional). Statistics are float32, of shape L. A row that fits in
 registers is read once (forward) or once per operand (backward); longer rows are walked twice.
 The parameter gradients are summed per program and then across programs in a fixed order.
+
+`out` must share no memory with any input (BadParamError), even out=x: the statistics and the
+normalize pass read x separately. eps must be > 0.
 """
 
 from __future__ import annotations
@@ -53,8 +56,9 @@ def _forward(x, normalized_shape, weight, bias, eps, alpha, beta, out, rms: bool
     tensors = (x, weight, bias, out)
     k = V.key("rms" if rms else "ln", tensors, normalized_shape, V.nonzero(beta))
     call = V.lookup(k) or V.store(k, _forward_call(*tensors, normalized_shape, beta, rms))
-    eps = V.real("eps", eps, minimum=0.0)
+    eps = V.eps(eps)
     check_scaling(alpha, beta, out)
+    V.no_overlap(out, x=x, weight=weight, bias=bias)
     return call(*tensors, eps, float(alpha), float(beta))
 
 
@@ -104,6 +108,7 @@ def _backward(dy, x, normalized_shape, mean, rstd, weight, param_grads, alpha, b
         k, _backward_call(*tensors, normalized_shape, param_grads, beta, rms)
     )
     check_scaling(alpha, beta, out)
+    V.no_overlap(out, dy=dy, x=x, mean=mean, rstd=rstd, weight=weight)
     return call(*tensors, float(alpha), float(beta))
 
 

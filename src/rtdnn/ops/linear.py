@@ -9,6 +9,9 @@ x: (*, in_features), w: (out_features, in_features), bias: (out_features,); any 
 leading dims of x and dy are flattened, copying only if they cannot be viewed as one). All
 three are the same kernel as the convolutions with plain strided addressing. `activation` is
 None (identity) or "relu", fused into the epilogue.
+
+`out` must share no memory with x, w, dy or bias (BadParamError): every output element reads
+a whole row and column, so nothing runs in place.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import triton
 from ..algos.tiles import tile_candidates, tune
 from ..core import (
     bad_param,
+    check_no_overlap,
     check_out,
     check_runnable,
     check_scaling,
@@ -105,10 +109,13 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, t.shape[-1]) if t.dim() != 2 else t
 
 
-def _out(out, shape, like) -> torch.Tensor:
+def _out(out, shape, like, **reads: torch.Tensor | None) -> torch.Tensor:
+    """`out` (checked: shape, dtype, device, no overlap with what the GEMM reads: every
+    output element reads a whole row and column) or a new tensor."""
     if out is None:
         return torch.empty(shape, dtype=like.dtype, device=like.device)
     check_out(out, shape, like)
+    check_no_overlap(out, reads.items())
     return out
 
 
@@ -152,7 +159,7 @@ def linear(
     check_scaling(alpha, beta, out)
     resolve_math_mode(math)
     check_runnable(x.device)
-    y = _out(out, (*x.shape[:-1], w.shape[0]), x)
+    y = _out(out, (*x.shape[:-1], w.shape[0]), x, x=x, w=w, bias=bias)
     if y.numel() == 0:  # no rows
         return y
     x2, y2 = _rows(x), _out_rows(y)
@@ -177,7 +184,7 @@ def linear_backward_data(
     check_scaling(alpha, beta, out)
     resolve_math_mode(math)
     check_runnable(dy.device)
-    dx = _out(out, (*dy.shape[:-1], w.shape[1]), dy)
+    dx = _out(out, (*dy.shape[:-1], w.shape[1]), dy, dy=dy, w=w)
     if dx.numel() == 0:  # no rows
         return dx
     dy2, dx2 = _rows(dy), _out_rows(dx)
@@ -205,7 +212,7 @@ def linear_backward_weight(
     check_scaling(alpha, beta, out)
     resolve_math_mode(math)
     check_runnable(x.device)
-    dw = _out(out, (dy.shape[-1], x.shape[-1]), x)
+    dw = _out(out, (dy.shape[-1], x.shape[-1]), x, x=x, dy=dy)
     if x.numel() == 0:  # a sum over no rows
         return finish_empty(dw, beta)
     x2, dy2 = _rows(x), _rows(dy)

@@ -5,6 +5,11 @@ Semantics are torch.nn.functional.cross_entropy's with class-index targets: logi
 (C,), ignore_index, label_smoothing, reduction "mean" (divided by the summed weights of the
 targets that are not ignored), "sum" or "none". With no rows (N = 0 or an empty spatial dim)
 the loss is torch's: NaN for "mean" (0 / 0), 0 for "sum", empty for "none".
+
+A target outside [0, C) that is not ignore_index raises BadParamError, as torch raises. The check
+runs on the host before any launch: one pass over the targets and, on a GPU, one
+device-to-host synchronization per call (forward and backward each), which a training step
+of a few kernels does not notice. The kernels themselves never read out of bounds.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ def _rows(logits: torch.Tensor) -> torch.Tensor:
     return logits.movedim(1, -1).reshape(-1, logits.shape[1])
 
 
-def _check(logits, target, weight, reduction, label_smoothing):
+def _check(logits, target, weight, reduction, label_smoothing, ignore_index):
     logits = check_tensor("logits", logits, ndim=tuple(range(2, 6)), empty=True)
     if logits.shape[1] == 0:
         raise bad_param("logits.shape", tuple(logits.shape), "at least one class (dim 1)")
@@ -43,10 +48,28 @@ def _check(logits, target, weight, reduction, label_smoothing):
         weight = weight.float().contiguous()
     if reduction not in REDUCTIONS:
         raise bad_param("reduction", reduction, f"one of {REDUCTIONS}")
-    if not 0.0 <= label_smoothing <= 1.0:
+    if not isinstance(ignore_index, int) or isinstance(ignore_index, bool):
+        raise bad_param("ignore_index", ignore_index, "an int")
+    if (
+        not isinstance(label_smoothing, (int, float))
+        or isinstance(label_smoothing, bool)
+        or not 0.0 <= label_smoothing <= 1.0
+    ):
         raise bad_param("label_smoothing", label_smoothing, "a number in [0, 1]")
     check_runnable(logits.device)
+    _check_classes(target, logits.shape[1], ignore_index)
     return logits, weight
+
+
+def _check_classes(target: torch.Tensor, classes: int, ignore_index: int) -> None:
+    """Every target is a class index in [0, classes) or ignore_index. On a GPU this waits for
+    the targets (one synchronization): an error must reach the caller before the loss does."""
+    bad = ((target < 0) | (target >= classes)) & (target != ignore_index)
+    if bad.any():
+        value = int(target[bad][0])
+        raise bad_param(
+            "target", value, f"class indices in [0, {classes}) or ignore_index={ignore_index}"
+        )
 
 
 def cross_entropy_forward(
@@ -60,7 +83,7 @@ def cross_entropy_forward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, lse, w_t): the loss (a 0-d tensor, or per element for "none", in logits' dtype)
     and what the backward needs per row: log-sum-exp and the target's weight (float32)."""
-    logits, weight = _check(logits, target, weight, reduction, label_smoothing)
+    logits, weight = _check(logits, target, weight, reduction, label_smoothing, ignore_index)
     x = _rows(logits)
     t = target.reshape(-1).contiguous()
     rows, classes = x.shape
@@ -100,7 +123,7 @@ def cross_entropy_backward(
     reduction: str = "mean",
 ) -> torch.Tensor:
     """d loss / d logits, in logits' shape, dtype and (when it is a view) layout."""
-    logits, weight = _check(logits, target, weight, reduction, label_smoothing)
+    logits, weight = _check(logits, target, weight, reduction, label_smoothing, ignore_index)
     x = _rows(logits)
     t = target.reshape(-1).contiguous()
     rows, classes = x.shape

@@ -10,6 +10,9 @@ torch.nn.LocalResponseNorm's (cuDNN's LRN_CROSS_CHANNEL_DIM1):
 
 The LRN constants are named lrn_alpha, lrn_beta and lrn_k because alpha and beta are the
 output scaling shared by every rtdnn primitive.
+
+`out` must share no memory with x or dy (BadParamError): each output reads its neighbours
+across channels, so even out=x is refused.
 """
 
 from __future__ import annotations
@@ -27,6 +30,14 @@ def _params(size, lrn_alpha, lrn_beta, lrn_k) -> tuple[int, float, float, float]
     a = check_real("lrn_alpha", lrn_alpha)
     b = check_real("lrn_beta", lrn_beta)
     k = check_real("lrn_k", lrn_k)
+    # With these signs the base lrn_k + lrn_alpha / size * sum(x^2) stays > 0, so its power
+    # is finite: a zero or negative base would give inf or NaN.
+    if not a >= 0:
+        raise bad_param("lrn_alpha", lrn_alpha, "a finite real number >= 0")
+    if not b >= 0:
+        raise bad_param("lrn_beta", lrn_beta, "a finite real number >= 0")
+    if not k > 0:
+        raise bad_param("lrn_k", lrn_k, "a finite real number > 0")
     return size, a, b, k
 
 
@@ -46,7 +57,7 @@ def lrn_forward(
     check_span("x", x)
     size, a, b, k = _params(size, lrn_alpha, lrn_beta, lrn_k)
     bq = K.beta_quarters(b)  # lrn_beta as a number of quarters, for a cheaper pow
-    y = output(out, x.shape, x, alpha, beta, preserve_strides=True)
+    y = output(out, x.shape, x, alpha, beta, reads=[("x", x)], preserve_strides=True)
     if y.numel() == 0:
         return y
     strides = (x.stride(), x.stride(), y.stride())
@@ -92,7 +103,8 @@ def lrn_backward(
     check_span("dy", dy)
     size, a, b, k = _params(size, lrn_alpha, lrn_beta, lrn_k)
     bq = K.beta_quarters(b)  # lrn_beta as a number of quarters, for a cheaper pow
-    dx = output(out, dy.shape, dy, alpha, beta, preserve_strides=True)
+    reads = [("dy", dy), ("x", x)]
+    dx = output(out, dy.shape, dy, alpha, beta, reads=reads, preserve_strides=True)
     if dx.numel() == 0:
         return dx
     strides = (x.stride(), dy.stride(), dx.stride())

@@ -13,6 +13,8 @@ Padding may be at most half the window (PyTorch's rule), so every window sees th
 
 Max pooling picks the first maximum in window scan order (d, then h, then w), and NaN wins, as
 in PyTorch; its backward routes each dy to that element, deterministically (no atomics).
+
+`out` must share no memory with x or dy (BadParamError): windows read neighbouring elements.
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ def pooling_forward(
     check_span("x", x)
     p = pool_desc(x.dim(), mode, window, stride, padding, dilation, ceil_mode)
     out_sp = pool_output_size(x.shape[2:], p)
-    y = output(out, (*x.shape[:2], *out_sp), x, alpha, beta)
+    y = output(out, (*x.shape[:2], *out_sp), x, alpha, beta, reads=[("x", x)])
     if y.numel() == 0:  # a batch of 0
         return y
     shape5, x_st = spatial5(x.shape, x.stride())
@@ -171,7 +173,7 @@ def pooling_backward(
         check_tensor("y", y, dtype=x.dtype, device=x.device, empty=True)
         if tuple(y.shape) != y_shape:
             raise bad_param("y.shape", tuple(y.shape), f"{y_shape}, the pooling output's shape")
-    dx = output(out, x.shape, x, alpha, beta)
+    dx = output(out, x.shape, x, alpha, beta, reads=[("dy", dy), ("x", x)])
     if dx.numel() == 0:  # a batch of 0
         return dx
     shape5, x_st = spatial5(x.shape, x.stride())
@@ -241,7 +243,7 @@ def adaptive_avg_pool(
     x = check_batch("x", check_tensor("x", x, ndim=(3, 4, 5), empty=True))
     check_span("x", x)
     osize = _adaptive_size(x, output_size)
-    y = output(out, (*x.shape[:2], *osize), x, alpha, beta)
+    y = output(out, (*x.shape[:2], *osize), x, alpha, beta, reads=[("x", x)])
     if y.numel() == 0:  # a batch of 0
         return y
     if all(o == 1 for o in osize):
@@ -284,7 +286,7 @@ def adaptive_avg_pool_backward(
         raise bad_param("x_shape", x_shape, f"(N, C, *S) with N, C = {tuple(dy.shape[:2])}")
     if x_shape[0] < 0 or any(s < 1 for s in x_shape[1:]):
         raise bad_param("x_shape", x_shape, "no dimension below 1 (a batch of 0 is fine)")
-    dx = output(out, x_shape, dy, alpha, beta)
+    dx = output(out, x_shape, dy, alpha, beta, reads=[("dy", dy)])
     if dx.numel() == 0:  # a batch of 0
         return dx
     shape5, dx_st = spatial5(dx.shape, dx.stride())

@@ -16,6 +16,9 @@ dim gives an empty result.
 
 Rows (the reduced extent) of 1 to 2**20 elements and more. Rows up to 16384 elements are
 one pass over memory; longer rows take two kernels and read the input twice.
+
+`out` must share no memory with x, y or dy (BadParamError): a row is read more than once,
+possibly by several programs, so even out=x is refused.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ def softmax_forward(
         )
         return y.squeeze(0) if out is None else out
     check_span("x", x)
-    y = output(out, x.shape, x, alpha, beta, preserve_strides=True)
+    y = output(out, x.shape, x, alpha, beta, reads=[("x", x)], preserve_strides=True)
     if y.numel() == 0:
         return y
     plan = _plan(x.shape, mode, [x, x, y], x.device, x.element_size())
@@ -117,7 +120,8 @@ def softmax_backward(
         return dx.squeeze(0) if out is None else out
     check_span("y", y)
     check_span("dy", dy)
-    dx = output(out, dy.shape, dy, alpha, beta, preserve_strides=True)
+    reads = [("y", y), ("dy", dy)]
+    dx = output(out, dy.shape, dy, alpha, beta, reads=reads, preserve_strides=True)
     if dx.numel() == 0:
         return dx
     plan = _plan(y.shape, mode, [y, dy, dx], y.device, y.element_size())

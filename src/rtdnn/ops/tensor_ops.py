@@ -11,6 +11,10 @@ Any shape and strides, float32 / float16 / bfloat16, float32 arithmetic. Broadca
 torch's rule (trailing dims equal or 1), which includes cuDNN's (same rank, dims equal or 1).
 Empty tensors give empty results without a kernel launch; a reduction over no elements is
 torch's: 0 for add, norm1 and norm2, 1 for mul, NaN for avg, an error for min, max and amax.
+
+`out` and the inputs: op_tensor's out may be exactly a or b, add_tensor's a may be exactly c,
+transform_tensor's out may be exactly x (same dtype): elementwise, so in place is exact. Any
+other overlap is refused (BadParamError), as is any overlap of reduce_tensor's out with x.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from ..core import (
     BadParamError,
     NotSupportedError,
     bad_param,
+    check_no_overlap,
     check_out,
     check_runnable,
     check_scaling,
@@ -73,6 +78,8 @@ def add_tensor(a: torch.Tensor, c: torch.Tensor, *, alpha: float = 1.0, beta: fl
     check_scaling(alpha, beta, c)
     a = _broadcast("a", a, c.shape)
     check_span("a", a)
+    # c is read and written in place; a may be c itself (elementwise) but no other view of it.
+    check_no_overlap(c, [("a", a)], same_index_ok=True, out_name="c")
     if c.numel() == 0:
         return c
     plan = elementwise_plan(c.shape, c, [a])
@@ -110,7 +117,8 @@ def op_tensor(
         b = _broadcast("b", b, a.shape)
         check_span("b", b)
         inputs.append(b)
-    y = output(out, a.shape, a, 1.0, beta, preserve_strides=True)
+    reads = [("a", a), ("b", b if op not in UNARY else None)]
+    y = output(out, a.shape, a, 1.0, beta, reads=reads, in_place_ok=True, preserve_strides=True)
     if y.numel() == 0:
         return y
     plan = elementwise_plan(a.shape, y, inputs)
@@ -132,7 +140,7 @@ def scale_tensor(y: torch.Tensor, alpha: float) -> torch.Tensor:
 def set_tensor(y: torch.Tensor, value: float) -> torch.Tensor:
     """Every element of y = value (rounded to y's dtype), in place; returns y."""
     y = _check_inplace("y", y)
-    value = check_real("value", value)
+    value = check_real("value", value, finite=False)  # a value to store, not a scale
     if y.numel() == 0:
         return y
     plan = elementwise_plan(y.shape, y, [])
@@ -184,6 +192,7 @@ def transform_tensor(
             )
         out = check_tensor("out", out, device=x.device, empty=True)
         check_out(out, x.shape, out)
+        check_no_overlap(out, [("x", x)], same_index_ok=True)
         check_span("out", out)
         check_runnable(x.device)
         y = out
@@ -249,7 +258,7 @@ def reduce_tensor(
     shape = full if keepdim else tuple(s for d, s in enumerate(x.shape) if d not in reduced)
     if x.numel() == 0 and op in red.INDEXED and any(x.shape[d] == 0 for d in reduced):
         raise bad_param("x.shape", tuple(x.shape), f"no empty reduced dim for op={op!r}")
-    y = output(out, shape, x, alpha, beta)
+    y = output(out, shape, x, alpha, beta, reads=[("x", x)])
     if x.numel() == 0:
         return _reduce_empty(y, op, alpha, beta, indices)
     y_full = y
