@@ -64,6 +64,9 @@ def _worker(rank: int, port: int, backend: str, out_dir: str) -> None:
                 opt.step()
             result[name] = grads
         torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+        # Leave together: a rank that tears gloo down while the other still uses its
+        # connection can abort the other process.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
