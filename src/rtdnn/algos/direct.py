@@ -51,8 +51,9 @@ def filter_chunks(p: ConvProblem) -> tuple[int, int]:
     """(chunks, pixels per chunk) of backward-filter's first stage.
 
     Enough programs to keep every multiprocessor busy (about 8 per scheduling slot), each with
-    at least 32 output pixels, and the partial sums (written and read once more) at most a
-    quarter of the bytes of x and dy on a GPU, so that the reduction stays bandwidth-bound."""
+    at least 32 output pixels, and on a GPU the partial sums (written and read once more) at
+    most a quarter of the bytes of x and dy, so that the reduction stays bandwidth-bound, unless
+    that leaves fewer programs than scheduling slots."""
     pixels = p.batch * math.prod(p.out_spatial)
     k = p.out_channels
     c_blocks = triton.cdiv(k, _NOMINAL_BLOCK_C)
@@ -62,7 +63,9 @@ def filter_chunks(p: ConvProblem) -> tuple[int, int]:
     data_bytes = (p.batch * math.prod(p.in_spatial) * p.in_channels + pixels * k) * p.dtype.itemsize
     partial_bytes_per_chunk = 2 * k * _filter_rows(p) * 4
     if p.device == "cuda":  # tiny test shapes on the CPU still split
-        chunks = min(chunks, max(1, data_bytes // (4 * partial_bytes_per_chunk)))
+        # Small layers are latency-bound: keep at least one program per scheduling slot.
+        floor = triton.cdiv(parallel_slots(p.device), c_blocks)
+        chunks = min(chunks, max(floor, data_bytes // (4 * partial_bytes_per_chunk)))
     chunks = max(1, chunks)
     per_chunk = triton.cdiv(pixels, chunks)
     return triton.cdiv(pixels, per_chunk), per_chunk
@@ -113,7 +116,7 @@ class Direct(ConvAlgorithm):
             rows = triton.next_power_of_2(_filter_rows(p))
             if p.device != "cuda":
                 return [TileConfig(1, 16, 1, 1, 1, 1)]
-            shapes = [(64, 2, 4), (32, 4, 4), (128, 1, 4), (32, 2, 2)]
+            shapes = [(64, 2, 4), (32, 4, 4), (128, 1, 4)]
             out = []
             for bc, unroll, warps in shapes:
                 bc = max(1, min(bc, 8192 // rows, triton.next_power_of_2(channels)))
@@ -124,9 +127,9 @@ class Direct(ConvAlgorithm):
         if p.device != "cuda":
             return [TileConfig(16, 16, 1, 1, 1, 1)]
         if _channels_last(p):
-            shapes = [(32, 64, 4), (64, 64, 4), (16, 128, 4), (64, 32, 4)]
+            shapes = [(32, 64, 4), (64, 64, 4), (16, 128, 4)]
         else:
-            shapes = [(256, 4, 4), (128, 8, 4), (512, 2, 4), (64, 32, 4)]
+            shapes = [(256, 4, 4), (128, 8, 4), (64, 32, 4)]
         out = []
         for bp, bc, warps in shapes:
             bc = min(bc, triton.next_power_of_2(channels))
