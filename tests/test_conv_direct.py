@@ -102,6 +102,7 @@ CASES = [
         (4, 2, 4),
         dict(groups=2, dilation=2, padding=3, mode="convolution"),
     ),  # fmt: skip
+    ("1d-wide-filter", (2, 2, 14), (4, 1, 10), dict(groups=2, padding=2)),
     (
         "3d-depthwise-stride2",
         (2, 3, 4, 5, 3),

@@ -21,9 +21,11 @@ import triton
 from ..core import ConvProblem, Direction
 from ..kernels.brgemm import identity
 from ..kernels.direct import (
+    MAX_ROW_TAPS,
     direct_backward_data_kernel,
     direct_filter_finish_kernel,
     direct_filter_partial_kernel,
+    direct_filter_rows_kernel,
     direct_forward_kernel,
 )
 from ..kernels.launch import KernelLaunch, TileConfig
@@ -47,6 +49,17 @@ def _filter_rows(p: ConvProblem) -> int:
     return p.in_channels // p.groups * math.prod(p.kernel)
 
 
+def _by_rows(p: ConvProblem) -> bool:
+    """Backward-filter's first stage runs one program per filter row (direct_filter_rows_kernel)
+    for filters up to MAX_ROW_TAPS wide, else one per (chunk, channel block) over every tap."""
+    return p.kernel[-1] <= MAX_ROW_TAPS
+
+
+def _filter_row_programs(p: ConvProblem) -> int:
+    """Programs per (chunk, channel block) in backward-filter's first stage."""
+    return _filter_rows(p) // p.kernel[-1] if _by_rows(p) else 1
+
+
 def filter_chunks(p: ConvProblem) -> tuple[int, int]:
     """(chunks, pixels per chunk) of backward-filter's first stage.
 
@@ -56,9 +69,9 @@ def filter_chunks(p: ConvProblem) -> tuple[int, int]:
     that leaves fewer programs than scheduling slots."""
     pixels = p.batch * math.prod(p.out_spatial)
     k = p.out_channels
-    c_blocks = triton.cdiv(k, _NOMINAL_BLOCK_C)
-    programs = 8 * parallel_slots(p.device) if p.device == "cuda" else 4
-    chunks = triton.cdiv(programs, c_blocks)
+    c_blocks = triton.cdiv(k, _NOMINAL_BLOCK_C) * _filter_row_programs(p)
+    # On the CPU a few chunks, so that the tests' tiny shapes still split.
+    chunks = triton.cdiv(8 * parallel_slots(p.device), c_blocks) if p.device == "cuda" else 4
     chunks = min(chunks, triton.cdiv(pixels, 32 if p.device == "cuda" else 4))
     data_bytes = (p.batch * math.prod(p.in_spatial) * p.in_channels + pixels * k) * p.dtype.itemsize
     partial_bytes_per_chunk = 2 * k * _filter_rows(p) * 4
@@ -110,9 +123,17 @@ class Direct(ConvAlgorithm):
 
     def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
         """TileConfig(block_m = pixels per tile, block_n = channels per tile, block_k = pixels
-        per loop step of backward-filter's first stage, group_m unused, warps, stages)."""
+        per loop step of backward-filter's first stage over every tap (filters wider than
+        MAX_ROW_TAPS), group_m unused, warps, stages)."""
         channels = p.in_channels if p.direction == Direction.BACKWARD_DATA else p.out_channels
-        if p.direction == Direction.BACKWARD_FILTER:
+        if p.direction == Direction.BACKWARD_FILTER and _by_rows(p):
+            if p.device != "cuda":
+                return [TileConfig(8, 16, 1, 1, 1, 1)]
+            if _channels_last(p):
+                shapes = [(32, 64, 4), (16, 64, 4), (64, 64, 8)]
+            else:
+                shapes = [(256, 4, 4), (128, 8, 4)]
+        elif p.direction == Direction.BACKWARD_FILTER:
             rows = triton.next_power_of_2(_filter_rows(p))
             if p.device != "cuda":
                 return [TileConfig(1, 16, 1, 1, 1, 1)]
@@ -124,10 +145,10 @@ class Direct(ConvAlgorithm):
                 if cfg not in out:
                     out.append(cfg)
             return out
-        if p.device != "cuda":
+        elif p.device != "cuda":
             return [TileConfig(16, 16, 1, 1, 1, 1)]
-        if _channels_last(p):
-            shapes = [(32, 64, 4), (64, 64, 4), (16, 128, 4)]
+        elif _channels_last(p):
+            shapes = [(32, 64, 4), (64, 64, 4), (16, 128, 4), (128, 64, 8)]
         else:
             shapes = [(256, 4, 4), (128, 8, 4), (64, 32, 4)]
         out = []
@@ -185,11 +206,18 @@ class Direct(ConvAlgorithm):
         rows = _filter_rows(p)
         block_r = triton.next_power_of_2(rows)
         k = p.out_channels
-        partial = KernelLaunch(
-            direct_filter_partial_kernel, (chunks * triton.cdiv(k, bc),), warps, geo=geo, K=k,
-            pixels_per_chunk=per_chunk, BLOCK_R=block_r, BLOCK_C=bc, UNROLL=tiles.block_k,
-            **shape,
-        )  # fmt: skip
+        programs = chunks * triton.cdiv(k, bc) * _filter_row_programs(p)
+        if _by_rows(p):
+            partial = KernelLaunch(
+                direct_filter_rows_kernel, (programs,), warps, geo=geo, K=k,
+                pixels_per_chunk=per_chunk, BLOCK_P=bp, BLOCK_C=bc, **shape,
+            )  # fmt: skip
+        else:
+            partial = KernelLaunch(
+                direct_filter_partial_kernel, (programs,), warps, geo=geo, K=k,
+                pixels_per_chunk=per_chunk, BLOCK_R=block_r, BLOCK_C=bc, UNROLL=tiles.block_k,
+                **shape,
+            )  # fmt: skip
         finish_k = max(1, min(64, 4096 // block_r)) if p.device == "cuda" else 16
         finish_shape = {name: shape[name] for name in ("CG", "KD", "KH", "KW")}
         nbytes = self.workspace_bytes(p)
