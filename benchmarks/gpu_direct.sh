@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# One device call for DIRECT: its GPU tests (and the all-algorithm GPU test, which now runs
-# DIRECT on its depthwise shapes), then `rtdnn bench --suite depthwise` and `--suite grouped`
-# in bf16 beside cuDNN (tiles tuned on first use). Everything lands under $OUT as it finishes;
+# One device call for DIRECT: its GPU tests (TEST_FILES to run others), then `rtdnn bench
+# --suite depthwise` and `--suite grouped` in bf16 beside cuDNN (tiles tuned on first use). Everything lands under $OUT as it finishes;
 # a short summary is printed last.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 start=$(date +%s)
 if [ "${TESTS:-1}" = 1 ]; then
-  RTDNN_GPU_TESTS=1 RTDNN_AUTOTUNE=0 timeout "${TEST_LIMIT:-140}" python3 -m pytest -q -rf \
-    -n 12 -p no:cacheprovider tests/test_conv_direct_gpu.py tests/test_conv_gpu.py \
-    -k "test_conv_direct_gpu or bf16" > "$OUT/tests.log" 2>&1
-  grep -E "passed|failed|^FAILED|Error" "$OUT/tests.log" | tail -8 | cut -c1-300
+  RTDNN_GPU_TESTS=1 RTDNN_AUTOTUNE=0 timeout "${TEST_LIMIT:-150}" python3 -m pytest -v -rf \
+    -n 14 -p no:cacheprovider ${TEST_FILES:-tests/test_conv_direct_gpu.py} > "$OUT/tests.log" 2>&1
+  echo "PASSED $(grep -c PASSED "$OUT/tests.log"), FAILED $(grep -c FAILED "$OUT/tests.log")"
+  grep -E " passed| failed|^FAILED|Error" "$OUT/tests.log" | tail -8 | cut -c1-300
   echo "== tests: $(( $(date +%s) - start )) s"
 fi
 # Compile the suites' DIRECT kernels in parallel first (Triton's disk cache keeps them).
