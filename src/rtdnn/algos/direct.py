@@ -36,9 +36,12 @@ from .geometry import conv_geometry, parallel_slots
 MAX_CHANNELS_PER_GROUP = 8
 #: (channels per group) x (filter taps): the rows of backward-filter's accumulator.
 MAX_FILTER_ROWS = 4096
-#: Output channels per group up to which the heuristic prefers DIRECT to the GEMM paths: beyond
-#: it each input element feeds enough outputs for the tensor cores to win (to be re-measured on
-#: the GPU with the grouped suite).
+#: The heuristic prefers DIRECT for one input channel per group (depthwise) and up to this
+#: many output channels per group: measured on an H100 (bf16, depthwise suite) at 0.5-1.0x of
+#: cuDNN forward, where the GEMM paths ran at 0.01-0.02x. With 4 and 8 channels per group
+#: (ResNeXt-50 32x4d, grouped suite) DIRECT measured 0.02-0.07x of cuDNN, its loads of the
+#: group's input channels not vectorized, so those stay with the GEMM paths; re-measure both
+#: when either changes.
 PREFER_UP_TO_KG = 16
 #: Channels a backward-filter program covers, as assumed when the pixels are divided into
 #: chunks (the chunk count, hence the workspace, must not depend on the tile chosen later).
@@ -86,7 +89,11 @@ def filter_chunks(p: ConvProblem) -> tuple[int, int]:
 
 def direct_preferred(p: ConvProblem) -> bool:
     """Whether the heuristic should try DIRECT first for `p`."""
-    return Direct().supports(p) is None and p.out_channels // p.groups <= PREFER_UP_TO_KG
+    return (
+        p.in_channels == p.groups
+        and p.out_channels // p.groups <= PREFER_UP_TO_KG
+        and Direct().supports(p) is None
+    )
 
 
 def _channels_last(p: ConvProblem) -> bool:

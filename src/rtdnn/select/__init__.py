@@ -40,8 +40,8 @@ def _check_limit(workspace_limit: int | None) -> None:
 
 def _heuristic_order(p: ConvProblem) -> list[str]:
     """Algorithms from the likely fastest down, without running anything."""
-    # Few channels per group (depthwise, narrow grouped): memory-bound, where DIRECT's FMA
-    # tiles beat GEMMs whose tensor-core tiles would be mostly empty.
+    # Depthwise: memory-bound, where DIRECT's FMA tiles beat GEMMs whose tensor-core tiles
+    # would be mostly empty (see algos.direct.PREFER_UP_TO_KG for what was measured).
     first = ["DIRECT"] if direct_preferred(p) else []
     # Split-K pays off for backward-filter (a small output, a reduction over every pixel);
     # measured on resnet50 it lost to the plain kernel in forward, where Find can still pick it.
