@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--model",
         default=None,
-        choices=["resnet50", "small"],
+        choices=["resnet50", "efficientnet_b0", "mobilenet_v3_large", "convnext_tiny", "small"],
         help="whole-model training and inference beside PyTorch (a smoke run without a GPU)",
     )
     bench.add_argument(
