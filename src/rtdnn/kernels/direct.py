@@ -1,7 +1,7 @@
 """Direct convolution for few channels per group (depthwise and narrow grouped convolutions).
 
-With C/groups <= 8 a convolution is memory-bound: each output element needs at most
-8 x taps multiply-adds, too few to fill a tensor-core tile. These kernels use float32 FMAs on
+With C/groups <= 8 each output element needs at most 8 x taps multiply-adds: too few to
+fill a tensor-core tile, and few enough that the bar is the bytes moved. These kernels use float32 FMAs on
 [BLOCK_P, BLOCK_C] tiles of pixels x channels, channels innermost, so that a channels-last
 tensor is read in contiguous vectors along the channels; the addressing is by strides, so any
 layout works. Every problem is 3-D (see conv_addressing.ConvGeometry): 1-D and 2-D problems
@@ -29,8 +29,8 @@ from .conv_addressing import split_pixel
 
 @triton.jit
 def _tile_coords(pid, K, BLOCK_C: tl.constexpr):
-    """Program id -> (pixel block, channel block); channel blocks of one pixel block are
-    neighbours, so they share the input rows in L2."""
+    """Program id -> (pixel block or chunk, channel block); channel blocks of one pixel block
+    are neighbours, so they share the input rows in L2."""
     c_blocks = tl.cdiv(K, BLOCK_C)
     return pid // c_blocks, pid % c_blocks
 
@@ -51,7 +51,8 @@ def _forward_row(
     xs_w, ws_c, ws_d, ws_h, ws_w, CG: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
 ):  # fmt: skip
     """acc += the KW taps of filter row t = (rd, rh), every input channel of the group.
-    Xc: pointers to each (output pixel's window corner, channel); Wk: to w[k, 0, 0, 0, 0]."""
+    Xc: pointers to x at each output pixel's window corner and the group's first input
+    channel; Wk: to w[k, 0, 0, 0, 0]."""
     rd = t // KH
     rh = t % KH
     i_d = id0 + rd * dd
