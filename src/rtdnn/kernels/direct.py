@@ -1,12 +1,12 @@
 """Direct convolution for few channels per group (depthwise and narrow grouped convolutions).
 
 With C/groups <= 8 each output element needs at most 8 x taps multiply-adds: too few to
-fill a tensor-core tile, and few enough that the bar is the bytes moved. These kernels use float32 FMAs on
-[BLOCK_P, BLOCK_C] tiles of pixels x channels, channels innermost, so that a channels-last
-tensor is read in contiguous vectors along the channels; the addressing is by strides, so any
-layout works. Every problem is 3-D (see conv_addressing.ConvGeometry): 1-D and 2-D problems
-have leading spatial dims of size 1. True convolution reads the filter through a flipped view
-(negative strides in the geometry), so the kernels never flip anything themselves.
+fill a tensor-core tile, and few enough that the bar is the bytes moved. These kernels use
+float32 FMAs on [BLOCK_P, BLOCK_C] tiles of pixels x channels, channels innermost, so that a
+channels-last tensor is read in contiguous vectors along the channels; the addressing is by
+strides, so any layout works. Every problem is 3-D (see conv_addressing.ConvGeometry): 1-D and
+2-D problems have leading spatial dims of size 1. True convolution reads the filter through a
+flipped view (negative strides in the geometry), so the kernels never flip anything themselves.
 
     forward          y[n, k, o]  = sum_{j < CG, r} x[n, g(k)*CG + j, o*s - p + r*d] * w[k, j, r]
     backward-data    dx[n, c, i] = sum_{m < KG, r} dy[n, g(c)*KG + m, (i + p - r*d) / s]
