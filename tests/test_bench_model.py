@@ -21,3 +21,13 @@ def test_model_bench_smoke(tmp_path):
     assert category("max_pool_forward_nhwc") == "pooling"
     assert category("vectorized_elementwise_kernel") == "activation"
     assert not torch.cuda.is_available() or result["training_ratio"] > 0
+
+
+def test_model_names_and_direct_kernels_counted_as_convolution():
+    from rtdnn.bench.model import MODELS, build, category
+
+    assert {"efficientnet_b0", "mobilenet_v3_large", "convnext_tiny"} <= set(MODELS)
+    for kernel in ("direct_forward_kernel", "direct_filter_rows_kernel"):
+        assert category(kernel) == "convolution"
+    with pytest.raises(ValueError, match="convnext_tiny"):
+        build("vgg11")

@@ -79,7 +79,8 @@ def test_all_directions_and_algorithms(case, layout, shape):
                     )
                     ref = R.conv_backward_filter(x, dy, w.shape, **conv)
             except rtdnn.NotSupportedError:
-                assert algo == "IMPLICIT_GEMM_SPLIT_K" and direction == "backward_data"
+                split_k_data = algo == "IMPLICIT_GEMM_SPLIT_K" and direction == "backward_data"
+                assert split_k_data or (algo == "DIRECT" and ws[1] > 8)
                 continue
             err = R.rel_error(out, ref)
             assert err < tol, f"{algo} {direction}: rel. error {err:.2e}"

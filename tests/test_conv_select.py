@@ -25,9 +25,9 @@ from rtdnn.core import (
 
 DIRECTIONS = ["forward", "backward_data", "backward_filter"]
 SUPPORTED = {
-    "forward": {"IMPLICIT_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K"},
-    "backward_data": {"IMPLICIT_GEMM", "GEMM"},
-    "backward_filter": {"IMPLICIT_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K"},
+    "forward": {"IMPLICIT_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K", "DIRECT"},
+    "backward_data": {"IMPLICIT_GEMM", "GEMM", "DIRECT"},
+    "backward_filter": {"IMPLICIT_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K", "DIRECT"},
 }
 
 
@@ -97,8 +97,9 @@ def test_get_no_workspace_preference(geo, direction):
 
 def test_get_prefers_split_k_when_it_splits_but_not_without_workspace():
     """4096 output pixels: split-K's heuristic pick needs a workspace; no_workspace and a
-    zero limit must fall back to an algorithm without one."""
-    x, w = torch.empty(2, 4, 2048), torch.empty(4, 4, 1)
+    zero limit must fall back to an algorithm without one. (16 channels: too many per group
+    for DIRECT.)"""
+    x, w = torch.empty(2, 16, 2048), torch.empty(16, 16, 1)
     p = problem("backward_filter", x, w)
     assert workspace("IMPLICIT_GEMM_SPLIT_K", p) > 0
     get = lambda **kw: rtdnn.get_conv_algorithm(x, w, direction="backward_filter", **kw)

@@ -22,7 +22,7 @@ DTYPES = {
     "fp32": "float32",
 }
 OPS = ("pooling", "activation", "softmax", "lrn", "dropout", "tensor", "norm", "all")
-MODELS = ("resnet50", "small")
+MODELS = ("resnet50", "efficientnet_b0", "mobilenet_v3_large", "convnext_tiny", "small")
 DIRECTIONS = ("all", "forward", "backward_data", "backward_filter")
 DEMO_EXTRA = 'pip install -e ".[demo]"'
 
@@ -167,8 +167,8 @@ def _validate_bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"{flags}: not used by {what}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out}: exists and is not a folder")
-    if kind == "model" and args.model == "resnet50" and not _installed("torchvision"):
-        parser.error("--model resnet50 needs torchvision: pip install torchvision")
+    if kind == "model" and args.model != "small" and not _installed("torchvision"):
+        parser.error(f"--model {args.model} needs torchvision: pip install torchvision")
     args.given = given
     # Defaults, filled in only now so that an option given explicitly can be told apart.
     args.suite = args.suite or "resnet50"

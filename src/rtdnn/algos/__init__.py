@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from ..core import ConvProblem, bad_param
 from .base import ConvAlgorithm, ConvTensors
+from .direct import Direct
 from .gemm import Gemm
 from .implicit_gemm import ImplicitGemm, ImplicitGemmSplitK
 
 ALGORITHMS: dict[str, ConvAlgorithm] = {
-    a.name: a for a in (ImplicitGemm(), ImplicitGemmSplitK(), Gemm())
+    a.name: a for a in (ImplicitGemm(), ImplicitGemmSplitK(), Gemm(), Direct())
 }
 
 #: The algorithm that needs no workspace and supports every problem.

@@ -5,7 +5,10 @@ the same way (core.timing.device_time_ms: CUDA-graph replay, median, L2 flushed 
 run), so the ratio compares device time. Both sides choose their algorithm by measurement first
 (cuDNN's benchmark mode; rtdnn's find_conv_algorithms). The eager columns time plain calls,
 host overhead included. Throughput is reported as TFLOP/s and as a percent of the matmul
-ceiling measured on the same GPU at the start.
+ceiling measured on the same GPU at the start; for memory-bound layers (those whose FLOPs per
+byte moved lie below the GPU's ridge point: matmul ceiling / copy bandwidth, e.g. depthwise
+convolutions) also as GB/s and a percent of the copy bandwidth measured at the start, where
+the bytes are the least any algorithm moves: the two inputs read once, the output written once.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch.nn.functional as F
 from .. import ops
 from ..algos import ALGORITHMS
 from ..core import NotSupportedError
-from ..core.timing import device_time_ms
+from ..core.timing import copy_bandwidth, device_time_ms
 from ..reference import rel_error
 
 DTYPES = {
@@ -51,6 +54,9 @@ class Row:
     ceiling_pct: float
     rel_err_vs_cudnn: float
     ok: bool
+    gbps: float = 0.0  # least bytes moved (inputs read, output written) / rtdnn time
+    copy_pct: float = 0.0  # gbps as a percent of the measured copy bandwidth
+    memory_bound: bool = False  # FLOPs per byte below the ridge point
 
 
 def load_suite(name: str) -> list[dict]:
@@ -144,9 +150,10 @@ def run_layer(
         ours_eager, theirs_eager = _bench(ours, graph=False), _bench(theirs, graph=False)
     flops = 2 * y.numel() * (x.shape[1] // args["groups"]) * math.prod(w.shape[2:])
     tflops = flops / ours_ms / 1e9
+    nbytes = (x.numel() + w.numel() + y.numel()) * x.element_size()
     return Row(
         layer["name"], direction, algo, ours_ms, theirs_ms, theirs_ms / ours_ms, ours_eager,
-        theirs_eager, tflops, 0.0, err, err < AGREEMENT[dtype],
+        theirs_eager, tflops, 0.0, err, err < AGREEMENT[dtype], gbps=nbytes / ours_ms / 1e6,
     )  # fmt: skip
 
 
@@ -156,8 +163,11 @@ def geomean(values: list[float]) -> float:
 
 def markdown(rows: list[Row], title: str) -> str:
     eager = any(not math.isnan(r.rtdnn_eager_ms) for r in rows)
-    head = "| layer | direction | algo | rtdnn ms | cuDNN ms | ratio | TFLOP/s | % ceiling |"
-    rule = "|---|---|---|---:|---:|---:|---:|---:|"
+    head = (
+        "| layer | direction | algo | rtdnn ms | cuDNN ms | ratio | TFLOP/s | % ceiling | "
+        "GB/s | % copy |"
+    )
+    rule = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
     if eager:
         head += " eager rtdnn ms | eager cuDNN ms | eager ratio |"
         rule += "---:|---:|---:|"
@@ -165,8 +175,10 @@ def markdown(rows: list[Row], title: str) -> str:
     for r in rows:
         line = (
             f"| {r.layer} | {r.direction} | {r.algo} | {r.rtdnn_ms:.3f} | {r.cudnn_ms:.3f} | "
-            f"{r.ratio:.2f} | {r.tflops:.0f} | {r.ceiling_pct:.0f} |"
+            f"{r.ratio:.2f} | {r.tflops:.1f} | {r.ceiling_pct:.0f} |"
         )
+        # Bandwidth only where it is the bar (compute-bound layers show "-").
+        line += f" {r.gbps:.0f} | {r.copy_pct:.0f} |" if r.memory_bound else " - | - |"
         if eager:
             line += (
                 f" {r.rtdnn_eager_ms:.3f} | {r.cudnn_eager_ms:.3f} | "
@@ -176,7 +188,9 @@ def markdown(rows: list[Row], title: str) -> str:
     for d in DIRECTIONS:
         sub = [r for r in rows if r.direction == d]
         if sub:
-            line = f"| **geomean** | {d} | | | | **{geomean([r.ratio for r in sub]):.2f}** | | |"
+            line = (
+                f"| **geomean** | {d} | | | | **{geomean([r.ratio for r in sub]):.2f}** | | | | |"
+            )
             if eager:
                 ratio = geomean([r.cudnn_eager_ms / r.rtdnn_eager_ms for r in sub])
                 line += f" | | **{ratio:.2f}** |"
@@ -201,22 +215,27 @@ def run_suite(
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cuda.matmul.allow_tf32 = True
     ceiling = matmul_ceiling(dtype)
+    bandwidth = copy_bandwidth()
+    ridge = ceiling * 1e3 / bandwidth  # FLOPs per byte where compute and memory take as long
     layers = load_suite(suite)[:limit]
     rows: list[Row] = []
     work = [(layer, d) for d in directions for layer in layers]
     title = (
         f"{suite}, {dtype_name}{' (TF32)' if dtype == torch.float32 else ''}, "
         f"batch {batch or 'as in suite'}, {torch.cuda.get_device_name()}, "
-        f"matmul ceiling {ceiling:.0f} TFLOP/s"
+        f"matmul ceiling {ceiling:.0f} TFLOP/s, copy bandwidth {bandwidth:.0f} GB/s"
     )
     progress = tqdm(work, desc=f"{suite} {dtype_name}", unit="layer")
     for layer, d in progress:
         row = run_layer(layer, d, dtype, batch, find, eager)
         row.ceiling_pct = 100 * row.tflops / ceiling
+        row.copy_pct = 100 * row.gbps / bandwidth
+        row.memory_bound = row.tflops * 1e3 / row.gbps < ridge
         rows.append(row)
         progress.write(
             f"{row.layer:12s} {row.direction:16s} {row.algo:22s} {row.rtdnn_ms:.3f} ms vs "
-            f"{row.cudnn_ms:.3f} ms: {row.ratio:.2f}x (eager {row.rtdnn_eager_ms:.3f} vs "
+            f"{row.cudnn_ms:.3f} ms: {row.ratio:.2f}x, {row.gbps:.0f} GB/s "
+            f"({row.copy_pct:.0f}% of copy) (eager {row.rtdnn_eager_ms:.3f} vs "
             f"{row.cudnn_eager_ms:.3f})"
         )
         if out_dir:  # rewritten after every layer, so an interrupted run keeps what it did

@@ -1,5 +1,6 @@
-"""Whole-model benchmark: a torchvision ResNet-50 (or a small CNN) converted with rtdnn.convert,
-beside the unconverted PyTorch model (cuDNN, benchmark mode), in one process.
+"""Whole-model benchmark: a torchvision ResNet-50, EfficientNet-B0, MobileNetV3-Large or
+ConvNeXt-T (or a small CNN) converted with rtdnn.convert, beside the unconverted PyTorch model
+(cuDNN, benchmark mode), in one process.
 
 Measures inference and training-step throughput (images/s; SGD with momentum, autocast,
 channels-last), the converted model's output difference from PyTorch's, and where the GPU time
@@ -22,7 +23,7 @@ from ..convert import convert
 #: Kernel-name fragments -> layer type, for both cuDNN/ATen kernels and rtdnn's Triton kernels.
 CATEGORIES = {
     "convolution": ("conv", "brgemm", "im2col", "col2im", "wgrad", "dgrad", "fprop", "gemm",
-                    "sm90_xmma", "cutlass", "channel_partial_sum", "channel_sum"),
+                    "sm90_xmma", "cutlass", "channel_partial_sum", "channel_sum", "direct_"),
     "normalization": ("batch_norm", "batchnorm", "bn_", "norm", "welford"),
     "pooling": ("pool",),
     "activation": ("relu", "elementwise", "threshold", "activation"),
@@ -67,15 +68,21 @@ def small_cnn(classes: int = 10) -> torch.nn.Module:
     )
 
 
+#: The torchvision models `--model` takes (224x224 input, random weights): ResNet-50, and the
+#: depthwise networks whose depthwise convolutions run as DIRECT.
+TORCHVISION_MODELS = ("resnet50", "efficientnet_b0", "mobilenet_v3_large", "convnext_tiny")
+MODELS = (*TORCHVISION_MODELS, "small")
+
+
 def build(name: str) -> tuple[torch.nn.Module, int]:
     """(model, input resolution)."""
-    if name == "resnet50":
+    if name in TORCHVISION_MODELS:
         import torchvision
 
-        return torchvision.models.resnet50(weights=None), 224
+        return getattr(torchvision.models, name)(weights=None), 224
     if name == "small":
         return small_cnn(), 32
-    raise ValueError(f"model={name!r}: expected 'resnet50' or 'small'")
+    raise ValueError(f"model={name!r}: expected one of {MODELS}")
 
 
 def _sync(device: torch.device) -> None:

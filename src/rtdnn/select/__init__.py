@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ..algos import ALGORITHMS, NO_WORKSPACE, ConvAlgorithm, ConvTensors, get_algorithm
+from ..algos.direct import direct_preferred
 from ..algos.implicit_gemm import split_count
 from ..core import ConvProblem, Direction, NotSupportedError, allocate_workspace, bad_param
 from ..core.timing import device_time_ms
@@ -39,11 +40,14 @@ def _check_limit(workspace_limit: int | None) -> None:
 
 def _heuristic_order(p: ConvProblem) -> list[str]:
     """Algorithms from the likely fastest down, without running anything."""
+    # Depthwise: memory-bound, where DIRECT's FMA tiles beat GEMMs whose tensor-core tiles
+    # would be mostly empty (see algos.direct.PREFER_UP_TO_KG for what was measured).
+    first = ["DIRECT"] if direct_preferred(p) else []
     # Split-K pays off for backward-filter (a small output, a reduction over every pixel);
     # measured on resnet50 it lost to the plain kernel in forward, where Find can still pick it.
     if p.direction == Direction.BACKWARD_FILTER and split_count(p) > 1:
-        return ["IMPLICIT_GEMM_SPLIT_K", "IMPLICIT_GEMM", "GEMM"]
-    return ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K", "GEMM"]
+        return [*first, "IMPLICIT_GEMM_SPLIT_K", "IMPLICIT_GEMM", "GEMM"]
+    return [*first, "IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K", "GEMM"]
 
 
 def choose(

@@ -1,0 +1,245 @@
+"""DIRECT: convolution by float32 FMAs on tiles of pixels x channels, for few input channels per
+group (depthwise and narrow grouped convolutions), every direction. See kernels/direct.py.
+
+Such layers are memory-bound (at most 8 x taps multiply-adds per output element), so the
+kernels aim at bandwidth, not tensor cores: no tl.dot, products and sums in float32 for every
+dtype. The math mode does not matter: float32 data is computed in strict float32 also under
+"tf32", which is at least as accurate as asked for.
+
+Forward and backward-data need no workspace. Backward-filter reduces over every output pixel
+in two deterministic stages; its workspace holds the float32 partial sums of each chunk of
+pixels, [chunks, K, C/groups, taps], exactly `workspace_bytes`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+
+from ..core import ConvProblem, Direction
+from ..kernels.brgemm import identity
+from ..kernels.direct import (
+    MAX_ROW_TAPS,
+    direct_backward_data_kernel,
+    direct_filter_finish_kernel,
+    direct_filter_partial_kernel,
+    direct_filter_rows_kernel,
+    direct_forward_kernel,
+)
+from ..kernels.launch import KernelLaunch, TileConfig
+from .base import ConvAlgorithm, ConvTensors, Runner
+from .geometry import conv_geometry, parallel_slots
+
+#: Input channels per group that the kernels unroll (each is one more load and FMA per tap).
+MAX_CHANNELS_PER_GROUP = 8
+#: (channels per group) x (filter taps): the rows of backward-filter's accumulator.
+MAX_FILTER_ROWS = 4096
+#: The heuristic prefers DIRECT for one input channel per group (depthwise) and up to this
+#: many output channels per group: measured on an H100 (bf16, depthwise suite) at 0.5-1.0x of
+#: cuDNN forward, where the GEMM paths ran at 0.01-0.02x. With 4 and 8 channels per group
+#: (ResNeXt-50 32x4d, grouped suite) DIRECT measured 0.02-0.07x of cuDNN, its loads of the
+#: group's input channels not vectorized, so those stay with the GEMM paths; re-measure both
+#: when either changes.
+PREFER_UP_TO_KG = 16
+#: Channels a backward-filter program covers, as assumed when the pixels are divided into
+#: chunks (the chunk count, hence the workspace, must not depend on the tile chosen later).
+_NOMINAL_BLOCK_C = 64
+
+
+def _filter_rows(p: ConvProblem) -> int:
+    return p.in_channels // p.groups * math.prod(p.kernel)
+
+
+def _by_rows(p: ConvProblem) -> bool:
+    """Backward-filter's first stage runs one program per filter row (direct_filter_rows_kernel)
+    for filters up to MAX_ROW_TAPS wide, else one per (chunk, channel block) over every tap."""
+    return p.kernel[-1] <= MAX_ROW_TAPS
+
+
+def _filter_row_programs(p: ConvProblem) -> int:
+    """Programs per (chunk, channel block) in backward-filter's first stage."""
+    return _filter_rows(p) // p.kernel[-1] if _by_rows(p) else 1
+
+
+def filter_chunks(p: ConvProblem) -> tuple[int, int]:
+    """(chunks, pixels per chunk) of backward-filter's first stage.
+
+    Enough programs to keep every multiprocessor busy (about 8 per scheduling slot), each with
+    at least 32 output pixels, and on a GPU the partial sums (written and read once more) at
+    most a quarter of the bytes of x and dy, so that the reduction stays bandwidth-bound, unless
+    that leaves fewer programs than scheduling slots."""
+    pixels = p.batch * math.prod(p.out_spatial)
+    k = p.out_channels
+    c_blocks = triton.cdiv(k, _NOMINAL_BLOCK_C) * _filter_row_programs(p)
+    # On the CPU a few chunks, so that the tests' tiny shapes still split.
+    chunks = triton.cdiv(8 * parallel_slots(p.device), c_blocks) if p.device == "cuda" else 4
+    chunks = min(chunks, triton.cdiv(pixels, 32 if p.device == "cuda" else 4))
+    data_bytes = (p.batch * math.prod(p.in_spatial) * p.in_channels + pixels * k) * p.dtype.itemsize
+    partial_bytes_per_chunk = 2 * k * _filter_rows(p) * 4
+    if p.device == "cuda":  # tiny test shapes on the CPU still split
+        # Small layers are latency-bound: keep at least one program per scheduling slot.
+        floor = triton.cdiv(parallel_slots(p.device), c_blocks)
+        chunks = min(chunks, max(floor, data_bytes // (4 * partial_bytes_per_chunk)))
+    chunks = max(1, chunks)
+    per_chunk = triton.cdiv(pixels, chunks)
+    return triton.cdiv(pixels, per_chunk), per_chunk
+
+
+def direct_preferred(p: ConvProblem) -> bool:
+    """Whether the heuristic should try DIRECT first for `p`."""
+    return (
+        p.in_channels == p.groups
+        and p.out_channels // p.groups <= PREFER_UP_TO_KG
+        and Direct().supports(p) is None
+    )
+
+
+def _channels_last(p: ConvProblem) -> bool:
+    """x (read or written in every direction) has its channels innermost."""
+    return p.x.strides[1] == 1 or p.in_channels == 1
+
+
+class Direct(ConvAlgorithm):
+    name = "DIRECT"
+
+    def supports(self, p: ConvProblem) -> str | None:
+        cg = p.in_channels // p.groups
+        if cg > MAX_CHANNELS_PER_GROUP:
+            return (
+                f"{cg} input channels per group (C={p.in_channels}, groups={p.groups}): DIRECT "
+                f"handles at most {MAX_CHANNELS_PER_GROUP}, the GEMM algorithms the rest"
+            )
+        if _filter_rows(p) > MAX_FILTER_ROWS:
+            return (
+                f"{cg} channels per group x {math.prod(p.kernel)} filter taps = "
+                f"{_filter_rows(p)} filter elements per output channel: DIRECT handles at most "
+                f"{MAX_FILTER_ROWS}"
+            )
+        return None
+
+    def workspace_bytes(self, p: ConvProblem) -> int:
+        if p.direction != Direction.BACKWARD_FILTER:
+            return 0
+        chunks, _ = filter_chunks(p)
+        return chunks * p.out_channels * _filter_rows(p) * 4
+
+    def deterministic(self, p: ConvProblem) -> bool:
+        return True
+
+    def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
+        """TileConfig(block_m = pixels per tile, block_n = channels per tile, block_k = pixels
+        per loop step of backward-filter's first stage over every tap (filters wider than
+        MAX_ROW_TAPS), group_m unused, warps, stages)."""
+        channels = p.in_channels if p.direction == Direction.BACKWARD_DATA else p.out_channels
+        if p.direction == Direction.BACKWARD_FILTER and _by_rows(p):
+            if p.device != "cuda":
+                return [TileConfig(8, 16, 1, 1, 1, 1)]
+            if _channels_last(p):
+                shapes = [(32, 64, 4), (16, 64, 4), (64, 64, 8)]
+            else:
+                shapes = [(256, 4, 4), (128, 8, 4)]
+        elif p.direction == Direction.BACKWARD_FILTER:
+            rows = triton.next_power_of_2(_filter_rows(p))
+            if p.device != "cuda":
+                return [TileConfig(1, 16, 1, 1, 1, 1)]
+            shapes = [(64, 2, 4), (32, 4, 4), (128, 1, 4)]
+            out = []
+            for bc, unroll, warps in shapes:
+                bc = max(1, min(bc, 8192 // rows, triton.next_power_of_2(channels)))
+                cfg = TileConfig(1, bc, unroll, 1, warps, 1)
+                if cfg not in out:
+                    out.append(cfg)
+            return out
+        elif p.device != "cuda":
+            return [TileConfig(16, 16, 1, 1, 1, 1)]
+        elif _channels_last(p):
+            shapes = [(32, 64, 4), (64, 64, 4), (16, 128, 4), (128, 64, 8)]
+        else:
+            shapes = [(256, 4, 4), (128, 8, 4), (64, 32, 4)]
+        out = []
+        for bp, bc, warps in shapes:
+            bc = min(bc, triton.next_power_of_2(channels))
+            cfg = TileConfig(bp, bc, 1, 1, warps, 1)
+            if cfg not in out:
+                out.append(cfg)
+        return out
+
+    def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
+        geo = conv_geometry(p)
+        g = p.groups
+        kd, kh, kw = geo.kernel
+        shape = dict(CG=p.in_channels // g, KG=p.out_channels // g, KD=kd, KH=kh, KW=kw)
+        warps = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+        bp, bc = tiles.block_m, tiles.block_n
+        launches: dict[tuple, KernelLaunch] = {}
+
+        if p.direction == Direction.FORWARD:
+            pixels = p.batch * math.prod(p.out_spatial)
+            grid = (triton.cdiv(pixels, bp) * triton.cdiv(p.out_channels, bc),)
+
+            def run_forward(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+                key = (t.bias is not None, beta != 0)
+                launch = launches.get(key)
+                if launch is None:
+                    launch = launches[key] = KernelLaunch(
+                        direct_forward_kernel, grid, warps, geo=geo, K=p.out_channels,
+                        ACTIVATION=identity, HAS_BIAS=key[0], BETA_NONZERO=key[1],
+                        BLOCK_P=bp, BLOCK_C=bc, **shape,
+                    )  # fmt: skip
+                bias = t.bias if t.bias is not None else t.y
+                launch(X=t.x, Wt=t.w, Y=t.y, BIAS=bias, alpha=float(alpha), beta=float(beta))
+
+            return run_forward
+
+        if p.direction == Direction.BACKWARD_DATA:
+            pixels = p.batch * math.prod(p.in_spatial)
+            grid = (triton.cdiv(pixels, bp) * triton.cdiv(p.in_channels, bc),)
+
+            def run_backward_data(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+                key = beta != 0
+                launch = launches.get(key)
+                if launch is None:
+                    launch = launches[key] = KernelLaunch(
+                        direct_backward_data_kernel, grid, warps, geo=geo, C=p.in_channels,
+                        BETA_NONZERO=key, BLOCK_P=bp, BLOCK_C=bc, **shape,
+                    )  # fmt: skip
+                launch(DY=t.y, Wt=t.w, DX=t.x, alpha=float(alpha), beta=float(beta))
+
+            return run_backward_data
+
+        chunks, per_chunk = filter_chunks(p)
+        rows = _filter_rows(p)
+        block_r = triton.next_power_of_2(rows)
+        k = p.out_channels
+        programs = chunks * triton.cdiv(k, bc) * _filter_row_programs(p)
+        if _by_rows(p):
+            partial = KernelLaunch(
+                direct_filter_rows_kernel, (programs,), warps, geo=geo, K=k,
+                pixels_per_chunk=per_chunk, BLOCK_P=bp, BLOCK_C=bc, **shape,
+            )  # fmt: skip
+        else:
+            partial = KernelLaunch(
+                direct_filter_partial_kernel, (programs,), warps, geo=geo, K=k,
+                pixels_per_chunk=per_chunk, BLOCK_R=block_r, BLOCK_C=bc, UNROLL=tiles.block_k,
+                **shape,
+            )  # fmt: skip
+        finish_k = max(1, min(64, 4096 // block_r)) if p.device == "cuda" else 16
+        finish_shape = {name: shape[name] for name in ("CG", "KD", "KH", "KW")}
+        nbytes = self.workspace_bytes(p)
+
+        def run_backward_filter(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            ws = workspace[:nbytes].view(torch.float32)
+            partial(X=t.x, DY=t.y, WS=ws)
+            key = beta != 0
+            finish = launches.get(key)
+            if finish is None:
+                finish = launches[key] = KernelLaunch(
+                    direct_filter_finish_kernel, (triton.cdiv(k, finish_k),), dict(num_warps=4),
+                    geo=geo, K=k, chunks=chunks, BETA_NONZERO=key, BLOCK_K=finish_k,
+                    BLOCK_R=block_r, **finish_shape,
+                )  # fmt: skip
+            finish(WS=ws, DW=t.w, alpha=float(alpha), beta=float(beta))
+
+        return run_backward_filter

@@ -1,0 +1,234 @@
+"""DIRECT (few channels per group) against the float64 reference, every direction, through the
+interpreter: 1-D to 3-D, depthwise with channel multipliers, 2 to 8 channels per group, stride,
+dilation, wide padding, even kernels, both modes, every layout, alpha/beta, three dtypes; the
+determinism and exact workspace of backward-filter; selection and forced-DIRECT errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import (
+    assert_gaps_untouched,
+    make_tensor,
+    out_size,
+    poisoned,
+    poisoned_like,
+)
+
+import rtdnn
+from rtdnn import reference
+from rtdnn.algos import ALGORITHMS, ConvTensors
+from rtdnn.algos.direct import filter_chunks
+from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
+
+DIRECTIONS = ["forward", "backward_data", "backward_filter"]
+#: Relative error against float64: float32 is computed in float32 FMAs; the 16-bit types are
+#: dominated by rounding the result (bfloat16 keeps 8 bits).
+TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+
+
+def _tuple(v, n):
+    return (v,) * n if isinstance(v, int) else tuple(v)
+
+
+def y_shape(x_shape, w_shape, conv) -> tuple[int, ...]:
+    nd = len(x_shape) - 2
+    o = out_size(
+        x_shape[2:], w_shape[2:], _tuple(conv.get("stride", 1), nd),
+        _tuple(conv.get("padding", 0), nd), _tuple(conv.get("dilation", 1), nd),
+    )  # fmt: skip
+    return (x_shape[0], w_shape[0], *o)
+
+
+def run_direction(direction, x, w, dy, *, dtype, layout="contiguous", alpha=1.0, beta=0.0,
+                  gen=None, algo="DIRECT", **conv):  # fmt: skip
+    """One direction with DIRECT, written into `out` (NaN-poisoned when beta == 0, random
+    otherwise), checked against the reference. Returns the result."""
+    shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[direction]
+    if beta == 0:
+        out = poisoned(shape, dtype, layout)
+    else:
+        out = make_tensor(shape, dtype, layout, gen)
+    prior = out.clone()
+    scale = dict(alpha=alpha, beta=beta, out=out)
+    if direction == "forward":
+        result = rtdnn.conv_forward(x, w, algo=algo, math="fp32", **scale, **conv)
+        ref = reference.conv_forward(x, w, alpha=alpha, beta=beta, out=prior, **conv)
+    elif direction == "backward_data":
+        result = rtdnn.conv_backward_data(dy, w, x.shape, algo=algo, math="fp32", **scale, **conv)
+        ref = reference.conv_backward_data(
+            dy, w, x.shape, alpha=alpha, beta=beta, out=prior, **conv
+        )
+    else:
+        result = rtdnn.conv_backward_filter(x, dy, w.shape, algo=algo, math="fp32", **scale, **conv)
+        ref = reference.conv_backward_filter(
+            x, dy, w.shape, alpha=alpha, beta=beta, out=prior, **conv
+        )
+    assert result is out
+    err = reference.rel_error(result, ref)
+    assert err <= TOL[dtype], f"{direction}: relative error {err:.2e} > {TOL[dtype]:.0e}"
+    if layout == "strided":
+        assert_gaps_untouched(out)
+    return result
+
+
+def check(x_shape, w_shape, *, dtype=torch.float32, layout="contiguous", alpha=1.0, beta=0.0,
+          gen=None, **conv):  # fmt: skip
+    """Every direction of one problem, inputs and output in `layout`."""
+    x = make_tensor(x_shape, dtype, layout, gen)
+    w = make_tensor(w_shape, dtype, layout, gen)
+    dy = make_tensor(y_shape(x_shape, w_shape, conv), dtype, layout, gen)
+    for direction in DIRECTIONS:
+        run_direction(
+            direction, x, w, dy, dtype=dtype, layout=layout, alpha=alpha, beta=beta, gen=gen,
+            **conv,
+        )  # fmt: skip
+
+
+# (id, x shape, w shape, conv parameters)
+CASES = [
+    ("1d-depthwise", (2, 3, 9), (3, 1, 3), dict(groups=3, padding=1)),
+    ("2d-depthwise-x2-stride2", (2, 4, 6, 5), (8, 1, 3, 3), dict(groups=4, stride=2, padding=1)),
+    ("2d-depthwise-20ch-5x5", (1, 20, 5, 4), (20, 1, 5, 5), dict(groups=20, padding=2)),
+    ("3d-2perg-even", (1, 4, 3, 4, 4), (4, 2, 2, 3, 2), dict(groups=2, padding=1)),
+    ("2d-8perg", (1, 16, 5, 4), (4, 8, 3, 3), dict(groups=2, padding=(1, 0))),
+    ("2d-3ch-dil2-widepad", (2, 3, 6, 6), (5, 3, 3, 3), dict(dilation=2, padding=3)),
+    ("2d-one-pixel", (1, 2, 3, 3), (2, 1, 3, 3), dict(groups=2)),
+    (
+        "1d-conv-mode-dil2",
+        (2, 4, 11),
+        (4, 2, 4),
+        dict(groups=2, dilation=2, padding=3, mode="convolution"),
+    ),  # fmt: skip
+    ("1d-wide-filter", (2, 2, 14), (4, 1, 10), dict(groups=2, padding=2)),
+    (
+        "3d-depthwise-stride2",
+        (2, 3, 4, 5, 3),
+        (3, 1, 3, 3, 3),
+        dict(groups=3, stride=(2, 1, 2), padding=1, mode="convolution"),
+    ),  # fmt: skip
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,conv", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_shapes_against_reference(x_shape, w_shape, conv, gen):
+    check(x_shape, w_shape, gen=gen, **conv)
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "strided"])
+def test_layouts_with_alpha_beta(layout, gen):
+    """Channels-last and strided views (inputs and out), alpha and beta on a random out."""
+    check((2, 6, 5, 4), (12, 2, 3, 3), layout=layout, alpha=0.5, beta=-0.75, gen=gen, groups=3,
+          stride=(1, 2), padding=1)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_half_precision(dtype, gen):
+    """16-bit storage, float32 accumulation (bf16 works in the interpreter: no tl.dot)."""
+    check((2, 6, 5, 5), (6, 1, 3, 3), dtype=dtype, layout="channels_last", gen=gen, groups=6,
+          padding=1)  # fmt: skip
+
+
+def _problem(direction, x, w, y, **conv) -> ConvProblem:
+    """The ConvProblem of these tensors (their strides are what the kernels address)."""
+    desc = ConvDesc.create(
+        x.dim() - 2, conv.get("stride", 1), conv.get("padding", 0), conv.get("dilation", 1),
+        conv.get("groups", 1), conv.get("mode", "cross_correlation"), "fp32",
+    )  # fmt: skip
+    return ConvProblem.create(
+        Direction(direction), TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y), desc, "cpu"
+    )
+
+
+def test_backward_filter_deterministic_and_workspace_exact(gen):
+    """Several chunks of pixels: two runs are bit-identical, and the first stage writes every
+    byte of the declared workspace and nothing past it."""
+    conv = dict(groups=4, padding=1)
+    x = make_tensor((2, 8, 6, 5), torch.float32, "channels_last", gen)
+    w = make_tensor((8, 2, 3, 3), torch.float32, "channels_last", gen)
+    dy = make_tensor(y_shape((2, 8, 6, 5), (8, 2, 3, 3), conv), torch.float32, "channels_last", gen)
+    p = _problem("backward_filter", x, w, dy, **conv)
+    algo = ALGORITHMS["DIRECT"]
+    chunks, _ = filter_chunks(p)
+    assert chunks > 1
+    need = algo.workspace_bytes(p)
+    assert need == chunks * 8 * 2 * 9 * 4
+    guard = 64
+    workspace = torch.full(((need + guard) // 4,), math.nan).view(torch.uint8)
+    dws = []
+    for _ in range(2):
+        dw = poisoned_like(w)
+        algo.run(p, ConvTensors(x, dw, dy), workspace)
+        dws.append(dw)
+        partials = workspace[:need].view(torch.float32)
+        assert not torch.isnan(partials).any(), "a partial sum was not written"
+        assert torch.isnan(workspace[need:].view(torch.float32)).all(), "wrote past the workspace"
+    assert torch.equal(dws[0], dws[1])
+    ref = reference.conv_backward_filter(x, dy, w.shape, **conv)
+    assert reference.rel_error(dws[0], ref) <= TOL[torch.float32]
+
+
+# -- selection and errors ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_auto_chooses_direct_for_depthwise(direction):
+    x, w = torch.empty(2, 32, 8, 8), torch.empty(32, 1, 3, 3)
+    get = lambda **kw: rtdnn.get_conv_algorithm(x, w, direction=direction, groups=32, **kw)
+    assert get() == "DIRECT"
+    # Without workspace, backward-filter falls back to a path that needs none.
+    expected = "IMPLICIT_GEMM" if direction == "backward_filter" else "DIRECT"
+    assert get(preference="no_workspace") == expected
+    assert get(workspace_limit=0) == expected
+
+
+def test_auto_keeps_gemm_for_wider_groups():
+    """16 channels per group: DIRECT does not support it. 4 per group: supported, but measured
+    far below cuDNN there (algos.direct.PREFER_UP_TO_KG), so the heuristic keeps the GEMMs."""
+    x, w = torch.empty(2, 64, 8, 8), torch.empty(64, 16, 3, 3)
+    assert rtdnn.get_conv_algorithm(x, w, groups=4) != "DIRECT"
+    x, w = torch.empty(2, 64, 8, 8), torch.empty(64, 4, 3, 3)
+    assert rtdnn.get_conv_algorithm(x, w, groups=16) != "DIRECT"
+    assert rtdnn.get_conv_algorithm(x, w, groups=16, direction="backward_data") != "DIRECT"
+
+
+def test_auto_runs_direct_and_matches(gen):
+    x = make_tensor((2, 5, 4, 4), torch.float32, "channels_last", gen)
+    w = make_tensor((5, 1, 3, 3), torch.float32, "channels_last", gen)
+    b = make_tensor((5,), torch.float32, generator=gen)
+    y = rtdnn.conv_forward(x, w, b, groups=5, padding=1, math="fp32")
+    err = reference.rel_error(y, reference.conv_forward(x, w, b, groups=5, padding=1))
+    assert err <= TOL[torch.float32]
+
+
+def test_forced_direct_on_too_many_channels_per_group(gen):
+    x = make_tensor((1, 18, 4, 4), torch.float32, generator=gen)
+    w = make_tensor((2, 9, 3, 3), torch.float32, generator=gen)
+    out = torch.ones(1, 2, 2, 2)
+    with pytest.raises(rtdnn.NotSupportedError, match="9 input channels per group"):
+        rtdnn.conv_forward(x, w, groups=2, algo="DIRECT", out=out)
+    assert torch.equal(out, torch.ones(1, 2, 2, 2)), "out written although rejected"
+
+
+def test_forced_direct_backward_filter_below_workspace(gen):
+    x = make_tensor((2, 4, 6, 6), torch.float32, generator=gen)
+    w_shape = (4, 1, 3, 3)
+    dy = make_tensor((2, 4, 6, 6), torch.float32, generator=gen)
+    p = _problem("backward_filter", x, torch.empty(w_shape), dy, groups=4, padding=1)
+    need = ALGORITHMS["DIRECT"].workspace_bytes(p)
+    assert need > 0
+    out = torch.ones(w_shape)
+    with pytest.raises(rtdnn.BadParamError) as info:
+        rtdnn.conv_backward_filter(
+            x, dy, w_shape, groups=4, padding=1, algo="DIRECT", workspace_limit=need - 1, out=out
+        )
+    assert "workspace_limit" in str(info.value) and str(need) in str(info.value)
+    assert torch.equal(out, torch.ones(w_shape))
+    # Exactly the need is enough.
+    dw = rtdnn.conv_backward_filter(
+        x, dy, w_shape, groups=4, padding=1, algo="DIRECT", workspace_limit=need, math="fp32"
+    )
+    ref = reference.conv_backward_filter(x, dy, w_shape, groups=4, padding=1)
+    assert reference.rel_error(dw, ref) <= TOL[torch.float32]

@@ -1,0 +1,114 @@
+"""DIRECT on the GPU: depthwise and narrow grouped convolutions in bfloat16 (which only the GPU
+run checks against a wide range of shapes), float16 and float32, every direction, channels-last
+and contiguous, against the float64 reference; backward-filter bit-identical across runs;
+autograd through rtdnn.nn.Conv2d picks DIRECT for a depthwise layer. Run with RTDNN_GPU_TESTS=1
+on a machine with a CUDA GPU."""
+
+import os
+
+import pytest
+import torch
+
+import rtdnn
+import rtdnn.nn as rnn
+from rtdnn import reference as R
+
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(
+        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
+    ),
+    pytest.mark.gpu,
+]
+
+CASES = {
+    "bf16": (torch.bfloat16, 1e-2),
+    "fp16": (torch.float16, 2e-3),
+    "fp32": (torch.float32, 1e-5),
+}
+SHAPES = [
+    # x shape, w shape, conv parameters
+    ((4, 96, 23, 21), (96, 1, 3, 3), dict(padding=1, groups=96)),
+    ((3, 144, 20, 19), (144, 1, 5, 5), dict(stride=2, padding=2, groups=144)),
+    ((2, 192, 14, 14), (192, 1, 7, 7), dict(padding=3, groups=192)),
+    ((2, 40, 12, 13), (80, 1, 3, 3), dict(padding=2, dilation=2, groups=40, mode="convolution")),
+    ((3, 128, 15, 15), (128, 4, 3, 3), dict(padding=1, groups=32)),
+    ((2, 256, 16, 16), (256, 8, 3, 3), dict(stride=2, padding=1, groups=32)),
+    ((2, 24, 6, 9, 7), (24, 1, 3, 3, 3), dict(padding=1, groups=24)),
+    ((3, 40, 50), (40, 1, 5), dict(padding=4, dilation=2, groups=40)),
+    ((2, 3, 33, 31), (32, 3, 7, 7), dict(stride=2, padding=3)),
+]
+
+
+def _channels_last(t):
+    return t.movedim(1, -1).contiguous().movedim(-1, 1)
+
+
+MATRIX = [("bf16", layout, s) for s in SHAPES for layout in ("channels_last", "contiguous")]
+MATRIX += [(case, "channels_last", s) for case in ("fp16", "fp32") for s in SHAPES[:3]]
+
+
+def _data(case, layout, shape):
+    dtype, _ = CASES[case]
+    xs, ws, conv = shape
+    x = torch.randn(xs, device="cuda", dtype=dtype)
+    w = torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * ws[-1]) ** 0.5
+    if layout == "channels_last":
+        x, w = _channels_last(x), _channels_last(w)
+    return x, w, conv
+
+
+@pytest.mark.parametrize("case,layout,shape", MATRIX)
+def test_every_direction(case, layout, shape):
+    _, tol = CASES[case]
+    x, w, conv = _data(case, layout, shape)
+    y_ref = R.conv_forward(x, w, **conv)
+    dy = torch.randn(y_ref.shape, device="cuda", dtype=x.dtype)
+    if layout == "channels_last":
+        dy = _channels_last(dy)
+    args = dict(algo="DIRECT", math="fp32", **conv)
+    y = rtdnn.conv_forward(x, w, **args)
+    assert R.rel_error(y, y_ref) < tol
+    dx = rtdnn.conv_backward_data(dy, w, x.shape, **args)
+    assert R.rel_error(dx, R.conv_backward_data(dy, w, x.shape, **conv)) < tol
+    dw = rtdnn.conv_backward_filter(x, dy, w.shape, **args)
+    assert R.rel_error(dw, R.conv_backward_filter(x, dy, w.shape, **conv)) < tol
+
+
+def test_alpha_beta_bias_bf16():
+    x, w, conv = _data("bf16", "channels_last", SHAPES[0])
+    b = torch.randn(w.shape[0], device="cuda", dtype=x.dtype)
+    out = _channels_last(torch.randn(4, 96, 23, 21, device="cuda", dtype=x.dtype))
+    prior = out.clone()
+    y = rtdnn.conv_forward(x, w, b, alpha=0.5, beta=-0.75, out=out, algo="DIRECT", **conv)
+    ref = R.conv_forward(x, w, b, alpha=0.5, beta=-0.75, out=prior, **conv)
+    assert y is out and R.rel_error(y, ref) < 1e-2
+
+
+def test_backward_filter_bit_identical():
+    x, w, conv = _data("bf16", "channels_last", SHAPES[2])
+    dy = _channels_last(torch.randn(2, 192, 14, 14, device="cuda", dtype=x.dtype))
+    first = rtdnn.conv_backward_filter(x, dy, w.shape, algo="DIRECT", **conv)
+    for _ in range(3):
+        again = rtdnn.conv_backward_filter(x, dy, w.shape, algo="DIRECT", **conv)
+        assert torch.equal(first, again)
+
+
+def test_nn_depthwise_conv2d_autograd_bf16():
+    torch.manual_seed(0)
+    ref = torch.nn.Conv2d(64, 64, 5, padding=2, groups=64).cuda().to(torch.bfloat16)
+    mine = rnn.Conv2d(64, 64, 5, padding=2, groups=64).cuda().to(torch.bfloat16)
+    mine.load_state_dict(ref.state_dict())
+    x = _channels_last(torch.randn(8, 64, 28, 28, device="cuda", dtype=torch.bfloat16))
+    for direction in ("forward", "backward_data", "backward_filter"):
+        algo = rtdnn.get_conv_algorithm(x, mine.weight, direction=direction, padding=2, groups=64)
+        assert algo == "DIRECT", (direction, algo)
+    x1 = x.clone().requires_grad_(True)
+    x2 = x.clone().requires_grad_(True)
+    y1, y2 = ref(x1), mine(x2)
+    g = torch.randn_like(y1)
+    y1.backward(g)
+    y2.backward(g)
+    for a, b in ((y2, y1), (x2.grad, x1.grad), (mine.weight.grad, ref.weight.grad),
+                 (mine.bias.grad, ref.bias.grad)):  # fmt: skip
+        assert R.rel_error(a, b.double().cpu()) < 2e-2
