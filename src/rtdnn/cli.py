@@ -241,6 +241,10 @@ def _bench(args) -> int:
     start = time.time() - 1  # file times may be rounded down to the second
     if not torch.cuda.is_available() and args.model is not None:
         print("No CUDA device: a smoke run of the small CNN through Triton's interpreter.")
+        ignored = [f"--model {args.model}"] if args.model != "small" else []
+        ignored += ["--" + name for name in args.given if name in ("batch", "dtype")]
+        if ignored:
+            print(f"({', '.join(ignored)}: for the GPU benchmark; the smoke run takes none)")
         from .bench.model import run_model
 
         run_model(args.model, out_dir=args.out, fuse=not args.no_fuse)

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# One device call for DIRECT: its GPU tests (TEST_FILES to run others), then `rtdnn bench
-# --suite depthwise` and `--suite grouped` in bf16 beside cuDNN (tiles tuned on first use). Everything lands under $OUT as it finishes;
-# a short summary is printed last.
+# One GPU run for DIRECT: its GPU tests (TEST_FILES to run others), then `rtdnn bench
+# --suite depthwise` and `--suite grouped` in bf16 beside cuDNN (tiles tuned on first use).
+# Everything lands under $OUT (default gpu-results) as it finishes; a short summary is printed
+# last. The tests run with pytest-xdist (-n 14).
 set -u
+export OUT=${OUT:-gpu-results}
+mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 start=$(date +%s)
@@ -14,7 +17,7 @@ if [ "${TESTS:-1}" = 1 ]; then
   echo "== tests: $(( $(date +%s) - start )) s"
 fi
 # Compile the suites' DIRECT kernels in parallel first (Triton's disk cache keeps them).
-timeout "${PRE_LIMIT:-100}" python3 benchmarks/precompile_direct.py depthwise grouped 2>&1 \
+timeout "${PRE_LIMIT:-100}" python3 benchmarks/probes/precompile_direct.py depthwise grouped 2>&1 \
   | tail -3 | cut -c1-300
 echo "== precompile: $(( $(date +%s) - start )) s"
 bench() {  # suite, time limit

@@ -3,7 +3,7 @@ candidate) in parallel worker processes, so that the benchmark's serial tile tun
 in Triton's on-disk cache instead of compiling one after another. Runs each launch once on real
 tensors of the layer's shapes; times nothing.
 
-    PYTHONPATH=src python benchmarks/precompile_direct.py SUITE [SUITE ...] [--workers N]
+    PYTHONPATH=src python benchmarks/probes/precompile_direct.py SUITE [SUITE ...] [--workers N]
 """
 
 import sys
