@@ -425,21 +425,91 @@ def test_ignore_index_may_be_anything():
 
 
 def test_the_kernel_never_reads_at_a_bad_target():
-    """Called directly (no host check), the row of a bad target is NaN and the others right;
-    a read at target 2**40 would fault, not pass."""
+    """Called directly (no host check), the row of a bad target is NaN and the others right,
+    and the target's weight is read at the clamped index 0: the logits and the class weights
+    sit inside NaN buffers, so a read outside [0, C) would show in w_t (or fault)."""
     from rtdnn.kernels.cross_entropy import cross_entropy_fwd_kernel
 
-    # The logits sit inside a NaN buffer: a read past either end of the row would show.
-    buf = torch.full((5 * 8,), math.nan)
-    x = buf[8:32].view(3, 8)[:, :4]
-    x.copy_(torch.randn(3, 4))
-    target = torch.tensor([1, 2**40, -2])
-    loss, lse, w_t = (torch.empty(3) for _ in range(3))
-    cross_entropy_fwd_kernel[(3,)](
-        x, target, loss, loss, lse, w_t, 4, x.stride(0), x.stride(1), -100, 0.0,
-        HAS_WEIGHT=False, BLOCK=16,
+    buf = torch.full((6 * 8,), math.nan)
+    x = buf[8:40].view(4, 8)[:, :4]
+    x.copy_(torch.randn(4, 4))
+    w_buf = torch.full((12,), math.nan)
+    weight = w_buf[4:8]
+    weight.copy_(torch.rand(4) + 0.5)
+    target = torch.tensor([1, 2**40, -2, 4])
+    loss, lse, w_t = (torch.full((4,), math.nan) for _ in range(3))
+    cross_entropy_fwd_kernel[(4,)](
+        x, target, weight, loss, lse, w_t, 4, x.stride(0), x.stride(1), -100, 0.0,
+        HAS_WEIGHT=True, BLOCK=16,
     )  # fmt: skip
-    ref = torch.nn.functional.cross_entropy(x[:1].double(), target[:1], reduction="none")
+    ref = torch.nn.functional.cross_entropy(
+        x[:1].double(), target[:1], weight.double(), reduction="none"
+    )
     assert abs(float(loss[0]) - float(ref[0])) < 1e-5
+    assert float(w_t[0]) == float(weight[1])
     assert torch.isnan(loss[1:]).all()
+    assert torch.equal(w_t[1:], weight[0].expand(3)), "a bad target's weight is class 0's"
     assert torch.isfinite(lse).all()
+
+
+def test_the_backward_skips_the_target_check_only_when_told():
+    logits, target = torch.randn(2, 3), torch.tensor([0, 2])
+    _, lse, w_t = rtdnn.ops.cross_entropy_forward(logits, target)
+    bad = torch.tensor([0, 5])
+    with pytest.raises(rtdnn.BadParamError, match="target=5"):
+        rtdnn.ops.cross_entropy_backward(torch.ones(()), logits, bad, lse, w_t)
+    # Unchecked, the bad row's gradient is NaN (never a read at class 5), the other one right.
+    dx = rtdnn.ops.cross_entropy_backward(
+        torch.ones(()), logits, bad, lse, w_t, check_targets=False
+    )
+    assert torch.isnan(dx[1]).all()
+    x2 = logits.double().requires_grad_(True)
+    torch.nn.functional.cross_entropy(x2[:1], target[:1], reduction="sum").backward()
+    assert torch.allclose(dx[0].double(), x2.grad[0] / 2, atol=1e-6)
+
+
+def test_a_training_step_checks_the_targets_once(monkeypatch):
+    """The host check synchronizes on a GPU: autograd's backward does not repeat it."""
+    import rtdnn.ops.loss as loss_module
+
+    calls = []
+    check = loss_module._check_classes
+    monkeypatch.setattr(loss_module, "_check_classes", lambda *a: calls.append(1) or check(*a))
+    logits = torch.randn(2, 3, requires_grad=True)
+    rtdnn.cross_entropy(logits, torch.tensor([0, 2])).backward()
+    assert len(calls) == 1 and logits.grad is not None
+    calls.clear()
+    rnn.CrossEntropyLoss()(logits, torch.tensor([1, 2])).backward()
+    assert len(calls) == 1
+
+
+# -- running statistics ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlap", ["x", "weight", "bias", "out", "each other"])
+def test_running_statistics_overlapping_anything_are_refused(overlap):
+    """running_mean and running_var are written in place: they may share memory with nothing
+    the training forward reads or writes."""
+    x = t(4, 3, 2)
+    buf = torch.rand(12) + 0.5
+    args = dict(weight=t(3, positive=True), bias=t(3), out=torch.zeros(4, 3, 2))
+    running_mean, running_var = torch.zeros(3), torch.ones(3)
+    if overlap == "x":
+        running_mean = x.view(-1)[:3]
+    elif overlap == "each other":
+        running_var = buf[:3]
+        running_mean = buf[2:5]
+    elif overlap == "out":
+        running_var = args["out"].view(-1)[5:8]
+    else:
+        args[overlap] = buf[:3]
+        running_mean = buf[:3] if overlap == "weight" else buf[1:4]
+    before = [v.clone() for v in (x, running_mean, running_var, buf, args["out"])]
+    with pytest.raises(
+        rtdnn.BadParamError, match="(running_(mean|var) overlaps|overlaps running_)"
+    ):
+        rtdnn.batch_norm_forward_training(
+            x, running_mean=running_mean, running_var=running_var, **args
+        )
+    for v, b in zip((x, running_mean, running_var, buf, args["out"]), before, strict=True):
+        assert torch.equal(v, b)

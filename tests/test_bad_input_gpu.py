@@ -54,6 +54,39 @@ def test_cross_entropy_kernel_called_directly_gives_nan_not_a_read():
     assert torch.isnan(loss[1:]).all()
 
 
+def test_cross_entropy_under_cuda_graph_capture():
+    """While a graph is captured the host check (a synchronization, illegal there) is skipped:
+    replayed with a bad target, that row's loss and gradient are NaN, the others right."""
+    logits = torch.randn(4, 100, device="cuda")
+    target = torch.tensor([0, 5, 7, 9], device="cuda")
+    grad = torch.ones(4, device="cuda")
+
+    def step():
+        loss, lse, w_t = rtdnn.ops.cross_entropy_forward(logits, target, reduction="none")
+        dx = rtdnn.ops.cross_entropy_backward(grad, logits, target, lse, w_t, reduction="none")
+        return loss, dx
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # warm-up: kernels compiled outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss, dx = step()
+    target.copy_(torch.tensor([0, 2**40, 7, -100]))
+    graph.replay()
+    torch.cuda.synchronize()
+    x = logits.double().requires_grad_(True)
+    ref = torch.nn.functional.cross_entropy(x, target.clamp(0, 99), reduction="none")
+    ref.sum().backward()
+    assert torch.isnan(loss[1]) and torch.isnan(dx[1]).all()
+    assert float(loss[3]) == 0.0 and torch.equal(dx[3], torch.zeros_like(dx[3]))
+    for row in (0, 2):
+        assert abs(float(loss[row]) - float(ref[row])) < 1e-4
+        assert torch.allclose(dx[row].double(), x.grad[row], atol=1e-5)
+
+
 def test_out_overlapping_an_input_on_the_gpu():
     x = torch.randn(2, 16, 8, 8, device="cuda")
     w = torch.randn(16, 16, 3, 3, device="cuda")

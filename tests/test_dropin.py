@@ -404,6 +404,64 @@ def test_conv_forward_same_padding_into_out():
     assert_close(out, F.conv2d(x.double(), w.double(), padding="same"))
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("grad", [False, True], ids=["plain", "autograd"])
+def test_cross_entropy_functional_unbatched(reduction, grad):
+    """(C,) logits with a 0-d target, as F.cross_entropy takes them ("none" gives a 0-d loss),
+    through the plain op and the differentiable one."""
+    torch.manual_seed(0)
+    x, t, weight = torch.randn(5), torch.tensor(3), torch.rand(5) + 0.5
+    x1, x2 = x.clone().requires_grad_(grad), x.double().requires_grad_(True)
+    kw = dict(reduction=reduction, label_smoothing=0.1)
+    ours = rtdnn.cross_entropy(x1, t, weight, **kw)
+    ref = F.cross_entropy(x2, t, weight.double(), **kw)
+    assert ours.shape == ref.shape == ()
+    assert_close(ours, ref.detach())
+    ref.backward()
+    if grad:
+        ours.backward()
+        assert_close(x1.grad, x2.grad)
+    # The plain backward takes the unbatched call too, and gives (C,) back.
+    _, lse, w_t = rtdnn.ops.cross_entropy_forward(x, t, weight, **kw)
+    dx = rtdnn.ops.cross_entropy_backward(torch.ones(()), x, t, lse, w_t, weight, **kw)
+    assert dx.shape == (5,)
+    assert_close(dx, x2.grad)
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same'")
+@pytest.mark.parametrize("padding", [1, "same"])
+def test_conv_forward_unbatched(padding):
+    """Unbatched x (C, *S), as F.conv2d takes it: (K, *O) back, into an unbatched `out` too."""
+    torch.manual_seed(0)
+    x, w, b = torch.randn(2, 5, 4), torch.randn(3, 2, 3, 2), torch.randn(3)
+    ref = F.conv2d(x.double(), w.double(), b.double(), padding=padding)
+    y = rtdnn.conv_forward(x, w, b, padding=padding, math="fp32")
+    assert y.shape == ref.shape
+    assert_close(y, ref)
+    out = poisoned(tuple(ref.shape), torch.float32)
+    assert rtdnn.ops.conv_forward(x, w, b, padding=padding, out=out, math="fp32") is out
+    assert_close(out, ref)
+    with pytest.raises(rtdnn.BadParamError, match="out.dim"):
+        rtdnn.ops.conv_forward(x, w, b, padding=padding, out=out[None])
+
+
+def test_conv_forward_rank_mismatch_names_x():
+    w = torch.randn(3, 2, 3, 3)
+    for x in (torch.randn(1, 1, 2, 5, 5), torch.randn(5, 5)):
+        with pytest.raises(rtdnn.BadParamError, match=r"x\.dim\(\)=\d is invalid: expected 4"):
+            rtdnn.conv_forward(x, w)
+    with pytest.raises(rtdnn.BadParamError, match=r"dy\.dim\(\)=5"):
+        rtdnn.conv_backward_data(torch.randn(1, 1, 3, 3, 3), w, (1, 2, 5, 5))
+
+
+def test_lrn_empty_batch_of_many_dims():
+    x = torch.randn(0, 3, 2, 2, 2, 2, requires_grad=True)
+    y = rtdnn.nn.LocalResponseNorm(2)(x)
+    assert y.shape == nn.LocalResponseNorm(2)(x).shape == x.shape
+    y.sum().backward()
+    assert x.grad.shape == x.shape
+
+
 @pytest.mark.parametrize("algo", ["accurate", "log"])
 def test_softmax_one_dim(algo):
     torch.manual_seed(0)

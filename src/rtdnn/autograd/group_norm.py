@@ -8,6 +8,7 @@ from torch import Tensor
 
 from .. import ops
 from ..core import bad_param, check_tensor, empty_like_layout
+from ..ops._norm import momentum as check_momentum
 from ._custom_op import check_differentiable, custom_op, public, records_grad, scaled
 from ._norm import _or_nothing, _param_grads_fake, _register_norm_autograd
 from .batch_norm import batch_norm_infer
@@ -79,12 +80,7 @@ def instance_norm(
     variance recovered from the float32 1/std). Without, the running statistics normalize
     every instance (an inference batch norm).
     """
-    if (
-        not isinstance(momentum, (int, float))
-        or isinstance(momentum, bool)
-        or not 0.0 <= momentum <= 1.0
-    ):
-        raise bad_param("momentum", momentum, "a factor in [0, 1]")
+    momentum = check_momentum(momentum)
     if not use_input_stats:
         if running_mean is None or running_var is None:
             raise bad_param("running_mean", None, "running statistics when use_input_stats=False")

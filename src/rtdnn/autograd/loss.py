@@ -44,15 +44,17 @@ def cross_entropy_backward(
     ignore_index: int,
     label_smoothing: float,
     reduction: str,
+    check_targets: bool = True,
 ) -> Tensor:
     return ops.cross_entropy_backward(
         grad, logits, target, lse, w_t, weight, ignore_index=ignore_index,
-        label_smoothing=label_smoothing, reduction=reduction,
+        label_smoothing=label_smoothing, reduction=reduction, check_targets=check_targets,
     )  # fmt: skip
 
 
 @cross_entropy_backward.register_fake
-def _(grad, logits, target, lse, w_t, weight, ignore_index, label_smoothing, reduction):
+def _(grad, logits, target, lse, w_t, weight, ignore_index, label_smoothing, reduction,
+      check_targets=True):  # fmt: skip
     return torch.empty_like(logits)
 
 
@@ -66,7 +68,8 @@ def _ce_setup_context(ctx, inputs, output):
 
 def _ce_backward(ctx, grad, _lse, _w_t):
     logits, target, lse, w_t, weight = ctx.saved_tensors
-    dx = cross_entropy_backward(grad, logits, target, lse, w_t, weight, *ctx.args)
+    # The forward checked these targets: no second host check (and synchronization).
+    dx = cross_entropy_backward(grad, logits, target, lse, w_t, weight, *ctx.args, False)
     return dx, None, None, None, None, None
 
 

@@ -160,6 +160,15 @@ def check_no_overlap(
         )
 
 
+def check_out_disjoint(out: torch.Tensor | None, **inputs: torch.Tensor | None) -> None:
+    """`out`, when given, shares no memory at all with the named inputs (None skipped): for
+    ops that are not elementwise, where even exactly an input (in place) is wrong because
+    programs read elements others have already written. Checked on every call: cached call
+    plans know shapes and strides, not addresses."""
+    if out is not None:
+        check_no_overlap(out, inputs.items())
+
+
 def _address_range(t: torch.Tensor) -> tuple[int, int]:
     """[first, last + 1) byte addresses a view touches (torch strides are never negative)."""
     if t.numel() == 0:

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .. import autograd
 from ..core import bad_param
-from ..ops.conv import same_padding
+from ..ops.conv import pad_same
 from ._inputs import batched, unbatch
 
 
@@ -50,10 +50,7 @@ class _RtdnnConv:
         elif padding == "valid":
             padding = (0,) * len(self.kernel_size)
         elif padding == "same":
-            # An odd total padding puts the extra pixel on the right, as torch does.
-            padding, extra = same_padding(self.kernel_size, self.dilation)
-            if any(extra):
-                input = F.pad(input, [p for e in reversed(extra) for p in (0, e)])
+            input, padding = pad_same(input, self.kernel_size, self.dilation)
         return autograd.conv_forward(
             input, weight, bias, list(self.stride), list(padding), list(self.dilation),
             self.groups, "cross_correlation",

@@ -40,12 +40,8 @@ class CrossEntropyLoss(torch.nn.CrossEntropyLoss):
                 "target of class probabilities is not supported: pass class indices (int64)"
             )
         check_dtype(self, input)
-        added = input.dim() == 1  # unbatched: (C,) logits, a 0-d target
-        if added:
-            if target.dim() != 0:
-                raise bad_param("target.shape", tuple(target.shape), "() for 1-D (C,) input")
-            input, target = input.unsqueeze(0), target.unsqueeze(0)
+        # Unbatched (C,) logits with a 0-d target are taken by the op itself.
         loss, _, _ = autograd.cross_entropy(
             input, target, self.weight, self.ignore_index, self.label_smoothing, self.reduction
         )
-        return unbatch(loss, added and self.reduction == "none")
+        return loss

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -19,7 +21,8 @@ class LocalResponseNorm(torch.nn.LocalResponseNorm):
             raise bad_param("input.dim()", input.dim(), "3 or more, (N, C, *S)")
         shape = input.shape
         if input.dim() > 5:  # the normalization is across channels: merge the spatial dims
-            input = input.reshape(shape[0], shape[1], -1)
+            # (their product, not -1: -1 is ambiguous for a batch of 0, which torch accepts)
+            input = input.reshape(shape[0], shape[1], math.prod(shape[2:]))
         y = autograd.lrn_forward(
             input, int(self.size), float(self.alpha), float(self.beta), float(self.k)
         )

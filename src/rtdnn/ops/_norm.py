@@ -9,7 +9,6 @@ scalar arguments and go straight to the kernels. The prepared calls hold no tens
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -17,38 +16,29 @@ import torch
 from ..algos import norm as engine
 from ..core import (
     bad_param,
-    check_no_overlap,
     check_out,
     check_runnable,
     check_tensor,
     empty_like_layout,
 )
 from ..kernels.norm_addressing import ACTIVATIONS
-
-
-def real(name: str, v: object, *, minimum: float | None = None) -> float:
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-        raise bad_param(name, v, "a finite real number")
-    if minimum is not None and v < minimum:
-        raise bad_param(name, v, f"a real number >= {minimum}")
-    return float(v)
+from ._common import check_real
 
 
 def eps(v: object) -> float:
     """The variance epsilon: finite and > 0 (eps = 0 divides by zero on a constant group)."""
-    v = real("eps", v)
+    v = check_real("eps", v)
     if not v > 0:
         raise bad_param("eps", v, "a finite real number > 0")
     return v
 
 
-def no_overlap(out: torch.Tensor | None, **reads: torch.Tensor | None) -> None:
-    """`out` shares no memory with the tensors the op reads. Checked on every call (the
-    prepared call only knows shapes and strides, not addresses). Normalizations read x twice
-    or more (statistics, then the normalize pass, possibly split among programs), so even
-    exactly x is refused; batch_norm_forward_inference, elementwise, says otherwise itself."""
-    if out is not None:
-        check_no_overlap(out, reads.items())
+def momentum(v: object) -> float:
+    """The running statistics' exponential average factor, in [0, 1]."""
+    v = check_real("momentum", v)
+    if not 0.0 <= v <= 1.0:
+        raise bad_param("momentum", v, "a factor in [0, 1]")
+    return v
 
 
 def activation(v: object) -> str:

@@ -22,7 +22,8 @@ no values); the backward's weight and bias gradients are zeros.
 `out` and the inputs: batch_norm_forward_inference is one elementwise pass, so its out may
 be exactly x or z (in place). The training forward and the backward read x in two passes,
 so there any overlap of out with an input (x, dy, z, weight, bias, statistics) is refused
-(BadParamError). eps must be > 0, momentum in [0, 1].
+(BadParamError), as is any overlap of the running statistics (updated in place) with each
+other, out or an input. eps must be > 0, momentum in [0, 1].
 """
 
 from __future__ import annotations
@@ -32,7 +33,13 @@ import math
 import torch
 
 from ..algos import norm as engine
-from ..core import bad_param, check_no_overlap, check_scaling, check_tensor
+from ..core import (
+    bad_param,
+    check_no_overlap,
+    check_out_disjoint,
+    check_scaling,
+    check_tensor,
+)
 from . import _norm as V
 
 MODES = ("spatial", "per_activation")
@@ -78,12 +85,10 @@ def batch_norm_forward_training(
     tensors = (x, weight, bias, running_mean, running_var, z, out)
     k = V.key("bn_train", tensors, mode, activation, V.nonzero(beta))
     call = V.lookup(k) or V.store(k, _train_call(*tensors, mode, activation, beta))
-    momentum = V.real("momentum", momentum)
-    if not 0.0 <= momentum <= 1.0:
-        raise bad_param("momentum", momentum, "a factor in [0, 1]")
+    momentum = V.momentum(momentum)
     eps = V.eps(eps)
     check_scaling(alpha, beta, out)
-    V.no_overlap(
+    check_out_disjoint(
         out,
         x=x,
         weight=weight,
@@ -92,6 +97,12 @@ def batch_norm_forward_training(
         running_var=running_var,
         z=z,
     )
+    if running_mean is not None:  # then running_var too (checked by _train_call)
+        # Written in place while x, weight, bias and z are read (out against them: above).
+        others = [("x", x), ("weight", weight), ("bias", bias), ("z", z)]
+        check_no_overlap(running_mean, others, out_name="running_mean")
+        others.append(("running_mean", running_mean))
+        check_no_overlap(running_var, others, out_name="running_var")
     return call(*tensors, momentum, eps, float(alpha), float(beta))
 
 
@@ -169,7 +180,7 @@ def batch_norm_forward_inference(
     if out is not None:
         # One elementwise pass: out may be exactly x or z (in place), nothing else they read.
         check_no_overlap(out, [("x", x), ("z", z)], same_index_ok=True)
-        V.no_overlap(
+        check_out_disjoint(
             out, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var
         )
     return call(*tensors, eps, float(alpha), float(beta))
@@ -244,7 +255,7 @@ def batch_norm_backward(
     k = V.key("bn_bwd", tensors, activation, mode, training, V.nonzero(beta))
     call = V.lookup(k) or V.store(k, _backward_call(*tensors, activation, mode, training, beta))
     check_scaling(alpha, beta, out)
-    V.no_overlap(
+    check_out_disjoint(
         out,
         dy=dy,
         x=x,

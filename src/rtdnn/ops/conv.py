@@ -1,7 +1,8 @@
 """Convolution: the public functional API.
 
 Shapes follow torch: x (N, C, *spatial), w (K, C/groups, *kernel), y (N, K, *out_spatial),
-with 1 to 3 spatial dims and any strides; a batch of N = 0 gives an empty result (and zero
+with 1 to 3 spatial dims and any strides (conv_forward also takes an unbatched x (C, *spatial),
+as torch does); a batch of N = 0 gives an empty result (and zero
 filter and bias gradients) without a kernel launch. Each call validates everything before a
 kernel is launched, builds a ConvProblem, picks an algorithm and runs it:
 
@@ -32,8 +33,8 @@ from ..core import (
     TensorDesc,
     as_tuple,
     bad_param,
-    check_no_overlap,
     check_out,
+    check_out_disjoint,
     check_runnable,
     check_scaling,
     check_tensor,
@@ -149,11 +150,35 @@ def same_padding(kernel: Sequence[int], dilation: Sequence[int]) -> tuple[tuple,
     return tuple(t // 2 for t in totals), tuple(t % 2 for t in totals)
 
 
+def pad_same(x: torch.Tensor, kernel: Sequence[int], dilation: Sequence[int]):
+    """(x, numeric padding) for padding="same" at stride 1: x padded by one more on the right
+    where a dim's total padding is odd, as torch does."""
+    both, extra = same_padding(kernel, dilation)
+    if any(extra):
+        x = F.pad(x, [p for e in reversed(extra) for p in (0, e)])
+    return x, both
+
+
+def _check_operands(
+    name: str, t: object, w: object, *, unbatched: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(t, w): the data operand `name` (x or dy; may be empty) and the filter w, of equal rank
+    (3 to 5), t's dtype and device. w's rank sets t's, so a rank mismatch names t (`unbatched`:
+    the message mentions t's unbatched rank, w.dim() - 1, too)."""
+    t = check_tensor(name, t, empty=True)
+    w = check_tensor("w", w, ndim=(3, 4, 5), dtype=t.dtype, device=t.device)
+    if t.dim() != w.dim():
+        expected = f"{w.dim()}, as w.dim()"
+        if unbatched:
+            expected += f", or {w.dim() - 1} (unbatched)"
+        raise bad_param(f"{name}.dim()", t.dim(), expected)
+    return t, w
+
+
 def named_padding(x, w, padding: str, stride, dilation) -> tuple[torch.Tensor, tuple]:
     """(x, numeric padding) for padding="valid" or "same" (x padded on the right where "same"
     needs an odd total, as torch does)."""
-    x = check_tensor("x", x, ndim=(3, 4, 5), empty=True)
-    w = check_tensor("w", w, ndim=x.dim(), dtype=x.dtype, device=x.device)
+    x, w = _check_operands("x", x, w, unbatched=True)
     n = x.dim() - 2
     if padding == "valid":
         return x, (0,) * n
@@ -161,16 +186,7 @@ def named_padding(x, w, padding: str, stride, dilation) -> tuple[torch.Tensor, t
         raise bad_param("padding", padding, 'an int, a sequence of ints, "same" or "valid"')
     if any(s != 1 for s in as_tuple("stride", stride, n)):
         raise bad_param("stride", stride, 'all 1 with padding="same" (as torch requires)')
-    both, extra = same_padding(w.shape[2:], as_tuple("dilation", dilation, n))
-    if any(extra):
-        x = F.pad(x, [p for e in reversed(extra) for p in (0, e)])
-    return x, both
-
-
-def _no_overlap(out: torch.Tensor | None, **inputs: torch.Tensor | None) -> None:
-    # No convolution direction is elementwise: every output element reads many inputs.
-    if out is not None:
-        check_no_overlap(out, inputs.items())
+    return pad_same(x, w.shape[2:], as_tuple("dilation", dilation, n))
 
 
 def conv_forward(
@@ -192,13 +208,26 @@ def conv_forward(
 ) -> torch.Tensor:
     """y = alpha * conv(x, w) + bias + beta * out.
 
-    x: (N, C, *S); w: (K, C/groups, *R); bias: (K,) or None. Returns y (N, K, *O), in x's
-    memory format (channels-last in, channels-last out) unless `out` is given, which is then
-    written in place and returned. `padding` is per spatial dim, or "valid" (none) or "same"
-    (O = S, stride 1 only; an odd total pads one more on the right, as torch.nn.Conv does).
-    `algo` is "auto" (the fastest whose workspace fits `workspace_limit` bytes) or an
-    algorithm name such as "IMPLICIT_GEMM" or "GEMM".
+    x: (N, C, *S), or unbatched (C, *S) as torch.nn.functional.conv*d takes; w: (K, C/groups,
+    *R); bias: (K,) or None. Returns y (N, K, *O) (unbatched: (K, *O)), in x's memory format
+    (channels-last in, channels-last out) unless `out` is given, which is then written in
+    place and returned (batched or not as x). `padding` is per spatial dim, or "valid" (none)
+    or "same" (O = S, stride 1 only; an odd total pads one more on the right, as
+    torch.nn.Conv does). `algo` is "auto" (the fastest whose workspace fits
+    `workspace_limit` bytes) or an algorithm name such as "IMPLICIT_GEMM" or "GEMM".
     """
+    if isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and x.dim() == w.dim() - 1:
+        # Unbatched: a batch of one, then the batch dim dropped (out, if given, is unbatched
+        # too and is written through a view).
+        if isinstance(out, torch.Tensor) and out.dim() != x.dim():
+            raise bad_param("out.dim()", out.dim(), f"{x.dim()}, unbatched as x is")
+        y = conv_forward(
+            x.unsqueeze(0), w, bias, stride=stride, padding=padding, dilation=dilation,
+            groups=groups, mode=mode, alpha=alpha, beta=beta,
+            out=out.unsqueeze(0) if isinstance(out, torch.Tensor) else out, algo=algo,
+            workspace_limit=workspace_limit, math=math,
+        )  # fmt: skip
+        return out if out is not None else y.squeeze(0)
     if isinstance(padding, str):
         x, padding = named_padding(x, w, padding, stride, dilation)
     key, call = _lookup(
@@ -206,8 +235,7 @@ def conv_forward(
         workspace_limit, resolve_math_mode(math),
     )  # fmt: skip
     if call is None:
-        x = check_tensor("x", x, ndim=(3, 4, 5), empty=True)
-        w = check_tensor("w", w, ndim=x.dim(), dtype=x.dtype, device=x.device)
+        x, w = _check_operands("x", x, w, unbatched=True)
         conv = _conv_desc(x.dim(), stride, padding, dilation, groups, mode, math)
         y_shape = conv_output_shape(x.shape, w.shape, conv)
         if bias is not None:
@@ -216,7 +244,7 @@ def conv_forward(
                 raise bad_param("bias.shape", tuple(bias.shape), f"({w.shape[0]},), one per filter")
         check_scaling(alpha, beta, out)
         y = _output(out, y_shape, x)
-        _no_overlap(out, x=x, w=w, bias=bias)
+        check_out_disjoint(out, x=x, w=w, bias=bias)
         if y.numel() == 0:  # a batch of 0
             return y
         bias = bias.contiguous() if bias is not None else None
@@ -227,7 +255,7 @@ def conv_forward(
     else:
         check_scaling(alpha, beta, out)
         y = call.output(out, x)
-        _no_overlap(out, x=x, w=w, bias=bias)
+        check_out_disjoint(out, x=x, w=w, bias=bias)
         tensors = ConvTensors(x, w, y, bias.contiguous() if bias is not None else None)
     call(tensors, alpha, beta)
     return y
@@ -302,11 +330,13 @@ def _backward(
     )  # fmt: skip
     data = direction is Direction.BACKWARD_DATA
     if call is None:  # a new signature: validate everything, then prepare below
-        first = check_tensor(names[0], first, ndim=(3, 4, 5), empty=True)
-        second = check_tensor(
-            names[1], second, ndim=first.dim(), dtype=first.dtype, device=first.device,
-            empty=not data,
-        )  # fmt: skip
+        if data:  # dy's rank follows the filter's
+            first, second = _check_operands("dy", first, second)
+        else:
+            first = check_tensor("x", first, ndim=(3, 4, 5), empty=True)
+            second = check_tensor(
+                "dy", second, ndim=first.dim(), dtype=first.dtype, device=first.device, empty=True
+            )
         shape = _shape_arg(names[2], shape, first.dim())
         conv = _conv_desc(first.dim(), stride, padding, dilation, groups, mode, math)
         if data:
@@ -318,12 +348,12 @@ def _backward(
         dy = first if data else second
         if dy.numel() == 0 or first.numel() == 0:  # a batch of 0: dx is empty, dw is zeros
             if tuple(dy.shape) != y_shape:
-                raise bad_param(f"{'dy' if data else names[1]}.shape", tuple(dy.shape), y_shape)
+                raise bad_param("dy.shape", tuple(dy.shape), y_shape)
             return finish_empty(result, beta)
     else:
         check_scaling(alpha, beta, out)
         result = call.output(out, first)
-    _no_overlap(out, **{names[0]: first, names[1]: second})
+    check_out_disjoint(out, **{names[0]: first, names[1]: second})
     # ConvTensors is (x, w, y): dx is the result of backward-data, dw of backward-filter.
     tensors = ConvTensors(result, second, first) if data else ConvTensors(first, result, second)
     if call is None:
@@ -348,7 +378,7 @@ def conv_backward_bias(
     check_scaling(alpha, beta, out)
     k = dy.shape[1]
     db = _output(out, (k,), dy)
-    _no_overlap(out, dy=dy)
+    check_out_disjoint(out, dy=dy)
     if dy.numel() == 0:  # a sum over no elements
         return finish_empty(db, beta)
     check_runnable(dy.device)
@@ -373,8 +403,9 @@ def _problem_for_selection(
 ) -> tuple[ConvProblem, ConvTensors]:  # fmt: skip
     """The problem described by x and w in `direction`, and scratch tensors to run it on."""
     d = Direction.parse(direction)
-    x = check_tensor("x", x, ndim=(3, 4, 5))
-    w = check_tensor("w", w, ndim=x.dim(), dtype=x.dtype, device=x.device)
+    x, w = _check_operands("x", x, w)
+    if x.numel() == 0:
+        raise bad_param("x.shape", tuple(x.shape), "no zero-sized dimension")
     check_runnable(x.device)
     conv = _conv_desc(x.dim(), stride, padding, dilation, groups, mode, math)
     y = empty_like_layout(conv_output_shape(x.shape, w.shape, conv), x)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from ..algos import norm as engine
-from ..core import bad_param, check_scaling, check_tensor
+from ..core import bad_param, check_out_disjoint, check_scaling, check_tensor
 from . import _norm as V
 from ._common import check_batch
 
@@ -41,7 +41,7 @@ def _forward(x, num_groups, weight, bias, eps, alpha, beta, out, instance):
     call = V.lookup(k) or V.store(k, _forward_call(*tensors, num_groups, beta, instance))
     eps = V.eps(eps)
     check_scaling(alpha, beta, out)
-    V.no_overlap(out, x=x, weight=weight, bias=bias)
+    check_out_disjoint(out, x=x, weight=weight, bias=bias)
     return call(*tensors, eps, float(alpha), float(beta))
 
 
@@ -97,7 +97,7 @@ def _backward(dy, x, num_groups, mean, rstd, weight, param_grads, alpha, beta, o
         k, _backward_call(*tensors, num_groups, param_grads, beta, instance)
     )
     check_scaling(alpha, beta, out)
-    V.no_overlap(out, dy=dy, x=x, mean=mean, rstd=rstd, weight=weight)
+    check_out_disjoint(out, dy=dy, x=x, mean=mean, rstd=rstd, weight=weight)
     return call(*tensors, float(alpha), float(beta))
 
 

@@ -21,7 +21,13 @@ from collections.abc import Sequence
 import torch
 
 from ..algos import norm as engine
-from ..core import NotSupportedError, bad_param, check_scaling, check_tensor
+from ..core import (
+    NotSupportedError,
+    bad_param,
+    check_out_disjoint,
+    check_scaling,
+    check_tensor,
+)
 from . import _norm as V
 
 
@@ -58,7 +64,7 @@ def _forward(x, normalized_shape, weight, bias, eps, alpha, beta, out, rms: bool
     call = V.lookup(k) or V.store(k, _forward_call(*tensors, normalized_shape, beta, rms))
     eps = V.eps(eps)
     check_scaling(alpha, beta, out)
-    V.no_overlap(out, x=x, weight=weight, bias=bias)
+    check_out_disjoint(out, x=x, weight=weight, bias=bias)
     return call(*tensors, eps, float(alpha), float(beta))
 
 
@@ -108,7 +114,7 @@ def _backward(dy, x, normalized_shape, mean, rstd, weight, param_grads, alpha, b
         k, _backward_call(*tensors, normalized_shape, param_grads, beta, rms)
     )
     check_scaling(alpha, beta, out)
-    V.no_overlap(out, dy=dy, x=x, mean=mean, rstd=rstd, weight=weight)
+    check_out_disjoint(out, dy=dy, x=x, mean=mean, rstd=rstd, weight=weight)
     return call(*tensors, float(alpha), float(beta))
 
 

@@ -24,8 +24,8 @@ import triton
 from ..algos.tiles import tile_candidates, tune
 from ..core import (
     bad_param,
-    check_no_overlap,
     check_out,
+    check_out_disjoint,
     check_runnable,
     check_scaling,
     check_tensor,
@@ -115,7 +115,7 @@ def _out(out, shape, like, **reads: torch.Tensor | None) -> torch.Tensor:
     if out is None:
         return torch.empty(shape, dtype=like.dtype, device=like.device)
     check_out(out, shape, like)
-    check_no_overlap(out, reads.items())
+    check_out_disjoint(out, **reads)
     return out
 
 

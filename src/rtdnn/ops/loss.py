@@ -1,15 +1,19 @@
 """Cross-entropy loss with the log-softmax fused in (forward and backward).
 
-Semantics are torch.nn.functional.cross_entropy's with class-index targets: logits (N, C) or
-(N, C, *spatial) with any strides, target (N,) or (N, *spatial) int64, optional class weights
+Semantics are torch.nn.functional.cross_entropy's with class-index targets: logits (N, C),
+(N, C, *spatial) or unbatched (C,), with any strides; target (N,), (N, *spatial) or 0-d
+(for (C,) logits) int64; optional class weights
 (C,), ignore_index, label_smoothing, reduction "mean" (divided by the summed weights of the
 targets that are not ignored), "sum" or "none". With no rows (N = 0 or an empty spatial dim)
 the loss is torch's: NaN for "mean" (0 / 0), 0 for "sum", empty for "none".
 
 A target outside [0, C) that is not ignore_index raises BadParamError, as torch raises. The check
 runs on the host before any launch: one pass over the targets and, on a GPU, one
-device-to-host synchronization per call (forward and backward each), which a training step
-of a few kernels does not notice. The kernels themselves never read out of bounds.
+device-to-host synchronization per forward call. The backward called by autograd skips it
+(check_targets=False: its forward checked the same targets), so a training step synchronizes
+once. Under CUDA graph capture, where a synchronization is illegal, the check is skipped: the
+kernels never read out of bounds anyway and give an out-of-range row a NaN loss and gradient,
+so the result cannot be a plausible number.
 """
 
 from __future__ import annotations
@@ -24,27 +28,33 @@ _BLOCK = 1024
 
 
 def _rows(logits: torch.Tensor) -> torch.Tensor:
-    """(N, C, *S) -> (rows, C) with the class dim last; a view when the layout allows."""
+    """(N, C, *S) or (C,) -> (rows, C) with the class dim last; a view when the layout allows."""
     if logits.dim() == 2:
         return logits
+    if logits.dim() == 1:  # unbatched: one row
+        return logits.unsqueeze(0)
     return logits.movedim(1, -1).reshape(-1, logits.shape[1])
 
 
-def _check(logits, target, weight, reduction, label_smoothing, ignore_index):
-    logits = check_tensor("logits", logits, ndim=tuple(range(2, 6)), empty=True)
-    if logits.shape[1] == 0:
-        raise bad_param("logits.shape", tuple(logits.shape), "at least one class (dim 1)")
+def _check(logits, target, weight, reduction, label_smoothing, ignore_index, check_targets=True):
+    logits = check_tensor("logits", logits, ndim=tuple(range(1, 6)), empty=True)
+    class_dim = 0 if logits.dim() == 1 else 1
+    classes = logits.shape[class_dim]
+    if classes == 0:
+        raise bad_param(
+            "logits.shape", tuple(logits.shape), f"at least one class (dim {class_dim})"
+        )
     if not isinstance(target, torch.Tensor) or target.dtype != torch.int64:
         raise bad_param("target.dtype", getattr(target, "dtype", type(target).__name__), "int64")
     if target.device != logits.device:
         raise bad_param("target.device", target.device, f"{logits.device}")
-    expected = (logits.shape[0], *logits.shape[2:])
+    expected = () if logits.dim() == 1 else (logits.shape[0], *logits.shape[2:])
     if tuple(target.shape) != expected:
         raise bad_param("target.shape", tuple(target.shape), f"{expected}")
     if weight is not None:
         weight = check_tensor("weight", weight, ndim=1, device=logits.device)
-        if weight.shape[0] != logits.shape[1]:
-            raise bad_param("weight.shape", tuple(weight.shape), f"({logits.shape[1]},)")
+        if weight.shape[0] != classes:
+            raise bad_param("weight.shape", tuple(weight.shape), f"({classes},)")
         weight = weight.float().contiguous()
     if reduction not in REDUCTIONS:
         raise bad_param("reduction", reduction, f"one of {REDUCTIONS}")
@@ -57,13 +67,18 @@ def _check(logits, target, weight, reduction, label_smoothing, ignore_index):
     ):
         raise bad_param("label_smoothing", label_smoothing, "a number in [0, 1]")
     check_runnable(logits.device)
-    _check_classes(target, logits.shape[1], ignore_index)
+    if check_targets:
+        _check_classes(target, classes, ignore_index)
     return logits, weight
 
 
 def _check_classes(target: torch.Tensor, classes: int, ignore_index: int) -> None:
     """Every target is a class index in [0, classes) or ignore_index. On a GPU this waits for
-    the targets (one synchronization): an error must reach the caller before the loss does."""
+    the targets (one synchronization): an error must reach the caller before the loss does.
+    Skipped while a CUDA graph is being captured, where waiting is illegal (the kernels give
+    such rows NaN, see the module doc)."""
+    if target.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
     bad = ((target < 0) | (target >= classes)) & (target != ignore_index)
     if bad.any():
         value = int(target[bad][0])
@@ -121,9 +136,17 @@ def cross_entropy_backward(
     ignore_index: int = -100,
     label_smoothing: float = 0.0,
     reduction: str = "mean",
+    check_targets: bool = True,
 ) -> torch.Tensor:
-    """d loss / d logits, in logits' shape, dtype and (when it is a view) layout."""
-    logits, weight = _check(logits, target, weight, reduction, label_smoothing, ignore_index)
+    """d loss / d logits, in logits' shape, dtype and (when it is a view) layout.
+
+    grad: the loss's gradient (its shape: 0-d, or target's shape for "none"); lse and w_t as
+    cross_entropy_forward returned them. check_targets=False skips the host check of the
+    targets (and its synchronization on a GPU) when the forward checked the same targets.
+    """
+    logits, weight = _check(
+        logits, target, weight, reduction, label_smoothing, ignore_index, check_targets
+    )
     x = _rows(logits)
     t = target.reshape(-1).contiguous()
     rows, classes = x.shape
@@ -144,6 +167,8 @@ def cross_entropy_backward(
     )  # fmt: skip
     if logits.dim() == 2:
         return dx
+    if logits.dim() == 1:
+        return dx[0]
     n, c, *spatial = logits.shape
     return dx.view(n, *spatial, c).movedim(-1, 1)
 
