@@ -60,6 +60,6 @@ def dropout_forward_api(
     if not records_grad(x):
         return ops.dropout_forward(x, p, seed, alpha=alpha, beta=beta, out=out)
     check_differentiable("dropout_forward", alpha, beta, out)
-    ops.dropout._check(p, seed)  # the plain checks, before the seed becomes a tensor
+    ops.dropout.check_dropout_args(p, seed)  # the plain checks, before the seed becomes a tensor
     seed_t = torch.tensor(seed, dtype=torch.int64)
     return scaled(dropout_forward(x, float(p), seed_t), alpha)

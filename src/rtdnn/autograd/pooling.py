@@ -144,5 +144,5 @@ def adaptive_avg_pool_api(
     if not records_grad(x):
         return ops.adaptive_avg_pool(x, output_size, alpha=alpha, beta=beta, out=out)
     check_differentiable("adaptive_avg_pool", alpha, beta, out)
-    size = ops.pooling._adaptive_size(x, output_size)  # None entries keep that dim
+    size = ops.pooling.adaptive_size(x, output_size)  # None entries keep that dim
     return scaled(adaptive_avg_pool(x, list(size)), alpha)

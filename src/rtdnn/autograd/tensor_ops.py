@@ -109,7 +109,7 @@ def _reduce_backward(ctx, g):
     elif op == "avg":
         dx = g.expand(x.shape) / count
     elif op == "mul":
-        dx = g * y / x
+        dx = _prod_backward(g, x, y, ctx.red)
     elif op in ("min", "max"):
         hit = (x == y).to(g.dtype)
         dx = g * hit / reduce_tensor(hit, "add", ctx.red)
@@ -118,9 +118,23 @@ def _reduce_backward(ctx, g):
         dx = g * hit * torch.sign(x) / reduce_tensor(hit, "add", ctx.red)
     elif op == "norm1":
         dx = g * torch.sign(x)
-    else:  # norm2
-        dx = g * x / y
+    else:  # norm2; an all-zero slice has gradient 0 there (as torch's norm), not 0 / 0
+        dx = torch.where(y == 0, torch.zeros((), dtype=g.dtype, device=g.device), g * x / y)
     return dx.contiguous(memory_format=_fmt(x)), None, None
+
+
+def _prod_backward(g: Tensor, x: Tensor, y: Tensor, red: list[int]) -> Tensor:
+    """d prod / dx as torch's prod: g * y / x in a slice with no zero; in a slice with one zero
+    that element takes g * (product of the others) and the others 0; with more zeros, all 0."""
+    zero = x == 0
+    one = torch.ones((), dtype=x.dtype, device=x.device)
+    nonzero = torch.where(zero, one, x)  # x with its zeros as ones, so nothing divides by 0
+    zeros = reduce_tensor(zero.to(g.dtype), "add", red)
+    others = reduce_tensor(nonzero, "mul", red)  # the product of the nonzero elements
+    none = torch.zeros((), dtype=g.dtype, device=g.device)
+    return torch.where(
+        zeros == 0, g * y / nonzero, torch.where(zero & (zeros == 1), g * others, none)
+    )
 
 
 def _fmt(x: Tensor):
@@ -196,16 +210,33 @@ def reduce_tensor_api(
             x, op, dims, keepdim=keepdim, indices=indices, alpha=alpha, beta=beta, out=out
         )
     check_differentiable("reduce_tensor", alpha, beta, out)
-    reduced = ops.tensor_ops._reduce_dims(dims, x.dim())  # the plain checks; sorted dims
-    y = scaled(reduce_tensor(x, op, list(reduced)), alpha)
+    reduced = ops.tensor_ops.reduce_dims(dims, x.dim())  # the plain checks; sorted dims
     idx = None
-    if indices is not False:
-        # The chosen positions take no gradient: the plain op finds them (a second pass).
+    if indices is False:
+        y = scaled(reduce_tensor(x, op, list(reduced)), alpha)
+    else:
+        # As torch.max(x, dim): the gradient goes to the chosen element only (ties too), so the
+        # values are the elements the plain op's indices pick.
         _, idx = ops.reduce_tensor(x.detach(), op, reduced, indices=indices)
+        y = scaled(_picked(x, idx, reduced, op), alpha)
     if not keepdim:
         y = y.squeeze(reduced)
         idx = idx.squeeze(reduced) if idx is not None else None
     return y if idx is None else (y, idx)
+
+
+def _picked(x: Tensor, idx: Tensor, reduced: tuple[int, ...], op: str) -> Tensor:
+    """x's elements at idx (the flat positions within the reduced dims, keepdim shape), |x| for
+    amax, differentiable, in the plain op's layout."""
+    kept = [d for d in range(x.dim()) if d not in reduced]
+    perm = [*kept, *reduced]
+    lead = [x.shape[d] for d in kept]
+    v = x.permute(perm).reshape(*lead, -1).gather(-1, idx.permute(perm).reshape(*lead, 1))
+    v = v.reshape([idx.shape[d] for d in perm]).permute(
+        sorted(range(x.dim()), key=perm.__getitem__)
+    )
+    v = v.abs() if op == "amax" else v
+    return empty_like_layout(v.shape, x).copy_(v)
 
 
 @public(ops.transform_tensor)
