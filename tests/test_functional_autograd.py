@@ -354,6 +354,76 @@ def test_reduce_tensor_amax_with_indices_over_several_dims():
     assert torch.equal(x.grad, hit.reshape(2, 4, 3, 3).permute(0, 2, 1, 3))
 
 
+# The wrappers whose custom op takes alpha: the plain call scales in float32 inside the kernel,
+# so scaling the rounded output instead would differ in float16 (and overflow early).
+ALPHA_CALLS = {
+    "activation_tanh": (lambda x, a: rtdnn.activation_forward(x, "tanh", alpha=a), torch.tanh),
+    "activation_elu": (
+        lambda x, a: rtdnn.activation_forward(x, "elu", coef=0.7, alpha=a),
+        lambda x: F.elu(x, 0.7),
+    ),
+    "softmax": (lambda x, a: rtdnn.softmax_forward(x, alpha=a), lambda x: x.softmax(1)),
+    "log_softmax": (
+        lambda x, a: rtdnn.softmax_forward(x, mode="channel", algo="log", alpha=a),
+        lambda x: x.log_softmax(1),
+    ),
+    "pooling": (
+        lambda x, a: rtdnn.pooling_forward(x, "avg_include_pad", 3, padding=1, alpha=a),
+        lambda x: F.avg_pool2d(x, 3, stride=3, padding=1),
+    ),
+    "adaptive_avg_pool": (
+        lambda x, a: rtdnn.adaptive_avg_pool(x, 2, alpha=a),
+        lambda x: F.adaptive_avg_pool2d(x, 2),
+    ),
+    "lrn": (
+        lambda x, a: rtdnn.lrn_forward(x, 3, lrn_alpha=0.5, alpha=a),
+        lambda x: F.local_response_norm(x, 3, alpha=0.5, beta=0.75, k=1.0),
+    ),
+    "reduce_mul": (
+        lambda x, a: rtdnn.reduce_tensor(x, "mul", (2, 3), alpha=a),
+        lambda x: x.prod(3, keepdim=True).prod(2, keepdim=True),
+    ),
+    "reduce_norm2": (
+        lambda x, a: rtdnn.reduce_tensor(x, "norm2", 1, alpha=a),
+        lambda x: x.norm(dim=1, keepdim=True),
+    ),
+    "reduce_avg": (
+        lambda x, a: rtdnn.reduce_tensor(x, "avg", (0, 2), alpha=a),
+        lambda x: x.mean((0, 2), keepdim=True),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", ALPHA_CALLS)
+def test_alpha_gradients(name):
+    ours, theirs = ALPHA_CALLS[name]
+    check_against_torch(lambda x: ours(x, 0.3), lambda x: 0.3 * theirs(x), randn(2, 3, 4, 4))
+
+
+@pytest.mark.parametrize("name", [*ALPHA_CALLS, "dropout"])
+def test_alpha_float16_is_the_plain_calls(name):
+    ours = ALPHA_CALLS[name][0] if name != "dropout" else (
+        lambda x, a: rtdnn.dropout_forward(x, 0.3, 7, alpha=a)
+    )  # fmt: skip
+    x = randn(2, 3, 4, 4, scale=3.0).half()
+    for alpha in (0.3, 3e4):
+        with torch.no_grad():
+            plain = ours(x, alpha)
+        y = ours(x.clone().requires_grad_(), alpha)
+        assert torch.equal(y.detach().isnan(), plain.isnan())
+        assert torch.equal(y.detach().nan_to_num(), plain.nan_to_num())
+
+
+def test_dropout_alpha_gradient_is_alpha_times_its_mask():
+    x = randn(3, 8).requires_grad_()
+    y = rtdnn.dropout_forward(x, 0.5, 11, alpha=0.3)
+    y.sum().backward()
+    with torch.no_grad():
+        mask = rtdnn.dropout_forward(torch.ones(3, 8), 0.5, 11)
+    assert torch.equal(y.detach(), rtdnn.dropout_forward(x.detach(), 0.5, 11, alpha=0.3))
+    assert_close(x.grad, (0.3 * mask).double())
+
+
 def test_transform_tensor_layout_and_dtype():
     x = randn(2, 3, 4, 4).requires_grad_()
     y = rtdnn.transform_tensor(x, memory_format=torch.channels_last, dtype=torch.float16)
@@ -585,6 +655,11 @@ def test_custom_ops_with_the_tuning_arguments_pass_opcheck():
     x, w = randn(3, 16), randn(4, 16, seed=2)
     for args in (("relu",), (None, MATH), ("relu", MATH, 0.3)):
         torch.library.opcheck(autograd.linear.op, (*_leaves([x, w]), None, *args))
+    # alpha != 1 where the backward recomputes the unscaled output from x.
+    (x,) = _leaves([randn(2, 3, 4)])
+    torch.library.opcheck(autograd.activation_forward.op, (x, "tanh", [], 0.3))
+    torch.library.opcheck(autograd.softmax_forward.op, (x, "accurate", "channel", 0.3))
+    torch.library.opcheck(autograd.reduce_tensor.op, (x, "mul", [1], 0.3))
 
 
 def test_torch_compile_traces_the_functional_api_with_grad():

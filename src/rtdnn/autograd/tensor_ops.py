@@ -77,21 +77,25 @@ op_tensor.register_autograd(_op_backward, setup_context=_op_setup)
 
 
 @custom_op("rtdnn::reduce_tensor")
-def reduce_tensor(x: Tensor, op: str, dims: list[int]) -> Tensor:
-    """Values only, keepdim (reduced dims of size 1)."""
-    return ops.reduce_tensor(x, op, dims)
+def reduce_tensor(x: Tensor, op: str, dims: list[int], alpha: float = 1.0) -> Tensor:
+    """Values only, keepdim (reduced dims of size 1); alpha scales them in float32 inside the
+    kernel, as the plain call does."""
+    return ops.reduce_tensor(x, op, dims, alpha=alpha)
 
 
 @reduce_tensor.register_fake
-def _(x, op, dims):
+def _(x, op, dims, alpha=1.0):
     nd = x.dim()
     red = {d % nd for d in dims} if dims else set(range(nd))
     return empty_like_layout(tuple(1 if d in red else s for d, s in enumerate(x.shape)), x)
 
 
 def _reduce_setup(ctx, inputs, output):
-    x, op, dims = inputs
-    ctx.save_for_backward(x, output)
+    x, op, dims, *alpha = inputs  # the eager road may leave alpha out
+    ctx.alpha = alpha[0] if alpha else 1.0
+    # The formulas read the unscaled y: with alpha != 1 the backward recomputes it from x (one
+    # more pass) rather than divide by alpha (inexact).
+    ctx.save_for_backward(x, output if ctx.alpha == 1 else None)
     ctx.op = op
     nd = x.dim()
     ctx.red = sorted({d % nd for d in dims} if dims else range(nd))
@@ -101,6 +105,9 @@ def _reduce_backward(ctx, g):
     # The gradient of a reduction is a broadcast of g times a local factor, in torch ops.
     x, y = ctx.saved_tensors
     op = ctx.op
+    if ctx.alpha != 1:
+        y = reduce_tensor(x, op, ctx.red) if op in ("mul", "min", "max", "amax", "norm2") else None
+        g = g * ctx.alpha
     count = 1
     for d in ctx.red:
         count *= x.shape[d]
@@ -120,7 +127,7 @@ def _reduce_backward(ctx, g):
         dx = g * torch.sign(x)
     else:  # norm2; an all-zero slice has gradient 0 there (as torch's norm), not 0 / 0
         dx = torch.where(y == 0, torch.zeros((), dtype=g.dtype, device=g.device), g * x / y)
-    return dx.contiguous(memory_format=_fmt(x)), None, None
+    return dx.contiguous(memory_format=_fmt(x)), None, None, None
 
 
 def _prod_backward(g: Tensor, x: Tensor, y: Tensor, red: list[int]) -> Tensor:
@@ -213,7 +220,7 @@ def reduce_tensor_api(
     reduced = ops.tensor_ops.reduce_dims(dims, x.dim())  # the plain checks; sorted dims
     idx = None
     if indices is False:
-        y = scaled(reduce_tensor(x, op, list(reduced)), alpha)
+        y = reduce_tensor(x, op, list(reduced), float(alpha))
     else:
         # As torch.max(x, dim): the gradient goes to the chosen element only (ties too), so the
         # values are the elements the plain op's indices pick.
