@@ -394,7 +394,26 @@ ALPHA_CALLS = {
 }
 
 
-@pytest.mark.parametrize("name", ALPHA_CALLS)
+ALPHA_CALLS |= {
+    "transform_tensor": (
+        lambda x, a: rtdnn.transform_tensor(x, memory_format=torch.channels_last, alpha=a),
+        lambda x: x,
+    ),
+    "layer_norm": (lambda x, a: rtdnn.layer_norm_forward(x, 4, alpha=a)[0], None),
+    "rms_norm": (lambda x, a: rtdnn.rms_norm_forward(x, (4, 4), alpha=a)[0], None),
+    "group_norm": (lambda x, a: rtdnn.group_norm_forward(x, 3, alpha=a)[0], None),
+    "instance_norm": (lambda x, a: rtdnn.instance_norm_forward(x, alpha=a)[0], None),
+    "batch_norm_training": (lambda x, a: rtdnn.batch_norm_forward_training(x, alpha=a)[0], None),
+    "batch_norm_inference": (
+        lambda x, a: rtdnn.batch_norm_forward_inference(
+            x, None, None, torch.zeros(3), torch.full((3,), 4.0), alpha=a
+        ),
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", [n for n, (_, theirs) in ALPHA_CALLS.items() if theirs])
 def test_alpha_gradients(name):
     ours, theirs = ALPHA_CALLS[name]
     check_against_torch(lambda x: ours(x, 0.3), lambda x: 0.3 * theirs(x), randn(2, 3, 4, 4))
@@ -412,6 +431,40 @@ def test_alpha_float16_is_the_plain_calls(name):
         y = ours(x.clone().requires_grad_(), alpha)
         assert torch.equal(y.detach().isnan(), plain.isnan())
         assert torch.equal(y.detach().nan_to_num(), plain.nan_to_num())
+
+
+def test_transform_tensor_to_float16_with_alpha_is_the_plain_calls():
+    x = randn(2, 3, 4, 4, scale=3.0)
+    for alpha in (0.3, 3e4):  # 3e4 * x overflows float16 only after the scaling
+        with torch.no_grad():
+            plain = rtdnn.transform_tensor(x, dtype=torch.float16, alpha=alpha)
+        xg = x.clone().requires_grad_()
+        y = rtdnn.transform_tensor(xg, dtype=torch.float16, alpha=alpha)
+        assert torch.equal(y.detach().nan_to_num(), plain.nan_to_num())
+        y.float().sum().backward()
+        assert xg.grad.dtype == torch.float32 and torch.equal(xg.grad, torch.full_like(x, alpha))
+
+
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        (
+            lambda x, w, b: rtdnn.layer_norm_forward(x, 3, w, b, alpha=0.3)[0],
+            lambda x, w, b: 0.3 * F.layer_norm(x, (3,), w, b),
+        ),
+        (
+            lambda x, w, b: rtdnn.group_norm_forward(x, 1, w, b, alpha=0.3)[0],
+            lambda x, w, b: 0.3 * F.group_norm(x, 1, w, b),
+        ),
+        (
+            lambda x, w, b: rtdnn.batch_norm_forward_training(x, w, b, alpha=0.3)[0],
+            lambda x, w, b: 0.3 * F.batch_norm(x, None, None, w, b, training=True),
+        ),
+    ],
+)
+def test_normalization_alpha_scales_every_gradient(ours, theirs):
+    # y = alpha * (normalized x * weight + bias): alpha reaches dx, dweight and dbias.
+    check_against_torch(ours, theirs, randn(2, 3, 4, 3), randn(3, seed=2) + 2, randn(3, seed=3))
 
 
 def test_dropout_alpha_gradient_is_alpha_times_its_mask():

@@ -154,9 +154,14 @@ reduce_tensor.register_autograd(_reduce_backward, setup_context=_reduce_setup)
 
 
 @custom_op("rtdnn::transform_tensor")
-def transform_tensor(x: Tensor, dtype: torch.dtype, channels_last: bool) -> Tensor:
-    """x copied into dtype, in channels-last (4-d / 5-d) or contiguous layout."""
-    return ops.transform_tensor(x, dtype=dtype, memory_format=_target_format(x, channels_last))
+def transform_tensor(
+    x: Tensor, dtype: torch.dtype, channels_last: bool, alpha: float = 1.0
+) -> Tensor:
+    """alpha * x copied into dtype (scaled in float32, then rounded once, as the plain call), in
+    channels-last (4-d / 5-d) or contiguous layout."""
+    return ops.transform_tensor(
+        x, dtype=dtype, memory_format=_target_format(x, channels_last), alpha=alpha
+    )
 
 
 def _target_format(x: Tensor, channels_last: bool):
@@ -166,18 +171,19 @@ def _target_format(x: Tensor, channels_last: bool):
 
 
 @transform_tensor.register_fake
-def _(x, dtype, channels_last):
+def _(x, dtype, channels_last, alpha=1.0):
     return torch.empty_like(x, dtype=dtype, memory_format=_target_format(x, channels_last))
 
 
 def _transform_setup(ctx, inputs, output):
-    x = inputs[0]
+    x, _dtype, _cl, *alpha = inputs  # the eager road may leave alpha out
     ctx.dtype = x.dtype
     ctx.cl = _channels_last(x)
+    ctx.alpha = alpha[0] if alpha else 1.0
 
 
 def _transform_backward(ctx, g):
-    return transform_tensor(g, ctx.dtype, ctx.cl), None, None
+    return transform_tensor(g, ctx.dtype, ctx.cl, ctx.alpha), None, None, None
 
 
 transform_tensor.register_autograd(_transform_backward, setup_context=_transform_setup)
@@ -225,6 +231,7 @@ def reduce_tensor_api(
         # As torch.max(x, dim): the gradient goes to the chosen element only (ties too), so the
         # values are the elements the plain op's indices pick.
         _, idx = ops.reduce_tensor(x.detach(), op, reduced, indices=indices)
+        # The picked values are x's elements, exact: scaling them rounds once, as the kernel.
         y = scaled(_picked(x, idx, reduced, op), alpha)
     if not keepdim:
         y = y.squeeze(reduced)
@@ -272,8 +279,7 @@ def transform_tensor_api(
             "memory_format", memory_format,
             f"preserve_format, contiguous_format or {cl_format} for a {x.dim()}-d x",
         )  # fmt: skip
-    y = transform_tensor(x, x.dtype if dtype is None else dtype, channels_last)
-    return scaled(y, alpha)
+    return transform_tensor(x, x.dtype if dtype is None else dtype, channels_last, float(alpha))
 
 
 @public(ops.add_tensor, in_place=True)
