@@ -86,6 +86,35 @@ def test_conv_forward_alpha_scales_the_convolution_not_the_bias():
         assert_close(a.grad, b_.grad, torch.float32)
 
 
+def test_conv_forward_alpha_is_the_plain_calls():
+    # alpha = 0.3 is no power of two: scaling the input instead of the convolution would round
+    # differently. check_against_torch asserts the plain call's result bit for bit.
+    check_against_torch(
+        lambda x, w, b: rtdnn.conv_forward(x, w, b, padding=1, alpha=0.3, math=MATH),
+        lambda x, w, b: 0.3 * F.conv2d(x, w, padding=1) + b.view(1, -1, 1, 1),
+        randn(1, 2, 4, 4), randn(3, 2, 3, 3, seed=2), randn(3, seed=3),
+    )  # fmt: skip
+
+
+def test_conv_forward_float16_large_alpha_stays_finite():
+    # alpha * x overflows float16 (3e4 * 3 > 65504); alpha * conv(x, w) does not.
+    x, w, b = randn(1, 2, 4, 4, scale=3.0), randn(3, 2, 3, 3, seed=2, scale=0.01), randn(3, seed=3)
+    mine = _leaves([x, w, b], torch.float16)
+    y = rtdnn.conv_forward(*mine, padding=1, alpha=3e4, math=MATH)
+    with torch.no_grad():
+        plain = rtdnn.conv_forward(*mine, padding=1, alpha=3e4, math=MATH)
+    assert torch.isfinite(plain).all() and torch.equal(y.detach(), plain)
+    ref = _leaves([t.half() for t in (x, w, b)], torch.float64)
+    r = 3e4 * F.conv2d(ref[0], ref[1], padding=1) + ref[2].view(1, -1, 1, 1)
+    assert_close(y.detach(), r.detach())
+    g = randn(*y.shape, seed=4, scale=1e-4)
+    (y * g.half()).sum().backward()
+    (r * g.half().double()).sum().backward()
+    for a, b_ in zip(mine, ref, strict=True):
+        assert torch.isfinite(a.grad).all()
+        assert_close(a.grad, b_.grad.detach())
+
+
 def test_linear_with_relu():
     # Values away from 0, where ReLU's derivative is ambiguous.
     check_against_torch(
@@ -100,6 +129,15 @@ def test_linear_alpha():
         lambda x, w: rtdnn.linear(x, w, alpha=-2.0, math=MATH),
         lambda x, w: -2.0 * F.linear(x, w),
         randn(3, 16), randn(4, 16, seed=2),
+    )  # fmt: skip
+
+
+def test_linear_alpha_is_the_plain_calls():
+    # alpha scales the product, not the bias, bit for bit as the plain call (0.3: no power of 2).
+    check_against_torch(
+        lambda x, w, b: rtdnn.linear(x, w, b, activation="relu", alpha=0.3, math=MATH),
+        lambda x, w, b: F.relu(0.3 * F.linear(x, w) + b),
+        randn(3, 16), randn(4, 16, seed=2), randn(4, seed=3),
     )  # fmt: skip
 
 
@@ -246,6 +284,36 @@ def test_reduce_tensor(op, dims, theirs):
     )
 
 
+def _with_zeros(shape, zeros):
+    """randn(*shape) with zeros at the given indices."""
+    x = randn(*shape)
+    for i in zeros:
+        x[i] = 0.0
+    return x
+
+
+@pytest.mark.parametrize(
+    "op, dims, x, theirs",
+    [
+        # Slices (rows) with no zero, one zero and two zeros: torch's prod gradient, no NaN.
+        ("mul", 1, _with_zeros((3, 4), [(1, 2), (2, 0), (2, 3)]), lambda x: x.prod(1)),
+        ("mul", None, _with_zeros((2, 3), [(0, 1)]), lambda x: x.prod()),
+        ("mul", None, _with_zeros((2, 3), [(0, 1), (1, 1)]), lambda x: x.prod()),
+        # Ties (repeated values) share the gradient evenly, as torch.amax / amin.
+        ("max", (0, 2), randn(3, 4, 2).round(), lambda x: x.amax((0, 2))),
+        ("min", 1, randn(3, 4).round(), lambda x: x.amin(1)),
+        ("amax", 1, randn(3, 4).round(), lambda x: x.abs().amax(1)),
+        ("amax", 1, _with_zeros((2, 3), [(1, 0), (1, 1), (1, 2)]), lambda x: x.abs().amax(1)),
+        ("norm1", 1, _with_zeros((3, 4), [(0, 1)]), lambda x: x.abs().sum(1)),
+        # An all-zero slice: gradient 0 there, as torch.linalg.vector_norm.
+        ("norm2", 1, _with_zeros((3, 4), [(1, j) for j in range(4)]), lambda x: x.norm(dim=1)),
+        ("avg", (0, 1), randn(3, 4, 2), lambda x: x.mean((0, 1))),
+    ],
+)
+def test_reduce_tensor_gradients_at_zeros_and_ties(op, dims, x, theirs):
+    check_against_torch(lambda x: rtdnn.reduce_tensor(x, op, dims, keepdim=False), theirs, x)
+
+
 def test_reduce_tensor_with_indices():
     x = randn(3, 5).requires_grad_()
     y, idx = rtdnn.reduce_tensor(x, "max", 1, keepdim=False, indices=True)
@@ -253,6 +321,160 @@ def test_reduce_tensor_with_indices():
     assert torch.equal(y.detach(), ref) and torch.equal(idx, ref_idx) and not idx.requires_grad
     y.sum().backward()
     assert torch.equal(x.grad, F.one_hot(ref_idx, 5).float())
+
+
+@pytest.mark.parametrize("op, theirs", [("max", torch.max), ("min", torch.min)])
+def test_reduce_tensor_with_indices_routes_ties_to_the_index(op, theirs):
+    # As torch.max(x, dim): with indices the gradient goes to the chosen element, ties or not.
+    x = randn(4, 5).round()
+    x[0, 1:3] = x[0, 3] = 7.0 if op == "max" else -7.0  # a three-way tie in row 0
+    mine, ref = _leaves([x]), _leaves([x], torch.float64)
+    y, idx = rtdnn.reduce_tensor(mine[0], op, 1, keepdim=False, indices=True)
+    r, ref_idx = theirs(ref[0], 1)
+    assert torch.equal(idx, ref_idx) and idx[0] == 1
+    with torch.no_grad():
+        assert torch.equal(y.detach(), rtdnn.reduce_tensor(x, op, 1, keepdim=False))
+    g = randn(4, seed=5)
+    (y * g).sum().backward()
+    (r * g.double()).sum().backward()
+    assert torch.equal(mine[0].grad, ref[0].grad.float())
+
+
+def test_reduce_tensor_amax_with_indices_over_several_dims():
+    x = randn(2, 3, 4, 3).to(memory_format=torch.channels_last).requires_grad_()
+    y, idx = rtdnn.reduce_tensor(x, "amax", (1, 3), indices=True)
+    with torch.no_grad():
+        plain, plain_idx = rtdnn.reduce_tensor(x, "amax", (1, 3), indices=True)
+    assert torch.equal(y.detach(), plain) and y.stride() == plain.stride()
+    assert torch.equal(idx, plain_idx)
+    y.sum().backward()
+    # One element per (n, h) slice takes the gradient: sign(x) at the chosen position.
+    flat = x.detach().permute(0, 2, 1, 3).reshape(2, 4, 9)
+    hit = F.one_hot(idx.reshape(2, 4), 9).float() * flat.sign()
+    assert torch.equal(x.grad, hit.reshape(2, 4, 3, 3).permute(0, 2, 1, 3))
+
+
+# The wrappers whose custom op takes alpha: the plain call scales in float32 inside the kernel,
+# so scaling the rounded output instead would differ in float16 (and overflow early).
+ALPHA_CALLS = {
+    "activation_tanh": (lambda x, a: rtdnn.activation_forward(x, "tanh", alpha=a), torch.tanh),
+    "activation_elu": (
+        lambda x, a: rtdnn.activation_forward(x, "elu", coef=0.7, alpha=a),
+        lambda x: F.elu(x, 0.7),
+    ),
+    "softmax": (lambda x, a: rtdnn.softmax_forward(x, alpha=a), lambda x: x.softmax(1)),
+    "log_softmax": (
+        lambda x, a: rtdnn.softmax_forward(x, mode="channel", algo="log", alpha=a),
+        lambda x: x.log_softmax(1),
+    ),
+    "pooling": (
+        lambda x, a: rtdnn.pooling_forward(x, "avg_include_pad", 3, padding=1, alpha=a),
+        lambda x: F.avg_pool2d(x, 3, stride=3, padding=1),
+    ),
+    "adaptive_avg_pool": (
+        lambda x, a: rtdnn.adaptive_avg_pool(x, 2, alpha=a),
+        lambda x: F.adaptive_avg_pool2d(x, 2),
+    ),
+    "lrn": (
+        lambda x, a: rtdnn.lrn_forward(x, 3, lrn_alpha=0.5, alpha=a),
+        lambda x: F.local_response_norm(x, 3, alpha=0.5, beta=0.75, k=1.0),
+    ),
+    "reduce_mul": (
+        lambda x, a: rtdnn.reduce_tensor(x, "mul", (2, 3), alpha=a),
+        lambda x: x.prod(3, keepdim=True).prod(2, keepdim=True),
+    ),
+    "reduce_norm2": (
+        lambda x, a: rtdnn.reduce_tensor(x, "norm2", 1, alpha=a),
+        lambda x: x.norm(dim=1, keepdim=True),
+    ),
+    "reduce_avg": (
+        lambda x, a: rtdnn.reduce_tensor(x, "avg", (0, 2), alpha=a),
+        lambda x: x.mean((0, 2), keepdim=True),
+    ),
+}
+
+
+ALPHA_CALLS |= {
+    "transform_tensor": (
+        lambda x, a: rtdnn.transform_tensor(x, memory_format=torch.channels_last, alpha=a),
+        lambda x: x,
+    ),
+    "layer_norm": (lambda x, a: rtdnn.layer_norm_forward(x, 4, alpha=a)[0], None),
+    "rms_norm": (lambda x, a: rtdnn.rms_norm_forward(x, (4, 4), alpha=a)[0], None),
+    "group_norm": (lambda x, a: rtdnn.group_norm_forward(x, 3, alpha=a)[0], None),
+    "instance_norm": (lambda x, a: rtdnn.instance_norm_forward(x, alpha=a)[0], None),
+    "batch_norm_training": (lambda x, a: rtdnn.batch_norm_forward_training(x, alpha=a)[0], None),
+    "batch_norm_inference": (
+        lambda x, a: rtdnn.batch_norm_forward_inference(
+            x, None, None, torch.zeros(3), torch.full((3,), 4.0), alpha=a
+        ),
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", [n for n, (_, theirs) in ALPHA_CALLS.items() if theirs])
+def test_alpha_gradients(name):
+    ours, theirs = ALPHA_CALLS[name]
+    check_against_torch(lambda x: ours(x, 0.3), lambda x: 0.3 * theirs(x), randn(2, 3, 4, 4))
+
+
+@pytest.mark.parametrize("name", [*ALPHA_CALLS, "dropout"])
+def test_alpha_float16_is_the_plain_calls(name):
+    ours = ALPHA_CALLS[name][0] if name != "dropout" else (
+        lambda x, a: rtdnn.dropout_forward(x, 0.3, 7, alpha=a)
+    )  # fmt: skip
+    x = randn(2, 3, 4, 4, scale=3.0).half()
+    for alpha in (0.3, 3e4):
+        with torch.no_grad():
+            plain = ours(x, alpha)
+        y = ours(x.clone().requires_grad_(), alpha)
+        assert torch.equal(y.detach().isnan(), plain.isnan())
+        assert torch.equal(y.detach().nan_to_num(), plain.nan_to_num())
+
+
+def test_transform_tensor_to_float16_with_alpha_is_the_plain_calls():
+    x = randn(2, 3, 4, 4, scale=3.0)
+    for alpha in (0.3, 3e4):  # 3e4 * x overflows float16 only after the scaling
+        with torch.no_grad():
+            plain = rtdnn.transform_tensor(x, dtype=torch.float16, alpha=alpha)
+        xg = x.clone().requires_grad_()
+        y = rtdnn.transform_tensor(xg, dtype=torch.float16, alpha=alpha)
+        assert torch.equal(y.detach().nan_to_num(), plain.nan_to_num())
+        y.float().sum().backward()
+        assert xg.grad.dtype == torch.float32 and torch.equal(xg.grad, torch.full_like(x, alpha))
+
+
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        (
+            lambda x, w, b: rtdnn.layer_norm_forward(x, 3, w, b, alpha=0.3)[0],
+            lambda x, w, b: 0.3 * F.layer_norm(x, (3,), w, b),
+        ),
+        (
+            lambda x, w, b: rtdnn.group_norm_forward(x, 1, w, b, alpha=0.3)[0],
+            lambda x, w, b: 0.3 * F.group_norm(x, 1, w, b),
+        ),
+        (
+            lambda x, w, b: rtdnn.batch_norm_forward_training(x, w, b, alpha=0.3)[0],
+            lambda x, w, b: 0.3 * F.batch_norm(x, None, None, w, b, training=True),
+        ),
+    ],
+)
+def test_normalization_alpha_scales_every_gradient(ours, theirs):
+    # y = alpha * (normalized x * weight + bias): alpha reaches dx, dweight and dbias.
+    check_against_torch(ours, theirs, randn(2, 3, 4, 3), randn(3, seed=2) + 2, randn(3, seed=3))
+
+
+def test_dropout_alpha_gradient_is_alpha_times_its_mask():
+    x = randn(3, 8).requires_grad_()
+    y = rtdnn.dropout_forward(x, 0.5, 11, alpha=0.3)
+    y.sum().backward()
+    with torch.no_grad():
+        mask = rtdnn.dropout_forward(torch.ones(3, 8), 0.5, 11)
+    assert torch.equal(y.detach(), rtdnn.dropout_forward(x.detach(), 0.5, 11, alpha=0.3))
+    assert_close(x.grad, (0.3 * mask).double())
 
 
 def test_transform_tensor_layout_and_dtype():
@@ -481,11 +703,16 @@ def test_custom_ops_with_the_tuning_arguments_pass_opcheck():
     # arguments the functional API passes.
     x, w, b = randn(2, 3, 5, 5), randn(4, 3, 3, 3, seed=2), randn(4, seed=3)
     conv = ([1, 1], [1, 1], [1, 1], 1, "cross_correlation")
-    for args in ((*conv,), (*conv, "auto", None, MATH)):
+    for args in ((*conv,), (*conv, "auto", None, MATH), (*conv, "auto", None, MATH, 0.3)):
         torch.library.opcheck(autograd.conv_forward.op, (*_leaves([x, w, b]), *args))
     x, w = randn(3, 16), randn(4, 16, seed=2)
-    for args in (("relu",), (None, MATH)):
+    for args in (("relu",), (None, MATH), ("relu", MATH, 0.3)):
         torch.library.opcheck(autograd.linear.op, (*_leaves([x, w]), None, *args))
+    # alpha != 1 where the backward recomputes the unscaled output from x.
+    (x,) = _leaves([randn(2, 3, 4)])
+    torch.library.opcheck(autograd.activation_forward.op, (x, "tanh", [], 0.3))
+    torch.library.opcheck(autograd.softmax_forward.op, (x, "accurate", "channel", 0.3))
+    torch.library.opcheck(autograd.reduce_tensor.op, (x, "mul", [1], 0.3))
 
 
 def test_torch_compile_traces_the_functional_api_with_grad():

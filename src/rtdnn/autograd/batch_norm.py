@@ -15,7 +15,8 @@ from torch import Tensor
 
 from .. import ops
 from ..core import bad_param, empty_like_layout
-from ._custom_op import _nothing, check_differentiable, custom_op, public, records_grad, scaled
+from ._custom_op import _nothing, check_differentiable, custom_op, public, records_grad
+from ._norm import scaled_grad
 
 
 def _bn_param_shape(x: Tensor, per_activation: bool) -> list[int]:
@@ -38,14 +39,16 @@ def batch_norm_train(
     eps: float,
     activation: str,
     per_activation: bool,
+    alpha: float = 1.0,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(y, saved_mean, saved_invstd, new_running_mean, new_running_var)."""
+    """(y, saved_mean, saved_invstd, new_running_mean, new_running_var); alpha scales y in
+    float32 inside the kernel, as the plain call does."""
     new_rm = new_rv = None
     if running_mean is not None and running_var is not None:
         new_rm, new_rv = running_mean.clone(), running_var.clone()
     y, mean, invstd = ops.batch_norm_forward_training(
         x, weight, bias, running_mean=new_rm, running_var=new_rv, momentum=momentum, eps=eps,
-        mode=_bn_mode(per_activation), z=z, activation=activation,
+        mode=_bn_mode(per_activation), z=z, activation=activation, alpha=alpha,
     )  # fmt: skip
     if new_rm is None:
         new_rm, new_rv = _nothing(x), _nothing(x)
@@ -53,14 +56,15 @@ def batch_norm_train(
 
 
 def _batch_norm_train_in_place(
-    x, weight, bias, z, running_mean, running_var, momentum, eps, activation, per_activation
-):
+    x, weight, bias, z, running_mean, running_var, momentum, eps, activation, per_activation,
+    alpha=1.0,
+):  # fmt: skip
     """batch_norm_train on the eager road: (y, saved_mean, saved_invstd). The kernel that
     finishes the batch statistics updates the running ones in place, saving two copies each
     way, so there are no new running statistics to return."""
     return ops.batch_norm_forward_training(
         x, weight, bias, running_mean=running_mean, running_var=running_var, momentum=momentum,
-        eps=eps, mode=_bn_mode(per_activation), z=z, activation=activation,
+        eps=eps, mode=_bn_mode(per_activation), z=z, activation=activation, alpha=alpha,
     )  # fmt: skip
 
 
@@ -68,7 +72,8 @@ batch_norm_train.register_eager(_batch_norm_train_in_place)
 
 
 @batch_norm_train.register_fake
-def _(x, weight, bias, z, running_mean, running_var, momentum, eps, activation, per_activation):
+def _(x, weight, bias, z, running_mean, running_var, momentum, eps, activation, per_activation,
+      alpha=1.0):  # fmt: skip
     shape = _bn_param_shape(x, per_activation)
     stats = [x.new_empty(shape, dtype=torch.float32) for _ in range(2)]
     if running_mean is not None and running_var is not None:
@@ -89,15 +94,17 @@ def batch_norm_infer(
     eps: float,
     activation: str,
     per_activation: bool,
+    alpha: float = 1.0,
 ) -> Tensor:
     return ops.batch_norm_forward_inference(
         x, weight, bias, running_mean, running_var, eps=eps, mode=_bn_mode(per_activation),
-        z=z, activation=activation,
+        z=z, activation=activation, alpha=alpha,
     )  # fmt: skip
 
 
 @batch_norm_infer.register_fake
-def _(x, weight, bias, z, running_mean, running_var, eps, activation, per_activation):
+def _(x, weight, bias, z, running_mean, running_var, eps, activation, per_activation,
+      alpha=1.0):  # fmt: skip
     return empty_like_layout(x.shape, x)
 
 
@@ -148,22 +155,24 @@ def _(dy, x, mean, invstd, weight, bias, z, activation, per_activation, training
 
 
 def _bn_train_setup(ctx, inputs, output):
-    x, weight, bias, z, _, _, _, _, activation, per_activation = inputs
+    x, weight, bias, z, _, _, _, _, activation, per_activation, *alpha = inputs
     mean, invstd = output[1], output[2]
     ctx.save_for_backward(x, weight, bias, z, mean, invstd)
     ctx.args = (activation, per_activation)
+    ctx.alpha = alpha[0] if alpha else 1.0  # the eager road may leave alpha out
 
 
 def _bn_train_backward(ctx, dy, *_):
     x, weight, bias, z, mean, invstd = ctx.saved_tensors
     activation, per_activation = ctx.args
+    dy = scaled_grad(dy, ctx.alpha)
     dx, dw, db, dz = batch_norm_bwd(
         dy, x, mean, invstd, weight, bias, z, activation, per_activation, True
     )
     need = ctx.needs_input_grad
     return (
         dx if need[0] else None, dw if need[1] else None, db if need[2] else None,
-        dz if need[3] else None, None, None, None, None, None, None,
+        dz if need[3] else None, None, None, None, None, None, None, None,
     )  # fmt: skip
 
 
@@ -171,9 +180,10 @@ batch_norm_train.register_autograd(_bn_train_backward, setup_context=_bn_train_s
 
 
 def _bn_infer_setup(ctx, inputs, output):
-    x, weight, bias, z, running_mean, running_var, eps, activation, per_activation = inputs
+    x, weight, bias, z, running_mean, running_var, eps, activation, per_activation, *alpha = inputs
     ctx.save_for_backward(x, weight, bias, z, running_mean, running_var)
     ctx.args = (eps, activation, per_activation)
+    ctx.alpha = alpha[0] if alpha else 1.0  # the eager road may leave alpha out
 
 
 def _bn_infer_backward(ctx, dy):
@@ -181,13 +191,14 @@ def _bn_infer_backward(ctx, dy):
     eps, activation, per_activation = ctx.args
     # The statistics are constants here: dx = dy * act' * weight / sqrt(running_var + eps).
     invstd = torch.rsqrt(running_var.float() + eps)
+    dy = scaled_grad(dy, ctx.alpha)
     dx, dw, db, dz = batch_norm_bwd(
         dy, x, running_mean.float(), invstd, weight, bias, z, activation, per_activation, False
     )
     need = ctx.needs_input_grad
     return (
         dx if need[0] else None, dw if need[1] else None, db if need[2] else None,
-        dz if need[3] else None, None, None, None, None, None,
+        dz if need[3] else None, None, None, None, None, None, None,
     )  # fmt: skip
 
 
@@ -202,15 +213,17 @@ def _per_activation(mode: str) -> bool:
 
 
 def _train(
-    x, weight, bias, z, running_mean, running_var, momentum, eps, activation, per_activation
-) -> tuple[Tensor, Tensor, Tensor]:
+    x, weight, bias, z, running_mean, running_var, momentum, eps, activation, per_activation,
+    alpha=1.0,
+) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """batch_norm_train's (y, saved_mean, saved_invstd), the running statistics (if given)
     updated in place."""
     if (running_mean is None) != (running_var is None):
         raise bad_param("running_var", running_var, "given with running_mean (both or neither)")
     outputs = batch_norm_train(
-        x, weight, bias, z, running_mean, running_var, momentum, eps, activation, per_activation
-    )
+        x, weight, bias, z, running_mean, running_var, momentum, eps, activation, per_activation,
+        alpha,
+    )  # fmt: skip
     # Three outputs on the eager road, which updated the running statistics in place.
     if len(outputs) == 5 and running_mean is not None and outputs[3].numel():
         with torch.no_grad():
@@ -275,9 +288,9 @@ def batch_norm_forward_training_api(
     check_differentiable("batch_norm_forward_training", alpha, beta, out)
     y, mean, invstd = _train(
         x, weight, bias, z, running_mean, running_var, momentum, eps, activation,
-        _per_activation(mode),
+        _per_activation(mode), float(alpha),
     )  # fmt: skip
-    return scaled(y, alpha), mean.detach(), invstd.detach()
+    return y, mean.detach(), invstd.detach()
 
 
 @public(ops.batch_norm_forward_inference)
@@ -302,7 +315,7 @@ def batch_norm_forward_inference_api(
             activation=activation, alpha=alpha, beta=beta, out=out,
         )  # fmt: skip
     check_differentiable("batch_norm_forward_inference", alpha, beta, out)
-    y = batch_norm_infer(
-        x, weight, bias, z, running_mean, running_var, eps, activation, _per_activation(mode)
-    )
-    return scaled(y, alpha)
+    return batch_norm_infer(
+        x, weight, bias, z, running_mean, running_var, eps, activation, _per_activation(mode),
+        float(alpha),
+    )  # fmt: skip

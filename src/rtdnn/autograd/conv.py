@@ -7,7 +7,7 @@ from torch import Tensor
 from .. import ops
 from ..core import ConvDesc, as_tuple, conv_output_shape, empty_like_layout
 from ..ops.conv import IntOrSeq, named_padding
-from ._custom_op import check_differentiable, custom_op, public, records_grad, scaled
+from ._custom_op import check_differentiable, custom_op, public, records_grad
 
 
 def _desc(x: Tensor, stride, padding, dilation, groups, mode) -> ConvDesc:
@@ -15,7 +15,9 @@ def _desc(x: Tensor, stride, padding, dilation, groups, mode) -> ConvDesc:
 
 
 # The forward op takes the plain API's algorithm choice and math mode; the backward ops take the
-# math mode and workspace limit (their algorithm is chosen for their own direction).
+# math mode and workspace limit (their algorithm is chosen for their own direction). alpha scales
+# the convolution (not the bias) in float32 inside the kernel, as the plain call does, and
+# scales the data and filter gradients the same way.
 
 
 @custom_op("rtdnn::conv_forward")
@@ -31,16 +33,17 @@ def conv_forward(
     algo: str = "auto",
     workspace_limit: int | None = None,
     math: str | None = None,
+    alpha: float = 1.0,
 ) -> Tensor:
     return ops.conv_forward(
         x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups, mode=mode,
-        algo=algo, workspace_limit=workspace_limit, math=math,
+        alpha=alpha, algo=algo, workspace_limit=workspace_limit, math=math,
     )  # fmt: skip
 
 
 @conv_forward.register_fake
 def _(x, w, bias, stride, padding, dilation, groups, mode, algo="auto", workspace_limit=None,
-      math=None):  # fmt: skip
+      math=None, alpha=1.0):  # fmt: skip
     shape = conv_output_shape(x.shape, w.shape, _desc(x, stride, padding, dilation, groups, mode))
     return empty_like_layout(shape, x)
 
@@ -57,15 +60,17 @@ def conv_backward_data(
     mode: str,
     workspace_limit: int | None = None,
     math: str | None = None,
+    alpha: float = 1.0,
 ) -> Tensor:
     return ops.conv_backward_data(
         dy, w, x_shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
-        mode=mode, workspace_limit=workspace_limit, math=math,
+        mode=mode, alpha=alpha, workspace_limit=workspace_limit, math=math,
     )  # fmt: skip
 
 
 @conv_backward_data.register_fake
-def _(dy, w, x_shape, stride, padding, dilation, groups, mode, workspace_limit=None, math=None):
+def _(dy, w, x_shape, stride, padding, dilation, groups, mode, workspace_limit=None, math=None,
+      alpha=1.0):  # fmt: skip
     return empty_like_layout(x_shape, dy)
 
 
@@ -81,15 +86,17 @@ def conv_backward_filter(
     mode: str,
     workspace_limit: int | None = None,
     math: str | None = None,
+    alpha: float = 1.0,
 ) -> Tensor:
     return ops.conv_backward_filter(
         x, dy, w_shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
-        mode=mode, workspace_limit=workspace_limit, math=math,
+        mode=mode, alpha=alpha, workspace_limit=workspace_limit, math=math,
     )  # fmt: skip
 
 
 @conv_backward_filter.register_fake
-def _(x, dy, w_shape, stride, padding, dilation, groups, mode, workspace_limit=None, math=None):
+def _(x, dy, w_shape, stride, padding, dilation, groups, mode, workspace_limit=None, math=None,
+      alpha=1.0):  # fmt: skip
     return empty_like_layout(w_shape, x)
 
 
@@ -107,9 +114,9 @@ def _conv_setup_context(ctx, inputs, output):
     # The eager road passes the arguments as the caller gave them, without the defaults of
     # those left out.
     x, w, bias, stride, padding, dilation, groups, mode, *tuning = inputs
-    _algo, workspace_limit, math = (*tuning, *("auto", None, None)[len(tuning) :])
+    _algo, workspace_limit, math, alpha = (*tuning, *("auto", None, None, 1.0)[len(tuning) :])
     ctx.save_for_backward(x, w)
-    ctx.conv_args = (stride, padding, dilation, groups, mode, workspace_limit, math)
+    ctx.conv_args = (stride, padding, dilation, groups, mode, workspace_limit, math, alpha)
     ctx.has_bias = bias is not None
 
 
@@ -119,10 +126,11 @@ def _conv_backward(ctx, dy):
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
     dx = conv_backward_data(dy, w, list(x.shape), *args) if need_x else None
     dw = conv_backward_filter(x, dy, list(w.shape), *args) if need_w else None
+    # y = alpha * conv(x, w) + bias: dx and dw take alpha (args' last), db does not.
     db = conv_backward_bias(dy) if ctx.has_bias and need_b else None
     # One gradient per input of the full schema; autograd drops the trailing Nones the eager
     # road's shorter argument list has no input for.
-    return dx, dw, db, None, None, None, None, None, None, None, None
+    return dx, dw, db, None, None, None, None, None, None, None, None, None
 
 
 conv_forward.register_autograd(_conv_backward, setup_context=_conv_setup_context)
@@ -156,9 +164,8 @@ def conv_forward_api(
     if isinstance(padding, str):  # "same" may pad x on the right: F.pad carries the gradient
         x, padding = named_padding(x, w, padding, stride, dilation)
     n = x.dim() - 2
-    # alpha scales the convolution, not the bias: scale the input (conv is linear in x).
     return conv_forward(
-        scaled(x, alpha), w, bias, list(as_tuple("stride", stride, n)),
-        list(as_tuple("padding", padding, n)), list(as_tuple("dilation", dilation, n)), groups,
-        mode, algo, workspace_limit, math,
+        x, w, bias, list(as_tuple("stride", stride, n)), list(as_tuple("padding", padding, n)),
+        list(as_tuple("dilation", dilation, n)), groups, mode, algo, workspace_limit, math,
+        float(alpha),
     )  # fmt: skip

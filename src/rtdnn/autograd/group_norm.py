@@ -9,20 +9,25 @@ from torch import Tensor
 from .. import ops
 from ..core import bad_param, check_tensor, empty_like_layout
 from ..ops._norm import momentum as check_momentum
-from ._custom_op import check_differentiable, custom_op, public, records_grad, scaled
+from ._custom_op import check_differentiable, custom_op, public, records_grad
 from ._norm import _or_nothing, _param_grads_fake, _register_norm_autograd
 from .batch_norm import batch_norm_infer
 
 
 @custom_op("rtdnn::group_norm")
 def group_norm_fwd(
-    x: Tensor, num_groups: int, weight: Tensor | None, bias: Tensor | None, eps: float
+    x: Tensor,
+    num_groups: int,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    eps: float,
+    alpha: float = 1.0,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    return ops.group_norm_forward(x, num_groups, weight, bias, eps=eps)
+    return ops.group_norm_forward(x, num_groups, weight, bias, eps=eps, alpha=alpha)
 
 
 @group_norm_fwd.register_fake
-def _(x, num_groups, weight, bias, eps):
+def _(x, num_groups, weight, bias, eps, alpha=1.0):
     stats = [x.new_empty((x.shape[0], num_groups), dtype=torch.float32) for _ in range(2)]
     return empty_like_layout(x.shape, x), *stats
 
@@ -113,8 +118,8 @@ def group_norm_forward_api(
             x, num_groups, weight, bias, eps=eps, alpha=alpha, beta=beta, out=out
         )
     check_differentiable("group_norm_forward", alpha, beta, out)
-    y, mean, rstd = group_norm_fwd(x, num_groups, weight, bias, eps)
-    return scaled(y, alpha), mean.detach(), rstd.detach()
+    y, mean, rstd = group_norm_fwd(x, num_groups, weight, bias, eps, float(alpha))
+    return y, mean.detach(), rstd.detach()
 
 
 @public(ops.instance_norm_forward, stats=True)
@@ -134,5 +139,5 @@ def instance_norm_forward_api(
     # Group norm with one group per channel, which also takes 0 spatial dims: instance norm
     # does not.
     x = check_tensor("x", x, ndim=(3, 4, 5))
-    y, mean, rstd = group_norm_fwd(x, x.shape[1], weight, bias, eps)
-    return scaled(y, alpha), mean.detach(), rstd.detach()
+    y, mean, rstd = group_norm_fwd(x, x.shape[1], weight, bias, eps, float(alpha))
+    return y, mean.detach(), rstd.detach()

@@ -9,8 +9,8 @@ from torch import Tensor
 
 from .. import ops
 from ..core import empty_like_layout
-from ._custom_op import check_differentiable, custom_op, public, records_grad, scaled
-from ._norm import _or_nothing, _param_grads_fake, _register_norm_autograd
+from ._custom_op import check_differentiable, custom_op, public, records_grad
+from ._norm import _or_nothing, _param_grads_fake, _register_norm_autograd, scaled_grad
 
 
 def _shape(normalized_shape) -> list[int]:
@@ -20,13 +20,18 @@ def _shape(normalized_shape) -> list[int]:
 
 @custom_op("rtdnn::layer_norm")
 def layer_norm_fwd(
-    x: Tensor, normalized_shape: list[int], weight: Tensor | None, bias: Tensor | None, eps: float
+    x: Tensor,
+    normalized_shape: list[int],
+    weight: Tensor | None,
+    bias: Tensor | None,
+    eps: float,
+    alpha: float = 1.0,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    return ops.layer_norm_forward(x, normalized_shape, weight, bias, eps=eps)
+    return ops.layer_norm_forward(x, normalized_shape, weight, bias, eps=eps, alpha=alpha)
 
 
 @layer_norm_fwd.register_fake
-def _(x, normalized_shape, weight, bias, eps):
+def _(x, normalized_shape, weight, bias, eps, alpha=1.0):
     lead = x.shape[: x.dim() - len(normalized_shape)]
     stats = [x.new_empty(lead, dtype=torch.float32) for _ in range(2)]
     return empty_like_layout(x.shape, x), *stats
@@ -70,13 +75,13 @@ def layer_norm(
 
 @custom_op("rtdnn::rms_norm")
 def rms_norm_fwd(
-    x: Tensor, normalized_shape: list[int], weight: Tensor | None, eps: float
+    x: Tensor, normalized_shape: list[int], weight: Tensor | None, eps: float, alpha: float = 1.0
 ) -> tuple[Tensor, Tensor]:
-    return ops.rms_norm_forward(x, normalized_shape, weight, eps=eps)
+    return ops.rms_norm_forward(x, normalized_shape, weight, eps=eps, alpha=alpha)
 
 
 @rms_norm_fwd.register_fake
-def _(x, normalized_shape, weight, eps):
+def _(x, normalized_shape, weight, eps, alpha=1.0):
     lead = x.shape[: x.dim() - len(normalized_shape)]
     return empty_like_layout(x.shape, x), x.new_empty(lead, dtype=torch.float32)
 
@@ -101,16 +106,18 @@ def _(dy, x, normalized_shape, rstd, weight, param_grads):
 
 
 def _rms_setup(ctx, inputs, output):
-    x, normalized_shape, weight, _ = inputs
+    x, normalized_shape, weight, _, *alpha = inputs  # the eager road may leave alpha out
     ctx.save_for_backward(x, weight, output[1])
     ctx.normalized_shape = normalized_shape
+    ctx.alpha = alpha[0] if alpha else 1.0
 
 
 def _rms_backward(ctx, dy, _):
     x, weight, rstd = ctx.saved_tensors
     need = ctx.needs_input_grad
+    dy = scaled_grad(dy, ctx.alpha)
     dx, dw = rms_norm_bwd(dy, x, ctx.normalized_shape, rstd, weight, need[2])
-    return dx if need[0] else None, None, dw if need[2] else None, None
+    return dx if need[0] else None, None, dw if need[2] else None, None, None
 
 
 rms_norm_fwd.register_autograd(_rms_backward, setup_context=_rms_setup)
@@ -146,8 +153,8 @@ def layer_norm_forward_api(
             x, normalized_shape, weight, bias, eps=eps, alpha=alpha, beta=beta, out=out
         )
     check_differentiable("layer_norm_forward", alpha, beta, out)
-    y, mean, rstd = layer_norm_fwd(x, _shape(normalized_shape), weight, bias, eps)
-    return scaled(y, alpha), mean.detach(), rstd.detach()
+    y, mean, rstd = layer_norm_fwd(x, _shape(normalized_shape), weight, bias, eps, float(alpha))
+    return y, mean.detach(), rstd.detach()
 
 
 @public(ops.rms_norm_forward, stats=True)
@@ -168,5 +175,5 @@ def rms_norm_forward_api(
     check_differentiable("rms_norm_forward", alpha, beta, out)
     if eps is None:
         eps = torch.finfo(x.dtype).eps
-    y, rstd = rms_norm_fwd(x, _shape(normalized_shape), weight, eps)
-    return scaled(y, alpha), rstd.detach()
+    y, rstd = rms_norm_fwd(x, _shape(normalized_shape), weight, eps, float(alpha))
+    return y, rstd.detach()

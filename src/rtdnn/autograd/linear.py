@@ -6,40 +6,51 @@ import torch
 from torch import Tensor
 
 from .. import ops
-from ._custom_op import check_differentiable, custom_op, public, records_grad, scaled
+from ._custom_op import check_differentiable, custom_op, public, records_grad
 
-# The GEMMs take the plain API's math mode ("fp32", "tf32" or None: torch's TF32 switch).
+# The GEMMs take the plain API's math mode ("fp32", "tf32" or None: torch's TF32 switch). alpha
+# scales the product (before the bias and the activation) in float32 inside the kernel, as the
+# plain call does, and scales the data and weight gradients the same way.
 
 
 @custom_op("rtdnn::linear")
 def linear(
-    x: Tensor, w: Tensor, bias: Tensor | None, activation: str | None, math: str | None = None
+    x: Tensor,
+    w: Tensor,
+    bias: Tensor | None,
+    activation: str | None,
+    math: str | None = None,
+    alpha: float = 1.0,
 ) -> Tensor:
-    return ops.linear(x, w, bias, activation=activation, math=math)
+    return ops.linear(x, w, bias, activation=activation, alpha=alpha, math=math)
 
 
 @linear.register_fake
-def _(x, w, bias, activation, math=None):
+def _(x, w, bias, activation, math=None, alpha=1.0):
     return x.new_empty((*x.shape[:-1], w.shape[0]))
 
 
 @custom_op("rtdnn::linear_backward_data")
-def linear_backward_data(dy: Tensor, w: Tensor, math: str | None = None) -> Tensor:
-    return ops.linear_backward_data(dy, w, math=math)
+def linear_backward_data(
+    dy: Tensor, w: Tensor, math: str | None = None, alpha: float = 1.0
+) -> Tensor:
+    return ops.linear_backward_data(dy, w, alpha=alpha, math=math)
 
 
 @linear_backward_data.register_fake
-def _(dy, w, math=None):
+def _(dy, w, math=None, alpha=1.0):
     return dy.new_empty((*dy.shape[:-1], w.shape[1]))
 
 
 @custom_op("rtdnn::linear_backward_weight")
-def linear_backward_weight(x: Tensor, dy: Tensor, math: str | None = None) -> Tensor:
-    return ops.linear_backward_weight(x, dy, math=math)
+def linear_backward_weight(
+    x: Tensor, dy: Tensor, math: str | None = None, alpha: float = 1.0
+) -> Tensor:
+    return ops.linear_backward_weight(x, dy, alpha=alpha, math=math)
 
 
 @linear_backward_weight.register_fake
-def _(x, dy, math=None):
+def _(x, dy, math=None, alpha=1.0):
     return x.new_empty((dy.shape[-1], x.shape[-1]))
 
 
@@ -54,8 +65,8 @@ def _(dy):
 
 
 def _linear_setup_context(ctx, inputs, output):
-    x, w, bias, activation, *math = inputs  # the eager road may leave math out
-    ctx.math = math[0] if math else None
+    x, w, bias, activation, *tuning = inputs  # the eager road may leave math and alpha out
+    ctx.math, ctx.alpha = (*tuning, *(None, 1.0)[len(tuning) :])
     # ReLU's derivative is read off its output: y > 0 exactly where the pre-activation is.
     ctx.save_for_backward(x, w, output if activation == "relu" else None)
     ctx.has_bias = bias is not None
@@ -66,10 +77,11 @@ def _linear_backward(ctx, dy):
     if y is not None:
         dy = torch.where(y > 0, dy, torch.zeros((), dtype=dy.dtype, device=dy.device))
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
-    dx = linear_backward_data(dy, w, ctx.math) if need_x else None
-    dw = linear_backward_weight(x, dy, ctx.math) if need_w else None
+    # y = act(alpha * x @ w^T + bias): dx and dw take alpha, db does not.
+    dx = linear_backward_data(dy, w, ctx.math, ctx.alpha) if need_x else None
+    dw = linear_backward_weight(x, dy, ctx.math, ctx.alpha) if need_w else None
     db = linear_backward_bias(dy) if ctx.has_bias and need_b else None
-    return dx, dw, db, None, None
+    return dx, dw, db, None, None, None
 
 
 linear.register_autograd(_linear_backward, setup_context=_linear_setup_context)
@@ -92,5 +104,4 @@ def linear_api(
             x, w, bias, activation=activation, alpha=alpha, beta=beta, out=out, math=math
         )
     check_differentiable("linear", alpha, beta, out)
-    # alpha scales the product, before the bias and the activation: scale the input.
-    return linear(scaled(x, alpha), w, bias, activation, math)
+    return linear(x, w, bias, activation, math, float(alpha))

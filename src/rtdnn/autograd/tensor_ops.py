@@ -77,21 +77,25 @@ op_tensor.register_autograd(_op_backward, setup_context=_op_setup)
 
 
 @custom_op("rtdnn::reduce_tensor")
-def reduce_tensor(x: Tensor, op: str, dims: list[int]) -> Tensor:
-    """Values only, keepdim (reduced dims of size 1)."""
-    return ops.reduce_tensor(x, op, dims)
+def reduce_tensor(x: Tensor, op: str, dims: list[int], alpha: float = 1.0) -> Tensor:
+    """Values only, keepdim (reduced dims of size 1); alpha scales them in float32 inside the
+    kernel, as the plain call does."""
+    return ops.reduce_tensor(x, op, dims, alpha=alpha)
 
 
 @reduce_tensor.register_fake
-def _(x, op, dims):
+def _(x, op, dims, alpha=1.0):
     nd = x.dim()
     red = {d % nd for d in dims} if dims else set(range(nd))
     return empty_like_layout(tuple(1 if d in red else s for d, s in enumerate(x.shape)), x)
 
 
 def _reduce_setup(ctx, inputs, output):
-    x, op, dims = inputs
-    ctx.save_for_backward(x, output)
+    x, op, dims, *alpha = inputs  # the eager road may leave alpha out
+    ctx.alpha = alpha[0] if alpha else 1.0
+    # The formulas read the unscaled y: with alpha != 1 the backward recomputes it from x (one
+    # more pass) rather than divide by alpha (inexact).
+    ctx.save_for_backward(x, output if ctx.alpha == 1 else None)
     ctx.op = op
     nd = x.dim()
     ctx.red = sorted({d % nd for d in dims} if dims else range(nd))
@@ -101,6 +105,9 @@ def _reduce_backward(ctx, g):
     # The gradient of a reduction is a broadcast of g times a local factor, in torch ops.
     x, y = ctx.saved_tensors
     op = ctx.op
+    if ctx.alpha != 1:
+        y = reduce_tensor(x, op, ctx.red) if op in ("mul", "min", "max", "amax", "norm2") else None
+        g = g * ctx.alpha
     count = 1
     for d in ctx.red:
         count *= x.shape[d]
@@ -109,7 +116,7 @@ def _reduce_backward(ctx, g):
     elif op == "avg":
         dx = g.expand(x.shape) / count
     elif op == "mul":
-        dx = g * y / x
+        dx = _prod_backward(g, x, y, ctx.red)
     elif op in ("min", "max"):
         hit = (x == y).to(g.dtype)
         dx = g * hit / reduce_tensor(hit, "add", ctx.red)
@@ -118,9 +125,23 @@ def _reduce_backward(ctx, g):
         dx = g * hit * torch.sign(x) / reduce_tensor(hit, "add", ctx.red)
     elif op == "norm1":
         dx = g * torch.sign(x)
-    else:  # norm2
-        dx = g * x / y
-    return dx.contiguous(memory_format=_fmt(x)), None, None
+    else:  # norm2; an all-zero slice has gradient 0 there (as torch's norm), not 0 / 0
+        dx = torch.where(y == 0, torch.zeros((), dtype=g.dtype, device=g.device), g * x / y)
+    return dx.contiguous(memory_format=_fmt(x)), None, None, None
+
+
+def _prod_backward(g: Tensor, x: Tensor, y: Tensor, red: list[int]) -> Tensor:
+    """d prod / dx as torch's prod: g * y / x in a slice with no zero; in a slice with one zero
+    that element takes g * (product of the others) and the others 0; with more zeros, all 0."""
+    zero = x == 0
+    one = torch.ones((), dtype=x.dtype, device=x.device)
+    nonzero = torch.where(zero, one, x)  # x with its zeros as ones, so nothing divides by 0
+    zeros = reduce_tensor(zero.to(g.dtype), "add", red)
+    others = reduce_tensor(nonzero, "mul", red)  # the product of the nonzero elements
+    none = torch.zeros((), dtype=g.dtype, device=g.device)
+    return torch.where(
+        zeros == 0, g * y / nonzero, torch.where(zero & (zeros == 1), g * others, none)
+    )
 
 
 def _fmt(x: Tensor):
@@ -133,9 +154,14 @@ reduce_tensor.register_autograd(_reduce_backward, setup_context=_reduce_setup)
 
 
 @custom_op("rtdnn::transform_tensor")
-def transform_tensor(x: Tensor, dtype: torch.dtype, channels_last: bool) -> Tensor:
-    """x copied into dtype, in channels-last (4-d / 5-d) or contiguous layout."""
-    return ops.transform_tensor(x, dtype=dtype, memory_format=_target_format(x, channels_last))
+def transform_tensor(
+    x: Tensor, dtype: torch.dtype, channels_last: bool, alpha: float = 1.0
+) -> Tensor:
+    """alpha * x copied into dtype (scaled in float32, then rounded once, as the plain call), in
+    channels-last (4-d / 5-d) or contiguous layout."""
+    return ops.transform_tensor(
+        x, dtype=dtype, memory_format=_target_format(x, channels_last), alpha=alpha
+    )
 
 
 def _target_format(x: Tensor, channels_last: bool):
@@ -145,18 +171,19 @@ def _target_format(x: Tensor, channels_last: bool):
 
 
 @transform_tensor.register_fake
-def _(x, dtype, channels_last):
+def _(x, dtype, channels_last, alpha=1.0):
     return torch.empty_like(x, dtype=dtype, memory_format=_target_format(x, channels_last))
 
 
 def _transform_setup(ctx, inputs, output):
-    x = inputs[0]
+    x, _dtype, _cl, *alpha = inputs  # the eager road may leave alpha out
     ctx.dtype = x.dtype
     ctx.cl = _channels_last(x)
+    ctx.alpha = alpha[0] if alpha else 1.0
 
 
 def _transform_backward(ctx, g):
-    return transform_tensor(g, ctx.dtype, ctx.cl), None, None
+    return transform_tensor(g, ctx.dtype, ctx.cl, ctx.alpha), None, None, None
 
 
 transform_tensor.register_autograd(_transform_backward, setup_context=_transform_setup)
@@ -196,16 +223,34 @@ def reduce_tensor_api(
             x, op, dims, keepdim=keepdim, indices=indices, alpha=alpha, beta=beta, out=out
         )
     check_differentiable("reduce_tensor", alpha, beta, out)
-    reduced = ops.tensor_ops._reduce_dims(dims, x.dim())  # the plain checks; sorted dims
-    y = scaled(reduce_tensor(x, op, list(reduced)), alpha)
+    reduced = ops.tensor_ops.reduce_dims(dims, x.dim())  # the plain checks; sorted dims
     idx = None
-    if indices is not False:
-        # The chosen positions take no gradient: the plain op finds them (a second pass).
+    if indices is False:
+        y = reduce_tensor(x, op, list(reduced), float(alpha))
+    else:
+        # As torch.max(x, dim): the gradient goes to the chosen element only (ties too), so the
+        # values are the elements the plain op's indices pick.
         _, idx = ops.reduce_tensor(x.detach(), op, reduced, indices=indices)
+        # The picked values are x's elements, exact: scaling them rounds once, as the kernel.
+        y = scaled(_picked(x, idx, reduced, op), alpha)
     if not keepdim:
         y = y.squeeze(reduced)
         idx = idx.squeeze(reduced) if idx is not None else None
     return y if idx is None else (y, idx)
+
+
+def _picked(x: Tensor, idx: Tensor, reduced: tuple[int, ...], op: str) -> Tensor:
+    """x's elements at idx (the flat positions within the reduced dims, keepdim shape), |x| for
+    amax, differentiable, in the plain op's layout."""
+    kept = [d for d in range(x.dim()) if d not in reduced]
+    perm = [*kept, *reduced]
+    lead = [x.shape[d] for d in kept]
+    v = x.permute(perm).reshape(*lead, -1).gather(-1, idx.permute(perm).reshape(*lead, 1))
+    v = v.reshape([idx.shape[d] for d in perm]).permute(
+        sorted(range(x.dim()), key=perm.__getitem__)
+    )
+    v = v.abs() if op == "amax" else v
+    return empty_like_layout(v.shape, x).copy_(v)
 
 
 @public(ops.transform_tensor)
@@ -234,8 +279,7 @@ def transform_tensor_api(
             "memory_format", memory_format,
             f"preserve_format, contiguous_format or {cl_format} for a {x.dim()}-d x",
         )  # fmt: skip
-    y = transform_tensor(x, x.dtype if dtype is None else dtype, channels_last)
-    return scaled(y, alpha)
+    return transform_tensor(x, x.dtype if dtype is None else dtype, channels_last, float(alpha))
 
 
 @public(ops.add_tensor, in_place=True)

@@ -24,7 +24,8 @@ from ..kernels.tensor_ops import dropout_op
 from ._common import check_span, elementwise_plan, output
 
 
-def _check(p, seed) -> tuple[float, float]:
+def check_dropout_args(p, seed) -> tuple[float, float]:
+    """p and seed checked (p in [0, 1], seed in [0, 2**63)): (p, the kept values' scale)."""
     if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p <= 1.0:
         raise bad_param("p", p, "a probability in [0, 1]")
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
@@ -36,7 +37,7 @@ def _check(p, seed) -> tuple[float, float]:
 def _run(name: str, t: torch.Tensor, p, seed, alpha, beta, out) -> torch.Tensor:
     t = check_tensor(name, t, empty=True)
     check_span(name, t)
-    prob, scale = _check(p, seed)
+    prob, scale = check_dropout_args(p, seed)
     y = output(
         out, t.shape, t, alpha, beta, reads=[(name, t)], in_place_ok=True, preserve_strides=True
     )

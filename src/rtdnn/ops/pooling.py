@@ -219,7 +219,8 @@ def pooling_backward(
     return dx
 
 
-def _adaptive_size(x: torch.Tensor, output_size) -> tuple[int, ...]:
+def adaptive_size(x: torch.Tensor, output_size) -> tuple[int, ...]:
+    """adaptive_avg_pool's output_size checked: one int >= 1 per spatial dim (None keeps it)."""
     nd = x.dim() - 2
     if isinstance(output_size, (list, tuple)):
         output_size = tuple(x.shape[2 + i] if s is None else s for i, s in enumerate(output_size))
@@ -242,7 +243,7 @@ def adaptive_avg_pool(
     """
     x = check_batch("x", check_tensor("x", x, ndim=(3, 4, 5), empty=True))
     check_span("x", x)
-    osize = _adaptive_size(x, output_size)
+    osize = adaptive_size(x, output_size)
     y = output(out, (*x.shape[:2], *osize), x, alpha, beta, reads=[("x", x)])
     if y.numel() == 0:  # a batch of 0
         return y

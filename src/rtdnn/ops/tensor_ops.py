@@ -203,7 +203,8 @@ def transform_tensor(
     return y
 
 
-def _reduce_dims(dims, nd: int) -> tuple[int, ...]:
+def reduce_dims(dims, nd: int) -> tuple[int, ...]:
+    """reduce_tensor's dims argument checked against nd dims: sorted, wrapped, no repeats."""
     if dims is None:
         return tuple(range(nd))
     if isinstance(dims, int) and not isinstance(dims, bool):
@@ -249,7 +250,7 @@ def reduce_tensor(
         raise bad_param("op", op, f"one of {REDUCE_OPS}")
     x = check_tensor("x", x, empty=True)
     check_span("x", x)
-    reduced = _reduce_dims(dims, x.dim())
+    reduced = reduce_dims(dims, x.dim())
     if not isinstance(indices, bool):
         raise bad_param("indices", indices, "a bool")
     if indices and op not in red.INDEXED:
