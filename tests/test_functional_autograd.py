@@ -62,6 +62,15 @@ def test_conv_forward():
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("padding", [1, "same"])
+def test_conv_forward_unbatched(padding):
+    check_against_torch(
+        lambda x, w, b: rtdnn.conv_forward(x, w, b, padding=padding, alpha=0.3, math=MATH),
+        lambda x, w, b: 0.3 * F.conv2d(x, w, padding=padding) + b.view(-1, 1, 1),
+        randn(2, 5, 5), randn(3, 2, 3, 3, seed=2), randn(3, seed=3),
+    )  # fmt: skip
+
+
 @pytest.mark.filterwarnings("ignore:Using padding='same':UserWarning")  # torch's, on its copy
 @pytest.mark.parametrize("padding", ["same", "valid"])
 def test_conv_forward_named_padding(padding):

@@ -161,6 +161,12 @@ def conv_forward_api(
             workspace_limit=workspace_limit, math=math,
         )  # fmt: skip
     check_differentiable("conv_forward", alpha, beta, out)
+    if isinstance(x, Tensor) and isinstance(w, Tensor) and x.dim() == w.dim() - 1:  # unbatched
+        return conv_forward_api(
+            x.unsqueeze(0), w, bias, stride=stride, padding=padding, dilation=dilation,
+            groups=groups, mode=mode, alpha=alpha, algo=algo, workspace_limit=workspace_limit,
+            math=math,
+        ).squeeze(0)  # fmt: skip
     if isinstance(padding, str):  # "same" may pad x on the right: F.pad carries the gradient
         x, padding = named_padding(x, w, padding, stride, dilation)
     n = x.dim() - 2
