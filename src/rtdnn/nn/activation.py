@@ -92,11 +92,9 @@ def _softmax_dim(ndim: int, dim: int | None) -> int:
 
 def _softmax(input: Tensor, dim: int | None, algo: str) -> Tensor:
     """rtdnn's channel-mode softmax runs over dim 1: move `dim` there as a view."""
-    if input.dim() == 0:
-        return autograd.softmax_forward(input.reshape(1, 1), algo, "channel").reshape(())
+    if input.dim() <= 1:  # the op takes a 1-D x as one row
+        return autograd.softmax_forward(input.reshape(-1), algo, "channel").reshape(input.shape)
     d = _softmax_dim(input.dim(), dim)
-    if input.dim() == 1:
-        return autograd.softmax_forward(input.unsqueeze(0), algo, "channel").squeeze(0)
     moved = input.movedim(d, 1)
     shape = moved.shape
     if moved.dim() > 5:  # more positions than the kernels address: merge the trailing ones
