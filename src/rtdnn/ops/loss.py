@@ -22,6 +22,7 @@ import torch
 
 from ..core import bad_param, check_runnable, check_tensor
 from ..kernels.cross_entropy import cross_entropy_bwd_kernel, cross_entropy_fwd_kernel, sum_kernel
+from ._common import check_real
 
 REDUCTIONS = ("mean", "sum", "none")
 _BLOCK = 1024
@@ -60,11 +61,7 @@ def _check(logits, target, weight, reduction, label_smoothing, ignore_index, che
         raise bad_param("reduction", reduction, f"one of {REDUCTIONS}")
     if not isinstance(ignore_index, int) or isinstance(ignore_index, bool):
         raise bad_param("ignore_index", ignore_index, "an int")
-    if (
-        not isinstance(label_smoothing, (int, float))
-        or isinstance(label_smoothing, bool)
-        or not 0.0 <= label_smoothing <= 1.0
-    ):
+    if not 0.0 <= check_real("label_smoothing", label_smoothing) <= 1.0:
         raise bad_param("label_smoothing", label_smoothing, "a number in [0, 1]")
     check_runnable(logits.device)
     if check_targets:
