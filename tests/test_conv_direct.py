@@ -124,11 +124,66 @@ def test_layouts_with_alpha_beta(layout, gen):
           stride=(1, 2), padding=1)  # fmt: skip
 
 
+#: Problems for the 16-bit kernels: filters at most 8 wide (the tensor-core kernels' limit),
+#: depthwise, multipliers, 2 to 16 channels per group, stride, dilation, 1-D to 3-D.
+HALF_CASES = [c for c in CASES if c[2][-1] <= 8] + [
+    ("2d-16perg", (1, 32, 5, 4), (8, 16, 3, 3), dict(groups=2, padding=1)),
+    ("2d-3perg-x2-pad3", (2, 6, 4, 5), (12, 3, 2, 3), dict(groups=2, padding=3, stride=(2, 1))),
+]
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-def test_half_precision(dtype, gen):
-    """16-bit storage, float32 accumulation (bf16 works in the interpreter: no tl.dot)."""
-    check((2, 6, 5, 5), (6, 1, 3, 3), dtype=dtype, layout="channels_last", gen=gen, groups=6,
-          padding=1)  # fmt: skip
+@pytest.mark.parametrize(
+    "x_shape,w_shape,conv", [c[1:] for c in HALF_CASES], ids=[c[0] for c in HALF_CASES]
+)
+def test_tensor_core_kernels(x_shape, w_shape, conv, dtype, gen):
+    """16-bit data takes the block-diagonal tensor-core kernels first (float32 accumulation;
+    bfloat16 tiles are upcast in the interpreter, whose bfloat16 tl.dot is wrong)."""
+    check(x_shape, w_shape, dtype=dtype, layout="channels_last", gen=gen, **conv)
+
+
+def test_tensor_core_kernels_strided_alpha_beta(gen):
+    check((2, 8, 5, 4), (8, 2, 3, 3), dtype=torch.float16, layout="strided", alpha=0.5,
+          beta=-0.75, gen=gen, groups=4, stride=(1, 2), padding=1)  # fmt: skip
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_fma_kernels_in_half_precision(direction, gen):
+    """The FMA tiles, which the tuner may pick for 16-bit data on a GPU, run here by hand."""
+    conv = dict(groups=3, padding=1, stride=(1, 2))
+    dtype = torch.bfloat16
+    x = make_tensor((2, 6, 5, 5), dtype, "channels_last", gen)
+    w = make_tensor((6, 2, 3, 3), dtype, "channels_last", gen)
+    dy = make_tensor(y_shape(x.shape, w.shape, conv), dtype, "channels_last", gen)
+    out = {"forward": poisoned_like(dy), "backward_data": poisoned_like(x)}.get(
+        direction, poisoned_like(w)
+    )
+    tensors = {
+        "forward": ConvTensors(x, w, out),
+        "backward_data": ConvTensors(out, w, dy),
+        "backward_filter": ConvTensors(x, out, dy),
+    }[direction]
+    p = _problem(direction, *(tensors.x, tensors.w, tensors.y), **conv)
+    algo = ALGORITHMS["DIRECT"]
+    fma = [t for t in algo.tile_candidates(p) if not t.tensor_cores]
+    assert algo.tile_candidates(p)[0].tensor_cores and fma
+    need = algo.workspace_bytes(p)
+    algo.prepare(p, fma[0])(tensors, torch.empty(need, dtype=torch.uint8), 1.0, 0.0)
+    ref = {
+        "forward": lambda: reference.conv_forward(x, w, **conv),
+        "backward_data": lambda: reference.conv_backward_data(dy, w, x.shape, **conv),
+        "backward_filter": lambda: reference.conv_backward_filter(x, dy, w.shape, **conv),
+    }[direction]()
+    assert reference.rel_error(out, ref) <= TOL[dtype]
+
+
+def test_tensor_core_backward_filter_deterministic(gen):
+    conv = dict(groups=2, padding=1)
+    x = make_tensor((2, 8, 6, 5), torch.float16, "channels_last", gen)
+    dy = make_tensor((2, 8, 6, 5), torch.float16, "channels_last", gen)
+    first = rtdnn.conv_backward_filter(x, dy, (8, 4, 3, 3), algo="DIRECT", **conv)
+    again = rtdnn.conv_backward_filter(x, dy, (8, 4, 3, 3), algo="DIRECT", **conv)
+    assert torch.equal(first, again)
 
 
 def _problem(direction, x, w, y, **conv) -> ConvProblem:
@@ -184,14 +239,23 @@ def test_auto_chooses_direct_for_depthwise(direction):
     assert get(workspace_limit=0) == expected
 
 
-def test_auto_keeps_gemm_for_wider_groups():
-    """16 channels per group: DIRECT does not support it. 4 per group: supported, but measured
-    far below cuDNN there (algos.direct.PREFER_UP_TO_KG), so the heuristic keeps the GEMMs."""
+def test_auto_chooses_for_grouped_by_dtype():
+    """Grouped layers: in float32 16 channels per group is beyond DIRECT (its FMA kernels) and
+    4 per group measured far below cuDNN, so the GEMMs run; in 16-bit data the tensor-core
+    tiles take up to algos.direct.PREFER_UP_TO_CG per group."""
     x, w = torch.empty(2, 64, 8, 8), torch.empty(64, 16, 3, 3)
     assert rtdnn.get_conv_algorithm(x, w, groups=4) != "DIRECT"
     x, w = torch.empty(2, 64, 8, 8), torch.empty(64, 4, 3, 3)
     assert rtdnn.get_conv_algorithm(x, w, groups=16) != "DIRECT"
     assert rtdnn.get_conv_algorithm(x, w, groups=16, direction="backward_data") != "DIRECT"
+    for cg in (4, 16, 32):
+        x = torch.empty(2, 64, 8, 8, dtype=torch.bfloat16)
+        w = torch.empty(64, cg, 3, 3, dtype=torch.bfloat16)
+        for direction in DIRECTIONS:
+            algo = rtdnn.get_conv_algorithm(x, w, groups=64 // cg, direction=direction)
+            assert algo == "DIRECT", (cg, direction, algo)
+    x, w = torch.empty(2, 128, 8, 8, dtype=torch.bfloat16), torch.empty(128, 64, 3, 3)
+    assert rtdnn.get_conv_algorithm(x, w.bfloat16(), groups=2) != "DIRECT"
 
 
 def test_auto_runs_direct_and_matches(gen):
@@ -210,6 +274,15 @@ def test_forced_direct_on_too_many_channels_per_group(gen):
     with pytest.raises(rtdnn.NotSupportedError, match="9 input channels per group"):
         rtdnn.conv_forward(x, w, groups=2, algo="DIRECT", out=out)
     assert torch.equal(out, torch.ones(1, 2, 2, 2)), "out written although rejected"
+    # 16-bit data: up to 64 per group; beyond, or with a filter wider than 8, refused.
+    x = make_tensor((1, 130, 4, 4), torch.bfloat16, generator=gen)
+    w = make_tensor((2, 65, 3, 3), torch.bfloat16, generator=gen)
+    with pytest.raises(rtdnn.NotSupportedError, match="65 channels per group"):
+        rtdnn.conv_forward(x, w, groups=2, algo="DIRECT")
+    x = make_tensor((1, 18, 12), torch.bfloat16, generator=gen)
+    w = make_tensor((2, 9, 9), torch.bfloat16, generator=gen)
+    with pytest.raises(rtdnn.NotSupportedError, match="at most 8 wide"):
+        rtdnn.conv_forward(x, w, groups=2, algo="DIRECT")
 
 
 def test_forced_direct_backward_filter_below_workspace(gen):

@@ -37,7 +37,11 @@ SHAPES = [
     ((2, 24, 6, 9, 7), (24, 1, 3, 3, 3), dict(padding=1, groups=24)),
     ((3, 40, 50), (40, 1, 5), dict(padding=4, dilation=2, groups=40)),
     ((2, 3, 33, 31), (32, 3, 7, 7), dict(stride=2, padding=3)),
+    ((2, 512, 9, 10), (512, 16, 3, 3), dict(padding=1, groups=32)),
+    ((2, 192, 8, 7), (96, 32, 3, 3), dict(stride=2, padding=1, groups=6)),
 ]
+#: Shapes beyond the FMA kernels' 8 channels per group: 16-bit data only.
+WIDE_GROUPS = SHAPES[-2:]
 
 
 def _channels_last(t):
@@ -46,6 +50,7 @@ def _channels_last(t):
 
 MATRIX = [("bf16", layout, s) for s in SHAPES for layout in ("channels_last", "contiguous")]
 MATRIX += [(case, "channels_last", s) for case in ("fp16", "fp32") for s in SHAPES[:3]]
+MATRIX += [("fp16", "channels_last", s) for s in WIDE_GROUPS]
 
 
 def _data(case, layout, shape):
@@ -112,3 +117,38 @@ def test_nn_depthwise_conv2d_autograd_bf16():
     for a, b in ((y2, y1), (x2.grad, x1.grad), (mine.weight.grad, ref.weight.grad),
                  (mine.bias.grad, ref.bias.grad)):  # fmt: skip
         assert R.rel_error(a, b.double().cpu()) < 2e-2
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
+@pytest.mark.parametrize("shape", SHAPES[:3] + SHAPES[4:6] + WIDE_GROUPS[:1])
+def test_every_tile_candidate(direction, shape):
+    """Each tile the tuner may pick (tensor-core and FMA kernels) compiles and is right."""
+    from rtdnn.algos import ALGORITHMS, ConvTensors
+    from rtdnn.ops.conv import _problem_for_selection
+
+    x, w, conv = _data("bf16", "channels_last", shape)
+    y_ref = R.conv_forward(x, w, **conv)
+    dy = _channels_last(torch.randn(y_ref.shape, device="cuda", dtype=x.dtype))
+    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", math=None)
+    p, _ = _problem_for_selection(direction, x, w, **{**args, **conv})
+    algo = ALGORITHMS["DIRECT"]
+    need = algo.workspace_bytes(p)
+    ws = torch.empty(need, dtype=torch.uint8, device="cuda") if need else None
+    if direction == "forward":
+        ref = y_ref
+        out = _channels_last(torch.full(y_ref.shape, float("nan"), device="cuda", dtype=x.dtype))
+        tensors = ConvTensors(x, w, out)
+    elif direction == "backward_data":
+        ref = R.conv_backward_data(dy, w, x.shape, **conv)
+        out = _channels_last(torch.full(x.shape, float("nan"), device="cuda", dtype=x.dtype))
+        tensors = ConvTensors(out, w, dy)
+    else:
+        ref = R.conv_backward_filter(x, dy, w.shape, **conv)
+        out = _channels_last(torch.full(w.shape, float("nan"), device="cuda", dtype=x.dtype))
+        tensors = ConvTensors(x, out, dy)
+    candidates = algo.tile_candidates(p)
+    assert any(getattr(t, "tensor_cores", False) for t in candidates)
+    for tiles in candidates:
+        out.fill_(float("nan"))
+        algo.prepare(p, tiles)(tensors, ws, 1.0, 0.0)
+        assert R.rel_error(out, ref) < 1e-2, tiles

@@ -23,7 +23,8 @@ echo "== precompile: $(( $(date +%s) - start )) s"
 bench() {  # suite, time limit
   timeout "$2" python3 -c "
 import logging, sys
-logging.basicConfig(filename='$OUT/tiles.log', level=logging.INFO)
+logging.getLogger('rtdnn.tiles').setLevel(logging.DEBUG)
+logging.basicConfig(filename='$OUT/tiles.log', level=logging.DEBUG)
 from rtdnn.cli import main
 sys.exit(main(['bench', '--suite', '$1', '--dtype', 'bf16', '--out', '$OUT']))
 " > "$OUT/bench_$1.log" 2>&1
@@ -33,6 +34,20 @@ sys.exit(main(['bench', '--suite', '$1', '--dtype', 'bf16', '--out', '$OUT']))
 bench depthwise "${DW_LIMIT:-150}"
 bench grouped "${GR_LIMIT:-70}"
 rm -f "$OUT"/*.md  # the JSON holds the same rows (at most 8 files come back)
+# Per tuned problem: the best tensor-core tile and the best FMA tile (from the tuner's log).
+python3 - <<'PY'
+import os, re
+best = {}
+for line in open(os.environ["OUT"] + "/tiles.log"):
+    m = re.search(r"\('DIRECT', (.*)\): DirectTiles\((.*)\) ([0-9.]+) ms", line)
+    if m:
+        kind = "dot" if "tensor_cores=True" in m.group(2) else "fma"
+        slot = best.setdefault(m.group(1), {})
+        slot[kind] = min(slot.get(kind, 1e9), float(m.group(3)))
+wins = [v["fma"] / v["dot"] for v in best.values() if "dot" in v and "fma" in v]
+print(f"DIRECT tiles: {len(best)} problems; fma/dot time ratio per problem:",
+      " ".join(f"{w:.2f}" for w in wins))
+PY
 python3 - <<'PY'
 import json, math, os
 out = os.environ["OUT"]

@@ -26,9 +26,9 @@ def _work(item):
     p, scratch = _problem_for_selection(
         direction, x, w, mode="cross_correlation", math=None, **args
     )
-    if rtdnn.get_conv_algorithm(x, w, direction=direction, **args) != "DIRECT":
-        return 0
     algo = ALGORITHMS["DIRECT"]
+    if algo.supports(p) is not None:
+        return 0
     need = algo.workspace_bytes(p)
     ws = torch.empty(need, dtype=torch.uint8, device="cuda") if need else None
     count = 0

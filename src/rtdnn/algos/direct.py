@@ -1,10 +1,15 @@
-"""DIRECT: convolution by float32 FMAs on tiles of pixels x channels, for few input channels per
-group (depthwise and narrow grouped convolutions), every direction. See kernels/direct.py.
+"""DIRECT: convolution of few input channels per group (depthwise and narrow grouped
+convolutions) tap by tap on tiles of pixels x channels, every direction.
 
-Such layers are memory-bound (at most 8 x taps multiply-adds per output element), so the
-kernels aim at bandwidth, not tensor cores: no tl.dot, products and sums in float32 for every
-dtype. The math mode does not matter: float32 data is computed in strict float32 also under
-"tf32", which is at least as accurate as asked for.
+Such layers are memory-bound (at most 8 x taps multiply-adds per output element). Two kernel
+families compute them, chosen per problem by the tile tuner (DirectTiles.tensor_cores):
+
+- float32 FMAs (kernels/direct.py), every dtype; float32 data is computed in strict float32
+  also under "tf32", which is at least as accurate as asked for;
+- block-diagonal tensor-core tiles (kernels/direct_dot.py), float16 and bfloat16: several
+  groups share one tile, the zeros off the diagonal cost tensor-core work the layer has to
+  spare, and each tap costs a vector load and part of an MMA instead of a convert, an address
+  and an FMA per element. Products are exact and sums float32, as in the FMA kernels.
 
 Forward and backward-data need no workspace. Backward-filter reduces over every output pixel
 in two deterministic stages; its workspace holds the float32 partial sums of each chunk of
@@ -14,11 +19,12 @@ pixels, [chunks, K, C/groups, taps], exactly `workspace_bytes`.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
 
-from ..core import ConvProblem, Direction
+from ..core import INTERPRETED, ConvProblem, Direction
 from ..kernels.brgemm import identity
 from ..kernels.direct import (
     MAX_ROW_TAPS,
@@ -28,12 +34,20 @@ from ..kernels.direct import (
     direct_filter_rows_kernel,
     direct_forward_kernel,
 )
+from ..kernels.direct_dot import (
+    direct_dot_backward_data_kernel,
+    direct_dot_filter_rows_kernel,
+    direct_dot_forward_kernel,
+)
 from ..kernels.launch import KernelLaunch, TileConfig
 from .base import ConvAlgorithm, ConvTensors, Runner
 from .geometry import conv_geometry, parallel_slots
 
-#: Input channels per group that the kernels unroll (each is one more load and FMA per tap).
+#: Input channels per group that the FMA kernels unroll (each is one more load and FMA per tap).
 MAX_CHANNELS_PER_GROUP = 8
+#: Input channels per group of the tensor-core kernels (16-bit data): a super-group tile
+#: holds at least one group.
+MAX_TENSOR_CORE_CHANNELS = 64
 #: (channels per group) x (filter taps): the rows of backward-filter's accumulator.
 MAX_FILTER_ROWS = 4096
 #: The heuristic prefers DIRECT for one input channel per group (depthwise) and up to this
@@ -43,6 +57,9 @@ MAX_FILTER_ROWS = 4096
 #: group's input channels not vectorized, so those stay with the GEMM paths; re-measure both
 #: when either changes.
 PREFER_UP_TO_KG = 16
+#: In float16 and bfloat16 the heuristic also prefers DIRECT for grouped layers of up to this
+#: many input channels per group (block-diagonal tensor-core tiles).
+PREFER_UP_TO_CG = 32
 #: Channels a backward-filter program covers, as assumed when the pixels are divided into
 #: chunks (the chunk count, hence the workspace, must not depend on the tile chosen later).
 _NOMINAL_BLOCK_C = 64
@@ -88,12 +105,12 @@ def filter_chunks(p: ConvProblem) -> tuple[int, int]:
 
 
 def direct_preferred(p: ConvProblem) -> bool:
-    """Whether the heuristic should try DIRECT first for `p`."""
-    return (
-        p.in_channels == p.groups
-        and p.out_channels // p.groups <= PREFER_UP_TO_KG
-        and Direct().supports(p) is None
-    )
+    """Whether the heuristic should try DIRECT first for `p`: depthwise layers, and in 16-bit
+    data grouped layers of up to PREFER_UP_TO_CG channels per group (tensor-core tiles)."""
+    cg = p.in_channels // p.groups
+    depthwise = cg == 1 and p.out_channels // p.groups <= PREFER_UP_TO_KG
+    grouped = p.groups > 1 and cg <= PREFER_UP_TO_CG and _tensor_cores_apply(p)
+    return (depthwise or grouped) and Direct().supports(p) is None
 
 
 def _channels_last(p: ConvProblem) -> bool:
@@ -101,15 +118,101 @@ def _channels_last(p: ConvProblem) -> bool:
     return p.x.strides[1] == 1 or p.in_channels == 1
 
 
+@dataclass(frozen=True)
+class DirectTiles(TileConfig):
+    """DIRECT's tiles. block_m: pixels per tile (per loop step in backward-filter);
+    block_n: channels per tile (FMA kernels) or channel lanes of a super-group (tensor cores);
+    block_k: pixels per loop step of the FMA backward-filter kernel over every tap;
+    tensor_cores: the block-diagonal kernels of kernels/direct_dot.py."""
+
+    tensor_cores: bool = False
+
+
+def _tensor_cores_apply(p: ConvProblem) -> bool:
+    """The block-diagonal kernels take 16-bit data and filters at most MAX_ROW_TAPS wide (a
+    filter row's input tiles sit side by side in one operand)."""
+    return p.dtype in (torch.float16, torch.bfloat16) and _by_rows(p)
+
+
+def super_group(p: ConvProblem, lanes: int) -> tuple[int, int, int]:
+    """(groups per program SG, input lanes BLOCK_I, output lanes BLOCK_O) for tiles of about
+    `lanes` channels: SG groups side by side, each tile side a power of two of at least 16
+    (a tensor-core operand's least size)."""
+    g = p.groups
+    cg, kg = p.in_channels // g, p.out_channels // g
+    sg = max(1, min(g, lanes // max(cg, kg)))
+    return sg, max(16, triton.next_power_of_2(sg * cg)), max(16, triton.next_power_of_2(sg * kg))
+
+
+def _dot_candidates(p: ConvProblem) -> list[TileConfig]:
+    if p.device != "cuda":
+        return [DirectTiles(16, 16, 1, 1, 1, 1, tensor_cores=True)]
+    # A tile holds a filter row's taps side by side: wide lanes only for narrow filters.
+    wide = 32 if triton.next_power_of_2(p.kernel[-1]) <= 4 else 16
+    if p.direction == Direction.BACKWARD_FILTER:
+        shapes = [(64, 16, 4), (128, 16, 4), (64, wide, 4)]
+    else:
+        shapes = [(128, 16, 4), (64, 16, 4), (256, 16, 8), (128, wide, 4)]
+    shapes = list(dict.fromkeys(shapes))
+    return [
+        DirectTiles(bp, lanes, 1, 1, warps, 1, tensor_cores=True) for bp, lanes, warps in shapes
+    ]
+
+
+def _fma_candidates(p: ConvProblem) -> list[TileConfig]:
+    channels = p.in_channels if p.direction == Direction.BACKWARD_DATA else p.out_channels
+    if p.direction == Direction.BACKWARD_FILTER and _by_rows(p):
+        if p.device != "cuda":
+            return [DirectTiles(8, 16, 1, 1, 1, 1)]
+        if _channels_last(p):
+            shapes = [(32, 64, 4), (16, 64, 4), (64, 64, 8)]
+        else:
+            shapes = [(256, 4, 4), (128, 8, 4)]
+    elif p.direction == Direction.BACKWARD_FILTER:
+        rows = triton.next_power_of_2(_filter_rows(p))
+        if p.device != "cuda":
+            return [DirectTiles(1, 16, 1, 1, 1, 1)]
+        shapes = [(64, 2, 4), (32, 4, 4), (128, 1, 4)]
+        out = []
+        for bc, unroll, warps in shapes:
+            bc = max(1, min(bc, 8192 // rows, triton.next_power_of_2(channels)))
+            cfg = DirectTiles(1, bc, unroll, 1, warps, 1)
+            if cfg not in out:
+                out.append(cfg)
+        return out
+    elif p.device != "cuda":
+        return [DirectTiles(16, 16, 1, 1, 1, 1)]
+    elif _channels_last(p):
+        shapes = [(32, 64, 4), (64, 64, 4), (16, 128, 4), (128, 64, 8)]
+    else:
+        shapes = [(256, 4, 4), (128, 8, 4), (64, 32, 4)]
+    out = []
+    for bp, bc, warps in shapes:
+        bc = min(bc, triton.next_power_of_2(channels))
+        cfg = DirectTiles(bp, bc, 1, 1, warps, 1)
+        if cfg not in out:
+            out.append(cfg)
+    return out
+
+
 class Direct(ConvAlgorithm):
     name = "DIRECT"
 
     def supports(self, p: ConvProblem) -> str | None:
         cg = p.in_channels // p.groups
-        if cg > MAX_CHANNELS_PER_GROUP:
+        kg = p.out_channels // p.groups
+        where = f"(C={p.in_channels}, K={p.out_channels}, groups={p.groups})"
+        if cg > MAX_CHANNELS_PER_GROUP and not _tensor_cores_apply(p):
             return (
-                f"{cg} input channels per group (C={p.in_channels}, groups={p.groups}): DIRECT "
-                f"handles at most {MAX_CHANNELS_PER_GROUP}, the GEMM algorithms the rest"
+                f"{cg} input channels per group {where}: DIRECT handles at most "
+                f"{MAX_CHANNELS_PER_GROUP} in {p.dtype} (up to {MAX_TENSOR_CORE_CHANNELS} in "
+                "float16 and bfloat16, backward-filter with filters at most "
+                f"{MAX_ROW_TAPS} wide), the GEMM algorithms the rest"
+            )
+        if max(cg, kg) > MAX_TENSOR_CORE_CHANNELS:
+            return (
+                f"{max(cg, kg)} channels per group {where}: DIRECT handles at most "
+                f"{MAX_TENSOR_CORE_CHANNELS}, the GEMM algorithms the rest"
             )
         if _filter_rows(p) > MAX_FILTER_ROWS:
             return (
@@ -129,42 +232,11 @@ class Direct(ConvAlgorithm):
         return True
 
     def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
-        """TileConfig(block_m = pixels per tile, block_n = channels per tile, block_k = pixels
-        per loop step of backward-filter's first stage over every tap (filters wider than
-        MAX_ROW_TAPS), group_m unused, warps, stages)."""
-        channels = p.in_channels if p.direction == Direction.BACKWARD_DATA else p.out_channels
-        if p.direction == Direction.BACKWARD_FILTER and _by_rows(p):
-            if p.device != "cuda":
-                return [TileConfig(8, 16, 1, 1, 1, 1)]
-            if _channels_last(p):
-                shapes = [(32, 64, 4), (16, 64, 4), (64, 64, 8)]
-            else:
-                shapes = [(256, 4, 4), (128, 8, 4)]
-        elif p.direction == Direction.BACKWARD_FILTER:
-            rows = triton.next_power_of_2(_filter_rows(p))
-            if p.device != "cuda":
-                return [TileConfig(1, 16, 1, 1, 1, 1)]
-            shapes = [(64, 2, 4), (32, 4, 4), (128, 1, 4)]
-            out = []
-            for bc, unroll, warps in shapes:
-                bc = max(1, min(bc, 8192 // rows, triton.next_power_of_2(channels)))
-                cfg = TileConfig(1, bc, unroll, 1, warps, 1)
-                if cfg not in out:
-                    out.append(cfg)
-            return out
-        elif p.device != "cuda":
-            return [TileConfig(16, 16, 1, 1, 1, 1)]
-        elif _channels_last(p):
-            shapes = [(32, 64, 4), (64, 64, 4), (16, 128, 4), (128, 64, 8)]
-        else:
-            shapes = [(256, 4, 4), (128, 8, 4), (64, 32, 4)]
-        out = []
-        for bp, bc, warps in shapes:
-            bc = min(bc, triton.next_power_of_2(channels))
-            cfg = TileConfig(bp, bc, 1, 1, warps, 1)
-            if cfg not in out:
-                out.append(cfg)
-        return out
+        """Block-diagonal tensor-core tiles first where they apply (16-bit data), then FMA
+        tiles; see DirectTiles for the fields."""
+        dot = _dot_candidates(p) if _tensor_cores_apply(p) else []
+        fma = _fma_candidates(p) if p.in_channels // p.groups <= MAX_CHANNELS_PER_GROUP else []
+        return dot + fma
 
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
         geo = conv_geometry(p)
@@ -173,20 +245,34 @@ class Direct(ConvAlgorithm):
         shape = dict(CG=p.in_channels // g, KG=p.out_channels // g, KD=kd, KH=kh, KW=kw)
         warps = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages)
         bp, bc = tiles.block_m, tiles.block_n
+        tensor_cores = getattr(tiles, "tensor_cores", False)
+        if tensor_cores:
+            sg, block_i, block_o = super_group(p, bc)
+            # Programs per pixel block: one per super-group of SG groups.
+            channel_blocks = triton.cdiv(g, sg)
+            sizes = dict(C=p.in_channels, K=p.out_channels, groups=g)
+            tiling = dict(
+                SG=sg, UPCAST=INTERPRETED, BLOCK_I=block_i, BLOCK_O=block_o,
+                KWP=triton.next_power_of_2(kw), **shape,
+            )  # fmt: skip
         launches: dict[tuple, KernelLaunch] = {}
 
         if p.direction == Direction.FORWARD:
             pixels = p.batch * math.prod(p.out_spatial)
-            grid = (triton.cdiv(pixels, bp) * triton.cdiv(p.out_channels, bc),)
+            if tensor_cores:
+                grid = (triton.cdiv(pixels, bp) * channel_blocks,)
+                kernel, fixed = direct_dot_forward_kernel, dict(**sizes, **tiling)
+            else:
+                grid = (triton.cdiv(pixels, bp) * triton.cdiv(p.out_channels, bc),)
+                kernel, fixed = direct_forward_kernel, dict(K=p.out_channels, BLOCK_C=bc, **shape)
 
             def run_forward(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
                 key = (t.bias is not None, beta != 0)
                 launch = launches.get(key)
                 if launch is None:
                     launch = launches[key] = KernelLaunch(
-                        direct_forward_kernel, grid, warps, geo=geo, K=p.out_channels,
-                        ACTIVATION=identity, HAS_BIAS=key[0], BETA_NONZERO=key[1],
-                        BLOCK_P=bp, BLOCK_C=bc, **shape,
+                        kernel, grid, warps, geo=geo, ACTIVATION=identity, HAS_BIAS=key[0],
+                        BETA_NONZERO=key[1], BLOCK_P=bp, **fixed,
                     )  # fmt: skip
                 bias = t.bias if t.bias is not None else t.y
                 launch(X=t.x, Wt=t.w, Y=t.y, BIAS=bias, alpha=float(alpha), beta=float(beta))
@@ -195,16 +281,21 @@ class Direct(ConvAlgorithm):
 
         if p.direction == Direction.BACKWARD_DATA:
             pixels = p.batch * math.prod(p.in_spatial)
-            grid = (triton.cdiv(pixels, bp) * triton.cdiv(p.in_channels, bc),)
+            if tensor_cores:
+                grid = (triton.cdiv(pixels, bp) * channel_blocks,)
+                kernel, fixed = direct_dot_backward_data_kernel, dict(**sizes, **tiling)
+            else:
+                grid = (triton.cdiv(pixels, bp) * triton.cdiv(p.in_channels, bc),)
+                kernel = direct_backward_data_kernel
+                fixed = dict(C=p.in_channels, BLOCK_C=bc, **shape)
 
             def run_backward_data(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
                 key = beta != 0
                 launch = launches.get(key)
                 if launch is None:
                     launch = launches[key] = KernelLaunch(
-                        direct_backward_data_kernel, grid, warps, geo=geo, C=p.in_channels,
-                        BETA_NONZERO=key, BLOCK_P=bp, BLOCK_C=bc, **shape,
-                    )  # fmt: skip
+                        kernel, grid, warps, geo=geo, BETA_NONZERO=key, BLOCK_P=bp, **fixed
+                    )
                 launch(DY=t.y, Wt=t.w, DX=t.x, alpha=float(alpha), beta=float(beta))
 
             return run_backward_data
@@ -213,13 +304,20 @@ class Direct(ConvAlgorithm):
         rows = _filter_rows(p)
         block_r = triton.next_power_of_2(rows)
         k = p.out_channels
-        programs = chunks * triton.cdiv(k, bc) * _filter_row_programs(p)
-        if _by_rows(p):
+        if tensor_cores:
+            programs = chunks * channel_blocks * kd * kh
+            partial = KernelLaunch(
+                direct_dot_filter_rows_kernel, (programs,), warps, geo=geo,
+                pixels_per_chunk=per_chunk, BLOCK_P=bp, **sizes, **tiling,
+            )  # fmt: skip
+        elif _by_rows(p):
+            programs = chunks * triton.cdiv(k, bc) * _filter_row_programs(p)
             partial = KernelLaunch(
                 direct_filter_rows_kernel, (programs,), warps, geo=geo, K=k,
                 pixels_per_chunk=per_chunk, BLOCK_P=bp, BLOCK_C=bc, **shape,
             )  # fmt: skip
         else:
+            programs = chunks * triton.cdiv(k, bc)
             partial = KernelLaunch(
                 direct_filter_partial_kernel, (programs,), warps, geo=geo, K=k,
                 pixels_per_chunk=per_chunk, BLOCK_R=block_r, BLOCK_C=bc, UNROLL=tiles.block_k,

@@ -1,0 +1,316 @@
+"""DIRECT on tensor cores: few channels per group as block-diagonal tile products.
+
+A depthwise or narrow grouped convolution gives each group a GEMM too thin for a tensor-core
+tile (one output column for depthwise). These kernels put SG neighbouring groups side by side
+in one tile of channel "lanes" and multiply, per filter tap, a [BLOCK_P, BLOCK_I] tile of
+activations by a [BLOCK_I, BLOCK_O] block-diagonal tile of the filter: block g holds group g's
+[CG, KG] weights of that tap, everything off the diagonal is zero. The zeros cost tensor-core
+work (BLOCK_I / CG times the useful products), which the tensor cores have to spare on these
+memory-bound layers, and save what limits the FMA kernels (kernels/direct.py): one convert,
+address and FMA per tap and element. The activation tiles are read as in the FMA kernels
+(contiguous lanes in channels-last, any strides), the taps are a batch-reduce over filter taps.
+
+Lanes of super-group s: input channel c = s * SG * CG + a for lane a < SG * CG, output channel
+k = s * SG * KG + b for lane b < SG * KG; lane a and lane b meet on the diagonal when
+a // CG == b // KG, where the filter element is w[k, a - (b // KG) * CG, tap].
+
+    forward          y[p, b]   += x[p @ tap, a] . B_tap[a, b]
+    backward-data    dx[p, a]  += dy[p @ tap, b] . B_tap[a, b]   (B transposed)
+    backward-filter  B_tap[a, b] += sum_p x[p @ tap, a] * dy[p, b]  (diagonal blocks kept)
+
+16-bit inputs only (products exact, float32 accumulation); UPCAST converts the tiles to float32
+under Triton's interpreter, whose bfloat16 tl.dot is wrong.
+"""
+
+import triton
+import triton.language as tl
+
+from .brgemm import epilogue, identity
+from .conv_addressing import split_pixel
+
+
+@triton.jit
+def _lanes(s, C, K, CG: tl.constexpr, KG: tl.constexpr, SG: tl.constexpr,
+           BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr):  # fmt: skip
+    """Super-group s -> input channels c [BLOCK_I], output channels k [BLOCK_O], their
+    validity, and the block-diagonal mask [BLOCK_I, BLOCK_O] with each element's filter
+    column j (valid where the mask is)."""
+    a = tl.arange(0, BLOCK_I)
+    b = tl.arange(0, BLOCK_O)
+    c = s * (SG * CG) + a
+    k = s * (SG * KG) + b
+    a_ok = (a < SG * CG) & (c < C)
+    b_ok = (b < SG * KG) & (k < K)
+    diag = ((a // CG)[:, None] == (b // KG)[None, :]) & a_ok[:, None] & b_ok[None, :]
+    j = a[:, None] - (b // KG * CG)[None, :]
+    return c, k, a_ok, b_ok, diag, j
+
+
+@triton.jit
+def _tile_coords(pid, groups, SG: tl.constexpr):
+    """Program id -> (pixel block or chunk, super-group); the super-groups of one pixel block
+    are neighbours, so they share the input rows' cache lines."""
+    supers = tl.cdiv(groups, SG)
+    return pid // supers, pid % supers
+
+
+@triton.jit
+def _forward_row(
+    acc, t, Xc, Wb, w_ok, id0, ih0, iw0, p_ok, a_ok, in_d, in_h, in_w, dd, dh, dw, xs_d, xs_h,
+    xs_w, ws_d, ws_h, ws_w, KH: tl.constexpr, KW: tl.constexpr, KWP: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """acc += the taps of filter row t = (rd, rh) as one product: the row's KW input tiles side
+    by side ([BLOCK_P, KWP * BLOCK_I], taps past KW zero) times their filter tiles stacked.
+    Xc: x at each output pixel's window corner and each lane's input channel [BLOCK_P,
+    BLOCK_I]; Wb: the block-diagonal filter tile at tap 0 [BLOCK_I, BLOCK_O]."""
+    rd = t // KH
+    rh = t % KH
+    i_d = id0 + rd * dd
+    i_h = ih0 + rh * dh
+    row_ok = p_ok & (i_d >= 0) & (i_d < in_d) & (i_h >= 0) & (i_h < in_h)
+    rw = tl.arange(0, KWP)
+    i_w = iw0[:, None] + (rw * dw)[None, :]
+    ok = row_ok[:, None] & (i_w >= 0) & (i_w < in_w) & (rw < KW)[None, :]
+    x_tap = rd * dd * xs_d + rh * dh * xs_h + rw * dw * xs_w
+    xv = tl.load(
+        Xc[:, None, :] + x_tap[None, :, None], mask=ok[:, :, None] & a_ok[None, None, :], other=0.0
+    )
+    w_tap = rd * ws_d + rh * ws_h + rw * ws_w
+    wv = tl.load(
+        Wb[None, :, :] + w_tap[:, None, None],
+        mask=w_ok[None, :, :] & (rw < KW)[:, None, None],
+        other=0.0,
+    )
+    xv = tl.reshape(xv, (BLOCK_P, KWP * BLOCK_I))
+    wv = tl.reshape(wv, (KWP * BLOCK_I, BLOCK_O))
+    if UPCAST:
+        xv = xv.to(tl.float32)
+        wv = wv.to(tl.float32)
+    return tl.dot(xv, wv, acc)
+
+
+@triton.jit
+def direct_dot_forward_kernel(
+    X, Wt, Y, BIAS, geo, C, K, groups, alpha, beta,
+    CG: tl.constexpr, KG: tl.constexpr, SG: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr,
+    KW: tl.constexpr, KWP: tl.constexpr, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BETA_NONZERO: tl.constexpr, UPCAST: tl.constexpr, BLOCK_P: tl.constexpr,
+    BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
+):  # fmt: skip
+    """y = act(alpha * conv(x, w) + bias + beta * y) on BLOCK_P output pixels x the output
+    lanes of one super-group of SG groups."""
+    # Geometry fields are read into locals first (Triton 3.6 loses a NamedTuple leaf
+    # specialized to 1 when it is read inside a loop).
+    in_d, in_h, in_w = geo.in_size
+    out_size = geo.out_size
+    sd, sh, sw = geo.stride
+    pd, ph, pw = geo.padding
+    dd, dh, dw = geo.dilation
+    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
+    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
+    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    x_off, w_off, y_off = geo.offsets
+    od_n, oh_n, ow_n = out_size
+    pixels = geo.n * od_n * oh_n * ow_n
+
+    pid_p, s = _tile_coords(tl.program_id(0), groups, SG)
+    c, k, a_ok, b_ok, diag, j = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    p_ok = offs_p < pixels
+    n, od, oh, ow = split_pixel(offs_p, out_size)
+    id0 = od * sd - pd
+    ih0 = oh * sh - ph
+    iw0 = ow * sw - pw
+    corner = x_off + n * xs_n + id0 * xs_d + ih0 * xs_h + iw0 * xs_w
+    Xc = X + corner[:, None] + (c * xs_c)[None, :]
+    Wb = Wt + w_off + (k * ws_k)[None, :] + j * ws_c
+
+    acc = tl.zeros((BLOCK_P, BLOCK_O), dtype=tl.float32)
+    if KD * KH * KW <= 9:
+        for t in tl.static_range(KD * KH):
+            acc = _forward_row(
+                acc, t, Xc, Wb, diag, id0, ih0, iw0, p_ok, a_ok, in_d, in_h, in_w, dd, dh, dw,
+                xs_d, xs_h, xs_w, ws_d, ws_h, ws_w, KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O,
+                UPCAST,
+            )  # fmt: skip
+    else:
+        for t in range(KD * KH):
+            acc = _forward_row(
+                acc, t, Xc, Wb, diag, id0, ih0, iw0, p_ok, a_ok, in_d, in_h, in_w, dd, dh, dw,
+                xs_d, xs_h, xs_w, ws_d, ws_h, ws_w, KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O,
+                UPCAST,
+            )  # fmt: skip
+
+    y_pix = y_off + n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
+    offs = y_pix[:, None] + (k * ys_k)[None, :]
+    mask = p_ok[:, None] & b_ok[None, :]
+    epilogue(Y, offs, mask, acc, alpha, beta, BIAS, k, b_ok, HAS_BIAS, BETA_NONZERO, ACTIVATION)
+
+
+@triton.jit
+def _backward_data_row(
+    acc, t, DYn, Wb, w_ok, t_d0, t_h0, t_w0, p_ok, b_ok, od_n, oh_n, ow_n, sd, sh, sw, dd, dh,
+    dw, ys_d, ys_h, ys_w, ws_d, ws_h, ws_w, KH: tl.constexpr, KW: tl.constexpr,
+    KWP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
+    UPCAST: tl.constexpr,
+):  # fmt: skip
+    """acc += the taps of filter row t = (rd, rh) as one product ([BLOCK_P, KWP * BLOCK_O] dy
+    tiles side by side times the transposed filter tiles stacked). DYn: dy at each pixel's
+    image and each output lane's channel; Wb: the transposed block-diagonal filter tile at
+    tap 0 [BLOCK_O, BLOCK_I]."""
+    rd = t // KH
+    rh = t % KH
+    t_d = t_d0 - rd * dd
+    o_d = t_d // sd
+    t_h = t_h0 - rh * dh
+    o_h = t_h // sh
+    row_ok = p_ok & (t_d >= 0) & (o_d * sd == t_d) & (o_d < od_n)
+    row_ok = row_ok & (t_h >= 0) & (o_h * sh == t_h) & (o_h < oh_n)
+    rw = tl.arange(0, KWP)
+    t_w = t_w0[:, None] - (rw * dw)[None, :]
+    o_w = t_w // sw
+    ok = row_ok[:, None] & (t_w >= 0) & (o_w * sw == t_w) & (o_w < ow_n) & (rw < KW)[None, :]
+    pix = (o_d * ys_d + o_h * ys_h)[:, None] + o_w * ys_w
+    dyv = tl.load(
+        DYn[:, None, :] + pix[:, :, None], mask=ok[:, :, None] & b_ok[None, None, :], other=0.0
+    )
+    w_tap = rd * ws_d + rh * ws_h + rw * ws_w
+    wv = tl.load(
+        Wb[None, :, :] + w_tap[:, None, None],
+        mask=w_ok[None, :, :] & (rw < KW)[:, None, None],
+        other=0.0,
+    )
+    dyv = tl.reshape(dyv, (BLOCK_P, KWP * BLOCK_O))
+    wv = tl.reshape(wv, (KWP * BLOCK_O, BLOCK_I))
+    if UPCAST:
+        dyv = dyv.to(tl.float32)
+        wv = wv.to(tl.float32)
+    return tl.dot(dyv, wv, acc)
+
+
+@triton.jit
+def direct_dot_backward_data_kernel(
+    DY, Wt, DX, geo, C, K, groups, alpha, beta,
+    CG: tl.constexpr, KG: tl.constexpr, SG: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr,
+    KW: tl.constexpr, KWP: tl.constexpr, BETA_NONZERO: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
+):  # fmt: skip
+    """dx = alpha * (gradient w.r.t. x) + beta * dx on BLOCK_P input pixels x the input lanes
+    of one super-group. A tap reaches input pixel i when i + pad - r * dil is a multiple of the
+    stride and lands inside the output; other taps load zeros."""
+    in_size = geo.in_size
+    od_n, oh_n, ow_n = geo.out_size
+    sd, sh, sw = geo.stride
+    pd, ph, pw = geo.padding
+    dd, dh, dw = geo.dilation
+    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
+    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
+    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    x_off, w_off, y_off = geo.offsets
+    in_d, in_h, in_w = in_size
+    pixels = geo.n * in_d * in_h * in_w
+
+    pid_p, s = _tile_coords(tl.program_id(0), groups, SG)
+    c, k, a_ok, b_ok, diag, j = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    p_ok = offs_p < pixels
+    n, i_d, i_h, i_w = split_pixel(offs_p, in_size)
+    DYn = DY + (y_off + n * ys_n)[:, None] + (k * ys_k)[None, :]
+    # [BLOCK_O, BLOCK_I]: the forward's block-diagonal tile, transposed.
+    Wb = Wt + w_off + tl.trans((k * ws_k)[None, :] + j * ws_c)
+    w_ok = tl.trans(diag)
+
+    acc = tl.zeros((BLOCK_P, BLOCK_I), dtype=tl.float32)
+    if KD * KH * KW <= 9:
+        for t in tl.static_range(KD * KH):
+            acc = _backward_data_row(
+                acc, t, DYn, Wb, w_ok, i_d + pd, i_h + ph, i_w + pw, p_ok, b_ok, od_n, oh_n,
+                ow_n, sd, sh, sw, dd, dh, dw, ys_d, ys_h, ys_w, ws_d, ws_h, ws_w, KH, KW, KWP,
+                BLOCK_P, BLOCK_I, BLOCK_O, UPCAST,
+            )  # fmt: skip
+    else:
+        for t in range(KD * KH):
+            acc = _backward_data_row(
+                acc, t, DYn, Wb, w_ok, i_d + pd, i_h + ph, i_w + pw, p_ok, b_ok, od_n, oh_n,
+                ow_n, sd, sh, sw, dd, dh, dw, ys_d, ys_h, ys_w, ws_d, ws_h, ws_w, KH, KW, KWP,
+                BLOCK_P, BLOCK_I, BLOCK_O, UPCAST,
+            )  # fmt: skip
+
+    x_pix = x_off + n * xs_n + i_d * xs_d + i_h * xs_h + i_w * xs_w
+    offs = x_pix[:, None] + (c * xs_c)[None, :]
+    mask = p_ok[:, None] & a_ok[None, :]
+    epilogue(DX, offs, mask, acc, alpha, beta, DX, c, a_ok, False, BETA_NONZERO, identity)
+
+
+@triton.jit
+def direct_dot_filter_rows_kernel(
+    X, DY, WS, geo, C, K, groups, pixels_per_chunk,
+    CG: tl.constexpr, KG: tl.constexpr, SG: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr,
+    KW: tl.constexpr, KWP: tl.constexpr, UPCAST: tl.constexpr, BLOCK_P: tl.constexpr,
+    BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
+):  # fmt: skip
+    """Stage 1 of backward-filter: WS[chunk, k, j, tap] (float32) = the sum over this chunk's
+    output pixels of dy[n, k, o] * x[n, g(k)*CG + j, o*s - p + tap*d], the same partial sums
+    as kernels/direct.py's, so its finish kernel adds them up. A program owns (a chunk, a
+    super-group, one filter row (rd, rh)) and walks the chunk in BLOCK_P pixel tiles: per tile
+    one product of the row's input tiles side by side ([BLOCK_P, KWP * BLOCK_I], transposed)
+    with the dy tile, into a [KWP * BLOCK_I, BLOCK_O] accumulator whose diagonal blocks are
+    the row's filter taps."""
+    in_d, in_h, in_w = geo.in_size
+    out_size = geo.out_size
+    od_n, oh_n, ow_n = geo.out_size
+    sd, sh, sw = geo.stride
+    pd, ph, pw = geo.padding
+    dd, dh, dw = geo.dilation
+    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
+    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    x_off, w_off, y_off = geo.offsets
+    pixels = geo.n * od_n * oh_n * ow_n
+    ROWS: tl.constexpr = KD * KH
+    TAPS: tl.constexpr = KD * KH * KW
+
+    pid = tl.program_id(0)
+    row = pid % ROWS
+    chunk, s = _tile_coords(pid // ROWS, groups, SG)
+    rd = row // KH
+    rh = row % KH
+    c, k, a_ok, b_ok, diag, j = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
+    rw = tl.arange(0, KWP)
+    x_lane = (rw * dw * xs_w)[:, None] + (c * xs_c)[None, :]
+    lane_ok = (rw < KW)[:, None] & a_ok[None, :]
+    dy_chan = (y_off + k * ys_k)[None, :]
+
+    acc = tl.zeros((KWP * BLOCK_I, BLOCK_O), dtype=tl.float32)
+    start = chunk * pixels_per_chunk
+    end = tl.minimum(start + pixels_per_chunk, pixels)
+    for p0 in range(start, end, BLOCK_P):
+        offs_p = p0 + tl.arange(0, BLOCK_P)
+        p_ok = offs_p < end
+        n, od, oh, ow = split_pixel(offs_p, out_size)
+        dy_pix = (n * ys_n + od * ys_d + oh * ys_h + ow * ys_w)[:, None]
+        dyv = tl.load(DY + dy_pix + dy_chan, mask=p_ok[:, None] & b_ok[None, :], other=0.0)
+        i_d = od * sd - pd + rd * dd
+        i_h = oh * sh - ph + rh * dh
+        iw0 = ow * sw - pw
+        row_ok = p_ok & (i_d >= 0) & (i_d < in_d) & (i_h >= 0) & (i_h < in_h)
+        i_w = iw0[:, None] + (rw * dw)[None, :]
+        ok = row_ok[:, None] & (i_w >= 0) & (i_w < in_w)
+        corner = x_off + n * xs_n + i_d * xs_d + i_h * xs_h + iw0 * xs_w
+        xv = tl.load(
+            X + corner[:, None, None] + x_lane[None, :, :],
+            mask=ok[:, :, None] & lane_ok[None, :, :],
+            other=0.0,
+        )
+        xv = tl.reshape(xv, (BLOCK_P, KWP * BLOCK_I))
+        if UPCAST:
+            xv = xv.to(tl.float32)
+            dyv = dyv.to(tl.float32)
+        acc = tl.dot(tl.trans(xv), dyv, acc)
+
+    # WS[chunk, k, j, tap] with tap = (rd * KH + rh) * KW + rw; only the diagonal blocks.
+    out = (chunk * K + k)[None, :].to(tl.int64) * (CG * TAPS) + j * TAPS + (rd * KH + rh) * KW
+    acc = tl.reshape(acc, (KWP, BLOCK_I, BLOCK_O))
+    mask = diag[None, :, :] & (rw < KW)[:, None, None]
+    tl.store(WS + out[None, :, :] + rw[:, None, None], acc, mask=mask)
