@@ -275,39 +275,41 @@ class Fft(ConvAlgorithm):
     # -- launches ------------------------------------------------------------------------
 
     def _pack(self, p: ConvProblem, plan: FftPlan, which: str, rows: int) -> KernelLaunch:
-        """The launch that packs x, dy or w into the real buffer (a wave of `rows` rows)."""
-        ones = (1, 1, 1)
+        """The launch that packs x, dy or w into the real buffer: `rows` rows (a wave of
+        tiles of N rows each; K rows of the filter)."""
         taps = _pad3(p.kernel, 1)
         length = _pad3(plan.length, 1)
         step = _pad3(plan.step, 1)
         tiles = _pad3(plan.tiles, 1)
         pad = _pad3(p.conv.padding, 0)
-        window = tuple(s + r - 1 for s, r in zip(step, taps, strict=True))
         zeros = (0, 0, 0)
-        if which == "w":
-            desc, rows, chans = p.w, p.out_channels, p.in_channels // p.groups
-            geo = PackGeometry(rows, chans, taps, _strides5(desc), length, zeros, zeros, zeros,
-                               taps, ones)  # fmt: skip
-        elif which == "x":  # the padded input, tile t from t * step - padding
+        # By default a tile is the whole window its outputs read: step + taps - 1.
+        lo, hi = zeros, tuple(s + r - 1 for s, r in zip(step, taps, strict=True))
+        if which == "w":  # the filter, once, at the start of the buffer
+            src, chans, size = p.w, p.in_channels // p.groups, taps
+            start, step, tiles, hi = zeros, zeros, (1, 1, 1), taps
+        elif which == "x":  # the padded input: tile t from t * step - padding
+            src, chans, size = p.x, p.in_channels, _pad3(p.in_spatial, 1)
             start = tuple(-q for q in pad)
-            geo = PackGeometry(p.batch, p.in_channels, _pad3(p.in_spatial, 1), _strides5(p.x),
-                               length, start, step, zeros, window, tiles)  # fmt: skip
         elif p.direction == Direction.BACKWARD_DATA:
-            # dx[i] needs dy[i + padding - taps + 1 ... i + padding]
+            # dx[i] reads dy[i + padding - taps + 1 ... i + padding]
+            src, chans, size = p.y, p.out_channels, _pad3(p.out_spatial, 1)
             start = tuple(q - r + 1 for q, r in zip(pad, taps, strict=True))
-            geo = PackGeometry(p.batch, p.out_channels, _pad3(p.out_spatial, 1),
-                               _strides5(p.y), length, start, step, zeros, window, tiles)  # fmt: skip
-        else:  # backward-filter: the tile's dy alone, at taps - 1 for true convolution
-            shift = zeros if p.conv.mode == "cross_correlation" else tuple(r - 1 for r in taps)
-            geo = PackGeometry(p.batch, p.out_channels, _pad3(p.out_spatial, 1),
-                               _strides5(p.y), length, tuple(-s for s in shift), step, shift,
-                               tuple(s + u for s, u in zip(shift, step, strict=True)), tiles)  # fmt: skip
-        planes = rows * geo.chans
-        grid = (planes * triton.cdiv(math.prod(length), self._block(p, plan)),)
-        return KernelLaunch(fft_pack_kernel, grid, dict(num_warps=4), geo=geo,
-                            BLOCK=self._block(p, plan))  # fmt: skip
+        else:  # backward-filter: the tile's dy alone, shifted by taps - 1 in true convolution
+            src, chans, size = p.y, p.out_channels, _pad3(p.out_spatial, 1)
+            lo = zeros if p.conv.mode == "cross_correlation" else tuple(r - 1 for r in taps)
+            start = tuple(-q for q in lo)
+            hi = tuple(q + s for q, s in zip(lo, step, strict=True))
+        geo = PackGeometry(
+            rows=p.out_channels if which == "w" else p.batch, chans=chans, size=size,
+            strides=_strides5(src), length=length, start=start, step=step, lo=lo, hi=hi,
+            tiles=tiles,
+        )  # fmt: skip
+        block = self._block(plan)
+        grid = (rows * chans * triton.cdiv(math.prod(length), block),)
+        return KernelLaunch(fft_pack_kernel, grid, dict(num_warps=4), geo=geo, BLOCK=block)
 
-    def _block(self, p: ConvProblem, plan: FftPlan) -> int:
+    def _block(self, plan: FftPlan) -> int:
         return min(_BLOCK, triton.next_power_of_2(math.prod(plan.length)))
 
     def _unpack_geometry(self, p: ConvProblem, plan: FftPlan) -> UnpackGeometry:
