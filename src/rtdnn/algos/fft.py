@@ -22,8 +22,8 @@ wave of tiles at a time: its workspace depends on the tile and the wave, not on 
 size. Backward-filter adds the waves' products in the frequency domain, in wave order.
 
 Workspace (exact, `workspace_bytes`): one float32 buffer for the real side of the transforms,
-reused in turn by every tensor, and three complex64 spectra: x's side [tiles * N, C, F], dy's
-side [tiles * N, K, F] and the filter [K, C/groups, F], F the frequencies of one tile. The
+reused in turn by every tensor, and three complex64 spectra: x's side [T * N, C, F], dy's side
+[T * N, K, F] and the filter [K, C/groups, F], for T tiles in a wave of F frequencies each. The
 runner's buffers are views into the workspace; torch.fft's own scratch (cuFFT's plan work
 area, and the copy of its input that cuFFT's complex-to-real transform makes) is allocated by
 torch, outside that bound.
@@ -33,9 +33,12 @@ converted when packed), whatever the math mode (float32 in "tf32" mode gets stri
 at least as accurate as asked for). Deterministic: fixed summation orders, and cuFFT and
 pocketfft give the same result for the same transform.
 
-Measured relative error against the float64 reference (||out - ref|| / ||ref||, random
-normal data, the shapes of tests/test_conv_fft.py, CPU, pocketfft): float32 up to 6e-7,
-float16 up to 3e-4, bfloat16 up to 3e-3, the 16-bit ones being the rounding of the result.
+Measured relative error against the float64 reference (||out - ref|| / ||ref||, random normal
+data, every direction, 1-D to 3-D with filters of 3 to 31 taps, CPU with pocketfft, both
+algorithms alike): float32 up to 1.8e-7 (rounding the exact result to float32 alone: 2.6e-8);
+float16 up to 2.6e-4 (its rounding alone: 1.7e-4 to 2.3e-4); bfloat16 up to 3.6e-3 in the
+interpreter, whose float32-to-bfloat16 conversion truncates (rounding to nearest, as the GPU
+does: 1.5e-3 to 1.8e-3).
 """
 
 from __future__ import annotations

@@ -180,13 +180,14 @@ def fft_cmac_kernel(
     b_ptr = B + 2 * (g * geo.b[0] + offs_n.to(tl.int64)[:, None] * geo.b[2] + offs_f[None, :])
     acc_re = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_F), dtype=tl.float32)
     acc_im = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_F), dtype=tl.float32)
-    for r in range(geo.depth):
-        a_at = a_ptr + 2 * r * geo.a[2]
-        b_at = b_ptr + 2 * r * geo.b[1]
-        a_re = tl.load(a_at, mask=a_mask, other=0.0)[:, None, :]
-        a_im = tl.load(a_at + 1, mask=a_mask, other=0.0)[:, None, :]
-        b_re = tl.load(b_at, mask=b_mask, other=0.0)[None, :, :]
-        b_im = tl.load(b_at + 1, mask=b_mask, other=0.0)[None, :, :]
+    # The pointers step through the reduction (64-bit addresses: no int32 r * stride).
+    for _ in range(geo.depth):
+        a_re = tl.load(a_ptr, mask=a_mask, other=0.0)[:, None, :]
+        a_im = tl.load(a_ptr + 1, mask=a_mask, other=0.0)[:, None, :]
+        b_re = tl.load(b_ptr, mask=b_mask, other=0.0)[None, :, :]
+        b_im = tl.load(b_ptr + 1, mask=b_mask, other=0.0)[None, :, :]
+        a_ptr += 2 * geo.a[2]
+        b_ptr += 2 * geo.b[1]
         if CONJ_A:
             a_im = -a_im
         if CONJ_B:
