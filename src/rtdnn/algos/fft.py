@@ -68,8 +68,17 @@ from .base import ConvAlgorithm, ConvTensors, Runner
 WAVE_BYTES = 256 << 20
 #: Tiles per wave in the interpreter: small, so that tests run several waves.
 CPU_TILES_PER_WAVE = 4
-#: Elements of a pack or unpack program.
-_BLOCK = 1024
+
+
+def copy_blocks(chans: int, items: int, chan_stride: int, device: str) -> tuple[int, int]:
+    """(channels, positions) of a pack or unpack program, 1024 elements on a GPU: wide in the
+    channels when they are the tensor's innermost dim (channels-last), so that its loads or
+    stores are contiguous; the buffer side is contiguous in the positions."""
+    if device != "cuda":  # the interpreter's cost is per program
+        return min(16, triton.next_power_of_2(chans)), min(256, triton.next_power_of_2(items))
+    bc = 32 if chan_stride == 1 else 4
+    bc = min(bc, triton.next_power_of_2(chans))
+    return bc, min(1024 // bc, triton.next_power_of_2(items))
 
 
 def fast_length(n: int) -> int:
@@ -308,12 +317,12 @@ class Fft(ConvAlgorithm):
             strides=_strides5(src), length=length, start=start, step=step, lo=lo, hi=hi,
             tiles=tiles,
         )  # fmt: skip
-        block = self._block(plan)
-        grid = (rows * chans * triton.cdiv(math.prod(length), block),)
-        return KernelLaunch(fft_pack_kernel, grid, dict(num_warps=4), geo=geo, BLOCK=block)
-
-    def _block(self, plan: FftPlan) -> int:
-        return min(_BLOCK, triton.next_power_of_2(math.prod(plan.length)))
+        volume = math.prod(length)
+        bc, bq = copy_blocks(chans, volume, src.strides[1], p.device)
+        grid = (rows * triton.cdiv(chans, bc) * triton.cdiv(volume, bq),)
+        return KernelLaunch(
+            fft_pack_kernel, grid, dict(num_warps=4), geo=geo, BLOCK_C=bc, BLOCK_Q=bq
+        )
 
     def _unpack_geometry(self, p: ConvProblem, plan: FftPlan) -> UnpackGeometry:
         taps = _pad3(p.kernel, 1)
@@ -353,10 +362,12 @@ class Fft(ConvAlgorithm):
 
         unpack_geo = self._unpack_geometry(p, plan)
         unpack_rows = 1 if p.direction == Direction.BACKWARD_FILTER else rows
-        unpack_block = min(_BLOCK, triton.next_power_of_2(math.prod(unpack_geo.step)))
+        valid = math.prod(unpack_geo.step)
+        out_desc = {Direction.FORWARD: p.y, Direction.BACKWARD_DATA: p.x}.get(p.direction, p.w)
+        bc, bq = copy_blocks(unpack_geo.chans, valid, out_desc.strides[1], p.device)
         unpack_grid = (
-            unpack_rows * unpack_geo.rows * unpack_geo.chans
-            * triton.cdiv(math.prod(unpack_geo.step), unpack_block),
+            unpack_rows * unpack_geo.rows * triton.cdiv(unpack_geo.chans, bc)
+            * triton.cdiv(valid, bq),
         )  # fmt: skip
         unpacks: dict[tuple[bool, bool], KernelLaunch] = {}
 
@@ -366,7 +377,7 @@ class Fft(ConvAlgorithm):
             if launch is None:
                 launch = unpacks[key] = KernelLaunch(
                     fft_unpack_kernel, unpack_grid, dict(num_warps=4), geo=unpack_geo,
-                    HAS_BIAS=key[0], BETA_NONZERO=key[1], BLOCK=unpack_block,
+                    HAS_BIAS=key[0], BETA_NONZERO=key[1], BLOCK_C=bc, BLOCK_Q=bq,
                 )  # fmt: skip
             launch(BUF=buffers.real, OUT=out, BIAS=bias if bias is not None else out,
                    wave_start=wave * rows, alpha=float(alpha), beta=float(beta))  # fmt: skip

@@ -83,19 +83,37 @@ def _split3(q, sizes):
 
 
 @triton.jit
-def fft_pack_kernel(SRC, BUF, geo, wave_start, BLOCK: tl.constexpr):
-    """BUF[t * rows + row, chan, q] = SRC[row, chan, start + (wave_start + t) * step + q] as
-    float32 (zero outside the window or the source). One program: BLOCK positions of one
-    (tile row, channel) plane."""
-    volume = geo.length[0] * geo.length[1] * geo.length[2]
-    blocks = tl.cdiv(volume, BLOCK)
+def _plane_block(geo, wave_start, items, BLOCK_C: tl.constexpr, BLOCK_Q: tl.constexpr):
+    """Program id -> (row, channels, tile coordinates, the tile's row in the buffer, the
+    program's block of `items` positions). A program owns BLOCK_C channels x BLOCK_Q positions
+    of one row of one tile; its channel blocks are neighbours."""
+    q_blocks = tl.cdiv(items, BLOCK_Q)
+    c_blocks = tl.cdiv(geo.chans, BLOCK_C)
     pid = tl.program_id(0)
-    plane = pid // blocks
-    q = (pid % blocks) * BLOCK + tl.arange(0, BLOCK)
-    chan = plane % geo.chans
-    tile_row = plane // geo.chans
+    q = (pid % q_blocks) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    rest = pid // q_blocks
+    chan = (rest % c_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    tile_row = rest // c_blocks
     row = tile_row % geo.rows
     t0, t1, t2 = _tile_coords(wave_start + tile_row // geo.rows, geo.tiles)
+    return row, chan, t0, t1, t2, tile_row, q
+
+
+@triton.jit
+def _address(st, row, chan, i0, i1, i2):
+    """[channels, positions] element offsets (int64) into a tensor of strides st."""
+    spatial = i0.to(tl.int64) * st[2] + i1.to(tl.int64) * st[3] + i2.to(tl.int64) * st[4]
+    return row.to(tl.int64) * st[0] + (chan.to(tl.int64) * st[1])[:, None] + spatial[None, :]
+
+
+@triton.jit
+def fft_pack_kernel(
+    SRC, BUF, geo, wave_start, BLOCK_C: tl.constexpr, BLOCK_Q: tl.constexpr
+):  # fmt: skip
+    """BUF[t * rows + row, chan, q] = SRC[row, chan, start + (wave_start + t) * step + q] as
+    float32 (zero outside the window or the source)."""
+    volume = geo.length[0] * geo.length[1] * geo.length[2]
+    row, chan, t0, t1, t2, tile_row, q = _plane_block(geo, wave_start, volume, BLOCK_C, BLOCK_Q)
     q0, q1, q2 = _split3(q, geo.length)
     i0 = geo.start[0] + t0 * geo.step[0] + q0
     i1 = geo.start[1] + t1 * geo.step[1] + q1
@@ -104,49 +122,44 @@ def fft_pack_kernel(SRC, BUF, geo, wave_start, BLOCK: tl.constexpr):
     ok &= (q1 < geo.hi[1]) & (q2 >= geo.lo[2]) & (q2 < geo.hi[2])
     ok &= (i0 >= 0) & (i0 < geo.size[0]) & (i1 >= 0) & (i1 < geo.size[1])
     ok &= (i2 >= 0) & (i2 < geo.size[2])
-    st = geo.strides
-    base = row.to(tl.int64) * st[0] + chan.to(tl.int64) * st[1]
-    offs = base + i0.to(tl.int64) * st[2] + i1.to(tl.int64) * st[3] + i2.to(tl.int64) * st[4]
-    v = tl.load(SRC + offs, mask=ok, other=0.0).to(tl.float32)
-    tl.store(BUF + plane.to(tl.int64) * volume + q, v, mask=q < volume)
+    chan_ok = chan < geo.chans
+    offs = _address(geo.strides, row, chan, i0, i1, i2)
+    v = tl.load(SRC + offs, mask=chan_ok[:, None] & ok[None, :], other=0.0).to(tl.float32)
+    plane = tile_row.to(tl.int64) * geo.chans + chan
+    dest = BUF + plane[:, None] * volume + q[None, :]
+    tl.store(dest, v, mask=chan_ok[:, None] & (q < volume)[None, :])
 
 
 @triton.jit
 def fft_unpack_kernel(
     BUF, OUT, BIAS, geo, wave_start, alpha, beta,
-    HAS_BIAS: tl.constexpr, BETA_NONZERO: tl.constexpr, BLOCK: tl.constexpr,
+    HAS_BIAS: tl.constexpr, BETA_NONZERO: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
 ):  # fmt: skip
     """OUT[row, chan, t * step + u] = alpha * BUF[t * rows + row, chan, crop + u]
-    + bias[chan] + beta * OUT[...], for the outputs inside OUT. One program: BLOCK positions
-    of one (tile row, channel) plane."""
+    + bias[chan] + beta * OUT[...], for the outputs inside OUT."""
     volume = geo.length[0] * geo.length[1] * geo.length[2]
     valid = geo.step[0] * geo.step[1] * geo.step[2]
-    blocks = tl.cdiv(valid, BLOCK)
-    pid = tl.program_id(0)
-    plane = pid // blocks
-    u = (pid % blocks) * BLOCK + tl.arange(0, BLOCK)
-    chan = plane % geo.chans
-    tile_row = plane // geo.chans
-    row = tile_row % geo.rows
-    t0, t1, t2 = _tile_coords(wave_start + tile_row // geo.rows, geo.tiles)
+    row, chan, t0, t1, t2, tile_row, u = _plane_block(geo, wave_start, valid, BLOCK_C, BLOCK_Q)
     u0, u1, u2 = _split3(u, geo.step)
     s0 = t0 * geo.step[0] + u0
     s1 = t1 * geo.step[1] + u1
     s2 = t2 * geo.step[2] + u2
     ok = (u < valid) & (s0 < geo.size[0]) & (s1 < geo.size[1]) & (s2 < geo.size[2])
+    chan_ok = chan < geo.chans
+    mask = chan_ok[:, None] & ok[None, :]
     q = ((geo.crop[0] + u0) * geo.length[1] + geo.crop[1] + u1) * geo.length[2]
     q += geo.crop[2] + u2
-    v = tl.load(BUF + plane.to(tl.int64) * volume + q, mask=ok, other=0.0)
+    plane = tile_row.to(tl.int64) * geo.chans + chan
+    v = tl.load(BUF + plane[:, None] * volume + q[None, :], mask=mask, other=0.0)
     v = v * alpha
     if HAS_BIAS:
-        v += tl.load(BIAS + chan).to(tl.float32)
-    st = geo.strides
-    base = row.to(tl.int64) * st[0] + chan.to(tl.int64) * st[1]
-    offs = base + s0.to(tl.int64) * st[2] + s1.to(tl.int64) * st[3] + s2.to(tl.int64) * st[4]
+        v += tl.load(BIAS + chan, mask=chan_ok, other=0.0).to(tl.float32)[:, None]
+    offs = _address(geo.strides, row, chan, s0, s1, s2)
     if BETA_NONZERO:
         # Read OUT only when beta != 0: an unset output may hold NaN, and 0 * NaN is NaN.
-        v += beta * tl.load(OUT + offs, mask=ok, other=0.0).to(tl.float32)
-    tl.store(OUT + offs, v.to(OUT.dtype.element_ty), mask=ok)
+        v += beta * tl.load(OUT + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(OUT + offs, v.to(OUT.dtype.element_ty), mask=mask)
 
 
 @triton.jit
