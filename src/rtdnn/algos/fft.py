@@ -46,6 +46,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import triton
@@ -151,6 +152,7 @@ def _align(nbytes: int, to: int = 256) -> int:
 
 @functools.lru_cache(maxsize=1024)
 def make_plan(p: ConvProblem, tiled: bool) -> FftPlan:
+    """FFT's plan (`tiled` False: one tile per dim) or FFT_TILING's for `p`."""
     length, step, tiles = [], [], []
     for extent, taps in zip(_extent(p), p.kernel, strict=True):
         whole = extent + taps - 1
@@ -207,7 +209,6 @@ class _Buffers:
             nbytes = count * plan.freqs * 8
             spectrum = workspace[at : at + nbytes].view(torch.complex64)
             self.spectra.append(spectrum.view(count, *self.half))
-        self.planes = planes
 
     def forward_transform(self, which: int) -> None:
         """spectra[which] = rfft(real), the real buffer holding that many planes."""
@@ -226,7 +227,18 @@ class _Buffers:
         return self.spectra[which].view(torch.float32)
 
 
-X_SIDE, DY_SIDE, FILTER = 0, 1, 2
+X_SIDE, DY_SIDE, FILTER = 0, 1, 2  # the three spectra
+
+
+class SpectrumGemm(NamedTuple):
+    """C = sum op(A) * op(B) over spectra a, b, c (X_SIDE, DY_SIDE or FILTER)."""
+
+    geo: CmacGeometry
+    a: int
+    b: int
+    c: int
+    conj_a: bool
+    conj_b: bool
 
 
 class Fft(ConvAlgorithm):
@@ -249,29 +261,38 @@ class Fft(ConvAlgorithm):
     def deterministic(self, p: ConvProblem) -> bool:
         return True
 
-    def _cmac_geometry(self, p: ConvProblem, plan: FftPlan) -> tuple[CmacGeometry, tuple]:
-        """The GEMM of p's direction over the spectra, and (A, B, C, conj A, conj B)."""
+    def _cmac(self, p: ConvProblem, plan: FftPlan) -> SpectrumGemm:
+        """The complex GEMM of p's direction over the spectra of a wave. A conjugate is a
+        time reversal; where a reversal also needs a shift, the packs place dy taps - 1
+        further on (see _pack), and the unpack crops the result from where it lands:
+
+                           cross-correlation    true convolution
+            forward        X * conj(W)          X * W            (crop at taps - 1)
+            backward-data  DY * W  (shifted)    DY * conj(W)     (crop at taps - 1 for c-c)
+            backward-filter conj(DY) * X        DY (shifted) * conj(X)
+        """
         g, f = p.groups, plan.freqs
         c, k = p.in_channels, p.out_channels
         cg, kg = c // g, k // g
         rows = plan.per_wave * p.batch
         corr = p.conv.mode == "cross_correlation"
-        if p.direction == Direction.FORWARD:
+        if p.direction == Direction.FORWARD:  # Y[n, k] = sum_c X[n, c] * W[k, c]
             geo = CmacGeometry(g, rows, kg, cg, f, (cg * f, c * f, f), (kg * cg * f, f, cg * f),
                                (kg * f, k * f, f))  # fmt: skip
-            return geo, (X_SIDE, FILTER, DY_SIDE, False, corr)
-        if p.direction == Direction.BACKWARD_DATA:
+            return SpectrumGemm(geo, X_SIDE, FILTER, DY_SIDE, conj_a=False, conj_b=corr)
+        if p.direction == Direction.BACKWARD_DATA:  # DX[n, c] = sum_k DY[n, k] * W[k, c]
             geo = CmacGeometry(g, rows, cg, kg, f, (kg * f, k * f, f), (kg * cg * f, cg * f, f),
                                (cg * f, c * f, f))  # fmt: skip
-            return geo, (DY_SIDE, FILTER, X_SIDE, False, not corr)
+            return SpectrumGemm(geo, DY_SIDE, FILTER, X_SIDE, conj_a=False, conj_b=not corr)
+        # DW[k, c] = sum_n DY[n, k] * X[n, c]
         geo = CmacGeometry(g, kg, cg, rows, f, (kg * f, f, k * f), (cg * f, c * f, f),
                            (kg * cg * f, cg * f, f))  # fmt: skip
-        return geo, (DY_SIDE, X_SIDE, FILTER, corr, not corr)
+        return SpectrumGemm(geo, DY_SIDE, X_SIDE, FILTER, conj_a=corr, conj_b=not corr)
 
     def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
         """TileConfig(block_m, block_n, block_k = frequencies per program, group_m unused,
         warps, stages unused) of the complex GEMM."""
-        geo, _ = self._cmac_geometry(p, self.plan(p))
+        geo = self._cmac(p, self.plan(p)).geo
         bm_most = triton.next_power_of_2(geo.m)
         bn_most = triton.next_power_of_2(geo.n)
         bf_most = triton.next_power_of_2(geo.freqs)
@@ -343,31 +364,32 @@ class Fft(ConvAlgorithm):
 
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
         plan = self.plan(p)
-        rows = plan.per_wave
-        cmac_geo, (a_side, b_side, c_side, conj_a, conj_b) = self._cmac_geometry(p, plan)
+        per_wave = plan.per_wave
+        gemm = self._cmac(p, plan)
         bm, bn, bf = tiles.block_m, tiles.block_n, tiles.block_k
-        cmac_grid = (cmac_programs(cmac_geo, bm, bn, bf),)
+        cmac_grid = (cmac_programs(gemm.geo, bm, bn, bf),)
         cmacs: dict[bool, KernelLaunch] = {}
 
         def cmac(buffers: _Buffers, accumulate: bool) -> None:
             launch = cmacs.get(accumulate)
             if launch is None:
                 launch = cmacs[accumulate] = KernelLaunch(
-                    fft_cmac_kernel, cmac_grid, dict(num_warps=tiles.num_warps), geo=cmac_geo,
-                    CONJ_A=conj_a, CONJ_B=conj_b, ACCUMULATE=accumulate, BLOCK_M=bm,
-                    BLOCK_N=bn, BLOCK_F=bf,
+                    fft_cmac_kernel, cmac_grid, dict(num_warps=tiles.num_warps), geo=gemm.geo,
+                    CONJ_A=gemm.conj_a, CONJ_B=gemm.conj_b, ACCUMULATE=accumulate,
+                    BLOCK_M=bm, BLOCK_N=bn, BLOCK_F=bf,
                 )  # fmt: skip
-            launch(A=buffers.spectrum_floats(a_side), B=buffers.spectrum_floats(b_side),
-                   C=buffers.spectrum_floats(c_side))  # fmt: skip
+            launch(A=buffers.spectrum_floats(gemm.a), B=buffers.spectrum_floats(gemm.b),
+                   C=buffers.spectrum_floats(gemm.c))  # fmt: skip
 
+        direction = p.direction
+        filter_out = direction == Direction.BACKWARD_FILTER
         unpack_geo = self._unpack_geometry(p, plan)
-        unpack_rows = 1 if p.direction == Direction.BACKWARD_FILTER else rows
         valid = math.prod(unpack_geo.step)
-        out_desc = {Direction.FORWARD: p.y, Direction.BACKWARD_DATA: p.x}.get(p.direction, p.w)
+        out_desc = {Direction.FORWARD: p.y, Direction.BACKWARD_DATA: p.x}.get(direction, p.w)
         bc, bq = copy_blocks(unpack_geo.chans, valid, out_desc.strides[1], p.device)
         unpack_grid = (
-            unpack_rows * unpack_geo.rows * triton.cdiv(unpack_geo.chans, bc)
-            * triton.cdiv(valid, bq),
+            (1 if filter_out else per_wave) * unpack_geo.rows
+            * triton.cdiv(unpack_geo.chans, bc) * triton.cdiv(valid, bq),
         )  # fmt: skip
         unpacks: dict[tuple[bool, bool], KernelLaunch] = {}
 
@@ -380,37 +402,35 @@ class Fft(ConvAlgorithm):
                     HAS_BIAS=key[0], BETA_NONZERO=key[1], BLOCK_C=bc, BLOCK_Q=bq,
                 )  # fmt: skip
             launch(BUF=buffers.real, OUT=out, BIAS=bias if bias is not None else out,
-                   wave_start=wave * rows, alpha=float(alpha), beta=float(beta))  # fmt: skip
+                   wave_start=wave * per_wave, alpha=float(alpha), beta=float(beta))  # fmt: skip
 
-        direction = p.direction
-        filter_in = direction != Direction.BACKWARD_FILTER
-        pack_w = self._pack(p, plan, "w", p.out_channels) if filter_in else None
-        pack_x = self._pack(p, plan, "x", rows * p.batch)
-        pack_dy = self._pack(p, plan, "dy", rows * p.batch)
+        # What each wave transforms: (pack launch, ConvTensors field, spectrum).
+        wave_rows = per_wave * p.batch
+        if direction == Direction.FORWARD:
+            inputs = [(self._pack(p, plan, "x", wave_rows), "x", X_SIDE)]
+        elif direction == Direction.BACKWARD_DATA:
+            inputs = [(self._pack(p, plan, "dy", wave_rows), "y", DY_SIDE)]
+        else:
+            inputs = [(self._pack(p, plan, "x", wave_rows), "x", X_SIDE),
+                      (self._pack(p, plan, "dy", wave_rows), "y", DY_SIDE)]  # fmt: skip
+        pack_w = None if filter_out else self._pack(p, plan, "w", p.out_channels)
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
             buffers = _Buffers(p, plan, workspace)
-            if filter_in:
+            if pack_w is not None:
                 pack_w(SRC=t.w, BUF=buffers.real, wave_start=0)
                 buffers.forward_transform(FILTER)
             for wave in range(plan.waves):
-                start = wave * rows
-                if direction == Direction.BACKWARD_DATA:
-                    pack_dy(SRC=t.y, BUF=buffers.real, wave_start=start)
-                    buffers.forward_transform(DY_SIDE)
-                else:
-                    pack_x(SRC=t.x, BUF=buffers.real, wave_start=start)
-                    buffers.forward_transform(X_SIDE)
-                if direction == Direction.BACKWARD_FILTER:
-                    pack_dy(SRC=t.y, BUF=buffers.real, wave_start=start)
-                    buffers.forward_transform(DY_SIDE)
+                for pack, field, spectrum in inputs:
+                    pack(SRC=getattr(t, field), BUF=buffers.real, wave_start=wave * per_wave)
+                    buffers.forward_transform(spectrum)
+                if filter_out:  # dw's spectrum sums the waves, transformed back at the end
                     cmac(buffers, accumulate=wave > 0)
                     continue
                 cmac(buffers, accumulate=False)
-                buffers.inverse_transform(c_side)
-                out = t.y if direction == Direction.FORWARD else t.x
-                unpack(buffers, out, t.bias, wave, alpha, beta)
-            if direction == Direction.BACKWARD_FILTER:
+                buffers.inverse_transform(gemm.c)
+                unpack(buffers, t.written(direction), t.bias, wave, alpha, beta)
+            if filter_out:
                 buffers.inverse_transform(FILTER)
                 unpack(buffers, t.w, None, 0, alpha, beta)
 
