@@ -262,15 +262,18 @@ class Fft(ConvAlgorithm):
         return True
 
     def _cmac(self, p: ConvProblem, plan: FftPlan) -> SpectrumGemm:
-        """The complex GEMM of p's direction over the spectra of a wave. A conjugate is a
-        time reversal; where a reversal also needs a shift, the packs place dy taps - 1
-        further on (see _pack), and the unpack crops the result from where it lands:
+        """The complex GEMM of p's direction over the spectra of a wave (a conjugate is a
+        time reversal):
 
-                           cross-correlation    true convolution
-            forward        X * conj(W)          X * W            (crop at taps - 1)
-            backward-data  DY * W  (shifted)    DY * conj(W)     (crop at taps - 1 for c-c)
-            backward-filter conj(DY) * X        DY (shifted) * conj(X)
-        """
+                             cross-correlation    true convolution
+            forward          X * conj(W)          X * W
+            backward-data    DY * W               DY * conj(W)
+            backward-filter  conj(DY) * X         DY * conj(X)
+
+        with the shifts that go with them: forward crops y at taps - 1 in true convolution;
+        backward-data packs dy from padding - taps + 1 and crops dx at taps - 1 in
+        cross-correlation; backward-filter packs dy taps - 1 further on in true convolution
+        (see _pack and _unpack_geometry)."""
         g, f = p.groups, plan.freqs
         c, k = p.in_channels, p.out_channels
         cg, kg = c // g, k // g
