@@ -10,6 +10,8 @@ import math
 import pytest
 import torch
 from conftest import assert_gaps_untouched, make_tensor, out_size, poisoned, poisoned_like
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rtdnn
 from rtdnn import reference, select
@@ -123,6 +125,42 @@ def test_tiling_cases_span_tiles_and_waves():
     # FFT: one tile per dim, transform lengths of small prime factors.
     whole = _plan("forward", (2, 4, 9, 7), (4, 2, 3, 3), False, padding=1, groups=2)
     assert whole.tiles == (1, 1) and whole.length == (12, 9) and whole.waves == 1
+
+
+@st.composite
+def random_problems(draw):
+    """A small 1-D or 2-D problem: filters of 1 to 6 taps (up to the padded image), padding
+    0 to 2 per dim, groups, both modes, one direction, one algorithm, one layout."""
+    nd = draw(st.integers(1, 2))
+    groups = draw(st.sampled_from([1, 2]))
+    c, k = groups * draw(st.integers(1, 2)), groups * draw(st.integers(1, 2))
+    kernel = [draw(st.integers(1, 6)) for _ in range(nd)]
+    padding = [draw(st.integers(0, 2)) for _ in range(nd)]
+    most = 12 if nd == 1 else 7
+    size = [
+        draw(st.integers(max(1, r - 2 * q), most)) for r, q in zip(kernel, padding, strict=True)
+    ]
+    conv = dict(padding=tuple(padding), groups=groups,
+                mode=draw(st.sampled_from(["cross_correlation", "convolution"])))  # fmt: skip
+    run = dict(
+        algo=draw(st.sampled_from(ALGOS)), direction=draw(st.sampled_from(DIRECTIONS)),
+        layout=draw(st.sampled_from(["contiguous", "channels_last", "strided"])),
+        beta=draw(st.sampled_from([0.0, 0.5])),
+    )  # fmt: skip
+    return (draw(st.integers(1, 2)), c, *size), (k, c // groups, *kernel), conv, run
+
+
+@settings(max_examples=12, deadline=None)
+@given(problem=random_problems())
+def test_random_problems(problem):
+    x_shape, w_shape, conv, run = problem
+    gen = torch.Generator().manual_seed(7)
+    layout = run["layout"]
+    x = make_tensor(x_shape, torch.float32, layout, gen)
+    w = make_tensor(w_shape, torch.float32, layout, gen)
+    dy = make_tensor(y_shape(x_shape, w_shape, conv), torch.float32, layout, gen)
+    run_direction(run["direction"], x, w, dy, algo=run["algo"], dtype=torch.float32,
+                  layout=layout, beta=run["beta"], gen=gen, **conv)  # fmt: skip
 
 
 def test_last_wave_padded_with_empty_tiles(gen):
