@@ -30,8 +30,9 @@ torch, outside that bound.
 
 Precision: transforms, products and sums in float32 for every dtype (16-bit inputs are
 converted when packed), whatever the math mode (float32 in "tf32" mode gets strict float32,
-at least as accurate as asked for). Deterministic: fixed summation orders, and cuFFT and
-pocketfft give the same result for the same transform.
+at least as accurate as asked for). Deterministic: rtdnn's kernels sum in a fixed order, and
+a transform repeats bit for bit on the same device (pocketfft: tests/test_conv_fft.py; cuFFT:
+tests/test_conv_fft_gpu.py checks repeated runs).
 
 Measured relative error against the float64 reference (||out - ref|| / ||ref||, random normal
 data, every direction, 1-D to 3-D with filters of 3 to 31 taps, CPU with pocketfft, both
