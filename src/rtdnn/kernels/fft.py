@@ -7,9 +7,9 @@
              the caller's output: out = alpha * value + bias + beta * out
 
 Every problem is 3-D here (1-D and 2-D problems have leading spatial dims of size 1). The
-transform buffers are contiguous [tiles * rows, channels, L0, L1, L2] (real) and
-[groups..., frequencies] (complex, interleaved real and imaginary float32); buffer offsets are
-int64, as a workspace may hold 2**31 elements or more.
+transform buffers are contiguous: real [tiles * rows, channels, L0, L1, L2] (float32) and
+their spectra [tiles * rows, channels, frequencies] (complex64, read as interleaved real and
+imaginary float32); buffer offsets are int64, as a workspace may hold 2**31 elements or more.
 
 A tile t of a wave is tile `wave_start + t` of the grid of tiles (tiles[0], tiles[1],
 tiles[2]), row-major; tiles past the end of the grid lie outside the tensors, so they pack as
