@@ -5,12 +5,15 @@ from __future__ import annotations
 from ..core import ConvProblem, bad_param
 from .base import ConvAlgorithm, ConvTensors
 from .direct import Direct
+from .fft import Fft, FftTiling
 from .gemm import Gemm
 from .implicit_gemm import ImplicitGemm, ImplicitGemmSplitK
 
 ALGORITHMS: dict[str, ConvAlgorithm] = {
     a.name: a for a in (ImplicitGemm(), ImplicitGemmSplitK(), Gemm(), Direct())
 }
+ALGORITHMS[Fft.name] = Fft()
+ALGORITHMS[FftTiling.name] = FftTiling()
 
 #: The algorithm that needs no workspace and supports every problem.
 NO_WORKSPACE = "IMPLICIT_GEMM"
