@@ -55,10 +55,32 @@ def _tile_coords(pid, groups, SG: tl.constexpr):
 
 
 @triton.jit
+def _filter_tile(Wb, Wk, w_ok, k_ok, w_tap, tap_ok, CG: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """The block-diagonal filter tiles of a row's taps: [KWP] + Wb's shape. Wb: pointers of
+    the tile at tap 0, valid where w_ok; Wk: pointers to w[k, 0, tap 0] per output lane, valid
+    where k_ok. With one input channel per group (CG == 1) an output lane's column (row when
+    TRANSPOSED) holds one filter element per tap, so that element is read once and put on the
+    diagonal instead of gathering the whole tile through a mask."""
+    if CG == 1:
+        wk = tl.load(Wk[None, :] + w_tap[:, None], mask=tap_ok[:, None] & k_ok[None, :], other=0.0)
+        if TRANSPOSED:
+            return tl.where(w_ok[None, :, :], wk[:, :, None], 0.0)
+        else:
+            return tl.where(w_ok[None, :, :], wk[:, None, :], 0.0)
+    else:
+        return tl.load(
+            Wb[None, :, :] + w_tap[:, None, None],
+            mask=w_ok[None, :, :] & tap_ok[:, None, None],
+            other=0.0,
+        )
+
+
+@triton.jit
 def _forward_row(
-    acc, t, Xc, Wb, w_ok, id0, ih0, iw0, p_ok, a_ok, in_d, in_h, in_w, dd, dh, dw, xs_d, xs_h,
-    xs_w, ws_d, ws_h, ws_w, KH: tl.constexpr, KW: tl.constexpr, KWP: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr, UPCAST: tl.constexpr,
+    acc, t, Xc, Wb, Wk, w_ok, k_ok, id0, ih0, iw0, p_ok, a_ok, in_d, in_h, in_w, dd, dh, dw,
+    xs_d, xs_h, xs_w, ws_d, ws_h, ws_w, CG: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+    KWP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):  # fmt: skip
     """acc += the taps of filter row t = (rd, rh) as one product: the row's KW input tiles side
     by side ([BLOCK_P, KWP * BLOCK_I], taps past KW zero) times their filter tiles stacked.
@@ -77,11 +99,7 @@ def _forward_row(
         Xc[:, None, :] + x_tap[None, :, None], mask=ok[:, :, None] & a_ok[None, None, :], other=0.0
     )
     w_tap = rd * ws_d + rh * ws_h + rw * ws_w
-    wv = tl.load(
-        Wb[None, :, :] + w_tap[:, None, None],
-        mask=w_ok[None, :, :] & (rw < KW)[:, None, None],
-        other=0.0,
-    )
+    wv = _filter_tile(Wb, Wk, w_ok, k_ok, w_tap, rw < KW, CG, False)
     xv = tl.reshape(xv, (BLOCK_P, KWP * BLOCK_I))
     wv = tl.reshape(wv, (KWP * BLOCK_I, BLOCK_O))
     if UPCAST:
@@ -124,23 +142,17 @@ def direct_dot_forward_kernel(
     iw0 = ow * sw - pw
     corner = x_off + n * xs_n + id0 * xs_d + ih0 * xs_h + iw0 * xs_w
     Xc = X + corner[:, None] + (c * xs_c)[None, :]
-    Wb = Wt + w_off + (k * ws_k)[None, :] + j * ws_c
+    Wk = Wt + w_off + k * ws_k
+    Wb = Wk[None, :] + j * ws_c
 
     acc = tl.zeros((BLOCK_P, BLOCK_O), dtype=tl.float32)
-    if KD * KH * KW <= 9:
-        for t in tl.static_range(KD * KH):
-            acc = _forward_row(
-                acc, t, Xc, Wb, diag, id0, ih0, iw0, p_ok, a_ok, in_d, in_h, in_w, dd, dh, dw,
-                xs_d, xs_h, xs_w, ws_d, ws_h, ws_w, KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O,
-                UPCAST,
-            )  # fmt: skip
-    else:
-        for t in range(KD * KH):
-            acc = _forward_row(
-                acc, t, Xc, Wb, diag, id0, ih0, iw0, p_ok, a_ok, in_d, in_h, in_w, dd, dh, dw,
-                xs_d, xs_h, xs_w, ws_d, ws_h, ws_w, KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O,
-                UPCAST,
-            )  # fmt: skip
+    # A runtime loop over filter rows: Triton pipelines its loads (num_stages).
+    for t in range(KD * KH):
+        acc = _forward_row(
+            acc, t, Xc, Wb, Wk, diag, b_ok, id0, ih0, iw0, p_ok, a_ok, in_d, in_h, in_w, dd, dh,
+            dw, xs_d, xs_h, xs_w, ws_d, ws_h, ws_w, CG, KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O,
+            UPCAST,
+        )  # fmt: skip
 
     y_pix = y_off + n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
     offs = y_pix[:, None] + (k * ys_k)[None, :]
@@ -150,10 +162,10 @@ def direct_dot_forward_kernel(
 
 @triton.jit
 def _backward_data_row(
-    acc, t, DYn, Wb, w_ok, t_d0, t_h0, t_w0, p_ok, b_ok, od_n, oh_n, ow_n, sd, sh, sw, dd, dh,
-    dw, ys_d, ys_h, ys_w, ws_d, ws_h, ws_w, KH: tl.constexpr, KW: tl.constexpr,
-    KWP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
-    UPCAST: tl.constexpr,
+    acc, t, DYn, Wb, Wk, w_ok, t_d0, t_h0, t_w0, p_ok, b_ok, od_n, oh_n, ow_n, sd, sh, sw, dd,
+    dh, dw, ys_d, ys_h, ys_w, ws_d, ws_h, ws_w, CG: tl.constexpr, KH: tl.constexpr,
+    KW: tl.constexpr, KWP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_I: tl.constexpr,
+    BLOCK_O: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     """acc += the taps of filter row t = (rd, rh) as one product ([BLOCK_P, KWP * BLOCK_O] dy
     tiles side by side times the transposed filter tiles stacked). DYn: dy at each pixel's
@@ -176,11 +188,7 @@ def _backward_data_row(
         DYn[:, None, :] + pix[:, :, None], mask=ok[:, :, None] & b_ok[None, None, :], other=0.0
     )
     w_tap = rd * ws_d + rh * ws_h + rw * ws_w
-    wv = tl.load(
-        Wb[None, :, :] + w_tap[:, None, None],
-        mask=w_ok[None, :, :] & (rw < KW)[:, None, None],
-        other=0.0,
-    )
+    wv = _filter_tile(Wb, Wk, w_ok, b_ok, w_tap, rw < KW, CG, True)
     dyv = tl.reshape(dyv, (BLOCK_P, KWP * BLOCK_O))
     wv = tl.reshape(wv, (KWP * BLOCK_O, BLOCK_I))
     if UPCAST:
@@ -219,24 +227,18 @@ def direct_dot_backward_data_kernel(
     n, i_d, i_h, i_w = split_pixel(offs_p, in_size)
     DYn = DY + (y_off + n * ys_n)[:, None] + (k * ys_k)[None, :]
     # [BLOCK_O, BLOCK_I]: the forward's block-diagonal tile, transposed.
-    Wb = Wt + w_off + tl.trans((k * ws_k)[None, :] + j * ws_c)
+    Wk = Wt + w_off + k * ws_k
+    Wb = tl.trans(Wk[None, :] + j * ws_c)
     w_ok = tl.trans(diag)
 
     acc = tl.zeros((BLOCK_P, BLOCK_I), dtype=tl.float32)
-    if KD * KH * KW <= 9:
-        for t in tl.static_range(KD * KH):
-            acc = _backward_data_row(
-                acc, t, DYn, Wb, w_ok, i_d + pd, i_h + ph, i_w + pw, p_ok, b_ok, od_n, oh_n,
-                ow_n, sd, sh, sw, dd, dh, dw, ys_d, ys_h, ys_w, ws_d, ws_h, ws_w, KH, KW, KWP,
-                BLOCK_P, BLOCK_I, BLOCK_O, UPCAST,
-            )  # fmt: skip
-    else:
-        for t in range(KD * KH):
-            acc = _backward_data_row(
-                acc, t, DYn, Wb, w_ok, i_d + pd, i_h + ph, i_w + pw, p_ok, b_ok, od_n, oh_n,
-                ow_n, sd, sh, sw, dd, dh, dw, ys_d, ys_h, ys_w, ws_d, ws_h, ws_w, KH, KW, KWP,
-                BLOCK_P, BLOCK_I, BLOCK_O, UPCAST,
-            )  # fmt: skip
+    # A runtime loop over filter rows: Triton pipelines its loads (num_stages).
+    for t in range(KD * KH):
+        acc = _backward_data_row(
+            acc, t, DYn, Wb, Wk, w_ok, i_d + pd, i_h + ph, i_w + pw, p_ok, b_ok, od_n, oh_n,
+            ow_n, sd, sh, sw, dd, dh, dw, ys_d, ys_h, ys_w, ws_d, ws_h, ws_w, CG, KH, KW, KWP,
+            BLOCK_P, BLOCK_I, BLOCK_O, UPCAST,
+        )  # fmt: skip
 
     x_pix = x_off + n * xs_n + i_d * xs_d + i_h * xs_h + i_w * xs_w
     offs = x_pix[:, None] + (c * xs_c)[None, :]
