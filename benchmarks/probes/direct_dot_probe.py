@@ -65,7 +65,7 @@ def main() -> None:
                 theirs = lambda: torch.ops.aten.convolution_backward(  # noqa: E731
                     dy, x, w, None, args["stride"], args["padding"], args["dilation"], False,
                     [0, 0], args["groups"], [False, True, False])[1]  # fmt: skip
-            expected = theirs().double()
+            expected = theirs().double().cpu()
             cudnn_ms = device_time_ms(theirs, rep_ms=20)
             need = algo.workspace_bytes(p)
             ws = torch.empty(need, dtype=torch.uint8, device="cuda") if need else None

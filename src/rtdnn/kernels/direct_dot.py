@@ -146,13 +146,21 @@ def direct_dot_forward_kernel(
     Wb = Wk[None, :] + j * ws_c
 
     acc = tl.zeros((BLOCK_P, BLOCK_O), dtype=tl.float32)
-    # A runtime loop over filter rows: Triton pipelines its loads (num_stages).
-    for t in range(KD * KH):
-        acc = _forward_row(
-            acc, t, Xc, Wb, Wk, diag, b_ok, id0, ih0, iw0, p_ok, a_ok, in_d, in_h, in_w, dd, dh,
-            dw, xs_d, xs_h, xs_w, ws_d, ws_h, ws_w, CG, KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O,
-            UPCAST,
-        )  # fmt: skip
+    # Small filters unroll every row; larger ones loop over the rows.
+    if KD * KH * KW <= 9:
+        for t in tl.static_range(KD * KH):
+            acc = _forward_row(
+                acc, t, Xc, Wb, Wk, diag, b_ok, id0, ih0, iw0, p_ok, a_ok, in_d, in_h, in_w, dd, dh,
+                dw, xs_d, xs_h, xs_w, ws_d, ws_h, ws_w, CG, KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O,
+                UPCAST,
+            )  # fmt: skip
+    else:
+        for t in range(KD * KH):
+            acc = _forward_row(
+                acc, t, Xc, Wb, Wk, diag, b_ok, id0, ih0, iw0, p_ok, a_ok, in_d, in_h, in_w, dd, dh,
+                dw, xs_d, xs_h, xs_w, ws_d, ws_h, ws_w, CG, KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O,
+                UPCAST,
+            )  # fmt: skip
 
     y_pix = y_off + n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
     offs = y_pix[:, None] + (k * ys_k)[None, :]
@@ -232,13 +240,21 @@ def direct_dot_backward_data_kernel(
     w_ok = tl.trans(diag)
 
     acc = tl.zeros((BLOCK_P, BLOCK_I), dtype=tl.float32)
-    # A runtime loop over filter rows: Triton pipelines its loads (num_stages).
-    for t in range(KD * KH):
-        acc = _backward_data_row(
-            acc, t, DYn, Wb, Wk, w_ok, i_d + pd, i_h + ph, i_w + pw, p_ok, b_ok, od_n, oh_n,
-            ow_n, sd, sh, sw, dd, dh, dw, ys_d, ys_h, ys_w, ws_d, ws_h, ws_w, CG, KH, KW, KWP,
-            BLOCK_P, BLOCK_I, BLOCK_O, UPCAST,
-        )  # fmt: skip
+    # Small filters unroll every row; larger ones loop over the rows.
+    if KD * KH * KW <= 9:
+        for t in tl.static_range(KD * KH):
+            acc = _backward_data_row(
+                acc, t, DYn, Wb, Wk, w_ok, i_d + pd, i_h + ph, i_w + pw, p_ok, b_ok, od_n, oh_n,
+                ow_n, sd, sh, sw, dd, dh, dw, ys_d, ys_h, ys_w, ws_d, ws_h, ws_w, CG, KH, KW, KWP,
+                BLOCK_P, BLOCK_I, BLOCK_O, UPCAST,
+            )  # fmt: skip
+    else:
+        for t in range(KD * KH):
+            acc = _backward_data_row(
+                acc, t, DYn, Wb, Wk, w_ok, i_d + pd, i_h + ph, i_w + pw, p_ok, b_ok, od_n, oh_n,
+                ow_n, sd, sh, sw, dd, dh, dw, ys_d, ys_h, ys_w, ws_d, ws_h, ws_w, CG, KH, KW, KWP,
+                BLOCK_P, BLOCK_I, BLOCK_O, UPCAST,
+            )  # fmt: skip
 
     x_pix = x_off + n * xs_n + i_d * xs_d + i_h * xs_h + i_w * xs_w
     offs = x_pix[:, None] + (c * xs_c)[None, :]
