@@ -7,9 +7,17 @@ from .base import ConvAlgorithm, ConvTensors
 from .direct import Direct
 from .gemm import Gemm
 from .implicit_gemm import ImplicitGemm, ImplicitGemmSplitK
+from .winograd import WinogradNonfused
 
 ALGORITHMS: dict[str, ConvAlgorithm] = {
-    a.name: a for a in (ImplicitGemm(), ImplicitGemmSplitK(), Gemm(), Direct())
+    a.name: a
+    for a in (
+        ImplicitGemm(),
+        ImplicitGemmSplitK(),
+        Gemm(),
+        Direct(),
+        WinogradNonfused(),
+    )
 }
 
 #: The algorithm that needs no workspace and supports every problem.
