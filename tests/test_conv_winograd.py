@@ -1,9 +1,9 @@
-"""WINOGRAD_NONFUSED (3x3, stride 1) against the float64 reference through the interpreter:
-every direction, both modes, padding 0 to 2, odd and one-pixel images, groups, both tile sizes
-F(2x2,3x3) and F(4x4,3x3), channels-last and strided views, alpha/beta (NaN-poisoned outputs
-for beta = 0), float32, float16 and bfloat16; backward-filter's split reduction deterministic
-within its exact workspace; selection (listed by find, never by the heuristic) and the
-refusals of forced runs."""
+"""WINOGRAD_NONFUSED (every direction) and WINOGRAD (fused: forward and backward-data), 3x3 at
+stride 1, against the float64 reference through the interpreter: both modes, padding 0 to 2,
+odd and one-pixel images, groups, both tile sizes F(2x2,3x3) and F(4x4,3x3), channels-last and
+strided views, alpha/beta (NaN-poisoned outputs for beta = 0), bias, float32, float16 and
+bfloat16; backward-filter's split reduction deterministic within its exact workspace;
+selection (listed by find, never by the heuristic) and the refusals of forced runs."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
 from rtdnn.core.handle import allocate_workspace
 
 ALGO = "WINOGRAD_NONFUSED"
+FUSED = "WINOGRAD"
+ALGOS = [ALGO, FUSED]
 DIRECTIONS = ["forward", "backward_data", "backward_filter"]
 #: Relative error against float64 (inputs rounded to the dtype first). Float32: the
 #: transforms add a few roundings (F(4x4)'s up to 10x the data), still far below 1e-5; the
@@ -34,13 +36,13 @@ def y_shape(x_shape, w_shape, padding) -> tuple[int, ...]:
 
 
 def run_direction(direction, x, w, dy, *, dtype, layout="contiguous", alpha=1.0, beta=0.0,
-                  gen=None, **conv):  # fmt: skip
-    """One direction with WINOGRAD_NONFUSED into `out` (NaN-poisoned when beta == 0, random
+                  gen=None, algo=ALGO, **conv):  # fmt: skip
+    """One direction with `algo` into `out` (NaN-poisoned when beta == 0, random
     otherwise), checked against the reference."""
     shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[direction]
     out = poisoned(shape, dtype, layout) if beta == 0 else make_tensor(shape, dtype, layout, gen)
     prior = out.clone()
-    args = dict(algo=ALGO, math="fp32", alpha=alpha, beta=beta, out=out, **conv)
+    args = dict(algo=algo, math="fp32", alpha=alpha, beta=beta, out=out, **conv)
     refargs = dict(alpha=alpha, beta=beta, out=prior, **conv)
     if direction == "forward":
         result = rtdnn.conv_forward(x, w, **args)
@@ -58,12 +60,14 @@ def run_direction(direction, x, w, dy, *, dtype, layout="contiguous", alpha=1.0,
         assert_gaps_untouched(out)
 
 
-def check(x_shape, w_shape, *, dtype=torch.float32, layout="contiguous", gen=None, **conv):
+def check(x_shape, w_shape, *, dtype=torch.float32, layout="contiguous", gen=None, algo=ALGO,
+          **conv):  # fmt: skip
+    """Every direction `algo` supports."""
     x = make_tensor(x_shape, dtype, layout, gen)
     w = make_tensor(w_shape, dtype, layout, gen)
     dy = make_tensor(y_shape(x_shape, w_shape, conv.get("padding", 0)), dtype, layout, gen)
-    for direction in DIRECTIONS:
-        run_direction(direction, x, w, dy, dtype=dtype, layout=layout, gen=gen, **conv)
+    for direction in DIRECTIONS if algo == ALGO else DIRECTIONS[:2]:
+        run_direction(direction, x, w, dy, dtype=dtype, layout=layout, gen=gen, algo=algo, **conv)
 
 
 # (id, x shape, w shape, conv parameters)
@@ -76,37 +80,42 @@ CASES = [
 ]  # fmt: skip
 
 
+@pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("x_shape,w_shape,conv", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_shapes_against_reference(x_shape, w_shape, conv, gen):
-    check(x_shape, w_shape, gen=gen, **conv)
+def test_shapes_against_reference(x_shape, w_shape, conv, algo, gen):
+    check(x_shape, w_shape, gen=gen, algo=algo, **conv)
 
 
+@pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("layout", ["channels_last", "strided"])
-def test_layouts_with_alpha_beta(layout, gen):
+def test_layouts_with_alpha_beta(layout, algo, gen):
     """Channels-last and strided views (inputs and out), alpha and beta on a random out."""
     dtype = torch.float32
     x = make_tensor((2, 4, 5, 6), dtype, layout, gen)
     w = make_tensor((4, 2, 3, 3), dtype, layout, gen)
     dy = make_tensor(y_shape(x.shape, w.shape, 1), dtype, layout, gen)
-    for direction in DIRECTIONS:
+    for direction in DIRECTIONS if algo == ALGO else DIRECTIONS[:2]:
         run_direction(direction, x, w, dy, dtype=dtype, layout=layout, alpha=0.5, beta=-0.75,
-                      gen=gen, padding=1, groups=2)  # fmt: skip
+                      gen=gen, algo=algo, padding=1, groups=2)  # fmt: skip
 
 
+@pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-def test_half_precision(dtype, gen):
-    """16-bit storage, float32 transforms and accumulation (the GEMM upcasts bfloat16 tiles
-    in the interpreter, whose bfloat16 tl.dot is wrong)."""
-    check((2, 3, 5, 6), (4, 3, 3, 3), dtype=dtype, layout="channels_last", gen=gen, padding=1)
+def test_half_precision(dtype, algo, gen):
+    """16-bit storage, float32 transforms and products (whose operands are float32, so the
+    interpreter's wrong bfloat16 tl.dot is never reached)."""
+    check((2, 3, 5, 6), (4, 3, 3, 3), dtype=dtype, layout="channels_last", gen=gen, algo=algo,
+          padding=1)  # fmt: skip
 
 
-def test_bias_with_beta(gen):
+@pytest.mark.parametrize("algo", ALGOS)
+def test_bias_with_beta(algo, gen):
     x = make_tensor((1, 3, 4, 5), torch.float32, generator=gen)
     w = make_tensor((2, 3, 3, 3), torch.float32, generator=gen)
     b = make_tensor((2,), torch.float32, generator=gen)
     out = make_tensor((1, 2, 4, 5), torch.float32, generator=gen)
     prior = out.clone()
-    y = rtdnn.conv_forward(x, w, b, padding=1, alpha=2.0, beta=0.5, out=out, algo=ALGO,
+    y = rtdnn.conv_forward(x, w, b, padding=1, alpha=2.0, beta=0.5, out=out, algo=algo,
                            math="fp32")  # fmt: skip
     ref = reference.conv_forward(x, w, b, padding=1, alpha=2.0, beta=0.5, out=prior)
     assert reference.rel_error(y, ref) <= TOL[torch.float32]
@@ -126,14 +135,16 @@ def _problem(direction, x, w, y, **conv) -> ConvProblem:
     )  # fmt: skip
 
 
-def _tiles(p: ConvProblem, m: int) -> WinogradTiles:
+def _tiles(p: ConvProblem, m: int, algo: str = ALGO) -> WinogradTiles:
     """The algorithm's first candidate with the output tile set to m."""
-    first = ALGORITHMS[ALGO].tile_candidates(p)[0]
+    first = ALGORITHMS[algo].tile_candidates(p)[0]
     return WinogradTiles(first.block_m, first.block_n, first.block_k, 1, 1, 1, out_tile=m)
 
 
-@pytest.mark.parametrize("direction", DIRECTIONS)
-def test_f4x4_every_direction(direction, gen):
+@pytest.mark.parametrize(
+    "algo,direction", [(ALGO, d) for d in DIRECTIONS] + [(FUSED, d) for d in DIRECTIONS[:2]]
+)
+def test_f4x4_every_direction(algo, direction, gen):
     """F(4x4,3x3) (the first candidate on the GPU for float32) with padding 2 and true
     convolution: 7x5 outputs (5x3 for backward-data), so the last tiles hang over the edge."""
     conv = dict(padding=2, mode="convolution")
@@ -147,9 +158,8 @@ def test_f4x4_every_direction(direction, gen):
         Direction(direction), out
     )
     p = _problem(direction, t.x, t.w, t.y, **conv)
-    algo = ALGORITHMS[ALGO]
-    workspace = allocate_workspace(algo.workspace_bytes(p), torch.device("cpu"))
-    algo.prepare(p, _tiles(p, 4))(t, workspace, 1.0, 0.0)
+    workspace = allocate_workspace(ALGORITHMS[algo].workspace_bytes(p), torch.device("cpu"))
+    ALGORITHMS[algo].prepare(p, _tiles(p, 4, algo))(t, workspace, 1.0, 0.0)
     if direction == "forward":
         ref = reference.conv_forward(x, w, b, **conv)
     elif direction == "backward_data":
@@ -189,20 +199,24 @@ def test_backward_filter_split_deterministic_and_workspace_exact(gen):
 def test_heuristic_never_picks_winograd(direction):
     x, w = torch.empty(8, 64, 28, 28), torch.empty(64, 64, 3, 3)
     for kw in ({}, {"math": "fp32"}, {"workspace_limit": 2**40}):
-        assert rtdnn.get_conv_algorithm(x, w, direction=direction, padding=1, **kw) != ALGO
+        chosen = rtdnn.get_conv_algorithm(x, w, direction=direction, padding=1, **kw)
+        assert chosen not in ALGOS
 
 
 def test_find_lists_winograd_where_supported(gen, monkeypatch):
     monkeypatch.setattr(select, "_measured", {})
     x = make_tensor((1, 2, 3, 3), torch.float32, generator=gen)
     w = make_tensor((2, 2, 3, 3), torch.float32, generator=gen)
-    results = rtdnn.find_conv_algorithms(x, w, padding=1, math="fp32")
-    mine = [r for r in results if r.algo == ALGO]
-    assert len(mine) == 1 and mine[0].status == "ok" and mine[0].deterministic, results
     p = _problem("forward", x, w, torch.empty(1, 2, 3, 3), padding=1)
-    assert mine[0].workspace_bytes == ALGORITHMS[ALGO].workspace_bytes(p) > 0
+    results = rtdnn.find_conv_algorithms(x, w, padding=1, math="fp32")
+    for algo in ALGOS:
+        mine = [r for r in results if r.algo == algo]
+        assert len(mine) == 1 and mine[0].status == "ok" and mine[0].deterministic, results
+        assert mine[0].workspace_bytes == ALGORITHMS[algo].workspace_bytes(p) > 0
+    filters = rtdnn.find_conv_algorithms(x, w, direction="backward_filter", padding=1, math="fp32")
+    assert ALGO in {r.algo for r in filters} and FUSED not in {r.algo for r in filters}
     strided = rtdnn.find_conv_algorithms(x, w, padding=1, stride=2, math="fp32")
-    assert ALGO not in {r.algo for r in strided}
+    assert not set(ALGOS) & {r.algo for r in strided}
 
 
 @pytest.mark.parametrize(
@@ -215,18 +229,19 @@ def test_find_lists_winograd_where_supported(gen, monkeypatch):
     ],
     ids=["stride2", "dilation2", "5x5", "1d"],
 )
-def test_forced_on_unsupported_problem(w_shape, conv, reason, gen):
+@pytest.mark.parametrize("algo", ALGOS)
+def test_forced_on_unsupported_problem(w_shape, conv, reason, algo, gen):
     x = make_tensor((1, 2, *([6] * (len(w_shape) - 2))), torch.float32, generator=gen)
     w = make_tensor(w_shape, torch.float32, generator=gen)
     y = rtdnn.conv_forward(x, w, **conv)
     dy = torch.ones_like(y)
     calls = {
-        "forward": lambda out: rtdnn.conv_forward(x, w, algo=ALGO, out=out, **conv),
+        "forward": lambda out: rtdnn.conv_forward(x, w, algo=algo, out=out, **conv),
         "backward_data": lambda out: rtdnn.conv_backward_data(
-            dy, w, x.shape, algo=ALGO, out=out, **conv
+            dy, w, x.shape, algo=algo, out=out, **conv
         ),
         "backward_filter": lambda out: rtdnn.conv_backward_filter(
-            x, dy, w.shape, algo=ALGO, out=out, **conv
+            x, dy, w.shape, algo=algo, out=out, **conv
         ),
     }
     for direction, call in calls.items():
@@ -238,17 +253,19 @@ def test_forced_on_unsupported_problem(w_shape, conv, reason, gen):
     assert reference.rel_error(y, reference.conv_forward(x, w, **conv)) <= TOL[torch.float32]
 
 
-@pytest.mark.parametrize("direction", DIRECTIONS)
-def test_forced_below_workspace(direction, gen):
+@pytest.mark.parametrize(
+    "algo,direction", [(ALGO, d) for d in DIRECTIONS] + [(FUSED, d) for d in DIRECTIONS[:2]]
+)
+def test_forced_below_workspace(algo, direction, gen):
     x = make_tensor((1, 2, 4, 4), torch.float32, generator=gen)
     w = make_tensor((2, 2, 3, 3), torch.float32, generator=gen)
     dy = make_tensor((1, 2, 4, 4), torch.float32, generator=gen)
     p = _problem(direction, x, w, dy, padding=1)
-    need = ALGORITHMS[ALGO].workspace_bytes(p)
+    need = ALGORITHMS[algo].workspace_bytes(p)
     assert need > 0
     written = {"forward": dy, "backward_data": x, "backward_filter": w}[direction]
     out = torch.ones_like(written)
-    args = dict(padding=1, algo=ALGO, workspace_limit=need - 1, out=out)
+    args = dict(padding=1, algo=algo, workspace_limit=need - 1, out=out)
     with pytest.raises(rtdnn.BadParamError) as info:
         if direction == "forward":
             rtdnn.conv_forward(x, w, **args)
@@ -258,7 +275,14 @@ def test_forced_below_workspace(direction, gen):
             rtdnn.conv_backward_filter(x, dy, w.shape, **args)
     assert "workspace_limit" in str(info.value) and str(need) in str(info.value)
     assert torch.equal(out, torch.ones_like(written))
-    # Without the limit, algo="auto" under it still runs (on an algorithm that fits).
+    # algo="auto" under the same limit runs (on an algorithm that fits).
     if direction == "forward":
         y = rtdnn.conv_forward(x, w, padding=1, workspace_limit=need - 1, math="fp32")
         assert reference.rel_error(y, reference.conv_forward(x, w, padding=1)) <= 1e-5
+
+
+def test_fused_refuses_backward_filter(gen):
+    x = make_tensor((1, 2, 4, 4), torch.float32, generator=gen)
+    dy = make_tensor((1, 2, 4, 4), torch.float32, generator=gen)
+    with pytest.raises(rtdnn.NotSupportedError, match="backward-filter"):
+        rtdnn.conv_backward_filter(x, dy, (2, 2, 3, 3), padding=1, algo=FUSED)

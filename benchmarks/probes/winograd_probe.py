@@ -21,6 +21,7 @@ from rtdnn.algos import tiles as tile_choice
 from rtdnn.core.timing import device_time_ms
 
 ALGO = "WINOGRAD_NONFUSED"
+FUSED = "WINOGRAD"
 CASES = {
     "fp32": (torch.float32, "fp32"),
     "tf32": (torch.float32, "tf32"),
@@ -35,6 +36,7 @@ LAYERS = [(32, 64, 56), (32, 128, 28), (32, 256, 14), (32, 512, 7)]
 def force_tile(dtype: torch.dtype, m: int) -> None:
     winograd.OUT_TILES[dtype] = (m,)
     ALGORITHMS[ALGO]._runners.clear()
+    ALGORITHMS[FUSED]._runners.clear()
     conv_ops._prepared.clear()
     tile_choice._chosen.clear()
 
@@ -69,23 +71,24 @@ def reference(direction, x, w, dy):
 
 def errors() -> None:
     print("relative error vs float64, N=8 C=K=64 28x28 pad 1 (fwd / bwd-data / bwd-filter)")
-    print(f"{'case':6} {'F(2x2)':>30} {'F(4x4)':>30} {'IMPLICIT_GEMM':>30}")
+    heads = ["NONFUSED F(2x2)", "NONFUSED F(4x4)", "WINOGRAD F(2x2)", "WINOGRAD F(4x4)", "IG"]
+    print(f"{'case':6} " + " ".join(f"{h:>27}" for h in heads))
     defaults = dict(winograd.OUT_TILES)
     for case, (dtype, math) in CASES.items():
         torch.manual_seed(0)
         x, w, dy = data(dtype, 8, 64, 64, 28)
         refs = [reference(d, x, w, dy) for d in DIRECTIONS]
         cols = []
-        for m in (2, 4, None):
+        for algo, m in ((ALGO, 2), (ALGO, 4), (FUSED, 2), (FUSED, 4), ("IMPLICIT_GEMM", None)):
             if m is not None:
                 force_tile(dtype, m)
-            algo = ALGO if m is not None else "IMPLICIT_GEMM"
             errs = [
                 R.rel_error(call(d, x, w, dy, algo, math)(), ref)
                 for d, ref in zip(DIRECTIONS, refs, strict=True)
+                if not (algo == FUSED and d == "backward_filter")
             ]
             cols.append(" / ".join(f"{e:.1e}" for e in errs))
-        print(f"{case:6} " + " ".join(f"{c:>30}" for c in cols), flush=True)
+        print(f"{case:6} " + " ".join(f"{c:>27}" for c in cols), flush=True)
     winograd.OUT_TILES.update(defaults)
 
 
@@ -99,14 +102,18 @@ def times() -> None:
             x, w, dy = data(dtype, n, c, c, size)
             for d in DIRECTIONS:
                 row = {}
-                for m in winograd.OUT_TILES[dtype]:
-                    saved = winograd.OUT_TILES[dtype]
-                    force_tile(dtype, m)
-                    row[f"F{m}"] = device_time_ms(call(d, x, w, dy, ALGO, math), rep_ms=50)
-                    winograd.OUT_TILES[dtype] = saved
+                saved = winograd.OUT_TILES[dtype]
+                for algo in (ALGO, FUSED):
+                    if algo == FUSED and d == "backward_filter":
+                        continue
+                    for m in saved:
+                        force_tile(dtype, m)
+                        fn = call(d, x, w, dy, algo, math)
+                        row[f"{algo[:4]}{m}"] = device_time_ms(fn, rep_ms=50)
+                winograd.OUT_TILES[dtype] = saved
                 row["IG"] = device_time_ms(call(d, x, w, dy, "IMPLICIT_GEMM", math), rep_ms=50)
                 row["cudnn"] = device_time_ms(torch_call(d, x, w, dy), rep_ms=50)
-                best = min(v for k, v in row.items() if k.startswith("F"))
+                best = min(v for k, v in row.items() if k.startswith("WINO"))
                 text = " ".join(f"{k}={v:.3f}" for k, v in row.items())
                 print(
                     f"{case} N={n} C=K={c} {size}x{size} {d:16} {text}  "

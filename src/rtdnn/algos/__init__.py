@@ -7,7 +7,7 @@ from .base import ConvAlgorithm, ConvTensors
 from .direct import Direct
 from .gemm import Gemm
 from .implicit_gemm import ImplicitGemm, ImplicitGemmSplitK
-from .winograd import WinogradNonfused
+from .winograd import WinogradFused, WinogradNonfused
 
 ALGORITHMS: dict[str, ConvAlgorithm] = {
     a.name: a
@@ -17,6 +17,7 @@ ALGORITHMS: dict[str, ConvAlgorithm] = {
         Gemm(),
         Direct(),
         WinogradNonfused(),
+        WinogradFused(),
     )
 }
 

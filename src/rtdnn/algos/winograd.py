@@ -55,6 +55,7 @@ from ..kernels.winograd import (
     Transforms,
     filter_output_kernel,
     filter_transform_kernel,
+    fused_kernel,
     output_transform_kernel,
     tile_transform_kernel,
     transforms,
@@ -153,6 +154,31 @@ def _transform_blocks(a: int, channels: int) -> tuple[int, int]:
     return (512 if a == 4 else 256) // bc, bc
 
 
+def data_geometries(p: ConvProblem, pl: Plan) -> tuple[TileGeometry, TileGeometry, FilterGeometry]:
+    """(source tiles, output tiles, filter) of forward, and of backward-data as a forward
+    convolution of dy with padding 2 - pad and the filter transposed and rotated."""
+    g, pad = p.groups, p.conv.padding
+    forward = p.direction == Direction.FORWARD
+    c_in, c_out = (p.in_channels, p.out_channels) if forward else (p.out_channels, p.in_channels)
+    ig, og = c_in // g, c_out // g
+    src, dst = (p.x, p.y) if forward else (p.y, p.x)
+    start = (-pad[0], -pad[1]) if forward else (pad[0] - 2, pad[1] - 2)
+    in_geo = TileGeometry(
+        pl.tiles, c_in, *src.shape[2:], pl.tiles_h, pl.tiles_w, src.strides, src.offset, *start
+    )
+    out_geo = TileGeometry(
+        pl.tiles, c_out, *dst.shape[2:], pl.tiles_h, pl.tiles_w, dst.strides, dst.offset, 0, 0
+    )
+    # Backward-data reads w[g*kg + i, o] rotated by 180 degrees: flipped in cross-correlation
+    # mode, as stored in convolution mode (conv_geometry flips it there).
+    w = p.w.flipped((2, 3)) if (p.conv.mode == "convolution") == forward else p.w
+    ws_k, ws_c, ws_h, ws_w = w.strides
+    s_o, s_i = (ws_k, ws_c) if forward else (ws_c, ws_k)
+    group_stride = (og if forward else ig) * ws_k
+    filt_geo = FilterGeometry(g * ig * og, og, ig, (group_stride, s_o, s_i, ws_h, ws_w), w.offset)
+    return in_geo, out_geo, filt_geo
+
+
 class WinogradNonfused(ConvAlgorithm):
     name = "WINOGRAD_NONFUSED"
 
@@ -210,29 +236,11 @@ class WinogradNonfused(ConvAlgorithm):
     def _prepare_data(self, p: ConvProblem, pl: Plan, tiles: TileConfig, precision) -> Runner:
         """Forward, and backward-data as a forward convolution of dy."""
         tr, a, m = pl.tr, pl.tr.tile, pl.tr.m
-        g, pad = p.groups, p.conv.padding
+        g = p.groups
         forward = p.direction == Direction.FORWARD
-        c_in, c_out = (
-            (p.in_channels, p.out_channels) if forward else (p.out_channels, p.in_channels)
-        )
+        in_geo, out_geo, filt_geo = data_geometries(p, pl)
+        c_in, c_out = in_geo.channels, out_geo.channels
         ig, og = c_in // g, c_out // g
-        src, dst = (p.x, p.y) if forward else (p.y, p.x)
-        start = (-pad[0], -pad[1]) if forward else (pad[0] - 2, pad[1] - 2)
-        in_geo = TileGeometry(
-            pl.tiles, c_in, *src.shape[2:], pl.tiles_h, pl.tiles_w, src.strides, src.offset,
-            *start,
-        )  # fmt: skip
-        out_geo = TileGeometry(
-            pl.tiles, c_out, *dst.shape[2:], pl.tiles_h, pl.tiles_w, dst.strides, dst.offset, 0, 0
-        )
-        # Backward-data reads w[g*kg + i, o] rotated by 180 degrees: flipped in cross-correlation
-        # mode, as stored in convolution mode (conv_geometry flips it there).
-        w = p.w.flipped((2, 3)) if (p.conv.mode == "convolution") == forward else p.w
-        ws_k, ws_c, ws_h, ws_w = w.strides
-        s_o, s_i = (ws_k, ws_c) if forward else (ws_c, ws_k)
-        filt_geo = FilterGeometry(g * ig * og, og, ig, (og * ws_k if forward else ig * ws_k, s_o,
-                                  s_i, ws_h, ws_w), w.offset)  # fmt: skip
-
         points = tr.points
         v_off, u_off, m_off = _offsets(pl.regions)
         v_n, u_n, m_n = pl.regions
@@ -348,4 +356,73 @@ class WinogradNonfused(ConvAlgorithm):
         return run
 
 
-__all__ = ["OUT_TILES", "WinogradNonfused", "WinogradTiles"]
+class WinogradFused(WinogradNonfused):
+    """WINOGRAD: forward and backward-data with the input transform, the products of every
+    point and the output transform in one kernel (fused_kernel); only the transformed filter
+    goes through the workspace. Each program keeps (m + 2)^2 accumulators of BLOCK_T tiles x
+    BLOCK_K channels, so its tiles are smaller than the GEMM's."""
+
+    name = "WINOGRAD"
+
+    def supports(self, p: ConvProblem) -> str | None:
+        reason = super().supports(p)
+        if reason is None and p.direction == Direction.BACKWARD_FILTER:
+            return "backward-filter: WINOGRAD (fused) runs forward and backward-data only"
+        return reason
+
+    def workspace_bytes(self, p: ConvProblem) -> int:
+        return max(plan(p, m).regions[1] * 4 for m in _out_tiles(p))
+
+    def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
+        """block_m: tiles, block_n: output channels, block_k: input channels per step."""
+        out = []
+        for m in _out_tiles(p):
+            if p.device != "cuda":
+                shapes = [(16, 16, 16, 1)]
+            elif m == 2:
+                shapes = [(32, 32, 16, 4), (32, 64, 16, 8), (64, 32, 16, 8)]
+            else:
+                shapes = [(16, 32, 16, 4), (16, 64, 16, 8), (32, 32, 16, 8)]
+            for bt, bk, bc, warps in shapes:
+                out.append(WinogradTiles(bt, bk, bc, 1, warps, 1, out_tile=m))
+        return out
+
+    def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
+        m = tiles.out_tile if isinstance(tiles, WinogradTiles) else _out_tiles(p)[0]
+        pl = plan(p, m)
+        tr = pl.tr
+        precision = dot_precision(p) if p.dtype == torch.float32 else "tf32"
+        in_geo, out_geo, filt_geo = data_geometries(p, pl)
+        g = p.groups
+        ins, outs = in_geo.channels // g, out_geo.channels // g
+        u_bytes = pl.regions[1] * 4
+        block = 128 if p.device == "cuda" else 64
+        transform_w = KernelLaunch(
+            filter_transform_kernel, (triton.cdiv(filt_geo.elements, block),),
+            dict(num_warps=4), geo=filt_geo, MAT=tr.g, BLOCK=block,
+        )  # fmt: skip
+        grid = (triton.cdiv(pl.tiles, tiles.block_m) * triton.cdiv(outs, tiles.block_n), g)
+        forward = p.direction == Direction.FORWARD
+        launches: dict[tuple, KernelLaunch] = {}
+
+        def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            u = workspace[:u_bytes].view(torch.float32)
+            transform_w(Wt=t.w, WS=u)
+            source, dest = (t.x, t.y) if forward else (t.y, t.x)
+            key = (t.bias is not None, beta != 0)
+            launch = launches.get(key)
+            if launch is None:
+                launch = launches[key] = KernelLaunch(
+                    fused_kernel, grid, dict(num_warps=tiles.num_warps, num_stages=1),
+                    in_geo=in_geo, out_geo=out_geo, ins=ins, outs=outs, BT_MAT=tr.bt,
+                    AT_MAT=tr.at, STEP=tr.m, HAS_BIAS=key[0], BETA_NONZERO=key[1],
+                    PRECISION=precision, BLOCK_T=tiles.block_m, BLOCK_K=tiles.block_n,
+                    BLOCK_C=tiles.block_k,
+                )  # fmt: skip
+            bias = t.bias if t.bias is not None else dest
+            launch(SRC=source, U=u, Y=dest, BIAS=bias, alpha=float(alpha), beta=float(beta))
+
+        return run
+
+
+__all__ = ["OUT_TILES", "WinogradFused", "WinogradNonfused", "WinogradTiles"]

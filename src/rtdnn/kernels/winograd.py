@@ -336,3 +336,104 @@ def filter_output_kernel(
                 DW, base + r * s_r + s * s_s, ok, d[r][s], alpha, beta, DW, e, ok, False,
                 BETA_NONZERO, identity,
             )  # fmt: skip
+
+
+@triton.jit
+def fused_kernel(
+    SRC,
+    U,
+    Y,
+    BIAS,
+    in_geo,
+    out_geo,
+    ins,
+    outs,
+    alpha,
+    beta,
+    BT_MAT: tl.constexpr,
+    AT_MAT: tl.constexpr,
+    STEP: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BETA_NONZERO: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """The whole of F(m x m, 3 x 3) in one pass for BLOCK_T tiles x BLOCK_K output channels of
+    one group: for each chunk of BLOCK_C input channels the input tiles are transformed in
+    registers and multiplied, point by point, with the transformed filter U (float32
+    [a * a, groups, ins, outs], from filter_transform_kernel); the a * a accumulators then go
+    through the output transform and the epilogue. Grid: (tile blocks x channel blocks,
+    groups)."""
+    a: tl.constexpr = len(BT_MAT)
+    group = tl.program_id(1)
+    k_blocks = tl.cdiv(outs, BLOCK_K)
+    offs_t = (tl.program_id(0) // k_blocks) * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_k = (tl.program_id(0) % k_blocks) * BLOCK_K + tl.arange(0, BLOCK_K)
+    offs_c = tl.arange(0, BLOCK_C)
+    n, th, tw = _split_tile(offs_t, in_geo)
+    sn, sc, sh, sw = in_geo.strides
+    t_ok = offs_t < in_geo.tiles
+    k_ok = offs_k < outs
+    row0 = th * STEP + in_geo.start_h
+    col0 = tw * STEP + in_geo.start_w
+    base = in_geo.offset + n * sn + group * ins * sc
+    height, width = in_geo.height, in_geo.width
+    # The output's addresses before the loop (see brgemm_kernel's note on Triton 3.6 and
+    # geometry reads after loops).
+    on, oth, otw = _split_tile(offs_t, out_geo)
+    osn, osc, osh, osw = out_geo.strides
+    out_base = out_geo.offset + on * osn
+    out_h0 = oth * STEP
+    out_w0 = otw * STEP
+    out_height, out_width = out_geo.height, out_geo.width
+    chan = group * outs + offs_k
+    plane = tl.num_programs(1) * ins * outs  # elements of U per point
+    u_cols = U + group * ins * outs + offs_k[None, :]
+
+    acc = ()
+    for _p in tl.static_range(a * a):
+        acc = acc + (tl.zeros((BLOCK_T, BLOCK_K), dtype=tl.float32),)
+    for c0 in range(0, ins, BLOCK_C):
+        c = c0 + offs_c
+        c_ok = c < ins
+        x = ()
+        for i in tl.static_range(a):
+            h = row0 + i
+            h_ok = t_ok & (h >= 0) & (h < height)
+            row = ()
+            for j in tl.static_range(a):
+                w = col0 + j
+                ok = h_ok & (w >= 0) & (w < width)
+                ptrs = SRC + (base + h * sh + w * sw)[:, None] + (c * sc)[None, :]
+                v = tl.load(ptrs, mask=ok[:, None] & c_ok[None, :], other=0.0)
+                row = row + (v.to(tl.float32),)
+            x = x + (row,)
+        v = transform2d(BT_MAT, x)
+        u_ptrs = u_cols + c[:, None] * outs
+        u_mask = c_ok[:, None] & k_ok[None, :]
+        new = ()
+        for i in tl.static_range(a):
+            for j in tl.static_range(a):
+                u = tl.load(u_ptrs + (i * a + j) * plane, mask=u_mask, other=0.0)
+                new = new + (tl.dot(v[i][j], u, acc[i * a + j], input_precision=PRECISION),)
+        acc = new
+
+    prods = ()
+    for i in tl.static_range(a):
+        row = ()
+        for j in tl.static_range(a):
+            row = row + (acc[i * a + j],)
+        prods = prods + (row,)
+    y = transform2d(AT_MAT, prods)
+    for i in tl.static_range(len(AT_MAT)):
+        h = out_h0 + i
+        for j in tl.static_range(len(AT_MAT)):
+            w = out_w0 + j
+            ok = t_ok & (h < out_height) & (w < out_width)
+            offs = (out_base + h * osh + w * osw)[:, None] + (chan * osc)[None, :]
+            epilogue(
+                Y, offs, ok[:, None] & k_ok[None, :], y[i][j], alpha, beta, BIAS, chan, k_ok,
+                HAS_BIAS, BETA_NONZERO, identity,
+            )  # fmt: skip
