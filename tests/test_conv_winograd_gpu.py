@@ -32,6 +32,7 @@ CASES = {
     "tf32": (torch.float32, "tf32", 2e-3),
     "fp32": (torch.float32, "fp32", 1e-5),
 }
+FORMATS = {"bf16": "bfloat16", "fp16": "float16", "tf32": "tf32", "fp32": "fp32"}
 SHAPES = [
     # x shape, w shape, conv parameters
     ((8, 64, 28, 28), (64, 64, 3, 3), dict(padding=1)),
@@ -56,8 +57,8 @@ def only_tile(monkeypatch):
         conv_ops._prepared.clear()
         tile_choice._chosen.clear()
 
-    def use(dtype, m):
-        monkeypatch.setitem(winograd.OUT_TILES, dtype, (m,))
+    def use(number_format, m):
+        monkeypatch.setitem(winograd.OUT_TILES, number_format, (m,))
         forget()
 
     yield use
@@ -115,9 +116,10 @@ MATRIX = [
 @pytest.mark.parametrize("algo,case,m,layout,shape", MATRIX)
 def test_every_direction(algo, case, m, layout, shape, only_tile):
     dtype, math_mode, tol = CASES[case]
-    if m not in winograd.OUT_TILES[dtype]:
-        pytest.skip(f"F({m}x{m},3x3) is not offered for {dtype}")
-    only_tile(dtype, m)
+    number_format = FORMATS[case]
+    if m not in winograd.OUT_TILES[number_format]:
+        pytest.skip(f"F({m}x{m},3x3) is not offered for {number_format}")
+    only_tile(number_format, m)
     torch.manual_seed(shape)
     x, w, conv = _data(dtype, layout, SHAPES[shape])
     for direction, (out, ref, theirs) in zip(

@@ -33,8 +33,11 @@ DIRECTIONS = ("forward", "backward_data", "backward_filter")
 LAYERS = [(32, 64, 56), (32, 128, 28), (32, 256, 14), (32, 512, 7)]
 
 
-def force_tile(dtype: torch.dtype, m: int) -> None:
-    winograd.OUT_TILES[dtype] = (m,)
+FORMATS = {"fp32": "fp32", "tf32": "tf32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def force_tile(case: str, m: int) -> None:
+    winograd.OUT_TILES[FORMATS[case]] = (m,)
     ALGORITHMS[ALGO]._runners.clear()
     ALGORITHMS[FUSED]._runners.clear()
     conv_ops._prepared.clear()
@@ -81,7 +84,7 @@ def errors() -> None:
         cols = []
         for algo, m in ((ALGO, 2), (ALGO, 4), (FUSED, 2), (FUSED, 4), ("IMPLICIT_GEMM", None)):
             if m is not None:
-                force_tile(dtype, m)
+                force_tile(case, m)
             errs = [
                 R.rel_error(call(d, x, w, dy, algo, math)(), ref)
                 for d, ref in zip(DIRECTIONS, refs, strict=True)
@@ -89,6 +92,22 @@ def errors() -> None:
             ]
             cols.append(" / ".join(f"{e:.1e}" for e in errs))
         print(f"{case:6} " + " ".join(f"{c:>27}" for c in cols), flush=True)
+    winograd.OUT_TILES.update(defaults)
+    # Strict float32 with 3xTF32 products instead of IEEE float32 ones.
+    winograd.PRECISION["fp32"] = "tf32x3"
+    torch.manual_seed(0)
+    x, w, dy = data(torch.float32, 8, 64, 64, 28)
+    cols = []
+    for algo, m in ((ALGO, 2), (ALGO, 4), (FUSED, 2), (FUSED, 4)):
+        force_tile("fp32", m)
+        errs = [
+            R.rel_error(call(d, x, w, dy, algo, "fp32")(), reference(d, x, w, dy))
+            for d in DIRECTIONS
+            if not (algo == FUSED and d == "backward_filter")
+        ]
+        cols.append(" / ".join(f"{e:.1e}" for e in errs))
+    print("fp32x3 " + " ".join(f"{c:>27}" for c in cols), flush=True)
+    winograd.PRECISION["fp32"] = "ieee"
     winograd.OUT_TILES.update(defaults)
 
 
@@ -102,15 +121,22 @@ def times() -> None:
             x, w, dy = data(dtype, n, c, c, size)
             for d in DIRECTIONS:
                 row = {}
-                saved = winograd.OUT_TILES[dtype]
+                saved = winograd.OUT_TILES[FORMATS[case]]
                 for algo in (ALGO, FUSED):
                     if algo == FUSED and d == "backward_filter":
                         continue
                     for m in saved:
-                        force_tile(dtype, m)
+                        force_tile(case, m)
                         fn = call(d, x, w, dy, algo, math)
                         row[f"{algo[:4]}{m}"] = device_time_ms(fn, rep_ms=50)
-                winograd.OUT_TILES[dtype] = saved
+                if case == "fp32":  # 3xTF32 products instead of IEEE float32
+                    winograd.PRECISION["fp32"] = "tf32x3"
+                    for m in saved:
+                        force_tile(case, m)
+                        fn = call(d, x, w, dy, ALGO, math)
+                        row[f"x3_{m}"] = device_time_ms(fn, rep_ms=50)
+                    winograd.PRECISION["fp32"] = "ieee"
+                winograd.OUT_TILES[FORMATS[case]] = saved
                 row["IG"] = device_time_ms(call(d, x, w, dy, "IMPLICIT_GEMM", math), rep_ms=50)
                 row["cudnn"] = device_time_ms(torch_call(d, x, w, dy), rep_ms=50)
                 best = min(v for k, v in row.items() if k.startswith("WINO"))

@@ -61,12 +61,21 @@ from ..kernels.winograd import (
     transforms,
 )
 from .base import ConvAlgorithm, ConvTensors, Runner
-from .geometry import conv_geometry, dot_precision, parallel_slots
+from .geometry import conv_geometry, parallel_slots
 from .tiles import tile_candidates as gemm_tiles
 
-#: Output tile sizes m of F(m x m, 3 x 3) per dtype, the default first. F(4x4) where its error
-#: stays within the dtype's tolerance (see the table above).
-OUT_TILES = {torch.float32: (4, 2), torch.float16: (2,), torch.bfloat16: (2, 4)}
+#: Output tile sizes m of F(m x m, 3 x 3) per number format (see `number_format`), the default
+#: first: F(4x4) only where its error stays within the format's tolerance (the table above).
+OUT_TILES = {"fp32": (4, 2), "tf32": (2,), "float16": (2,), "bfloat16": (2, 4)}
+#: tl.dot precision of the products per number format: the operands are float32 transforms.
+PRECISION = {"fp32": "ieee", "tf32": "tf32", "float16": "tf32", "bfloat16": "tf32"}
+
+
+def number_format(p: ConvProblem) -> str:
+    """ "fp32" (strict) or "tf32" for float32 data, else the 16-bit dtype's name."""
+    if p.dtype == torch.float32:
+        return p.conv.math
+    return str(p.dtype).removeprefix("torch.")
 
 
 @dataclass(frozen=True)
@@ -143,7 +152,7 @@ def _plan_bytes(pl: Plan) -> int:
 def _out_tiles(p: ConvProblem) -> tuple[int, ...]:
     """The output tile sizes to try for `p`, the default first. In the interpreter F(2x2) comes
     first: its cost there is per program, and F(2x2) runs 16 points' GEMMs to F(4x4)'s 36."""
-    sizes = OUT_TILES[p.dtype]
+    sizes = OUT_TILES[number_format(p)]
     return tuple(sorted(sizes)) if p.device != "cuda" else sizes
 
 
@@ -228,7 +237,7 @@ class WinogradNonfused(ConvAlgorithm):
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
         m = tiles.out_tile if isinstance(tiles, WinogradTiles) else _out_tiles(p)[0]
         pl = plan(p, m)
-        precision = dot_precision(p) if p.dtype == torch.float32 else "tf32"
+        precision = PRECISION[number_format(p)]
         if p.direction == Direction.BACKWARD_FILTER:
             return self._prepare_backward_filter(p, pl, tiles, precision)
         return self._prepare_data(p, pl, tiles, precision)
@@ -391,7 +400,7 @@ class WinogradFused(WinogradNonfused):
         m = tiles.out_tile if isinstance(tiles, WinogradTiles) else _out_tiles(p)[0]
         pl = plan(p, m)
         tr = pl.tr
-        precision = dot_precision(p) if p.dtype == torch.float32 else "tf32"
+        precision = PRECISION[number_format(p)]
         in_geo, out_geo, filt_geo = data_geometries(p, pl)
         g = p.groups
         ins, outs = in_geo.channels // g, out_geo.channels // g
@@ -425,4 +434,11 @@ class WinogradFused(WinogradNonfused):
         return run
 
 
-__all__ = ["OUT_TILES", "WinogradFused", "WinogradNonfused", "WinogradTiles"]
+__all__ = [
+    "OUT_TILES",
+    "PRECISION",
+    "WinogradFused",
+    "WinogradNonfused",
+    "WinogradTiles",
+    "number_format",
+]
