@@ -265,7 +265,7 @@ def test_forced_below_workspace(algo, direction, gen):
     assert need > 0
     written = {"forward": dy, "backward_data": x, "backward_filter": w}[direction]
     out = torch.ones_like(written)
-    args = dict(padding=1, algo=algo, workspace_limit=need - 1, out=out)
+    args = dict(padding=1, algo=algo, workspace_limit=need - 1, out=out, math="fp32")
     with pytest.raises(rtdnn.BadParamError) as info:
         if direction == "forward":
             rtdnn.conv_forward(x, w, **args)
