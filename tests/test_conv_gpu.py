@@ -87,6 +87,7 @@ def test_all_directions_and_algorithms(case, layout, shape):
                     split_k_data
                     or (algo == "DIRECT" and ws[1] > 8)
                     or (algo == "WINOGRAD_NONFUSED" and not_winograd)
+                    or (algo == "WINOGRAD" and (not_winograd or direction == "backward_filter"))
                 )
                 continue
             err = R.rel_error(out, ref)
