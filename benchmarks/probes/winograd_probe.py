@@ -2,7 +2,7 @@
 direction (the table in algos/winograd.py's docstring), and its time beside IMPLICIT_GEMM and
 cuDNN (through torch) on the 3x3 stride-1 layers of ResNet-50.
 
-    PYTHONPATH=src python3 benchmarks/probes/winograd_probe.py [errors] [times]
+    PYTHONPATH=src python3 benchmarks/probes/winograd_probe.py [errors] [times[:fp32,bf16]]
 
 Each tile size is forced by restricting the algorithm's candidates (OUT_TILES) to it.
 """
@@ -111,9 +111,9 @@ def errors() -> None:
     winograd.OUT_TILES.update(defaults)
 
 
-def times() -> None:
+def times(cases=("fp32", "bf16")) -> None:
     print("\nms per call, channels-last, padding 1; cuDNN through torch (same dtype/math)")
-    for case in ("fp32", "bf16"):
+    for case in cases:
         dtype, math = CASES[case]
         torch.backends.cudnn.allow_tf32 = math != "fp32"
         torch.backends.cuda.matmul.allow_tf32 = math != "fp32"
@@ -162,5 +162,6 @@ if __name__ == "__main__":
     what = sys.argv[1:] or ["errors", "times"]
     if "errors" in what:
         errors()
-    if "times" in what:
-        times()
+    for arg in what:
+        if arg.startswith("times"):  # times or times:fp32,bf16
+            times(*[arg.split(":")[1].split(",")] if ":" in arg else [])
