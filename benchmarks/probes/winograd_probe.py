@@ -93,8 +93,13 @@ def errors() -> None:
             cols.append(" / ".join(f"{e:.1e}" for e in errs))
         print(f"{case:6} " + " ".join(f"{c:>27}" for c in cols), flush=True)
     winograd.OUT_TILES.update(defaults)
-    # Strict float32 with 3xTF32 products instead of IEEE float32 ones.
-    winograd.PRECISION["fp32"] = "tf32x3"
+
+
+def errors_precision(precision: str) -> None:
+    """Strict float32 with other products (e.g. 3xTF32) than the module's."""
+    defaults = dict(winograd.OUT_TILES)
+    saved = winograd.PRECISION["fp32"]
+    winograd.PRECISION["fp32"] = precision
     torch.manual_seed(0)
     x, w, dy = data(torch.float32, 8, 64, 64, 28)
     cols = []
@@ -106,8 +111,8 @@ def errors() -> None:
             if not (algo == FUSED and d == "backward_filter")
         ]
         cols.append(" / ".join(f"{e:.1e}" for e in errs))
-    print("fp32x3 " + " ".join(f"{c:>27}" for c in cols), flush=True)
-    winograd.PRECISION["fp32"] = "ieee"
+    print(f"fp32 {precision} " + " ".join(f"{c:>27}" for c in cols), flush=True)
+    winograd.PRECISION["fp32"] = saved
     winograd.OUT_TILES.update(defaults)
 
 
@@ -162,6 +167,9 @@ if __name__ == "__main__":
     what = sys.argv[1:] or ["errors", "times"]
     if "errors" in what:
         errors()
+    for arg in what:
+        if arg.startswith("precision:"):  # strict float32's errors with these products
+            errors_precision(arg.split(":")[1])
     for arg in what:
         if arg.startswith("times"):  # times or times:fp32,bf16
             times(*[arg.split(":")[1].split(",")] if ":" in arg else [])
