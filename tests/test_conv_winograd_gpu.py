@@ -75,7 +75,7 @@ def _data(dtype, layout, shape):
 
 
 def _all_directions(x, w, conv, math_mode, algo=ALGO):
-    """(result, float64 reference, torch's result) of each direction `algo` runs."""
+    """(direction, result, float64 reference, torch's result) of each direction `algo` runs."""
     y_ref = R.conv_forward(x, w, **conv)
     dy = torch.randn(y_ref.shape, device="cuda", dtype=x.dtype)
     args = dict(algo=algo, math=math_mode, **conv)
@@ -87,20 +87,12 @@ def _all_directions(x, w, conv, math_mode, algo=ALGO):
     yt = torch.nn.functional.conv2d(xr, wr, **tconv)
     yt.backward(dy)
     dwt = wr.grad.flip(2, 3) if flip else wr.grad
-    results = [
-        (rtdnn.conv_forward(x, w, **args), y_ref, yt),
-        (
-            rtdnn.conv_backward_data(dy, w, x.shape, **args),
-            R.conv_backward_data(dy, w, x.shape, **conv),
-            xr.grad,
-        ),
-        (
-            rtdnn.conv_backward_filter(x, dy, w.shape, **args),
-            R.conv_backward_filter(x, dy, w.shape, **conv),
-            dwt,
-        ),
-    ]
-    return results[:2] if algo == FUSED else results
+    yield "forward", rtdnn.conv_forward(x, w, **args), y_ref, yt
+    dx = rtdnn.conv_backward_data(dy, w, x.shape, **args)
+    yield "backward_data", dx, R.conv_backward_data(dy, w, x.shape, **conv), xr.grad
+    if algo != FUSED:
+        dw = rtdnn.conv_backward_filter(x, dy, w.shape, **args)
+        yield "backward_filter", dw, R.conv_backward_filter(x, dy, w.shape, **conv), dwt
 
 
 MATRIX = [
@@ -122,11 +114,7 @@ def test_every_direction(algo, case, m, layout, shape, only_tile):
     only_tile(number_format, m)
     torch.manual_seed(shape)
     x, w, conv = _data(dtype, layout, SHAPES[shape])
-    for direction, (out, ref, theirs) in zip(
-        ("forward", "backward_data", "backward_filter"),
-        _all_directions(x, w, conv, math_mode, algo),
-        strict=False,
-    ):  # fmt: skip
+    for direction, out, ref, theirs in _all_directions(x, w, conv, math_mode, algo):
         err = R.rel_error(out, ref)
         assert err < tol, f"{direction}: relative error {err:.2e} >= {tol:.0e}"
         if dtype != torch.float32:  # torch's float32 may run TF32

@@ -133,18 +133,21 @@ def times(cases=("fp32", "bf16")) -> None:
                     for m in saved:
                         force_tile(case, m)
                         fn = call(d, x, w, dy, algo, math)
-                        row[f"{algo[:4]}{m}"] = device_time_ms(fn, rep_ms=50)
-                if case == "fp32":  # 3xTF32 products instead of IEEE float32
-                    winograd.PRECISION["fp32"] = "tf32x3"
+                        row[f"{'fused' if algo == FUSED else 'nonfused'}{m}"] = device_time_ms(
+                            fn, rep_ms=50
+                        )
+                if case == "fp32":  # IEEE float32 products instead of the module's
+                    precision = winograd.PRECISION["fp32"]
+                    winograd.PRECISION["fp32"] = "ieee"
                     for m in saved:
                         force_tile(case, m)
                         fn = call(d, x, w, dy, ALGO, math)
-                        row[f"x3_{m}"] = device_time_ms(fn, rep_ms=50)
-                    winograd.PRECISION["fp32"] = "ieee"
+                        row[f"ieee{m}"] = device_time_ms(fn, rep_ms=50)
+                    winograd.PRECISION["fp32"] = precision
                 winograd.OUT_TILES[FORMATS[case]] = saved
                 row["IG"] = device_time_ms(call(d, x, w, dy, "IMPLICIT_GEMM", math), rep_ms=50)
                 row["cudnn"] = device_time_ms(torch_call(d, x, w, dy), rep_ms=50)
-                best = min(v for k, v in row.items() if k.startswith("WINO"))
+                best = min(v for k, v in row.items() if "fused" in k)
                 text = " ".join(f"{k}={v:.3f}" for k, v in row.items())
                 print(
                     f"{case} N={n} C=K={c} {size}x{size} {d:16} {text}  "

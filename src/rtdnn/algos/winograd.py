@@ -1,5 +1,6 @@
-"""WINOGRAD_NONFUSED: 2-D 3x3 convolutions at stride 1 by Winograd's minimal filtering
-F(m x m, 3 x 3), m = 2 or 4, in three stages through a float32 workspace (kernels/winograd.py):
+"""WINOGRAD_NONFUSED and WINOGRAD: 2-D 3x3 convolutions at stride 1 by Winograd's minimal
+filtering F(m x m, 3 x 3), m = 2 or 4 (kernels/winograd.py). WINOGRAD_NONFUSED runs three stages
+through a float32 workspace, in every direction:
 
     forward          V = BT x_tile B      U = G w G^T         M[p] = V[p] @ U[p]    y = AT M A
     backward-data    the same on dy, with the filter transposed (k <-> c) and rotated by 180
@@ -12,21 +13,48 @@ GEMM (plain strided matrices). The output transform applies alpha, the bias and 
 through the output's strides. Backward-filter's GEMM reduces over every tile; it is split into
 float32 partial sums (summed in a fixed order) when its output alone cannot fill the GPU.
 
+WINOGRAD (fused), forward and backward-data: the input transform, the products of every point
+and the output transform in one kernel per block of tiles and output channels; only the
+transformed filter goes through the workspace.
+
+Products: strict float32 (math="fp32") multiplies as 3xTF32 (each float32 operand split into
+a TF32 high and low part, three tensor-core products summed in float32): on tensor cores, and
+measured more accurate than IEEE float32 products here, whose long backward-filter reduction
+loses most (table below). IEEE products were 20% faster in backward-filter on the 64-channel
+56x56 layer (0.294 against 0.362 ms); forward was not timed with them. math="tf32" multiplies
+as TF32. Float16 and bfloat16 data are transformed in float32 and multiplied as TF32: the
+transformed operands keep 10 bits of mantissa, at least as many as the data had.
+
 Tile size: F(4x4) does 36 products per 16 output pixels (4x fewer multiplications than direct
 convolution), F(2x2) 16 per 4 (2.25x), but F(4x4)'s transforms amplify rounding errors more.
 Both are tile candidates (timed on the GPU, the first one taken elsewhere), where the error
-allows. Relative error ||out - ref|| / ||ref|| against the float64 reference (N=8, C=K=64,
-28x28, padding 1, standard-normal data; the median over the three directions, see
-tests/test_conv_winograd_gpu.py), H100:
+allows (OUT_TILES). Relative error ||out - ref|| / ||ref|| against the float64 reference, H100,
+N=8, C=K=64, 28x28, padding 1, channels-last, standard-normal data (benchmarks/probes/
+winograd_probe.py), forward / backward-data / backward-filter:
 
-    dtype (math)        F(2x2)      F(4x4)      IMPLICIT_GEMM
-    float32 (fp32)      see below
-    float32 (tf32)
-    float16
-    bfloat16
+    format (products)     F(2x2)                 F(4x4)                 IMPLICIT_GEMM
+    float32 fp32 (3xTF32) 2.0e-7/2.0e-7/2.4e-7   1.2e-6/1.2e-6/1.4e-6   4.2e-7/4.3e-7/1.4e-6
+    float32 fp32 (IEEE)   2.7e-7/2.6e-7/7.0e-7   1.7e-6/1.7e-6/4.0e-6
+    float32 tf32          8.8e-4/8.8e-4/8.8e-4   3.5e-3/3.5e-3/3.5e-3   7.7e-4/7.7e-4/7.8e-4
+    float16 (TF32)        8.3e-4/8.3e-4/8.0e-4   3.6e-3/3.6e-3/3.6e-3   2.1e-4/2.1e-4/2.1e-4
+    bfloat16 (TF32)       1.7e-3/1.7e-3/1.7e-3   3.7e-3/3.8e-3/3.8e-3   1.7e-3/1.7e-3/1.6e-3
 
-Float16 and bfloat16 data are transformed in float32 and multiplied as TF32 (tensor cores);
-their transformed operands keep 10 bits of mantissa, at least as many as the data had.
+WINOGRAD (fused) measured the same to two digits in forward and backward-data. So F(4x4) is
+offered for strict float32 and bfloat16 (within 1e-5 and 1e-2), F(2x2) only for TF32 and
+float16, where F(4x4) is 4-17x IMPLICIT_GEMM's error and above their tolerances (2e-3, 1e-3).
+
+Time, strict float32, H100, ResNet-50's 3x3 stride-1 layers at batch 32, channels-last, the
+first GEMM tile candidate (RTDNN_AUTOTUNE=0), ms (F(4x4) / IMPLICIT_GEMM / cuDNN through torch,
+TF32 off):
+
+    layer            forward                 backward-data           backward-filter
+    64ch 56x56       0.209 / 0.781 / 0.332   0.210 / 0.390 / 0.261   0.362 / 10.13 / 0.347
+    128ch 28x28      0.113 / 0.503 / 0.149   0.113 / 0.251 / 0.192   0.115 / 2.502 / 0.140
+    256ch 14x14      0.133 / 0.498 / 0.259   0.130 / 0.246 / 0.305   0.159 / 0.648 / 0.111
+    512ch 7x7        0.175 / 1.016 / 0.353   0.165 / 0.496 / 0.321   0.127 / 0.313 / 0.116
+
+The heuristic does not choose Winograd yet: only algo="WINOGRAD_NONFUSED" or a measurement by
+find_conv_algorithms does. The fused kernel's time is not measured with these products yet.
 
 Determinism: every sum is in a fixed order; runs are bit-identical.
 
@@ -68,7 +96,7 @@ from .tiles import tile_candidates as gemm_tiles
 #: first: F(4x4) only where its error stays within the format's tolerance (the table above).
 OUT_TILES = {"fp32": (4, 2), "tf32": (2,), "float16": (2,), "bfloat16": (2, 4)}
 #: tl.dot precision of the products per number format: the operands are float32 transforms.
-PRECISION = {"fp32": "ieee", "tf32": "tf32", "float16": "tf32", "bfloat16": "tf32"}
+PRECISION = {"fp32": "tf32x3", "tf32": "tf32", "float16": "tf32", "bfloat16": "tf32"}
 
 
 def number_format(p: ConvProblem) -> str:
