@@ -87,6 +87,13 @@ def test_shapes_against_reference(x_shape, w_shape, conv, algo, gen):
 
 
 @pytest.mark.parametrize("algo", ALGOS)
+def test_several_programs_per_kernel(algo, gen):
+    """40 input and 36 output channels on 25 tiles: every transform kernel runs several
+    blocks of tiles and of channels (the other tests fit in one)."""
+    check((1, 40, 10, 9), (36, 40, 3, 3), layout="channels_last", gen=gen, algo=algo, padding=1)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("layout", ["channels_last", "strided"])
 def test_layouts_with_alpha_beta(layout, algo, gen):
     """Channels-last and strided views (inputs and out), alpha and beta on a random out."""
