@@ -10,16 +10,10 @@ from .implicit_gemm import ImplicitGemm, ImplicitGemmSplitK
 from .winograd import WinogradFused, WinogradNonfused
 
 ALGORITHMS: dict[str, ConvAlgorithm] = {
-    a.name: a
-    for a in (
-        ImplicitGemm(),
-        ImplicitGemmSplitK(),
-        Gemm(),
-        Direct(),
-        WinogradNonfused(),
-        WinogradFused(),
-    )
+    a.name: a for a in (ImplicitGemm(), ImplicitGemmSplitK(), Gemm(), Direct())
 }
+ALGORITHMS[WinogradNonfused.name] = WinogradNonfused()
+ALGORITHMS[WinogradFused.name] = WinogradFused()
 
 #: The algorithm that needs no workspace and supports every problem.
 NO_WORKSPACE = "IMPLICIT_GEMM"
