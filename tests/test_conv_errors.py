@@ -81,7 +81,7 @@ COMMON_CASES = [
     ("dilation of wrong length", "dilation", dict(dilation=(1, 1, 1))),
     ("groups not dividing C", "groups", dict(groups=3)),  # C=4, K=6
     ("unknown mode", "mode", dict(mode="correlation")),
-    ("unknown algo", "algo", dict(algo="WINOGRAD")),
+    ("unknown algo", "algo", dict(algo="NO_SUCH_ALGO")),
     ("bad math mode", "math", dict(math="fp16")),
     ("negative workspace_limit", "workspace_limit", dict(workspace_limit=-1)),
     ("alpha not a number", "alpha", dict(alpha="1")),

@@ -15,7 +15,6 @@ import torch.multiprocessing as mp
 
 def _work(item):
     suite, index, direction, dtype_name = item
-    import rtdnn
     from rtdnn.algos import ALGORITHMS, ConvTensors
     from rtdnn.bench.conv import DTYPES, _conv_args, _layer_tensors, load_suite
     from rtdnn.ops.conv import _problem_for_selection

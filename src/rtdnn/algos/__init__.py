@@ -8,12 +8,15 @@ from .direct import Direct
 from .fft import Fft, FftTiling
 from .gemm import Gemm
 from .implicit_gemm import ImplicitGemm, ImplicitGemmSplitK
+from .winograd import WinogradFused, WinogradNonfused
 
 ALGORITHMS: dict[str, ConvAlgorithm] = {
     a.name: a for a in (ImplicitGemm(), ImplicitGemmSplitK(), Gemm(), Direct())
 }
 ALGORITHMS[Fft.name] = Fft()
 ALGORITHMS[FftTiling.name] = FftTiling()
+ALGORITHMS[WinogradNonfused.name] = WinogradNonfused()
+ALGORITHMS[WinogradFused.name] = WinogradFused()
 
 #: The algorithm that needs no workspace and supports every problem.
 NO_WORKSPACE = "IMPLICIT_GEMM"

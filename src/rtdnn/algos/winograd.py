@@ -1,0 +1,475 @@
+"""WINOGRAD_NONFUSED and WINOGRAD: 2-D 3x3 convolutions at stride 1 by Winograd's minimal
+filtering F(m x m, 3 x 3), m = 2 or 4 (kernels/winograd.py). WINOGRAD_NONFUSED runs three stages
+through a float32 workspace, in every direction:
+
+    forward          V = BT x_tile B      U = G w G^T         M[p] = V[p] @ U[p]    y = AT M A
+    backward-data    the same on dy, with the filter transposed (k <-> c) and rotated by 180
+                     degrees and the padding 2 - pad (negative padding: tiles start inside dy)
+    backward-filter  V = BT x_tile B      Y = A dy_tile AT    D[p] = Y[p]^T @ V[p]  dw = G^T D G
+
+where p runs over the (m + 2)^2 transform points, tiles are m x m pixels of the output (of dy
+for backward-filter), and each M[p] (or D[p]) is one batch entry, per group, of the batch-reduce
+GEMM (plain strided matrices). The output transform applies alpha, the bias and beta and writes
+through the output's strides. Backward-filter's GEMM reduces over every tile; it is split into
+float32 partial sums (summed in a fixed order) when its output alone cannot fill the GPU.
+
+WINOGRAD (fused), forward and backward-data: the input transform, the products of every point
+and the output transform in one kernel per block of tiles and output channels; only the
+transformed filter goes through the workspace.
+
+Products: strict float32 (math="fp32") multiplies as 3xTF32 (each float32 operand split into
+a TF32 high and low part, three tensor-core products summed in float32): on tensor cores, and
+measured more accurate than IEEE float32 products here, whose long backward-filter reduction
+loses most (table below). IEEE products were 20% faster in backward-filter on the 64-channel
+56x56 layer (0.294 against 0.362 ms); forward was not timed with them. math="tf32" multiplies
+as TF32. Float16 and bfloat16 data are transformed in float32 and multiplied as TF32: the
+transformed operands keep 10 bits of mantissa, at least as many as the data had.
+
+Tile size: F(4x4) does 36 products per 16 output pixels (4x fewer multiplications than direct
+convolution), F(2x2) 16 per 4 (2.25x), but F(4x4)'s transforms amplify rounding errors more.
+Both are tile candidates (timed on the GPU, the first one taken elsewhere), where the error
+allows (OUT_TILES). Relative error ||out - ref|| / ||ref|| against the float64 reference, H100,
+N=8, C=K=64, 28x28, padding 1, channels-last, standard-normal data (benchmarks/probes/
+winograd_probe.py), forward / backward-data / backward-filter:
+
+    format (products)     F(2x2)                 F(4x4)                 IMPLICIT_GEMM
+    float32 fp32 (3xTF32) 2.0e-7/2.0e-7/2.4e-7   1.2e-6/1.2e-6/1.4e-6   4.2e-7/4.3e-7/1.4e-6
+    float32 fp32 (IEEE)   2.7e-7/2.6e-7/7.0e-7   1.7e-6/1.7e-6/4.0e-6
+    float32 tf32          8.8e-4/8.8e-4/8.8e-4   3.5e-3/3.5e-3/3.5e-3   7.7e-4/7.7e-4/7.8e-4
+    float16 (TF32)        8.3e-4/8.3e-4/8.0e-4   3.6e-3/3.6e-3/3.6e-3   2.1e-4/2.1e-4/2.1e-4
+    bfloat16 (TF32)       1.7e-3/1.7e-3/1.7e-3   3.7e-3/3.8e-3/3.8e-3   1.7e-3/1.7e-3/1.6e-3
+
+WINOGRAD (fused) measured the same to two digits in forward and backward-data. So F(4x4) is
+offered for strict float32 and bfloat16 (within 1e-5 and 1e-2), F(2x2) only for TF32 and
+float16, where F(4x4) is 4-17x IMPLICIT_GEMM's error and above their tolerances (2e-3, 1e-3).
+
+Time, strict float32, H100, ResNet-50's 3x3 stride-1 layers at batch 32, channels-last, the
+first GEMM tile candidate (RTDNN_AUTOTUNE=0), ms (F(4x4) / IMPLICIT_GEMM / cuDNN through torch,
+TF32 off):
+
+    layer            forward                 backward-data           backward-filter
+    64ch 56x56       0.209 / 0.781 / 0.332   0.210 / 0.390 / 0.261   0.362 / 10.13 / 0.347
+    128ch 28x28      0.113 / 0.503 / 0.149   0.113 / 0.251 / 0.192   0.115 / 2.502 / 0.140
+    256ch 14x14      0.133 / 0.498 / 0.259   0.130 / 0.246 / 0.305   0.159 / 0.648 / 0.111
+    512ch 7x7        0.175 / 1.016 / 0.353   0.165 / 0.496 / 0.321   0.127 / 0.313 / 0.116
+
+The heuristic does not choose Winograd yet: only algo="WINOGRAD_NONFUSED" or a measurement by
+find_conv_algorithms does. The fused kernel's time is not measured with these products yet.
+
+Determinism: every sum is in a fixed order; runs are bit-identical.
+
+Workspace: the transformed input, filter and product planes in float32 (plus split-K partial
+sums for backward-filter); `workspace_bytes` is the need of the largest tile candidate (F(2x2)
+has 4/2.25 times more tiles' worth of points than F(4x4) on large images), of which the
+chosen one uses a prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+import torch
+import triton
+
+from ..core import ConvProblem, Direction
+from ..core.tensor import MAX_ELEMENTS
+from ..kernels import strided
+from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
+from ..kernels.strided import StridedGeometry
+from ..kernels.winograd import (
+    FilterGeometry,
+    TileGeometry,
+    Transforms,
+    filter_output_kernel,
+    filter_transform_kernel,
+    fused_kernel,
+    output_transform_kernel,
+    tile_transform_kernel,
+    transforms,
+)
+from .base import ConvAlgorithm, ConvTensors, Runner
+from .geometry import conv_geometry, parallel_slots
+from .tiles import tile_candidates as gemm_tiles
+
+#: Output tile sizes m of F(m x m, 3 x 3) per number format (see `number_format`), the default
+#: first: F(4x4) only where its error stays within the format's tolerance (the table above).
+OUT_TILES = {"fp32": (4, 2), "tf32": (2,), "float16": (2,), "bfloat16": (2, 4)}
+#: tl.dot precision of the products per number format: the operands are float32 transforms.
+PRECISION = {"fp32": "tf32x3", "tf32": "tf32", "float16": "tf32", "bfloat16": "tf32"}
+
+
+def number_format(p: ConvProblem) -> str:
+    """ "fp32" (strict) or "tf32" for float32 data, else the 16-bit dtype's name."""
+    if p.dtype == torch.float32:
+        return p.conv.math
+    return str(p.dtype).removeprefix("torch.")
+
+
+@dataclass(frozen=True)
+class WinogradTiles(TileConfig):
+    """The GEMM's tiles and the Winograd output tile m of F(m x m, 3 x 3)."""
+
+    out_tile: int = 2
+
+
+class Plan(NamedTuple):
+    """Sizes of one problem at one output tile size. `regions` are the workspace's float32
+    planes in order, in elements."""
+
+    tr: Transforms
+    tiles: int  # N * tiles_h * tiles_w
+    tiles_h: int
+    tiles_w: int
+    regions: tuple
+    splits: int  # backward-filter's GEMM splits (1 elsewhere)
+
+
+def _align(nbytes: int, to: int = 256) -> int:
+    return (nbytes + to - 1) // to * to
+
+
+def _tiled_size(p: ConvProblem) -> tuple[int, int]:
+    """The image that is cut into output tiles: dx's for backward-data, y's (dy's) else."""
+    size = p.in_spatial if p.direction == Direction.BACKWARD_DATA else p.out_spatial
+    return size[0], size[1]
+
+
+def _filter_splits(p: ConvProblem, points: int, tiles: int) -> int:
+    """Backward-filter's GEMM (kg x cg per point and group, a reduction over every tile) is
+    split when its output tiles alone cannot fill the device; each split keeps at least 512
+    tiles of the reduction (16 on the CPU, so that the tests' tiny shapes split too)."""
+    g = p.groups
+    kg, cg = p.out_channels // g, p.in_channels // g
+    if p.device != "cuda":
+        return 2 if tiles >= 32 else 1
+    outputs = triton.cdiv(kg, 128) * triton.cdiv(cg, 128) * points * g
+    return max(1, min(triton.cdiv(parallel_slots(p.device), outputs), tiles // 512))
+
+
+def plan(p: ConvProblem, m: int) -> Plan:
+    tr = transforms(m)
+    h, w = _tiled_size(p)
+    th, tw = triton.cdiv(h, m), triton.cdiv(w, m)
+    tiles = p.batch * th * tw
+    g, c, k = p.groups, p.in_channels, p.out_channels
+    points = tr.points
+    if p.direction == Direction.BACKWARD_FILTER:
+        splits = _filter_splits(p, points, tiles)
+        dw = points * k * (c // g)
+        regions = (points * tiles * c, points * tiles * k, dw, dw * splits if splits > 1 else 0)
+        return Plan(tr, tiles, th, tw, regions, splits)
+    c_in, c_out = (c, k) if p.direction == Direction.FORWARD else (k, c)
+    filters = points * c_in * (c_out // g)
+    return Plan(tr, tiles, th, tw, (points * tiles * c_in, filters, points * tiles * c_out), 1)
+
+
+def _offsets(regions: tuple) -> list[int]:
+    """Byte offset of each region (each aligned to 256 bytes)."""
+    out, at = [], 0
+    for n in regions:
+        out.append(at)
+        at += _align(n * 4)
+    return out
+
+
+def _plan_bytes(pl: Plan) -> int:
+    return max(at + n * 4 for at, n in zip(_offsets(pl.regions), pl.regions, strict=True) if n)
+
+
+def _out_tiles(p: ConvProblem) -> tuple[int, ...]:
+    """The output tile sizes to try for `p`, the default first. In the interpreter F(2x2) comes
+    first: its cost there is per program, and F(2x2) runs 16 points' GEMMs to F(4x4)'s 36."""
+    sizes = OUT_TILES[number_format(p)]
+    return tuple(sorted(sizes)) if p.device != "cuda" else sizes
+
+
+def _transform_blocks(a: int, channels: int) -> tuple[int, int]:
+    """(tiles, channels) per program of the tile transforms: a^2 values of each are live at
+    once, so fewer for F(4x4); channels innermost for channels-last coalescing."""
+    bc = min(32, triton.next_power_of_2(channels))
+    return (512 if a == 4 else 256) // bc, bc
+
+
+def data_geometries(p: ConvProblem, pl: Plan) -> tuple[TileGeometry, TileGeometry, FilterGeometry]:
+    """(source tiles, output tiles, filter) of forward, and of backward-data as a forward
+    convolution of dy with padding 2 - pad and the filter transposed and rotated."""
+    g, pad = p.groups, p.conv.padding
+    forward = p.direction == Direction.FORWARD
+    c_in, c_out = (p.in_channels, p.out_channels) if forward else (p.out_channels, p.in_channels)
+    ig, og = c_in // g, c_out // g
+    src, dst = (p.x, p.y) if forward else (p.y, p.x)
+    start = (-pad[0], -pad[1]) if forward else (pad[0] - 2, pad[1] - 2)
+    in_geo = TileGeometry(
+        pl.tiles, c_in, *src.shape[2:], pl.tiles_h, pl.tiles_w, src.strides, src.offset, *start
+    )
+    out_geo = TileGeometry(
+        pl.tiles, c_out, *dst.shape[2:], pl.tiles_h, pl.tiles_w, dst.strides, dst.offset, 0, 0
+    )
+    # Backward-data reads w[g*kg + i, o] rotated by 180 degrees: flipped in cross-correlation
+    # mode, as stored in convolution mode (conv_geometry flips it there).
+    w = p.w.flipped((2, 3)) if (p.conv.mode == "convolution") == forward else p.w
+    ws_k, ws_c, ws_h, ws_w = w.strides
+    s_o, s_i = (ws_k, ws_c) if forward else (ws_c, ws_k)
+    group_stride = (og if forward else ig) * ws_k
+    filt_geo = FilterGeometry(g * ig * og, og, ig, (group_stride, s_o, s_i, ws_h, ws_w), w.offset)
+    return in_geo, out_geo, filt_geo
+
+
+class WinogradNonfused(ConvAlgorithm):
+    name = "WINOGRAD_NONFUSED"
+
+    def supports(self, p: ConvProblem) -> str | None:
+        if p.spatial_dims != 2:
+            return f"{p.spatial_dims}-D convolution: Winograd here is 2-D only"
+        if p.kernel != (3, 3):
+            return f"kernel {p.kernel}: Winograd here computes 3x3 filters only"
+        if p.conv.stride != (1, 1):
+            return f"stride {p.conv.stride}: Winograd needs stride 1"
+        if p.conv.dilation != (1, 1):
+            return f"dilation {p.conv.dilation}: Winograd needs dilation 1"
+        for m in _out_tiles(p):
+            # The GEMM addresses its planes with 32-bit offsets.
+            if max(plan(p, m).regions) > MAX_ELEMENTS:
+                return f"a transformed plane of F({m}x{m},3x3) exceeds 2**31 - 1 elements"
+        return None
+
+    def workspace_bytes(self, p: ConvProblem) -> int:
+        return max(_plan_bytes(plan(p, m)) for m in _out_tiles(p))
+
+    def deterministic(self, p: ConvProblem) -> bool:
+        return True
+
+    def _gemm_shape(self, p: ConvProblem, pl: Plan) -> tuple[int, int, int]:
+        """(rows, cols, reduction) of each point's GEMM."""
+        g = p.groups
+        cg, kg = p.in_channels // g, p.out_channels // g
+        if p.direction == Direction.FORWARD:
+            return pl.tiles, kg, cg
+        if p.direction == Direction.BACKWARD_DATA:
+            return pl.tiles, cg, kg
+        return kg, cg, pl.tiles
+
+    def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
+        out = []
+        for m in _out_tiles(p):
+            rows, cols, depth = self._gemm_shape(p, plan(p, m))
+            # The operands are float32 (multiplied as TF32 or IEEE float32).
+            for t in gemm_tiles(p.device, torch.float32, rows, cols, depth)[:3]:
+                if p.device != "cuda" and p.direction == Direction.BACKWARD_FILTER:
+                    # Short chunks of tiles, so that the tests' tiny shapes take several steps.
+                    t = TileConfig(t.block_m, t.block_n, 16, 1, 1, 1)
+                out.append(WinogradTiles(**asdict(t), out_tile=m))
+        return out
+
+    def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
+        m = tiles.out_tile if isinstance(tiles, WinogradTiles) else _out_tiles(p)[0]
+        pl = plan(p, m)
+        precision = PRECISION[number_format(p)]
+        if p.direction == Direction.BACKWARD_FILTER:
+            return self._prepare_backward_filter(p, pl, tiles, precision)
+        return self._prepare_data(p, pl, tiles, precision)
+
+    def _prepare_data(self, p: ConvProblem, pl: Plan, tiles: TileConfig, precision) -> Runner:
+        """Forward, and backward-data as a forward convolution of dy."""
+        tr, a, m = pl.tr, pl.tr.tile, pl.tr.m
+        g = p.groups
+        forward = p.direction == Direction.FORWARD
+        in_geo, out_geo, filt_geo = data_geometries(p, pl)
+        c_in, c_out = in_geo.channels, out_geo.channels
+        ig, og = c_in // g, c_out // g
+        points = tr.points
+        v_off, u_off, m_off = _offsets(pl.regions)
+        v_n, u_n, m_n = pl.regions
+        bt_, bc_ = _transform_blocks(a, c_in)
+        warps = dict(num_warps=4)
+        transform_in = KernelLaunch(
+            tile_transform_kernel, (triton.cdiv(pl.tiles, bt_), triton.cdiv(c_in, bc_)), warps,
+            geo=in_geo, MAT=tr.bt, L=a, STEP=m, BLOCK_T=bt_, BLOCK_C=bc_,
+        )  # fmt: skip
+        block = 128 if p.device == "cuda" else 64
+        transform_w = KernelLaunch(
+            filter_transform_kernel, (triton.cdiv(filt_geo.elements, block),), warps,
+            geo=filt_geo, MAT=tr.g, BLOCK=block,
+        )  # fmt: skip
+        v_geo = StridedGeometry(pl.tiles, ig, g, pl.tiles * c_in, ig, 0, c_in, 1, 0)
+        u_geo = StridedGeometry(ig, og, g, g * ig * og, ig * og, 0, og, 1, 0)
+        m_geo = StridedGeometry(pl.tiles, og, g, pl.tiles * c_out, og, 0, c_out, 1, 0)
+        gemm = BrgemmLaunch(
+            Operand(strided.strided_a_setup, strided.strided_a_load, v_geo),
+            Operand(strided.strided_b_setup, strided.strided_b_load, u_geo),
+            Output(strided.strided_c_addr, m_geo),
+            m=pl.tiles, n=og, steps=triton.cdiv(ig, tiles.block_k), batches=points * g,
+            tiles=tiles, precision=precision,
+        )  # fmt: skip
+        bt_o, bc_o = _transform_blocks(a, c_out)
+        out_grid = (triton.cdiv(pl.tiles, bt_o), triton.cdiv(c_out, bc_o))
+        outputs: dict[tuple, KernelLaunch] = {}
+
+        def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            v = workspace[v_off : v_off + 4 * v_n].view(torch.float32)
+            u = workspace[u_off : u_off + 4 * u_n].view(torch.float32)
+            prod = workspace[m_off : m_off + 4 * m_n].view(torch.float32)
+            source, dest = (t.x, t.y) if forward else (t.y, t.x)
+            transform_in(SRC=source, WS=v)
+            transform_w(Wt=t.w, WS=u)
+            gemm(v, u, prod)
+            key = (t.bias is not None, beta != 0)
+            out = outputs.get(key)
+            if out is None:
+                out = outputs[key] = KernelLaunch(
+                    output_transform_kernel, out_grid, warps, geo=out_geo, MAT=tr.at,
+                    HAS_BIAS=key[0], BETA_NONZERO=key[1], BLOCK_T=bt_o, BLOCK_C=bc_o,
+                )  # fmt: skip
+            bias = t.bias if t.bias is not None else dest
+            out(WS=prod, Y=dest, BIAS=bias, alpha=float(alpha), beta=float(beta))
+
+        return run
+
+    def _prepare_backward_filter(
+        self, p: ConvProblem, pl: Plan, tiles: TileConfig, precision: str
+    ) -> Runner:
+        tr, a, m = pl.tr, pl.tr.tile, pl.tr.m
+        g, pad = p.groups, p.conv.padding
+        c, k = p.in_channels, p.out_channels
+        cg, kg = c // g, k // g
+        x_geo = TileGeometry(
+            pl.tiles, c, *p.in_spatial, pl.tiles_h, pl.tiles_w, p.x.strides, p.x.offset,
+            -pad[0], -pad[1],
+        )  # fmt: skip
+        dy_geo = TileGeometry(
+            pl.tiles, k, *p.out_spatial, pl.tiles_h, pl.tiles_w, p.y.strides, p.y.offset, 0, 0
+        )
+        geo = conv_geometry(p)  # dw written flipped in convolution mode
+        ws_k, ws_c, _, ws_h, ws_w = geo.w_strides
+        dw_geo = FilterGeometry(k * cg, kg, cg, (kg * ws_k, ws_k, ws_c, ws_h, ws_w), geo.offsets[1])
+
+        points = tr.points
+        v_off, y_off, d_off, part_off = _offsets(pl.regions)
+        v_n, y_n, d_n, part_n = pl.regions
+        warps = dict(num_warps=4)
+        bt_x, bc_x = _transform_blocks(a, c)
+        transform_x = KernelLaunch(
+            tile_transform_kernel, (triton.cdiv(pl.tiles, bt_x), triton.cdiv(c, bc_x)), warps,
+            geo=x_geo, MAT=tr.bt, L=a, STEP=m, BLOCK_T=bt_x, BLOCK_C=bc_x,
+        )  # fmt: skip
+        bt_y, bc_y = _transform_blocks(a, k)
+        transform_dy = KernelLaunch(
+            tile_transform_kernel, (triton.cdiv(pl.tiles, bt_y), triton.cdiv(k, bc_y)), warps,
+            geo=dy_geo, MAT=tr.a, L=m, STEP=m, BLOCK_T=bt_y, BLOCK_C=bc_y,
+        )  # fmt: skip
+        # D[p, g] = Y[p, :, group's k]^T @ V[p, :, group's c], reduced over the tiles.
+        y_geo = StridedGeometry(kg, pl.tiles, g, pl.tiles * k, kg, 0, 1, k, 0)
+        v_geo = StridedGeometry(pl.tiles, cg, g, pl.tiles * c, cg, 0, c, 1, 0)
+        d_geo = StridedGeometry(kg, cg, g, k * cg, kg * cg, 0, cg, 1, 0)
+        gemm = BrgemmLaunch(
+            Operand(strided.strided_a_setup, strided.strided_a_load, y_geo),
+            Operand(strided.strided_b_setup, strided.strided_b_load, v_geo),
+            Output(strided.strided_c_addr, d_geo),
+            m=kg, n=cg, steps=triton.cdiv(pl.tiles, tiles.block_k), batches=points * g,
+            tiles=tiles, precision=precision, splits=pl.splits,
+        )  # fmt: skip
+        block = 128 if p.device == "cuda" else 64
+        finish_grid = (triton.cdiv(dw_geo.elements, block),)
+        finishes: dict[bool, KernelLaunch] = {}
+
+        def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            v = workspace[v_off : v_off + 4 * v_n].view(torch.float32)
+            ydy = workspace[y_off : y_off + 4 * y_n].view(torch.float32)
+            d = workspace[d_off : d_off + 4 * d_n].view(torch.float32)
+            partials = workspace[part_off : part_off + 4 * part_n] if gemm.splits > 1 else None
+            transform_x(SRC=t.x, WS=v)
+            transform_dy(SRC=t.y, WS=ydy)
+            gemm(ydy, v, d, workspace=partials)
+            key = beta != 0
+            finish = finishes.get(key)
+            if finish is None:
+                finish = finishes[key] = KernelLaunch(
+                    filter_output_kernel, finish_grid, warps, geo=dw_geo, MAT=tr.gt,
+                    BETA_NONZERO=key, BLOCK=block,
+                )  # fmt: skip
+            finish(WS=d, DW=t.w, alpha=float(alpha), beta=float(beta))
+
+        return run
+
+
+class WinogradFused(WinogradNonfused):
+    """WINOGRAD: forward and backward-data with the input transform, the products of every
+    point and the output transform in one kernel (fused_kernel); only the transformed filter
+    goes through the workspace. Each program keeps (m + 2)^2 accumulators of BLOCK_T tiles x
+    BLOCK_K channels, so its tiles are smaller than the GEMM's."""
+
+    name = "WINOGRAD"
+
+    def supports(self, p: ConvProblem) -> str | None:
+        reason = super().supports(p)
+        if reason is None and p.direction == Direction.BACKWARD_FILTER:
+            return "backward-filter: WINOGRAD (fused) runs forward and backward-data only"
+        return reason
+
+    def workspace_bytes(self, p: ConvProblem) -> int:
+        return max(plan(p, m).regions[1] * 4 for m in _out_tiles(p))
+
+    def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
+        """block_m: tiles, block_n: output channels, block_k: input channels per step."""
+        out = []
+        for m in _out_tiles(p):
+            # Chosen by ptxas's report for sm_90 (compiled offline): the fewest spilled
+            # accumulators. Every F(4x4) shape spills some (36 accumulators and 36 transformed
+            # inputs live at once); F(2x2) at 16 x 32 hardly does.
+            if p.device != "cuda":
+                shapes = [(16, 16, 16, 1)]
+            elif m == 2:
+                shapes = [(16, 32, 16, 4), (16, 64, 16, 4), (64, 32, 16, 8)]
+            else:
+                shapes = [(16, 32, 16, 8), (64, 16, 16, 8)]
+            for bt, bk, bc, warps in shapes:
+                out.append(WinogradTiles(bt, bk, bc, 1, warps, 1, out_tile=m))
+        return out
+
+    def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
+        m = tiles.out_tile if isinstance(tiles, WinogradTiles) else _out_tiles(p)[0]
+        pl = plan(p, m)
+        tr = pl.tr
+        precision = PRECISION[number_format(p)]
+        in_geo, out_geo, filt_geo = data_geometries(p, pl)
+        g = p.groups
+        ins, outs = in_geo.channels // g, out_geo.channels // g
+        u_bytes = pl.regions[1] * 4
+        block = 128 if p.device == "cuda" else 64
+        transform_w = KernelLaunch(
+            filter_transform_kernel, (triton.cdiv(filt_geo.elements, block),),
+            dict(num_warps=4), geo=filt_geo, MAT=tr.g, BLOCK=block,
+        )  # fmt: skip
+        grid = (triton.cdiv(pl.tiles, tiles.block_m) * triton.cdiv(outs, tiles.block_n), g)
+        forward = p.direction == Direction.FORWARD
+        launches: dict[tuple, KernelLaunch] = {}
+
+        def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            u = workspace[:u_bytes].view(torch.float32)
+            transform_w(Wt=t.w, WS=u)
+            source, dest = (t.x, t.y) if forward else (t.y, t.x)
+            key = (t.bias is not None, beta != 0)
+            launch = launches.get(key)
+            if launch is None:
+                launch = launches[key] = KernelLaunch(
+                    fused_kernel, grid, dict(num_warps=tiles.num_warps, num_stages=1),
+                    in_geo=in_geo, out_geo=out_geo, ins=ins, outs=outs, BT_MAT=tr.bt,
+                    AT_MAT=tr.at, STEP=tr.m, HAS_BIAS=key[0], BETA_NONZERO=key[1],
+                    PRECISION=precision, BLOCK_T=tiles.block_m, BLOCK_K=tiles.block_n,
+                    BLOCK_C=tiles.block_k,
+                )  # fmt: skip
+            bias = t.bias if t.bias is not None else dest
+            launch(SRC=source, U=u, Y=dest, BIAS=bias, alpha=float(alpha), beta=float(beta))
+
+        return run
+
+
+__all__ = [
+    "OUT_TILES",
+    "PRECISION",
+    "WinogradFused",
+    "WinogradNonfused",
+    "WinogradTiles",
+    "number_format",
+]

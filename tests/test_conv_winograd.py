@@ -1,0 +1,295 @@
+"""WINOGRAD_NONFUSED (every direction) and WINOGRAD (fused: forward and backward-data), 3x3 at
+stride 1, against the float64 reference through the interpreter: both modes, padding 0 to 2,
+odd and one-pixel images, groups, both tile sizes F(2x2,3x3) and F(4x4,3x3), channels-last and
+strided views, alpha/beta (NaN-poisoned outputs for beta = 0), bias, float32, float16 and
+bfloat16; backward-filter's split reduction deterministic within its exact workspace;
+selection (listed by find, never by the heuristic) and the refusals of forced runs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import assert_gaps_untouched, make_tensor, out_size, poisoned, poisoned_like
+
+import rtdnn
+from rtdnn import reference, select
+from rtdnn.algos import ALGORITHMS, ConvTensors
+from rtdnn.algos.winograd import WinogradTiles, plan
+from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
+from rtdnn.core.handle import allocate_workspace
+
+ALGO = "WINOGRAD_NONFUSED"
+FUSED = "WINOGRAD"
+ALGOS = [ALGO, FUSED]
+DIRECTIONS = ["forward", "backward_data", "backward_filter"]
+#: Relative error against float64 (inputs rounded to the dtype first). Float32: the
+#: transforms add a few roundings (F(4x4)'s up to 10x the data), still far below 1e-5; the
+#: 16-bit types are dominated by rounding the result.
+TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
+
+
+def y_shape(x_shape, w_shape, padding) -> tuple[int, ...]:
+    o = out_size(x_shape[2:], w_shape[2:], (1, 1), (padding, padding), (1, 1))
+    return (x_shape[0], w_shape[0], *o)
+
+
+def run_direction(direction, x, w, dy, *, dtype, layout="contiguous", alpha=1.0, beta=0.0,
+                  gen=None, algo=ALGO, **conv):  # fmt: skip
+    """One direction with `algo` into `out` (NaN-poisoned when beta == 0, random
+    otherwise), checked against the reference."""
+    shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[direction]
+    out = poisoned(shape, dtype, layout) if beta == 0 else make_tensor(shape, dtype, layout, gen)
+    prior = out.clone()
+    args = dict(algo=algo, math="fp32", alpha=alpha, beta=beta, out=out, **conv)
+    refargs = dict(alpha=alpha, beta=beta, out=prior, **conv)
+    if direction == "forward":
+        result = rtdnn.conv_forward(x, w, **args)
+        ref = reference.conv_forward(x, w, **refargs)
+    elif direction == "backward_data":
+        result = rtdnn.conv_backward_data(dy, w, x.shape, **args)
+        ref = reference.conv_backward_data(dy, w, x.shape, **refargs)
+    else:
+        result = rtdnn.conv_backward_filter(x, dy, w.shape, **args)
+        ref = reference.conv_backward_filter(x, dy, w.shape, **refargs)
+    assert result is out
+    err = reference.rel_error(result, ref)
+    assert err <= TOL[dtype], f"{direction}: relative error {err:.2e} > {TOL[dtype]:.0e}"
+    if layout == "strided":
+        assert_gaps_untouched(out)
+
+
+def check(x_shape, w_shape, *, dtype=torch.float32, layout="contiguous", gen=None, algo=ALGO,
+          **conv):  # fmt: skip
+    """Every direction `algo` supports."""
+    x = make_tensor(x_shape, dtype, layout, gen)
+    w = make_tensor(w_shape, dtype, layout, gen)
+    dy = make_tensor(y_shape(x_shape, w_shape, conv.get("padding", 0)), dtype, layout, gen)
+    for direction in DIRECTIONS if algo == ALGO else DIRECTIONS[:2]:
+        run_direction(direction, x, w, dy, dtype=dtype, layout=layout, gen=gen, algo=algo, **conv)
+
+
+# (id, x shape, w shape, conv parameters)
+CASES = [
+    ("odd-7x5-pad1", (2, 3, 7, 5), (4, 3, 3, 3), dict(padding=1)),
+    ("6x6-pad0-groups2-conv", (1, 4, 6, 6), (4, 2, 3, 3), dict(padding=0, groups=2,
+                                                               mode="convolution")),
+    ("1x3-pad2", (2, 2, 1, 3), (3, 2, 3, 3), dict(padding=2)),
+    ("3x4-pad1-conv", (1, 1, 3, 4), (2, 1, 3, 3), dict(padding=1, mode="convolution")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("x_shape,w_shape,conv", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_shapes_against_reference(x_shape, w_shape, conv, algo, gen):
+    check(x_shape, w_shape, gen=gen, algo=algo, **conv)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_several_programs_per_kernel(algo, gen):
+    """40 input and 36 output channels on 25 tiles: every transform kernel runs several
+    blocks of tiles and of channels (the other tests fit in one)."""
+    check((1, 40, 10, 9), (36, 40, 3, 3), layout="channels_last", gen=gen, algo=algo, padding=1)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("layout", ["channels_last", "strided"])
+def test_layouts_with_alpha_beta(layout, algo, gen):
+    """Channels-last and strided views (inputs and out), alpha and beta on a random out."""
+    dtype = torch.float32
+    x = make_tensor((2, 4, 5, 6), dtype, layout, gen)
+    w = make_tensor((4, 2, 3, 3), dtype, layout, gen)
+    dy = make_tensor(y_shape(x.shape, w.shape, 1), dtype, layout, gen)
+    for direction in DIRECTIONS if algo == ALGO else DIRECTIONS[:2]:
+        run_direction(direction, x, w, dy, dtype=dtype, layout=layout, alpha=0.5, beta=-0.75,
+                      gen=gen, algo=algo, padding=1, groups=2)  # fmt: skip
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_half_precision(dtype, algo, gen):
+    """16-bit storage, float32 transforms and products (whose operands are float32, so the
+    interpreter's wrong bfloat16 tl.dot is never reached)."""
+    check((2, 3, 5, 6), (4, 3, 3, 3), dtype=dtype, layout="channels_last", gen=gen, algo=algo,
+          padding=1)  # fmt: skip
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_bias_with_beta(algo, gen):
+    x = make_tensor((1, 3, 4, 5), torch.float32, generator=gen)
+    w = make_tensor((2, 3, 3, 3), torch.float32, generator=gen)
+    b = make_tensor((2,), torch.float32, generator=gen)
+    out = make_tensor((1, 2, 4, 5), torch.float32, generator=gen)
+    prior = out.clone()
+    y = rtdnn.conv_forward(x, w, b, padding=1, alpha=2.0, beta=0.5, out=out, algo=algo,
+                           math="fp32")  # fmt: skip
+    ref = reference.conv_forward(x, w, b, padding=1, alpha=2.0, beta=0.5, out=prior)
+    assert reference.rel_error(y, ref) <= TOL[torch.float32]
+
+
+# -- both tile sizes, through the algorithm itself -------------------------------------------
+
+
+def _problem(direction, x, w, y, **conv) -> ConvProblem:
+    desc = ConvDesc.create(
+        2, 1, conv.get("padding", 0), 1, conv.get("groups", 1),
+        conv.get("mode", "cross_correlation"), "fp32",
+    )  # fmt: skip
+    return ConvProblem.create(
+        Direction(direction), TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y), desc, "cpu",
+        has_bias=direction == "forward",
+    )  # fmt: skip
+
+
+def _tiles(p: ConvProblem, m: int, algo: str = ALGO) -> WinogradTiles:
+    """The algorithm's first candidate with the output tile set to m."""
+    first = ALGORITHMS[algo].tile_candidates(p)[0]
+    return WinogradTiles(first.block_m, first.block_n, first.block_k, 1, 1, 1, out_tile=m)
+
+
+@pytest.mark.parametrize(
+    "algo,direction", [(ALGO, d) for d in DIRECTIONS] + [(FUSED, d) for d in DIRECTIONS[:2]]
+)
+def test_f4x4_every_direction(algo, direction, gen):
+    """F(4x4,3x3) (the first candidate on the GPU for float32) with padding 2 and true
+    convolution: 7x5 outputs (5x3 for backward-data), so the last tiles hang over the edge."""
+    conv = dict(padding=2, mode="convolution")
+    x = make_tensor((1, 3, 5, 3), torch.float32, "channels_last", gen)
+    w = make_tensor((2, 3, 3, 3), torch.float32, generator=gen)
+    dy = make_tensor(y_shape(x.shape, w.shape, 2), torch.float32, generator=gen)
+    b = make_tensor((2,), torch.float32, generator=gen)
+    written = {"forward": dy, "backward_data": x, "backward_filter": w}[direction]
+    out = poisoned_like(written)
+    t = ConvTensors(x, w, dy, b if direction == "forward" else None).with_written(
+        Direction(direction), out
+    )
+    p = _problem(direction, t.x, t.w, t.y, **conv)
+    workspace = allocate_workspace(ALGORITHMS[algo].workspace_bytes(p), torch.device("cpu"))
+    ALGORITHMS[algo].prepare(p, _tiles(p, 4, algo))(t, workspace, 1.0, 0.0)
+    if direction == "forward":
+        ref = reference.conv_forward(x, w, b, **conv)
+    elif direction == "backward_data":
+        ref = reference.conv_backward_data(dy, w, x.shape, **conv)
+    else:
+        ref = reference.conv_backward_filter(x, dy, w.shape, **conv)
+    assert reference.rel_error(out, ref) <= TOL[torch.float32]
+
+
+def test_backward_filter_split_deterministic_and_workspace_exact(gen):
+    """Backward-filter's GEMM reduces over 2 x 4 x 4 = 32 tiles in two splits: two runs are
+    bit-identical, and nothing past the declared workspace is written."""
+    x = make_tensor((2, 2, 7, 8), torch.float32, generator=gen)
+    w = make_tensor((3, 2, 3, 3), torch.float32, generator=gen)
+    dy = make_tensor(y_shape(x.shape, w.shape, 1), torch.float32, generator=gen)
+    p = _problem("backward_filter", x, w, dy, padding=1)
+    algo = ALGORITHMS[ALGO]
+    assert plan(p, 2).splits == 2
+    need = algo.workspace_bytes(p)
+    guard = 64
+    workspace = torch.full(((need + guard) // 4,), math.nan).view(torch.uint8)
+    dws = []
+    for _ in range(2):
+        dw = poisoned_like(w)
+        algo.run(p, ConvTensors(x, dw, dy), workspace)
+        dws.append(dw)
+        assert torch.isnan(workspace[need:].view(torch.float32)).all(), "wrote past the workspace"
+    assert torch.equal(dws[0], dws[1])
+    ref = reference.conv_backward_filter(x, dy, w.shape, padding=1)
+    assert reference.rel_error(dws[0], ref) <= TOL[torch.float32]
+
+
+# -- selection and refusals ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_heuristic_never_picks_winograd(direction):
+    x, w = torch.empty(8, 64, 28, 28), torch.empty(64, 64, 3, 3)
+    for kw in ({}, {"math": "fp32"}, {"workspace_limit": 2**40}):
+        chosen = rtdnn.get_conv_algorithm(x, w, direction=direction, padding=1, **kw)
+        assert chosen not in ALGOS
+
+
+def test_find_lists_winograd_where_supported(gen, monkeypatch):
+    monkeypatch.setattr(select, "_measured", {})
+    x = make_tensor((1, 2, 3, 3), torch.float32, generator=gen)
+    w = make_tensor((2, 2, 3, 3), torch.float32, generator=gen)
+    p = _problem("forward", x, w, torch.empty(1, 2, 3, 3), padding=1)
+    results = rtdnn.find_conv_algorithms(x, w, padding=1, math="fp32")
+    for algo in ALGOS:
+        mine = [r for r in results if r.algo == algo]
+        assert len(mine) == 1 and mine[0].status == "ok" and mine[0].deterministic, results
+        assert mine[0].workspace_bytes == ALGORITHMS[algo].workspace_bytes(p) > 0
+    filters = rtdnn.find_conv_algorithms(x, w, direction="backward_filter", padding=1, math="fp32")
+    assert ALGO in {r.algo for r in filters} and FUSED not in {r.algo for r in filters}
+    strided = rtdnn.find_conv_algorithms(x, w, padding=1, stride=2, math="fp32")
+    assert not set(ALGOS) & {r.algo for r in strided}
+
+
+@pytest.mark.parametrize(
+    "w_shape,conv,reason",
+    [
+        ((2, 2, 3, 3), dict(stride=2, padding=1), "stride"),
+        ((2, 2, 3, 3), dict(dilation=2, padding=2), "dilation"),
+        ((2, 2, 5, 5), dict(padding=2), "kernel"),
+        ((2, 2, 3), dict(padding=1), "2-D"),
+    ],
+    ids=["stride2", "dilation2", "5x5", "1d"],
+)
+@pytest.mark.parametrize("algo", ALGOS)
+def test_forced_on_unsupported_problem(w_shape, conv, reason, algo, gen):
+    x = make_tensor((1, 2, *([6] * (len(w_shape) - 2))), torch.float32, generator=gen)
+    w = make_tensor(w_shape, torch.float32, generator=gen)
+    y = rtdnn.conv_forward(x, w, **conv)
+    dy = torch.ones_like(y)
+    calls = {
+        "forward": lambda out: rtdnn.conv_forward(x, w, algo=algo, out=out, **conv),
+        "backward_data": lambda out: rtdnn.conv_backward_data(
+            dy, w, x.shape, algo=algo, out=out, **conv
+        ),
+        "backward_filter": lambda out: rtdnn.conv_backward_filter(
+            x, dy, w.shape, algo=algo, out=out, **conv
+        ),
+    }
+    for direction, call in calls.items():
+        out = torch.ones_like({"forward": y, "backward_data": x, "backward_filter": w}[direction])
+        with pytest.raises(rtdnn.NotSupportedError, match=reason):
+            call(out)
+        assert torch.equal(out, torch.ones_like(out)), f"{direction}: out written although rejected"
+    # algo="auto" never fails on it.
+    assert reference.rel_error(y, reference.conv_forward(x, w, **conv)) <= TOL[torch.float32]
+
+
+@pytest.mark.parametrize(
+    "algo,direction", [(ALGO, d) for d in DIRECTIONS] + [(FUSED, d) for d in DIRECTIONS[:2]]
+)
+def test_forced_below_workspace(algo, direction, gen):
+    x = make_tensor((1, 2, 4, 4), torch.float32, generator=gen)
+    w = make_tensor((2, 2, 3, 3), torch.float32, generator=gen)
+    dy = make_tensor((1, 2, 4, 4), torch.float32, generator=gen)
+    p = _problem(direction, x, w, dy, padding=1)
+    need = ALGORITHMS[algo].workspace_bytes(p)
+    assert need > 0
+    written = {"forward": dy, "backward_data": x, "backward_filter": w}[direction]
+    out = torch.ones_like(written)
+    args = dict(padding=1, algo=algo, workspace_limit=need - 1, out=out, math="fp32")
+    with pytest.raises(rtdnn.BadParamError) as info:
+        if direction == "forward":
+            rtdnn.conv_forward(x, w, **args)
+        elif direction == "backward_data":
+            rtdnn.conv_backward_data(dy, w, x.shape, **args)
+        else:
+            rtdnn.conv_backward_filter(x, dy, w.shape, **args)
+    assert "workspace_limit" in str(info.value) and str(need) in str(info.value)
+    assert torch.equal(out, torch.ones_like(written))
+    # algo="auto" under the same limit runs (on an algorithm that fits).
+    if direction == "forward":
+        y = rtdnn.conv_forward(x, w, padding=1, workspace_limit=need - 1, math="fp32")
+        assert reference.rel_error(y, reference.conv_forward(x, w, padding=1)) <= 1e-5
+
+
+def test_fused_refuses_backward_filter(gen):
+    x = make_tensor((1, 2, 4, 4), torch.float32, generator=gen)
+    dy = make_tensor((1, 2, 4, 4), torch.float32, generator=gen)
+    with pytest.raises(rtdnn.NotSupportedError, match="backward-filter"):
+        rtdnn.conv_backward_filter(x, dy, (2, 2, 3, 3), padding=1, algo=FUSED)
