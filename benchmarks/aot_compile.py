@@ -16,34 +16,19 @@ Relies on Triton 3.6 internals (CudaDriver, JITFunction.run's warm-up flag); a d
 import dataclasses
 import sys
 
-from sm90_stub import activate  # noqa: E402
+from sm90_stub import accept_cpu_tensors, activate, compile_only  # noqa: E402
 
 activate()
 
 import torch  # noqa: E402
-from triton.runtime.jit import JITFunction  # noqa: E402
 
-compiled: set = set()
-_run = JITFunction.run
-
-
-def _compile_only(self, *args, grid, warmup, **kwargs):
-    kernel = _run(self, *args, grid=grid, warmup=True, **kwargs)
-    compiled.add((self.__name__, kernel.hash))
-    return kernel
-
-
-JITFunction.run = _compile_only
+compiled = compile_only()
 
 import rtdnn  # noqa: E402
 import rtdnn.nn as rnn  # noqa: E402
 from rtdnn.algos import tiles  # noqa: E402
-from rtdnn.kernels import launch  # noqa: E402
 
-launch.INTERPRETED = True  # never keep a compiled kernel to launch directly
-for module in list(sys.modules.values()):  # CPU tensors stand in for CUDA ones
-    if getattr(module, "__name__", "").startswith("rtdnn") and hasattr(module, "check_runnable"):
-        module.check_runnable = lambda device: None
+accept_cpu_tensors()
 _candidates = tiles.tile_candidates
 tiles.tile_candidates = lambda device, *a: _candidates("cuda", *a)
 
