@@ -347,12 +347,13 @@ class TuningDatabase:
     # -- convolution results ---------------------------------------------------------------
     def lookup(self, problem: str, batch: int, env: Environment) -> list[Entry]:
         """Every algorithm's stored result for `problem` at micro-batch size `batch` in
-        `env`; empty if none."""
+        `env`, fastest first (ties in the order stored); empty if none."""
 
         def op(conn):
             return conn.execute(
                 "SELECT algo, time_ms, workspace_bytes, deterministic, status, measured_at "
-                f"FROM conv_results WHERE problem = ? AND batch = ? AND {_ENV_MATCH}",
+                f"FROM conv_results WHERE problem = ? AND batch = ? AND {_ENV_MATCH} "
+                "ORDER BY time_ms, rowid",  # ties in the order they were stored
                 (problem, batch, *env.values()),
             ).fetchall()
 
@@ -426,7 +427,7 @@ class TuningDatabase:
             return conn.execute(
                 "SELECT problem, batch, device, rtdnn, triton, torch, algo, time_ms, "
                 "workspace_bytes, deterministic, status, measured_at FROM conv_results "
-                "ORDER BY device, rtdnn, triton, torch, problem, batch, time_ms, algo"
+                "ORDER BY device, rtdnn, triton, torch, problem, batch, time_ms, rowid"
             ).fetchall()
 
         return [
