@@ -236,6 +236,7 @@ class TuningDatabase:
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self.path: str | None = None
+        self._file_id: tuple[int, int] | None = None  # of the file opened, see _rebuild
         self._conn = self._open(path)
 
     @property
@@ -266,14 +267,14 @@ class TuningDatabase:
                 except (sqlite3.Error, OSError) as again:
                     e = again
                 else:
-                    self.path = path
+                    self.path, self._file_id = path, _file_id(path)
                     return conn
             _warn(
                 f"tuning database {path} cannot be used ({e}): results are kept in memory "
                 f"for this process only (set {ENV_VAR} to another file, or to '{OFF}')"
             )
             return self._connect(":memory:")
-        self.path = path
+        self.path, self._file_id = path, _file_id(path)
         return conn
 
     def _connect(self, path: str) -> sqlite3.Connection:
@@ -310,9 +311,8 @@ class TuningDatabase:
         """The open file turned out to be damaged: move it aside and start a new one."""
         path = self.path
         assert path is not None
-        file_id = _file_id(path)
         self._conn.close()
-        aside = _move_aside(path, file_id)
+        aside = _move_aside(path, self._file_id)  # unless another process rebuilt it already
         if aside is not None:
             _warn(
                 f"tuning database {path} is damaged ({error}): moved to {aside}, starting a new one"
