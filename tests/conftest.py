@@ -11,6 +11,9 @@ import os
 GPU_RUN = os.environ.get("RTDNN_GPU_TESTS") == "1"
 if not GPU_RUN:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# No test reads or writes the user's tuning database, nor do the processes tests start;
+# each test gets a fresh one in memory (see fresh_tuning_database).
+os.environ["RTDNN_TUNING_DB"] = "off"
 
 import dataclasses  # noqa: E402
 import math  # noqa: E402
@@ -20,7 +23,7 @@ import torch  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 import rtdnn  # noqa: E402
-from rtdnn import reference  # noqa: E402
+from rtdnn import reference, select  # noqa: E402
 from rtdnn.algos import norm as engine  # noqa: E402
 from rtdnn.core import INTERPRETED  # noqa: E402
 
@@ -168,6 +171,18 @@ def out_size(in_size, kernel, stride, padding, dilation) -> tuple[int, ...]:
         (i + 2 * p - d * (r - 1) - 1) // s + 1
         for i, r, s, p, d in zip(in_size, kernel, stride, padding, dilation, strict=True)
     )
+
+
+@pytest.fixture(autouse=True)
+def fresh_tuning_database(monkeypatch):
+    """Every test starts with an empty tuning database in memory and no measured results, so
+    that what one test measures never decides what another runs."""
+    monkeypatch.setenv("RTDNN_TUNING_DB", "off")
+    select.database.use(None)
+    select.forget()
+    yield
+    select.database.use(None)
+    select.forget()
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Command line: `rtdnn info`, `rtdnn bench`, `rtdnn demo`."""
+"""Command line: `rtdnn info`, `rtdnn bench`, `rtdnn tune`, `rtdnn demo`."""
 
 from __future__ import annotations
 
@@ -122,6 +122,18 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--eager", action="store_true", help="also time plain calls (host overhead included)"
     )
+    tune = sub.add_parser(
+        "tune",
+        help="the tuning database: list, export or clear stored algorithm results",
+        description="The tuning database keeps what find_conv_algorithms measures (and the "
+        "tile choices of the GPU kernels) across processes. Its file is RTDNN_TUNING_DB, else "
+        "$XDG_CACHE_HOME/rtdnn/tuning.sqlite3 or ~/.cache/rtdnn/tuning.sqlite3; "
+        "RTDNN_TUNING_DB=off keeps it in memory.",
+    )
+    action = tune.add_mutually_exclusive_group(required=True)
+    action.add_argument("--list", action="store_true", help="print every stored result")
+    action.add_argument("--export", metavar="FILE", help="write every stored result as JSON")
+    action.add_argument("--clear", action="store_true", help="delete every stored result")
     demo = sub.add_parser("demo", help="train a small CNN on the digits data set")
     demo.add_argument(
         "--epochs", type=_positive_int, default=None, help="default 20 (GPU), 6 (CPU)"
@@ -132,6 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--plot", default=None, help="write the loss curve to this PNG")
     parser.set_defaults(command_parser=None)
     bench.set_defaults(command_parser=bench)
+    tune.set_defaults(command_parser=tune)
     demo.set_defaults(command_parser=demo)
     return parser
 
@@ -140,6 +153,12 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     """Everything argparse's types and choices cannot check alone, before any work starts."""
     if args.command == "bench":
         _validate_bench(parser, args)
+    elif args.command == "tune" and args.export is not None:
+        folder = os.path.dirname(os.path.abspath(args.export))
+        if not os.path.isdir(folder):
+            parser.error(f"--export {args.export}: folder {folder} does not exist")
+        if os.path.isdir(args.export):
+            parser.error(f"--export {args.export}: is a folder, expected a file name")
     elif args.command == "demo":
         if not _installed("sklearn"):
             parser.error(f"rtdnn demo needs scikit-learn for its data set: {DEMO_EXTRA}")
@@ -213,6 +232,9 @@ def _info(args) -> int:
     print(f"kernels   {kernels}")
     cache = os.environ.get("TRITON_CACHE_DIR", os.path.expanduser("~/.triton/cache"))
     print(f"cache     compiled Triton kernels: {cache}")
+    from .select.database import default_path
+
+    print(f"cache     tuning database: {default_path() or 'in memory (RTDNN_TUNING_DB=off)'}")
     return 0
 
 
@@ -295,6 +317,50 @@ def _bench_op(args) -> int:
     return 0
 
 
+def _tune(args) -> int:
+    """List, export or clear the tuning database."""
+    import json
+
+    from .select import database as tuning
+
+    db = tuning.database()
+    where = db.location if db.path is not None else "in memory (RTDNN_TUNING_DB=off)"
+    if args.clear:
+        print(f"tuning database {where}: deleted {db.clear()} stored results and tile choices")
+    elif args.export is not None:
+        document = db.export()
+        with open(args.export, "w") as f:
+            json.dump(document, f, indent=1)
+        print(
+            f"{len(document['results'])} results and {len(document['tiles'])} tile choices "
+            f"from {where} written to {os.path.abspath(args.export)}"
+        )
+    else:
+        _list_tuning(where, db.entries(), db.tile_entries())
+    return 0
+
+
+def _list_tuning(where: str, entries, tile_entries) -> None:
+    """Results grouped by environment, then by problem and batch size, fastest first."""
+    print(f"tuning database {where}: {len(entries)} results, {len(tile_entries)} tile choices")
+    environment = group = None
+    for e in entries:
+        if e.environment != environment:
+            environment, group = e.environment, None
+            print(f"\n{environment}")
+        if (e.problem, e.batch) != group:
+            group = (e.problem, e.batch)
+            print(f"  {e.problem}  batch {e.batch}")
+        print(
+            f"    {e.algo:22s} {e.time_ms:10.4f} ms {e.workspace_bytes:>14,d} B  "
+            f"{'deterministic' if e.deterministic else 'nondeterministic':16s} {e.status}"
+        )
+    if tile_entries:
+        print("\ntile choices")
+    for t in tile_entries:
+        print(f"  {t.environment}  {t.algo}  {t.problem}: {t.tiles}")
+
+
 def _demo(args) -> int:
     import torch
 
@@ -326,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         # is imported (importing rtdnn imports it): re-run this command with it set.
         os.environ["TRITON_INTERPRET"] = "1"
         os.execv(sys.executable, [sys.executable, "-m", "rtdnn.cli", *argv])
-    return {"info": _info, "bench": _bench, "demo": _demo}[args.command](args)
+    return {"info": _info, "bench": _bench, "tune": _tune, "demo": _demo}[args.command](args)
 
 
 def _cpu_ready() -> bool:

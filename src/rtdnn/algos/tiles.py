@@ -1,7 +1,8 @@
 """Tile shapes: candidates per problem, and the run-time choice among them.
 
 On the GPU the first run of a problem times each candidate once (on scratch output, so the
-caller's `out` is never touched by the trials) and remembers the fastest for the process.
+caller's `out` is never touched by the trials) and remembers the fastest for the process, and
+in a store that outlives it when one is installed (the tuning database, see set_store).
 Set RTDNN_AUTOTUNE=0 to skip the trials and take the first candidate. In the interpreter (CPU)
 one small tile is used: its cost there is per program, not per element.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from typing import Protocol
 
 import torch
 import triton
@@ -24,6 +26,24 @@ CPU_TILES = TileConfig(32, 32, 16, group_m=1, num_warps=1, num_stages=1)
 log = logging.getLogger("rtdnn.tiles")
 
 _chosen: dict[object, TileConfig] = {}
+
+
+class TileStore(Protocol):
+    """Tile choices kept beyond the process, by tuner key: (algorithm name, *problem)."""
+
+    def load(self, key: tuple) -> TileConfig | None: ...
+
+    def save(self, key: tuple, tiles: TileConfig) -> None: ...
+
+
+# The layer above installs its tuning database here; this one does not import it.
+_store: TileStore | None = None
+
+
+def set_store(store: TileStore | None) -> None:
+    """Keep tile choices in `store` too (None: in this process only)."""
+    global _store
+    _store = store
 
 
 def gemm_candidates(p: ConvProblem, rows: int, cols: int, depth: int) -> list[TileConfig]:
@@ -66,8 +86,9 @@ def tile_candidates(
 
 def tune(key, candidates: list[TileConfig], make_run) -> TileConfig:
     """The fastest of `candidates` for `key`, timing `make_run(tiles)()` once per candidate on
-    the GPU (remembered for the process); the first candidate elsewhere or with
-    RTDNN_AUTOTUNE=0. `make_run` must not write anything the caller reads."""
+    the GPU (remembered for the process and in the store); the first candidate elsewhere or
+    with RTDNN_AUTOTUNE=0. `key` is (algorithm name, *what identifies the problem), each part
+    with a stable str(). `make_run` must not write anything the caller reads."""
     if key in _chosen:
         return _chosen[key]
     best = candidates[0]
@@ -76,6 +97,10 @@ def tune(key, candidates: list[TileConfig], make_run) -> TileConfig:
         and torch.cuda.is_available()
         and os.environ.get("RTDNN_AUTOTUNE") != "0"
     ):
+        stored = _store.load(key) if _store is not None else None
+        if stored in candidates:  # a choice among other candidates is tuned again
+            _chosen[key] = stored
+            return stored
         best_ms = float("inf")
         for tiles in candidates:
             try:
@@ -86,6 +111,8 @@ def tune(key, candidates: list[TileConfig], make_run) -> TileConfig:
             if ms < best_ms:
                 best, best_ms = tiles, ms
         log.info("%s: chose %s (%.4f ms)", key, best, best_ms)
+        if _store is not None and best_ms < float("inf"):
+            _store.save(key, best)
     _chosen[key] = best
     return best
 

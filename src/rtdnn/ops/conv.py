@@ -456,13 +456,18 @@ def find_conv_algorithms(
     groups: int = 1,
     mode: str = "cross_correlation",
     math: str | None = None,
+    refresh: bool = False,
 ) -> list[select.AlgoPerf]:
     """Run every algorithm that supports this convolution; return them fastest first.
 
     Each entry has the algorithm name, its median time in ms, its workspace in bytes and
     whether it is deterministic. Later `algo="auto"` calls for the same problem use the result.
+    Results are kept in the tuning database: a problem already measured in this environment
+    (device, rtdnn, Triton and torch versions) is not run again unless `refresh` is True.
     """
+    if not isinstance(refresh, bool):
+        raise bad_param("refresh", refresh, "True or False")
     p, scratch = _problem_for_selection(
         direction, x, w, stride, padding, dilation, groups, mode, math
     )
-    return select.find(p, scratch)
+    return select.find(p, scratch, refresh=refresh)

@@ -1,4 +1,9 @@
-"""Algorithm selection: by heuristic with a preference (Get) or by running them all (Find)."""
+"""Algorithm selection: by heuristic with a preference (Get) or by running them all (Find).
+
+What Find measures is kept in this process and in the tuning database (select.database), so
+that a problem measured once, in this process or an earlier one in the same environment, is
+not measured again and `algo="auto"` runs the measured choice.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +13,30 @@ from dataclasses import dataclass
 
 import torch
 
-from ..algos import ALGORITHMS, NO_WORKSPACE, ConvAlgorithm, ConvTensors, get_algorithm
+from ..algos import (
+    ALGORITHMS,
+    NO_WORKSPACE,
+    ConvAlgorithm,
+    ConvTensors,
+    get_algorithm,
+    supported_algorithms,
+    tiles,
+)
 from ..algos.direct import direct_preferred
 from ..algos.implicit_gemm import split_count
 from ..core import ConvProblem, Direction, NotSupportedError, allocate_workspace, bad_param
 from ..core.timing import device_time_ms
+from . import database
 
 PREFERENCES = ("fastest", "no_workspace")
 
-# Times measured by find, per problem: get() prefers them over the heuristic.
+# Results known to this process, per problem, fastest first: measured by find or read from the
+# tuning database. choose prefers them over the heuristic; find returns them.
 _measured: dict[ConvProblem, list[AlgoPerf]] = {}
+# Problems the database had no results for when choose asked, so that it asks once.
+_not_stored: set[ConvProblem] = set()
+
+tiles.set_store(database.TileChoices())
 
 
 @dataclass(frozen=True)
@@ -65,7 +84,7 @@ def choose(
             workspace_limit is None or a.workspace_bytes(p) <= workspace_limit
         )
 
-    measured = [r.algo for r in _measured.get(p, []) if r.status == "ok"]
+    measured = [r.algo for r in _known(p) if r.status == "ok"]
     for name in measured + _heuristic_order(p):
         if fits(ALGORITHMS[name]):
             return ALGORITHMS[name]
@@ -98,16 +117,54 @@ def _time_ms(fn, device: str) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def find(p: ConvProblem, tensors: ConvTensors) -> list[AlgoPerf]:
-    """Run every supported algorithm on `tensors` (scratch data of p's shapes), fastest first.
+def _stored(p: ConvProblem, env: database.Environment) -> list[AlgoPerf] | None:
+    """The results the tuning database holds for p in `env`, fastest first; None if it holds
+    none, or results for another set of algorithms than those that support p now."""
+    entries = database.database().lookup(p.key(), p.batch, env)
+    if {e.algo for e in entries} != {a.name for a in supported_algorithms(p)}:
+        return None
+    results = [
+        AlgoPerf(e.algo, e.time_ms, e.workspace_bytes, e.deterministic, e.status) for e in entries
+    ]
+    return sorted(results, key=lambda r: r.time_ms)
 
-    The written tensor is overwritten. Results are remembered for `choose`.
+
+def _known(p: ConvProblem) -> list[AlgoPerf]:
+    """The results known for p: this process's, else the database's (read once); [] if none."""
+    if p in _measured:
+        return _measured[p]
+    if p in _not_stored:
+        return []
+    stored = _stored(p, database.environment(p.device))
+    if stored is None:
+        _not_stored.add(p)
+        return []
+    _measured[p] = stored
+    return stored
+
+
+def forget() -> None:
+    """Forget the results held in this process (the tuning database keeps its own)."""
+    _measured.clear()
+    _not_stored.clear()
+
+
+def find(p: ConvProblem, tensors: ConvTensors, refresh: bool = False) -> list[AlgoPerf]:
+    """Every supported algorithm's result on p, fastest first.
+
+    Results already measured for p, in this process or stored in the tuning database for this
+    environment, are returned without running anything. Otherwise, or with `refresh`, every
+    algorithm is run on `tensors` (scratch data of p's shapes; the written one is
+    overwritten), and the results are stored. `choose` uses them either way.
     """
+    env = database.environment(tensors.x.device)
+    if not refresh:
+        known = _measured.get(p) or _stored(p, env)
+        if known:
+            _measured[p] = known
+            return list(known)
     results = []
-    for a in ALGORITHMS.values():
-        reason = a.supports(p)
-        if reason is not None:
-            continue
+    for a in supported_algorithms(p):
         need = a.workspace_bytes(p)
         try:
             ws = allocate_workspace(need, torch.device(tensors.x.device))
@@ -117,7 +174,9 @@ def find(p: ConvProblem, tensors: ConvTensors) -> list[AlgoPerf]:
             results.append(AlgoPerf(a.name, math.inf, need, a.deterministic(p), f"failed: {e}"))
     results.sort(key=lambda r: r.time_ms)
     _measured[p] = results
-    return results
+    _not_stored.discard(p)
+    database.database().store(p.key(), p.batch, env, results)
+    return list(results)
 
 
-__all__ = ["PREFERENCES", "AlgoPerf", "choose", "find", "resolve"]
+__all__ = ["PREFERENCES", "AlgoPerf", "choose", "database", "find", "forget", "resolve"]
