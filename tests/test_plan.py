@@ -194,7 +194,13 @@ def test_the_front_equals_brute_force(tn, policy, limit):
         assert p.batch == n and {b for b, _ in p.micro_batches} <= allowed
         assert p.time_ms == time_of(p, table)
         assert limit is None or p.workspace_bytes <= limit
-    # Never slower than the fastest undivided algorithm that fits.
+    # best_plan's single dynamic program at the limit finds the fastest point of the front,
+    # never slower than the fastest undivided algorithm that fits.
+    if front:
+        best = best_plan(table, n, policy, limit)
+        assert (best.time_ms, best.batch) == (front[-1].time_ms, n)
+        assert best.time_ms == time_of(best, table)
+        assert limit is None or best.workspace_bytes <= limit
     undivided = [t for _, t, ws in table[n] if limit is None or ws <= limit]
     if undivided:
         assert front[-1].time_ms <= min(undivided)

@@ -23,6 +23,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..core import NotSupportedError, bad_param
 
 # How the batch may be split: not at all, into powers of two (and the whole batch), or freely.
@@ -86,20 +88,67 @@ def pareto_front(plans: Iterable[Plan]) -> list[Plan]:
     return front
 
 
-def _kernel_fronts(
-    table: Table, sizes: list[int], workspace_limit: int | None
-) -> dict[int, list[Plan]]:
-    """Per allowed size, the single-algorithm plans worth combining: measured (finite time),
-    within the limit, and on the Pareto front."""
-    fronts = {}
-    for b in sizes:
-        plans = [
-            Plan(((b, algo),), float(t), int(ws))
-            for algo, t, ws in table.get(b, ())
-            if math.isfinite(t) and (workspace_limit is None or ws <= workspace_limit)
-        ]
-        fronts[b] = pareto_front(plans)
-    return fronts
+class _Kernels:
+    """The measured algorithms of the allowed sizes as arrays: times[s, k] and
+    workspaces[s, k] of the k-th entry at size s (inf and 0 where there is none)."""
+
+    def __init__(self, table: Table, sizes: list[int], batch: int):
+        # By workspace, so that of equally fast algorithms the smaller workspace is picked.
+        rows = {
+            b: sorted(
+                ((a, float(t), int(ws)) for a, t, ws in table.get(b, ()) if math.isfinite(t)),
+                key=lambda r: r[2],
+            )
+            for b in sizes
+        }
+        width = max((len(r) for r in rows.values()), default=0)
+        self.algos = [[""] * width for _ in range(batch + 1)]
+        self.times = np.full((batch + 1, width), math.inf)
+        self.workspaces = np.zeros((batch + 1, width), dtype=np.int64)
+        for b, r in rows.items():
+            for k, (a, t, ws) in enumerate(r):
+                self.algos[b][k], self.times[b, k], self.workspaces[b, k] = a, t, ws
+
+    def levels(self, workspace_limit: int | None) -> list[int]:
+        """The workspace sizes at which the fastest plan can change: every measured one."""
+        found = np.unique(self.workspaces[np.isfinite(self.times)])
+        return [int(w) for w in found if workspace_limit is None or w <= workspace_limit]
+
+    def fastest_plan(self, batch: int, workspace_limit: int) -> Plan | None:
+        """The fastest plan whose every micro-batch fits `workspace_limit` bytes, or None.
+
+        Within one limit the workspace no longer matters (a plan's is the largest of its
+        micro-batches', each within the limit), so each size takes its fastest algorithm that
+        fits and the batch is split by a one-dimensional dynamic program: the best time for b
+        is the better of running b at once and the best (s, best time for b - s). A split of
+        b always has a part of at most b/2, so s runs up to b/2 only.
+        """
+        times = np.where(self.workspaces <= workspace_limit, self.times, math.inf)
+        if times.shape[1] == 0:
+            return None
+        pick = times.argmin(axis=1)
+        single = times[np.arange(batch + 1), pick]
+        best = np.full(batch + 1, math.inf)
+        best[0] = 0.0
+        first = np.zeros(batch + 1, dtype=np.int64)  # the size of one micro-batch of the best
+        for b in range(1, batch + 1):
+            best[b], first[b] = single[b], b  # undivided wins ties
+            half = b // 2
+            if half:
+                splits = single[1 : half + 1] + best[b - 1 : b - half - 1 : -1]
+                j = int(splits.argmin())
+                if splits[j] < best[b]:
+                    best[b], first[b] = splits[j], j + 1
+        if not math.isfinite(best[batch]):
+            return None
+        parts, b = [], batch
+        while b:
+            s = int(first[b])
+            parts.append((s, self.algos[s][pick[s]], int(self.workspaces[s, pick[s]])))
+            b -= s
+        parts.sort(key=lambda m: (-m[0], m[1]))
+        time = sum(float(single[s]) for s, _, _ in parts)
+        return Plan(tuple((s, a) for s, a, _ in parts), time, max(ws for _, _, ws in parts))
 
 
 def desirable_plans(
@@ -109,38 +158,16 @@ def desirable_plans(
     ascending, using the measured `table` and the sizes `policy` allows; plans needing more
     than `workspace_limit` bytes are left out. Empty if nothing measured fits.
 
-    Dynamic programming over the batch: the front for b is the front of (one micro-batch of an
-    allowed size s, then a plan from the front for b - s). A plan of several micro-batches
-    always has one of at most b/2, so s runs up to b/2 only; a plan built from a dominated rest
-    is dominated too (times add, workspaces take the max), so the fronts suffice.
+    A plan's workspace is one of the measured ones, so the front is found by taking the
+    fastest plan within each measured workspace size in turn (a dynamic program over the
+    batch, see _Kernels.fastest_plan) and keeping those that are faster than every plan
+    needing less.
     """
     sizes = batch_sizes(policy, batch)
     check_bytes("workspace_limit", workspace_limit)
-    kernels = _kernel_fronts(table, sizes, workspace_limit)
-    fronts: list[list[Plan]] = [[] for _ in range(batch + 1)]
-    for b in range(1, batch + 1):
-        if policy == "undivided" and b < batch:
-            continue
-        # Candidates as (workspace, time, count, first micro-batch, rest): Plans are built for
-        # the front only, since most candidates are dominated.
-        candidates = [(k.workspace_bytes, k.time_ms, 1, k, None) for k in kernels.get(b, ())]
-        for s in sizes:
-            if s > b // 2:
-                break
-            for k in kernels[s]:
-                for rest in fronts[b - s]:
-                    ws = max(k.workspace_bytes, rest.workspace_bytes)
-                    n = 1 + len(rest.micro_batches)
-                    candidates.append((ws, k.time_ms + rest.time_ms, n, k, rest))
-        candidates.sort(key=lambda c: c[:3])
-        front = fronts[b]
-        for ws, t, _, k, rest in candidates:
-            if front and t >= front[-1].time_ms:
-                continue
-            parts = k.micro_batches + (rest.micro_batches if rest is not None else ())
-            parts = tuple(sorted(parts, key=lambda m: (-m[0], m[1])))
-            front.append(Plan(parts, t, ws))
-    return fronts[batch]
+    kernels = _Kernels(table, sizes, batch)
+    plans = (kernels.fastest_plan(batch, w) for w in kernels.levels(workspace_limit))
+    return pareto_front(p for p in plans if p is not None)
 
 
 def fastest(plans: Iterable[Plan], workspace_limit: int | None = None) -> Plan | None:
@@ -153,11 +180,15 @@ def fastest(plans: Iterable[Plan], workspace_limit: int | None = None) -> Plan |
 def best_plan(
     table: Table, batch: int, policy: str = "all", workspace_limit: int | None = None
 ) -> Plan:
-    """The fastest plan for a batch of `batch` within `workspace_limit` bytes.
+    """The fastest plan for a batch of `batch` within `workspace_limit` bytes (one dynamic
+    program at that limit: cheaper than the whole front of desirable_plans).
 
     NotSupportedError if no measured algorithm fits the limit at any allowed size.
     """
-    plan = fastest(desirable_plans(table, batch, policy, workspace_limit))
+    sizes = batch_sizes(policy, batch)
+    check_bytes("workspace_limit", workspace_limit)
+    limit = workspace_limit if workspace_limit is not None else np.iinfo(np.int64).max
+    plan = _Kernels(table, sizes, batch).fastest_plan(batch, limit)
     if plan is None:
         raise NotSupportedError(
             f"no measured algorithm runs a batch of {batch} (policy={policy!r}) within "
@@ -204,7 +235,6 @@ def divide_workspace(fronts: Sequence[Sequence[Plan]], budget: int) -> list[Plan
     if least > budget:
         raise bad_param("budget", budget, f">= {least}, the least these layers need together")
     try:
-        import numpy as np
         from scipy.optimize import Bounds, LinearConstraint, milp
         from scipy.sparse import csr_array
     except ImportError as e:
