@@ -441,6 +441,39 @@ def _problem_for_selection(
     return p, scratch
 
 
+def plan_conv(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    *,
+    direction: str = "forward",
+    stride: IntOrSeq = 1,
+    padding: IntOrSeq = 0,
+    dilation: IntOrSeq = 1,
+    groups: int = 1,
+    mode: str = "cross_correlation",
+    math: str | None = None,
+    workspace_limit: int | None = None,
+    policy: str = "all",
+) -> Plan:
+    """The fastest way to run this convolution in micro-batches within `workspace_limit` bytes.
+
+    x (N, C, *S) and w give the shapes, strides, dtype and device; x's values are read, an
+    output of the direction is scratch. Every algorithm is timed at every micro-batch size
+    `policy` allows ("undivided": N only; "powerOfTwo": powers of two and N; "all": 1 to N),
+    then a dynamic program over the batch picks the plan. Returns a Plan: `.micro_batches`, a
+    list of (batch size, algorithm) adding up to N; `.time_ms`, their summed time; and
+    `.workspace_bytes`, the most any of them needs (they share one buffer). The conv
+    functions' `micro_batch=` runs such a plan. A limit below every workspace-using
+    algorithm's need still gives a plan (some algorithm needs none).
+    """
+    check_policy("policy", policy)
+    check_bytes("workspace_limit", workspace_limit)
+    p, scratch = _problem_for_selection(
+        direction, x, w, stride, padding, dilation, groups, mode, math
+    )
+    return plan_for(p, scratch, policy, workspace_limit)
+
+
 def get_conv_algorithm(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -486,36 +519,3 @@ def find_conv_algorithms(
         direction, x, w, stride, padding, dilation, groups, mode, math
     )
     return select.find(p, scratch)
-
-
-def plan_conv(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    *,
-    direction: str = "forward",
-    stride: IntOrSeq = 1,
-    padding: IntOrSeq = 0,
-    dilation: IntOrSeq = 1,
-    groups: int = 1,
-    mode: str = "cross_correlation",
-    math: str | None = None,
-    workspace_limit: int | None = None,
-    policy: str = "all",
-) -> Plan:
-    """The fastest way to run this convolution in micro-batches within `workspace_limit` bytes.
-
-    x (N, C, *S) and w give the shapes, strides, dtype and device; x's values are read, an
-    output of the direction is scratch. Every algorithm is timed at every micro-batch size
-    `policy` allows ("undivided": N only; "powerOfTwo": powers of two and N; "all": 1 to N),
-    then a dynamic program over the batch picks the plan. Returns a Plan: `.micro_batches`, a
-    list of (batch size, algorithm) adding up to N; `.time_ms`, their summed time; and
-    `.workspace_bytes`, the most any of them needs (they share one buffer). The conv
-    functions' `micro_batch=` runs such a plan. A limit below every workspace-using
-    algorithm's need still gives a plan (some algorithm needs none).
-    """
-    check_policy("policy", policy)
-    check_bytes("workspace_limit", workspace_limit)
-    p, scratch = _problem_for_selection(
-        direction, x, w, stride, padding, dilation, groups, mode, math
-    )
-    return plan_for(p, scratch, policy, workspace_limit)
