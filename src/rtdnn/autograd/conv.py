@@ -34,16 +34,18 @@ def conv_forward(
     workspace_limit: int | None = None,
     math: str | None = None,
     alpha: float = 1.0,
+    micro_batch: str = "undivided",
 ) -> Tensor:
     return ops.conv_forward(
         x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups, mode=mode,
         alpha=alpha, algo=algo, workspace_limit=workspace_limit, math=math,
+        micro_batch=micro_batch,
     )  # fmt: skip
 
 
 @conv_forward.register_fake
 def _(x, w, bias, stride, padding, dilation, groups, mode, algo="auto", workspace_limit=None,
-      math=None, alpha=1.0):  # fmt: skip
+      math=None, alpha=1.0, micro_batch="undivided"):  # fmt: skip
     shape = conv_output_shape(x.shape, w.shape, _desc(x, stride, padding, dilation, groups, mode))
     return empty_like_layout(shape, x)
 
@@ -61,16 +63,18 @@ def conv_backward_data(
     workspace_limit: int | None = None,
     math: str | None = None,
     alpha: float = 1.0,
+    micro_batch: str = "undivided",
 ) -> Tensor:
     return ops.conv_backward_data(
         dy, w, x_shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
         mode=mode, alpha=alpha, workspace_limit=workspace_limit, math=math,
+        micro_batch=micro_batch,
     )  # fmt: skip
 
 
 @conv_backward_data.register_fake
 def _(dy, w, x_shape, stride, padding, dilation, groups, mode, workspace_limit=None, math=None,
-      alpha=1.0):  # fmt: skip
+      alpha=1.0, micro_batch="undivided"):  # fmt: skip
     return empty_like_layout(x_shape, dy)
 
 
@@ -87,16 +91,18 @@ def conv_backward_filter(
     workspace_limit: int | None = None,
     math: str | None = None,
     alpha: float = 1.0,
+    micro_batch: str = "undivided",
 ) -> Tensor:
     return ops.conv_backward_filter(
         x, dy, w_shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
         mode=mode, alpha=alpha, workspace_limit=workspace_limit, math=math,
+        micro_batch=micro_batch,
     )  # fmt: skip
 
 
 @conv_backward_filter.register_fake
 def _(x, dy, w_shape, stride, padding, dilation, groups, mode, workspace_limit=None, math=None,
-      alpha=1.0):  # fmt: skip
+      alpha=1.0, micro_batch="undivided"):  # fmt: skip
     return empty_like_layout(w_shape, x)
 
 
@@ -114,9 +120,12 @@ def _conv_setup_context(ctx, inputs, output):
     # The eager road passes the arguments as the caller gave them, without the defaults of
     # those left out.
     x, w, bias, stride, padding, dilation, groups, mode, *tuning = inputs
-    _algo, workspace_limit, math, alpha = (*tuning, *("auto", None, None, 1.0)[len(tuning) :])
+    defaults = ("auto", None, None, 1.0, "undivided")
+    _algo, workspace_limit, math, alpha, micro_batch = (*tuning, *defaults[len(tuning) :])
     ctx.save_for_backward(x, w)
-    ctx.conv_args = (stride, padding, dilation, groups, mode, workspace_limit, math, alpha)
+    ctx.conv_args = (
+        stride, padding, dilation, groups, mode, workspace_limit, math, alpha, micro_batch,
+    )  # fmt: skip
     ctx.has_bias = bias is not None
 
 
@@ -130,7 +139,7 @@ def _conv_backward(ctx, dy):
     db = conv_backward_bias(dy) if ctx.has_bias and need_b else None
     # One gradient per input of the full schema; autograd drops the trailing Nones the eager
     # road's shorter argument list has no input for.
-    return dx, dw, db, None, None, None, None, None, None, None, None, None
+    return dx, dw, db, None, None, None, None, None, None, None, None, None, None
 
 
 conv_forward.register_autograd(_conv_backward, setup_context=_conv_setup_context)
@@ -153,19 +162,20 @@ def conv_forward_api(
     algo: str = "auto",
     workspace_limit: int | None = None,
     math: str | None = None,
+    micro_batch: str = "undivided",
 ) -> Tensor:
     if not records_grad(x, w, bias):
         return ops.conv_forward(
             x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups,
             mode=mode, alpha=alpha, beta=beta, out=out, algo=algo,
-            workspace_limit=workspace_limit, math=math,
+            workspace_limit=workspace_limit, math=math, micro_batch=micro_batch,
         )  # fmt: skip
     check_differentiable("conv_forward", alpha, beta, out)
     if isinstance(x, Tensor) and isinstance(w, Tensor) and x.dim() == w.dim() - 1:  # unbatched
         return conv_forward_api(
             x.unsqueeze(0), w, bias, stride=stride, padding=padding, dilation=dilation,
             groups=groups, mode=mode, alpha=alpha, algo=algo, workspace_limit=workspace_limit,
-            math=math,
+            math=math, micro_batch=micro_batch,
         ).squeeze(0)  # fmt: skip
     if isinstance(padding, str):  # "same" may pad x on the right: F.pad carries the gradient
         x, padding = named_padding(x, w, padding, stride, dilation)
@@ -173,5 +183,5 @@ def conv_forward_api(
     return conv_forward(
         x, w, bias, list(as_tuple("stride", stride, n)), list(as_tuple("padding", padding, n)),
         list(as_tuple("dilation", dilation, n)), groups, mode, algo, workspace_limit, math,
-        float(alpha),
+        float(alpha), micro_batch,
     )  # fmt: skip

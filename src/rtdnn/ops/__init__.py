@@ -16,6 +16,7 @@ from .conv import (
     conv_forward,
     find_conv_algorithms,
     get_conv_algorithm,
+    plan_conv,
 )
 from .dropout import dropout_backward, dropout_forward
 from .group_norm import (
@@ -78,6 +79,7 @@ __all__ = [
     "lrn_backward",
     "lrn_forward",
     "op_tensor",
+    "plan_conv",
     "pooling_backward",
     "pooling_forward",
     "reduce_tensor",

@@ -45,7 +45,9 @@ from ..core import (
 )
 from ..core.handle import stream_workspace
 from ..kernels.reduce import channel_partial_sum_kernel, channel_sum_finish_kernel
+from ..select.plan import Plan, check_bytes, check_policy
 from ._common import finish_empty
+from .conv_plan import check_micro_batch, plan_for, run_micro_batched
 
 IntOrSeq = int | Sequence[int]
 
@@ -85,6 +87,13 @@ class _Prepared:
 
 
 _prepared: dict[tuple, _Prepared] = {}
+
+
+def _run(call: _Prepared, t: ConvTensors, micro_batch: str, workspace_limit, alpha, beta) -> None:
+    if micro_batch == "undivided":
+        call(t, alpha, beta)
+    else:  # validated like any call; the plan picks the algorithms (see conv_plan)
+        run_micro_batched(call.problem, t, micro_batch, workspace_limit, alpha, beta)
 
 
 def _lookup(direction: Direction, tensors, *params) -> tuple[tuple | None, _Prepared | None]:
@@ -205,6 +214,7 @@ def conv_forward(
     algo: str = "auto",
     workspace_limit: int | None = None,
     math: str | None = None,
+    micro_batch: str = "undivided",
 ) -> torch.Tensor:
     """y = alpha * conv(x, w) + bias + beta * out.
 
@@ -215,7 +225,12 @@ def conv_forward(
     or "same" (O = S, stride 1 only; an odd total pads one more on the right, as
     torch.nn.Conv does). `algo` is "auto" (the fastest whose workspace fits
     `workspace_limit` bytes) or an algorithm name such as "IMPLICIT_GEMM" or "GEMM".
+    `micro_batch` "powerOfTwo" or "all" (with algo="auto") runs the batch in micro-batches,
+    each with the fastest algorithm whose workspace fits `workspace_limit` (see plan_conv);
+    the first call of a shape measures them all. "undivided" (the default) does not split.
     """
+    if micro_batch != "undivided":
+        check_micro_batch(micro_batch, algo)
     if isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and x.dim() == w.dim() - 1:
         # Unbatched: a batch of one, then the batch dim dropped (out, if given, is unbatched
         # too and is written through a view).
@@ -225,7 +240,7 @@ def conv_forward(
             x.unsqueeze(0), w, bias, stride=stride, padding=padding, dilation=dilation,
             groups=groups, mode=mode, alpha=alpha, beta=beta,
             out=out.unsqueeze(0) if isinstance(out, torch.Tensor) else out, algo=algo,
-            workspace_limit=workspace_limit, math=math,
+            workspace_limit=workspace_limit, math=math, micro_batch=micro_batch,
         )  # fmt: skip
         return out if out is not None else y.squeeze(0)
     if isinstance(padding, str):
@@ -257,7 +272,7 @@ def conv_forward(
         y = call.output(out, x)
         check_out_disjoint(out, x=x, w=w, bias=bias)
         tensors = ConvTensors(x, w, y, bias.contiguous() if bias is not None else None)
-    call(tensors, alpha, beta)
+    _run(call, tensors, micro_batch, workspace_limit, alpha, beta)
     return y
 
 
@@ -277,15 +292,16 @@ def conv_backward_data(
     algo: str = "auto",
     workspace_limit: int | None = None,
     math: str | None = None,
+    micro_batch: str = "undivided",
 ) -> torch.Tensor:
     """dx = alpha * (gradient of conv(x, w) w.r.t. x, given dy) + beta * out.
 
     dy: (N, K, *O); w: (K, C/groups, *R); x_shape: (N, C, *S). Returns dx in dy's memory
-    format, or `out`.
+    format, or `out`. `micro_batch` as in conv_forward.
     """
     return _backward(
         Direction.BACKWARD_DATA, dy, w, x_shape, ("dy", "w", "x_shape"), stride, padding,
-        dilation, groups, mode, alpha, beta, out, algo, workspace_limit, math,
+        dilation, groups, mode, alpha, beta, out, algo, workspace_limit, math, micro_batch,
     )  # fmt: skip
 
 
@@ -305,25 +321,29 @@ def conv_backward_filter(
     algo: str = "auto",
     workspace_limit: int | None = None,
     math: str | None = None,
+    micro_batch: str = "undivided",
 ) -> torch.Tensor:
     """dw = alpha * (gradient of conv(x, w) w.r.t. w, given dy) + beta * out.
 
     x: (N, C, *S); dy: (N, K, *O); w_shape: (K, C/groups, *R). Returns dw in x's memory
-    format, or `out`.
+    format, or `out`. `micro_batch` as in conv_forward (the micro-batches' gradients add up
+    into dw, with alpha and beta applied as in one call).
     """
     return _backward(
         Direction.BACKWARD_FILTER, x, dy, w_shape, ("x", "dy", "w_shape"), stride, padding,
-        dilation, groups, mode, alpha, beta, out, algo, workspace_limit, math,
+        dilation, groups, mode, alpha, beta, out, algo, workspace_limit, math, micro_batch,
     )  # fmt: skip
 
 
 def _backward(
     direction: Direction, first, second, shape, names, stride, padding, dilation, groups, mode,
-    alpha, beta, out, algo, workspace_limit, math,
+    alpha, beta, out, algo, workspace_limit, math, micro_batch,
 ) -> torch.Tensor:  # fmt: skip
     """conv_backward_data (first, second = dy, w; shape = x_shape) and conv_backward_filter
     (first, second = x, dy; shape = w_shape): the result has `shape` in first's memory format
     (or is `out`); `names` name the three arguments in errors."""
+    if micro_batch != "undivided":
+        check_micro_batch(micro_batch, algo)
     key, call = _lookup(
         direction, (first, second, out), shape, stride, padding, dilation, groups, mode, algo,
         workspace_limit, resolve_math_mode(math),
@@ -359,7 +379,7 @@ def _backward(
     if call is None:
         prepared = _prepare(direction, tensors, conv, algo, workspace_limit, shape, first)
         call = _remember(key, prepared)
-    call(tensors, alpha, beta)
+    _run(call, tensors, micro_batch, workspace_limit, alpha, beta)
     return result
 
 
@@ -419,6 +439,39 @@ def _problem_for_selection(
         d, TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y), conv, x.device.type
     )
     return p, scratch
+
+
+def plan_conv(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    *,
+    direction: str = "forward",
+    stride: IntOrSeq = 1,
+    padding: IntOrSeq = 0,
+    dilation: IntOrSeq = 1,
+    groups: int = 1,
+    mode: str = "cross_correlation",
+    math: str | None = None,
+    workspace_limit: int | None = None,
+    policy: str = "all",
+) -> Plan:
+    """The fastest way to run this convolution in micro-batches within `workspace_limit` bytes.
+
+    x (N, C, *S) and w give the shapes, strides, dtype and device; x's values are read, an
+    output of the direction is scratch. Every algorithm is timed at every micro-batch size
+    `policy` allows ("undivided": N only; "powerOfTwo": powers of two and N; "all": 1 to N),
+    then a dynamic program over the batch picks the plan. Returns a Plan: `.micro_batches`, a
+    list of (batch size, algorithm) adding up to N; `.time_ms`, their summed time; and
+    `.workspace_bytes`, the most any of them needs (they share one buffer). The conv
+    functions' `micro_batch=` runs such a plan. A limit below every workspace-using
+    algorithm's need still gives a plan (some algorithm needs none).
+    """
+    check_policy("policy", policy)
+    check_bytes("workspace_limit", workspace_limit)
+    p, scratch = _problem_for_selection(
+        direction, x, w, stride, padding, dilation, groups, mode, math
+    )
+    return plan_for(p, scratch, policy, workspace_limit)
 
 
 def get_conv_algorithm(
