@@ -15,7 +15,9 @@ def _desc(x: Tensor, stride, padding, dilation, groups, mode) -> ConvDesc:
 
 
 # The forward op takes the plain API's algorithm choice and math mode; the backward ops take the
-# math mode and workspace limit (their algorithm is chosen for their own direction). alpha scales
+# math mode and workspace limit (their algorithm is chosen for their own direction). All take
+# `deterministic`; left at None, each op reads torch.use_deterministic_algorithms when it runs,
+# as torch's own convolution backward does. alpha scales
 # the convolution (not the bias) in float32 inside the kernel, as the plain call does, and
 # scales the data and filter gradients the same way.
 
@@ -34,16 +36,18 @@ def conv_forward(
     workspace_limit: int | None = None,
     math: str | None = None,
     alpha: float = 1.0,
+    deterministic: bool | None = None,
 ) -> Tensor:
     return ops.conv_forward(
         x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups, mode=mode,
         alpha=alpha, algo=algo, workspace_limit=workspace_limit, math=math,
+        deterministic=deterministic,
     )  # fmt: skip
 
 
 @conv_forward.register_fake
 def _(x, w, bias, stride, padding, dilation, groups, mode, algo="auto", workspace_limit=None,
-      math=None, alpha=1.0):  # fmt: skip
+      math=None, alpha=1.0, deterministic=None):  # fmt: skip
     shape = conv_output_shape(x.shape, w.shape, _desc(x, stride, padding, dilation, groups, mode))
     return empty_like_layout(shape, x)
 
@@ -61,16 +65,18 @@ def conv_backward_data(
     workspace_limit: int | None = None,
     math: str | None = None,
     alpha: float = 1.0,
+    deterministic: bool | None = None,
 ) -> Tensor:
     return ops.conv_backward_data(
         dy, w, x_shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
         mode=mode, alpha=alpha, workspace_limit=workspace_limit, math=math,
+        deterministic=deterministic,
     )  # fmt: skip
 
 
 @conv_backward_data.register_fake
 def _(dy, w, x_shape, stride, padding, dilation, groups, mode, workspace_limit=None, math=None,
-      alpha=1.0):  # fmt: skip
+      alpha=1.0, deterministic=None):  # fmt: skip
     return empty_like_layout(x_shape, dy)
 
 
@@ -87,16 +93,18 @@ def conv_backward_filter(
     workspace_limit: int | None = None,
     math: str | None = None,
     alpha: float = 1.0,
+    deterministic: bool | None = None,
 ) -> Tensor:
     return ops.conv_backward_filter(
         x, dy, w_shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
         mode=mode, alpha=alpha, workspace_limit=workspace_limit, math=math,
+        deterministic=deterministic,
     )  # fmt: skip
 
 
 @conv_backward_filter.register_fake
 def _(x, dy, w_shape, stride, padding, dilation, groups, mode, workspace_limit=None, math=None,
-      alpha=1.0):  # fmt: skip
+      alpha=1.0, deterministic=None):  # fmt: skip
     return empty_like_layout(w_shape, x)
 
 
@@ -114,9 +122,12 @@ def _conv_setup_context(ctx, inputs, output):
     # The eager road passes the arguments as the caller gave them, without the defaults of
     # those left out.
     x, w, bias, stride, padding, dilation, groups, mode, *tuning = inputs
-    _algo, workspace_limit, math, alpha = (*tuning, *("auto", None, None, 1.0)[len(tuning) :])
+    defaults = ("auto", None, None, 1.0, None)
+    _algo, workspace_limit, math, alpha, deterministic = (*tuning, *defaults[len(tuning) :])
     ctx.save_for_backward(x, w)
-    ctx.conv_args = (stride, padding, dilation, groups, mode, workspace_limit, math, alpha)
+    ctx.conv_args = (
+        stride, padding, dilation, groups, mode, workspace_limit, math, alpha, deterministic,
+    )  # fmt: skip
     ctx.has_bias = bias is not None
 
 
@@ -126,11 +137,11 @@ def _conv_backward(ctx, dy):
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
     dx = conv_backward_data(dy, w, list(x.shape), *args) if need_x else None
     dw = conv_backward_filter(x, dy, list(w.shape), *args) if need_w else None
-    # y = alpha * conv(x, w) + bias: dx and dw take alpha (args' last), db does not.
+    # y = alpha * conv(x, w) + bias: dx and dw take alpha (in args), db does not.
     db = conv_backward_bias(dy) if ctx.has_bias and need_b else None
     # One gradient per input of the full schema; autograd drops the trailing Nones the eager
     # road's shorter argument list has no input for.
-    return dx, dw, db, None, None, None, None, None, None, None, None, None
+    return dx, dw, db, *(None,) * 10
 
 
 conv_forward.register_autograd(_conv_backward, setup_context=_conv_setup_context)
@@ -153,19 +164,20 @@ def conv_forward_api(
     algo: str = "auto",
     workspace_limit: int | None = None,
     math: str | None = None,
+    deterministic: bool | None = None,
 ) -> Tensor:
     if not records_grad(x, w, bias):
         return ops.conv_forward(
             x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups,
             mode=mode, alpha=alpha, beta=beta, out=out, algo=algo,
-            workspace_limit=workspace_limit, math=math,
+            workspace_limit=workspace_limit, math=math, deterministic=deterministic,
         )  # fmt: skip
     check_differentiable("conv_forward", alpha, beta, out)
     if isinstance(x, Tensor) and isinstance(w, Tensor) and x.dim() == w.dim() - 1:  # unbatched
         return conv_forward_api(
             x.unsqueeze(0), w, bias, stride=stride, padding=padding, dilation=dilation,
             groups=groups, mode=mode, alpha=alpha, algo=algo, workspace_limit=workspace_limit,
-            math=math,
+            math=math, deterministic=deterministic,
         ).squeeze(0)  # fmt: skip
     if isinstance(padding, str):  # "same" may pad x on the right: F.pad carries the gradient
         x, padding = named_padding(x, w, padding, stride, dilation)
@@ -173,5 +185,5 @@ def conv_forward_api(
     return conv_forward(
         x, w, bias, list(as_tuple("stride", stride, n)), list(as_tuple("padding", padding, n)),
         list(as_tuple("dilation", dilation, n)), groups, mode, algo, workspace_limit, math,
-        float(alpha),
+        float(alpha), deterministic,
     )  # fmt: skip
