@@ -118,6 +118,30 @@ def test_cli_one_algorithm(capsys, tmp_path):
     assert all(r["ok"] and r["fastest"] for r in rows), rows
 
 
+def test_strict_float32(capsys, monkeypatch, tmp_path):
+    """--math fp32: rtdnn's calls in strict float32, PyTorch's TF32 switch off during the run
+    and restored after."""
+    tf32_before = torch.backends.cudnn.allow_tf32
+    seen = []
+    real = conv_algos.run_layer_algos
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs["math_mode"], torch.backends.cudnn.allow_tf32))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(conv_algos, "run_layer_algos", spy)
+    argv = ["bench", "--algo", "IMPLICIT_GEMM", "--direction", "forward", "--dtype", "fp32"]
+    assert cli.main([*argv, "--math", "fp32", "--out", str(tmp_path)]) == 0
+    assert seen == [("fp32", False)] * len(TINY_LAYERS)
+    assert torch.backends.cudnn.allow_tf32 == tf32_before
+    out = capsys.readouterr().out
+    assert "(--dtype" not in out, "float32 is what the smoke run takes"
+    data = json.loads((tmp_path / "conv_algos_tiny_float32_strict.json").read_text())
+    assert "float32 (strict)" in data["title"]
+    assert [r["algo"] for r in data["rows"]] == ["IMPLICIT_GEMM"] * len(TINY_LAYERS)
+    assert all(r["ok"] for r in data["rows"]), data["rows"]
+
+
 class Broken(ImplicitGemm):
     name = "BROKEN_STAND_IN"
 

@@ -58,6 +58,9 @@ def no_work(monkeypatch):
         (["bench", "--algo", "GEMM", "--eager"], ["--eager", "not used by --algo"]),
         (["bench", "--op", "lrn", "--algo", "all"], ["--algo", "not used by --op"]),
         (["bench", "--model", "small", "--algo", "all"], ["--algo", "not used by --model"]),
+        (["bench", "--algo", "all", "--math", "fp32"], ["--math fp32", "--dtype float32"]),
+        (["bench", "--algo", "all", "--math", "fp64"], ["--math", "fp64", "tf32"]),
+        (["bench", "--dtype", "fp32", "--math", "fp32"], ["--math", "not used by the convolution"]),
         (["demo", "--epochs", "0"], ["--epochs", "positive"]),
         (["demo", "--epochs", "-2"], ["--epochs", "-2"]),
         (["demo", "--budget", "-3"], ["--budget", "-3", "seconds"]),
@@ -175,22 +178,22 @@ def test_bench_algo_on_gpu_passes_checked_options(monkeypatch, tmp_path):
         def failed(self):
             return bool(failed)
 
-    def fake_run_algo_suite(*args):
-        calls.append(args)
+    def fake_run_algo_suite(*args, math_mode):
+        calls.append((*args, math_mode))
         return [Row()]
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(conv_algos, "run_algo_suite", fake_run_algo_suite)
     argv = ["bench", "--algo", "winograd_nonfused", "--suite", "vgg16", "--dtype", "fp32"]
     argv += ["--direction", "backward_data", "--limit", "3", "--out", str(tmp_path)]
-    assert cli.main(argv) == 0
+    assert cli.main([*argv, "--math", "fp32"]) == 0
     assert calls == [
-        ("vgg16", "float32", ["backward_data"], "WINOGRAD_NONFUSED", None, 3, str(tmp_path))
+        ("vgg16", "float32", ["backward_data"], "WINOGRAD_NONFUSED", None, 3, str(tmp_path), "fp32")
     ]
     failed.append(True)
     assert cli.main(["bench", "--algo", "ALL", "--out", str(tmp_path)]) == 1
     assert calls[1] == ("resnet50", "bf16", list(conv_algos.DIRECTIONS), "all", None, None,
-                        str(tmp_path))  # fmt: skip
+                        str(tmp_path), "tf32")  # fmt: skip
 
 
 def test_bench_defaults(monkeypatch, tmp_path):

@@ -30,7 +30,7 @@ DEMO_EXTRA = 'pip install -e ".[demo]"'
 # one to a run that does not use it is an error rather than silently ignored.
 _USED_BY = {
     "suite": {"suite", "dtype", "direction", "batch", "limit", "find", "eager"},
-    "algo": {"suite", "dtype", "direction", "batch", "limit", "algo"},
+    "algo": {"suite", "dtype", "direction", "batch", "limit", "algo", "math"},
     "op": set(),
     "model": {"dtype", "batch", "no_fuse"},
 }
@@ -145,6 +145,13 @@ def _parser() -> argparse.ArgumentParser:
         "the suite, forced, beside cuDNN: a row per layer, direction and algorithm, the fastest "
         "marked, and a table of where each wins (without a GPU: tiny layers, interpreted)",
     )
+    bench.add_argument(
+        "--math",
+        choices=("tf32", "fp32"),
+        default=None,
+        help="with --algo and --dtype float32: tf32 (default) or fp32, strict IEEE float32 "
+        "products (cuDNN's TF32 off too)",
+    )
     demo = sub.add_parser("demo", help="train a small CNN on the digits data set")
     demo.add_argument(
         "--epochs", type=_positive_int, default=None, help="default 20 (GPU), 6 (CPU)"
@@ -183,12 +190,17 @@ def _validate_bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         else "algo" if args.algo is not None
         else "suite"
     )  # fmt: skip
-    options = ("suite", "dtype", "direction", "batch", "limit", "find", "eager", "no_fuse", "algo")
+    options = (
+        "suite", "dtype", "direction", "batch", "limit", "find", "eager", "no_fuse", "algo", "math",
+    )  # fmt: skip
     given = [name for name in options if getattr(args, name) not in (None, False)]
     unused = [name for name in given if name not in _USED_BY[kind]]
     if unused:
         flags = ", ".join("--" + name.replace("_", "-") for name in unused)
         parser.error(f"{flags}: not used by {_KIND_NAMES[kind]}")
+    if args.math is not None and args.dtype != "float32":
+        parser.error(f"--math {args.math}: only with --dtype float32 (half precision always "
+                     "accumulates in float32)")  # fmt: skip
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out}: exists and is not a folder")
     if kind == "model" and args.model != "small" and not _installed("torchvision"):
@@ -198,6 +210,7 @@ def _validate_bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     args.suite = args.suite or "resnet50"
     args.dtype = args.dtype or "bf16"
     args.direction = args.direction or "all"
+    args.math = args.math or "tf32"
 
 
 def _info(args) -> int:
@@ -319,20 +332,23 @@ def _bench_algos(args) -> int:
     directions = list(DIRECTIONS) if args.direction == "all" else [args.direction]
     if torch.cuda.is_available():
         rows = run_algo_suite(
-            args.suite, args.dtype, directions, args.algo, args.batch, args.limit, args.out
-        )
+            args.suite, args.dtype, directions, args.algo, args.batch, args.limit, args.out,
+            math_mode=args.math,
+        )  # fmt: skip
     else:
         print(
             f"No CUDA device: a smoke run of --algo {args.algo} on tiny layers through Triton's "
             "interpreter (its times measure the interpreter)."
         )
-        unused = [name for name in args.given if name in ("suite", "dtype", "batch", "limit")]
+        unused = [name for name in args.given if name in ("suite", "batch", "limit")]
+        unused += ["dtype"] if "dtype" in args.given and args.dtype != "float32" else []
         if unused:
             flags = ", ".join("--" + name for name in unused)
             print(f"({flags}: for the GPU benchmark; the smoke run takes float32)")
         rows = run_algo_suite(
-            "tiny", "float32", directions, args.algo, out_dir=args.out, layers=TINY_LAYERS
-        )
+            "tiny", "float32", directions, args.algo, out_dir=args.out, layers=TINY_LAYERS,
+            math_mode=args.math,
+        )  # fmt: skip
     return 1 if any(r.failed for r in rows) else 0
 
 

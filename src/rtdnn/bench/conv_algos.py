@@ -79,14 +79,14 @@ def algorithm_names(algo: str) -> list[str]:
     return [get_algorithm(algo).name]
 
 
-def _problem(c: LayerCalls, direction: str) -> ConvProblem:
+def _problem(c: LayerCalls, direction: str, math_mode: str | None = None) -> ConvProblem:
     """The problem rtdnn's call builds for this layer (what supports and workspace_bytes
     are asked about): the written tensor laid out as the call allocates it (like x for
     forward and backward-filter, like dy for backward-data), the math mode it resolves."""
     a = c.args
     conv = ConvDesc.create(
         c.x.dim() - 2, a["stride"], a["padding"], a["dilation"], a["groups"],
-        "cross_correlation", resolve_math_mode(None),
+        "cross_correlation", resolve_math_mode(math_mode),
     )  # fmt: skip
     d = Direction.parse(direction)
     x, w, y = c.x, c.w, c.dy
@@ -121,14 +121,16 @@ def run_layer_algos(
     batch: int | None = None,
     device: str = "cuda",
     list_unsupported: bool = False,
+    math_mode: str | None = None,
 ) -> list[AlgoRow]:
     """One row per algorithm of `algos` that supports this layer in `direction` (and, with
-    `list_unsupported`, one saying why for each that does not), fastest and auto marked."""
+    `list_unsupported`, one saying why for each that does not), fastest and auto marked.
+    `math_mode`: rtdnn's `math` for float32 (cuDNN's TF32 switch is the caller's)."""
     c = layer_calls(layer, direction, dtype, batch, device)
-    p = _problem(c, direction)
+    p = _problem(c, direction, math_mode)
     expected = c.expected.double().cpu()
     cudnn_ms = _time_ms(c.theirs, device)
-    auto = ops.get_conv_algorithm(c.x, c.w, direction=direction, **c.args)
+    auto = ops.get_conv_algorithm(c.x, c.w, direction=direction, math=math_mode, **c.args)
     rows = []
     for name in algos:
         a = ALGORITHMS[name]
@@ -140,7 +142,7 @@ def run_layer_algos(
                 rows.append(_replace(row, status=f"not supported: {reason}"))
             continue
         row.workspace_bytes = a.workspace_bytes(p)
-        run = lambda name=name: c.ours(algo=name)
+        run = lambda name=name: c.ours(algo=name, math=math_mode)
         try:
             row.rel_err_vs_cudnn = rel_error(run(), expected)
             row.ms = _time_ms(run, device, warmed=True)
@@ -235,43 +237,52 @@ def run_algo_suite(
     limit: int | None = None,
     out_dir: str | None = None,
     layers: list[dict] | None = None,
+    math_mode: str = "tf32",
 ) -> list[AlgoRow]:
     """Every algorithm of `algo` ("all" or a name) on the suite's layers (or `layers`), in
     every direction of `directions`, beside PyTorch; on the GPU if there is one, else through
-    the interpreter. Writes conv_algos_<suite>_<dtype>.json and .md to `out_dir`."""
+    the interpreter. float32 runs under `math_mode`: "tf32", or "fp32" (strict, cuDNN's TF32
+    off too). Writes conv_algos_<suite>_<dtype>[_strict].json and .md to `out_dir`."""
     from tqdm import tqdm
 
     names = algorithm_names(algo)
-    every = algo.lower() == "all"
     dtype = DTYPES[dtype_name]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     baseline = "cuDNN" if device == "cuda" else "PyTorch CPU"
-    if device == "cuda":
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cudnn.allow_tf32 = True
-        torch.backends.cuda.matmul.allow_tf32 = True
-        where = torch.cuda.get_device_name()
-    else:
-        where = "Triton's interpreter on the CPU (times measure the interpreter)"
+    where = (
+        torch.cuda.get_device_name()
+        if device == "cuda"
+        else "Triton's interpreter on the CPU (times measure the interpreter)"
+    )
+    strict = dtype == torch.float32 and math_mode == "fp32"
+    number_format = "" if dtype != torch.float32 else " (strict)" if strict else " (TF32)"
     layers = (layers if layers is not None else load_suite(suite))[:limit]
     title = (
-        f"{suite}, {dtype_name}{' (TF32)' if dtype == torch.float32 else ''}, every algorithm "
-        f"({algo}), batch {batch or 'as in suite'}, {where}"
+        f"{suite}, {dtype_name}{number_format}, every algorithm ({algo}), batch "
+        f"{batch or 'as in suite'}, {where}"
     )
+    stem = f"conv_algos_{suite}_{dtype_name}{'_strict' if strict else ''}"
     rows: list[AlgoRow] = []
     work = [(layer, d) for d in directions for layer in layers]
-    progress = tqdm(work, desc=f"{suite} {dtype_name} algorithms", unit="layer")
-    for layer, d in progress:
-        here = run_layer_algos(layer, d, dtype, names, batch, device, list_unsupported=not every)
-        rows += here
-        for r in here:
-            progress.write(
-                f"{r.layer:12s} {r.direction:16s} {r.algo:22s} {r.ms:9.3f} ms vs {baseline} "
-                f"{r.cudnn_ms:.3f} ms: {r.ratio:.2f}x{'  fastest' if r.fastest else ''} "
-                f"({r.status})"
-            )
-        if out_dir:  # rewritten after every layer, so an interrupted run keeps what it did
-            _write(out_dir, f"conv_algos_{suite}_{dtype_name}", title, rows, baseline)
+    # cuDNN chooses its algorithms by measurement, with TF32 as rtdnn's math mode says.
+    with torch.backends.cudnn.flags(
+        enabled=True, benchmark=True, deterministic=False, allow_tf32=not strict
+    ):
+        progress = tqdm(work, desc=stem, unit="layer")
+        for layer, d in progress:
+            here = run_layer_algos(
+                layer, d, dtype, names, batch, device, list_unsupported=algo.lower() != "all",
+                math_mode=math_mode,
+            )  # fmt: skip
+            rows += here
+            for r in here:
+                progress.write(
+                    f"{r.layer:12s} {r.direction:16s} {r.algo:22s} {r.ms:9.3f} ms vs "
+                    f"{baseline} {r.cudnn_ms:.3f} ms: {r.ratio:.2f}x"
+                    f"{'  fastest' if r.fastest else ''} ({r.status})"
+                )
+            if out_dir:  # rewritten after every layer, so an interrupted run keeps what it did
+                _write(out_dir, stem, title, rows, baseline)
     print(markdown(rows, title, baseline))
     return rows
 
