@@ -481,11 +481,13 @@ def find_conv_algorithms(
 
     Each entry has the algorithm name, its median time in ms, its workspace in bytes and
     whether it is deterministic. Later `algo="auto"` calls for the same problem use the result.
-    `deterministic` (None: torch.are_deterministic_algorithms_enabled()): algorithms that are
-    not deterministic here are listed last, not run, with status "skipped: not deterministic".
+    `deterministic` (None: torch.are_deterministic_algorithms_enabled()): only the algorithms
+    that are deterministic here are listed, those `algo="auto"` may then choose (every one is
+    still run, so that the results also serve calls that allow the others).
     """
     deterministic = resolve_deterministic(deterministic)
     p, scratch = _problem_for_selection(
         direction, x, w, stride, padding, dilation, groups, mode, math
     )
-    return select.find(p, scratch, deterministic)
+    results = select.find(p, scratch)
+    return [r for r in results if r.deterministic] if deterministic else results

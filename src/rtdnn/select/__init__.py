@@ -115,12 +115,10 @@ def _time_ms(fn, device: str) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def find(p: ConvProblem, tensors: ConvTensors, deterministic: bool = False) -> list[AlgoPerf]:
+def find(p: ConvProblem, tensors: ConvTensors) -> list[AlgoPerf]:
     """Run every supported algorithm on `tensors` (scratch data of p's shapes), fastest first.
 
-    The written tensor is overwritten. Results are remembered for `choose`. `deterministic`:
-    algorithms that are not deterministic on `p` are listed (last, status "skipped: ...")
-    but not run.
+    The written tensor is overwritten. Results are remembered for `choose`.
     """
     results = []
     for a in ALGORITHMS.values():
@@ -128,9 +126,6 @@ def find(p: ConvProblem, tensors: ConvTensors, deterministic: bool = False) -> l
         if reason is not None:
             continue
         need = a.workspace_bytes(p)
-        if deterministic and not a.deterministic(p):
-            results.append(AlgoPerf(a.name, math.inf, need, False, "skipped: not deterministic"))
-            continue
         try:
             ws = allocate_workspace(need, torch.device(tensors.x.device))
             ms = _time_ms(lambda a=a, ws=ws: a.run(p, tensors, ws), p.device)
