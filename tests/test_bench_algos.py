@@ -76,6 +76,10 @@ def _check_table(rows: list[dict], directions: list[str], markdown: str) -> None
         for r in here:
             assert f"| {layer['name']} | {d} | {'**' * r['fastest']}{r['algo']}" in markdown
     wins = markdown.split("#### Win regions")[1]
+    for layer in TINY_LAYERS:
+        kernel = conv_algos.kernel_label(layer)
+        assert all(r["kernel"] == kernel for r in rows if r["layer"] == layer["name"])
+        assert f"| {kernel} | {len(directions)} | " in wins
     for name in {r["algo"] for r in rows}:
         won = sum(r["fastest"] for r in rows if r["algo"] == name)
         ran = sum(r["algo"] == name for r in rows)
@@ -163,10 +167,11 @@ def test_a_failing_algorithm_is_reported_and_fails_the_run(monkeypatch, capsys, 
     assert cli.main(argv) == 1
 
 
-def test_win_regions_counts_wins_per_direction():
+def test_win_regions_counts_wins_per_direction_and_kernel():
     def row(layer, direction, algo, ms, fastest=False, auto=False):
+        kernel = {"a": "3x3 s1", "b": "1x1 s1"}[layer]
         return AlgoRow(layer, direction, algo, ms, 0, 1.5, 1.5 / ms, 0.0, True,
-                       fastest=fastest, auto=auto)  # fmt: skip
+                       fastest=fastest, auto=auto, kernel=kernel)  # fmt: skip
 
     rows = [
         row("a", "forward", "X", 1.0, fastest=True),
@@ -180,6 +185,8 @@ def test_win_regions_counts_wins_per_direction():
     assert "| X | 2 | 2 | 2 | 0 | 2 | 1.50 |" in table
     assert "| Y | 2 | 1 | 0 | 1 | 1 | 1.50 |" in table
     assert "on 2 of 3 (layer, direction) pairs" in table
+    assert "| 3x3 s1 | 2 | X 1, Y 1 |" in table
+    assert "| 1x1 s1 | 1 | X 1 |" in table
 
 
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])

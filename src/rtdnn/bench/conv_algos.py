@@ -64,6 +64,7 @@ class AlgoRow:
     status: str = "ok"  # or "not supported: <reason>", "failed: <error>"
     fastest: bool = False  # the fastest correct algorithm for this (layer, direction)
     auto: bool = False  # the one algo="auto" runs here
+    kernel: str = ""  # filter size and stride, e.g. "3x3 s1": what the win regions group by
 
     @property
     def failed(self) -> bool:
@@ -135,7 +136,7 @@ def run_layer_algos(
     for name in algos:
         a = ALGORITHMS[name]
         row = AlgoRow(layer["name"], direction, name, math.nan, 0, cudnn_ms, math.nan, math.nan,
-                      False, auto=name == auto)  # fmt: skip
+                      False, auto=name == auto, kernel=kernel_label(layer))  # fmt: skip
         reason = a.supports(p)
         if reason is not None:
             if list_unsupported:
@@ -158,6 +159,13 @@ def run_layer_algos(
     if correct:
         min(correct, key=lambda r: r.ms).fastest = True
     return rows
+
+
+def kernel_label(layer: dict) -> str:
+    """ "3x3 s1", "31 s1", "7x7 s2"; " g" added for grouped layers (depthwise included)."""
+    stride = layer["stride"]
+    label = "x".join(map(str, layer["kernel"])) + f" s{'x'.join(map(str, dict.fromkeys(stride)))}"
+    return label + (" g" if layer.get("groups", 1) > 1 else "")
 
 
 def _replace(row: AlgoRow, **changes) -> AlgoRow:
@@ -212,6 +220,7 @@ def win_regions(rows: list[AlgoRow], baseline: str = "cuDNN") -> str:
             f"| {algo} | {len(mine)} | {len(won)} | {per_direction} | "
             f"{sum(r.ratio > 1 for r in mine)} | {geomean([r.ratio for r in mine]):.2f} |"
         )
+    lines += ["", *_wins_by_kernel(rows)]
     # auto's choice is judged only where it was among the algorithms timed.
     judged = {(r.layer, r.direction) for r in rows if r.auto and r.ok}
     near = 0
@@ -226,6 +235,26 @@ def win_regions(rows: list[AlgoRow], baseline: str = "cuDNN") -> str:
             f"on {near} of {len(judged)} (layer, direction) pairs.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _wins_by_kernel(rows: list[AlgoRow]) -> list[str]:
+    """Per filter size and stride: how many (layer, direction) pairs each algorithm won."""
+    lines = [
+        "By filter size and stride (g: grouped):",
+        "",
+        "| kernel | pairs | fastest (pairs won) |",
+        "|---|---:|---|",
+    ]
+    for kernel in dict.fromkeys(r.kernel for r in rows):
+        here = [r for r in rows if r.kernel == kernel]
+        pairs = {(r.layer, r.direction) for r in here}
+        wins = {}
+        for r in here:
+            if r.fastest:
+                wins[r.algo] = wins.get(r.algo, 0) + 1
+        ranked = sorted(wins.items(), key=lambda item: -item[1])
+        lines.append(f"| {kernel} | {len(pairs)} | {', '.join(f'{a} {n}' for a, n in ranked)} |")
+    return lines
 
 
 def run_algo_suite(
