@@ -6,7 +6,8 @@ workspace allocated as a plain call allocates it) and timed beside PyTorch's con
 is compared with cuDNN's. One row per (layer, direction, algorithm): time, workspace bytes,
 ratio to cuDNN, relative error against cuDNN's result, whether it was the fastest correct one
 for that (layer, direction) and whether algo="auto" picks it. A second table counts, per
-algorithm, the (layer, direction) pairs it won: its win region.
+algorithm, the (layer, direction) pairs it won: its win region; a third, the winners per
+filter size and stride.
 
 Without a GPU the same runs through Triton's interpreter on TINY_LAYERS, a smoke run: its
 times measure the interpreter, not the algorithms.
@@ -33,9 +34,9 @@ from ..core import (
     empty_like_layout,
     resolve_math_mode,
 )
+from ..core.timing import device_time_ms
 from ..reference import rel_error
 from .conv import AGREEMENT, DIRECTIONS, DTYPES, LayerCalls, geomean, layer_calls, load_suite
-from .conv import _bench as _device_bench
 
 #: The CPU smoke run's layers: a 3x3 stride-1 layer (every 2-D algorithm takes it) and a
 #: 1-D one; small enough for the interpreter.
@@ -103,10 +104,10 @@ def _problem(c: LayerCalls, direction: str, math_mode: str | None = None) -> Con
 
 
 def _time_ms(fn, device: str, warmed: bool = False) -> float:
-    """bench.conv's device time on the GPU; elsewhere one run's wall time, after a first
-    run unless `warmed` (fn already ran once)."""
+    """Device time on the GPU, as bench.conv measures it; elsewhere one run's wall time,
+    after a first run unless `warmed` (fn already ran once)."""
     if device == "cuda":
-        return _device_bench(fn)
+        return device_time_ms(fn, rep_ms=100)
     if not warmed:
         fn()
     start = time.perf_counter()
@@ -140,7 +141,8 @@ def run_layer_algos(
         reason = a.supports(p)
         if reason is not None:
             if list_unsupported:
-                rows.append(_replace(row, status=f"not supported: {reason}"))
+                row.status = f"not supported: {reason}"
+                rows.append(row)
             continue
         row.workspace_bytes = a.workspace_bytes(p)
         run = lambda name=name: c.ours(algo=name, math=math_mode)
@@ -162,14 +164,11 @@ def run_layer_algos(
 
 
 def kernel_label(layer: dict) -> str:
-    """ "3x3 s1", "31 s1", "7x7 s2"; " g" added for grouped layers (depthwise included)."""
-    stride = layer["stride"]
-    label = "x".join(map(str, layer["kernel"])) + f" s{'x'.join(map(str, dict.fromkeys(stride)))}"
-    return label + (" g" if layer.get("groups", 1) > 1 else "")
-
-
-def _replace(row: AlgoRow, **changes) -> AlgoRow:
-    return AlgoRow(**{**asdict(row), **changes})
+    """A layer's filter size and stride as the win regions name them: "3x3 s1", "31 s1",
+    "5x20 s2x1" (a stride equal in every dim written once), " g" added if grouped."""
+    sizes = "x".join(map(str, layer["kernel"]))
+    strides = "x".join(map(str, dict.fromkeys(layer["stride"])))
+    return f"{sizes} s{strides}" + (" g" if layer.get("groups", 1) > 1 else "")
 
 
 def _size(nbytes: int) -> str:
