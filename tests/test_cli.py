@@ -53,6 +53,14 @@ def no_work(monkeypatch):
         (["bench", "--model", "small", "--limit", "3"], ["--limit", "not used by --model"]),
         (["bench", "--no-fuse"], ["--no-fuse", "not used by the convolution suite"]),
         (["bench", "--out", "pyproject.toml"], ["--out", "not a folder"]),
+        (["bench", "--algo", "nosuch"], ["--algo", "'nosuch'", "all", "IMPLICIT_GEMM", "FFT"]),
+        (["bench", "--algo", "all", "--find"], ["--find", "not used by --algo"]),
+        (["bench", "--algo", "GEMM", "--eager"], ["--eager", "not used by --algo"]),
+        (["bench", "--op", "lrn", "--algo", "all"], ["--algo", "not used by --op"]),
+        (["bench", "--model", "small", "--algo", "all"], ["--algo", "not used by --model"]),
+        (["bench", "--algo", "all", "--math", "fp32"], ["--math fp32", "--dtype float32"]),
+        (["bench", "--algo", "all", "--math", "fp64"], ["--math", "fp64", "tf32"]),
+        (["bench", "--dtype", "fp32", "--math", "fp32"], ["--math", "not used by the convolution"]),
         (["demo", "--epochs", "0"], ["--epochs", "positive"]),
         (["demo", "--epochs", "-2"], ["--epochs", "-2"]),
         (["demo", "--budget", "-3"], ["--budget", "-3", "seconds"]),
@@ -156,6 +164,36 @@ def test_bench_on_gpu_passes_checked_options_and_prints_where_it_wrote(
     printed = capsys.readouterr().out
     assert "results written to:" in printed
     assert str(out / "conv_vgg16_bf16.json") in printed
+
+
+def test_bench_algo_on_gpu_passes_checked_options(monkeypatch, tmp_path):
+    """The GPU branch of --algo with the runner replaced: the algorithm's registered name,
+    canonical dtype and directions; a failed row makes the exit status 1."""
+    import rtdnn.bench.conv_algos as conv_algos
+
+    calls, failed = [], []
+
+    class Row:
+        @property
+        def failed(self):
+            return bool(failed)
+
+    def fake_run_algo_suite(*args, math_mode):
+        calls.append((*args, math_mode))
+        return [Row()]
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(conv_algos, "run_algo_suite", fake_run_algo_suite)
+    argv = ["bench", "--algo", "winograd_nonfused", "--suite", "vgg16", "--dtype", "fp32"]
+    argv += ["--direction", "backward_data", "--limit", "3", "--out", str(tmp_path)]
+    assert cli.main([*argv, "--math", "fp32"]) == 0
+    assert calls == [
+        ("vgg16", "float32", ["backward_data"], "WINOGRAD_NONFUSED", None, 3, str(tmp_path), "fp32")
+    ]
+    failed.append(True)
+    assert cli.main(["bench", "--algo", "ALL", "--out", str(tmp_path)]) == 1
+    assert calls[1] == ("resnet50", "bf16", list(conv_algos.DIRECTIONS), "all", None, None,
+                        str(tmp_path), "tf32")  # fmt: skip
 
 
 def test_bench_defaults(monkeypatch, tmp_path):

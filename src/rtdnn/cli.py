@@ -30,9 +30,11 @@ DEMO_EXTRA = 'pip install -e ".[demo]"'
 # one to a run that does not use it is an error rather than silently ignored.
 _USED_BY = {
     "suite": {"suite", "dtype", "direction", "batch", "limit", "find", "eager"},
+    "algo": {"suite", "dtype", "direction", "batch", "limit", "algo", "math"},
     "op": set(),
     "model": {"dtype", "batch", "no_fuse"},
 }
+_KIND_NAMES = {"op": "--op", "model": "--model", "algo": "--algo", "suite": "the convolution suite"}
 
 
 def suites() -> list[str]:
@@ -71,6 +73,18 @@ def _dtype(text: str) -> str:
     return DTYPES[text]
 
 
+def _algo(text: str) -> str:
+    """'all', or a convolution algorithm's name (any case) as rtdnn registers it."""
+    from .algos import ALGORITHMS
+
+    if text.lower() == "all":
+        return "all"
+    if text.upper() not in ALGORITHMS:
+        names = ", ".join(["all", *ALGORITHMS])
+        raise argparse.ArgumentTypeError(f"expected one of {names}, got {text!r}")
+    return text.upper()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rtdnn", description=__doc__)
     parser.add_argument("--version", action="version", version=f"rtdnn {__version__}")
@@ -81,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
         help="benchmark against PyTorch/cuDNN (without a GPU: the correctness self-check)",
         description="On a GPU: rtdnn beside PyTorch/cuDNN. Without one: a correctness "
         "self-check of every primitive through Triton's interpreter (the options below are "
-        "then checked but only --model applies).",
+        "then checked but only --model and --algo apply, as smoke runs on small problems).",
     )
     bench.add_argument(
         "--suite", choices=suites(), default=None, help="convolution layer suite (default resnet50)"
@@ -121,6 +135,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--eager", action="store_true", help="also time plain calls (host overhead included)"
+    )
+    bench.add_argument(
+        "--algo",
+        type=_algo,
+        default=None,
+        metavar="{all,NAME}",
+        help="time every convolution algorithm (all) or one (e.g. WINOGRAD) on each layer of "
+        "the suite, forced, beside cuDNN: a row per layer, direction and algorithm, the fastest "
+        "marked, and a table of where each wins (without a GPU: tiny layers, interpreted)",
+    )
+    bench.add_argument(
+        "--math",
+        choices=("tf32", "fp32"),
+        default=None,
+        help="with --algo and --dtype float32: tf32 (default) or fp32, strict IEEE float32 "
+        "products (cuDNN's TF32 off too)",
     )
     tune = sub.add_parser(
         "tune",
@@ -173,17 +203,23 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
 def _validate_bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.op is not None and args.model is not None:
         parser.error("--op and --model: give one or the other")
-    kind = "op" if args.op is not None else "model" if args.model is not None else "suite"
-    given = [
-        name
-        for name in ("suite", "dtype", "direction", "batch", "limit", "find", "eager", "no_fuse")
-        if getattr(args, name) not in (None, False)
-    ]
+    kind = (
+        "op" if args.op is not None
+        else "model" if args.model is not None
+        else "algo" if args.algo is not None
+        else "suite"
+    )  # fmt: skip
+    options = (
+        "suite", "dtype", "direction", "batch", "limit", "find", "eager", "no_fuse", "algo", "math",
+    )  # fmt: skip
+    given = [name for name in options if getattr(args, name) not in (None, False)]
     unused = [name for name in given if name not in _USED_BY[kind]]
     if unused:
         flags = ", ".join("--" + name.replace("_", "-") for name in unused)
-        what = {"op": "--op", "model": "--model", "suite": "the convolution suite"}[kind]
-        parser.error(f"{flags}: not used by {what}")
+        parser.error(f"{flags}: not used by {_KIND_NAMES[kind]}")
+    if args.math is not None and args.dtype != "float32":
+        parser.error(f"--math {args.math}: only with --dtype float32 (half precision always "
+                     "accumulates in float32)")  # fmt: skip
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out}: exists and is not a folder")
     if kind == "model" and args.model != "small" and not _installed("torchvision"):
@@ -193,6 +229,7 @@ def _validate_bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     args.suite = args.suite or "resnet50"
     args.dtype = args.dtype or "bf16"
     args.direction = args.direction or "all"
+    args.math = args.math or "tf32"
 
 
 def _info(args) -> int:
@@ -271,6 +308,8 @@ def _bench(args) -> int:
 
         run_model(args.model, out_dir=args.out, fuse=not args.no_fuse)
         status = 0
+    elif args.algo is not None:  # with or without a GPU
+        status = _bench_algos(args)
     elif not torch.cuda.is_available():
         print("No CUDA device: running the correctness self-check through Triton's interpreter.")
         print("Performance needs a GPU: run `rtdnn bench` on a machine with one.")
@@ -302,6 +341,37 @@ def _bench(args) -> int:
     for path in written:
         print(f"  {path}")
     return status
+
+
+def _bench_algos(args) -> int:
+    """Every algorithm (or one) forced on every layer beside cuDNN; without a GPU, on tiny
+    layers through the interpreter. Status 1 if one failed or disagreed with the baseline."""
+    import torch
+
+    from .bench.conv import DIRECTIONS
+    from .bench.conv_algos import TINY_LAYERS, run_algo_suite
+
+    directions = list(DIRECTIONS) if args.direction == "all" else [args.direction]
+    if torch.cuda.is_available():
+        rows = run_algo_suite(
+            args.suite, args.dtype, directions, args.algo, args.batch, args.limit, args.out,
+            math_mode=args.math,
+        )  # fmt: skip
+    else:
+        print(
+            f"No CUDA device: a smoke run of --algo {args.algo} on tiny layers through Triton's "
+            "interpreter (its times measure the interpreter)."
+        )
+        unused = [name for name in args.given if name in ("suite", "batch", "limit")]
+        unused += ["dtype"] if "dtype" in args.given and args.dtype != "float32" else []
+        if unused:
+            flags = ", ".join("--" + name for name in unused)
+            print(f"({flags}: for the GPU benchmark; the smoke run takes float32)")
+        rows = run_algo_suite(
+            "tiny", "float32", directions, args.algo, out_dir=args.out, layers=TINY_LAYERS,
+            math_mode=args.math,
+        )  # fmt: skip
+    return 1 if any(r.failed for r in rows) else 0
 
 
 def _bench_op(args) -> int:

@@ -15,7 +15,9 @@ def _desc(x: Tensor, stride, padding, dilation, groups, mode) -> ConvDesc:
 
 
 # The forward op takes the plain API's algorithm choice and math mode; the backward ops take the
-# math mode and workspace limit (their algorithm is chosen for their own direction). alpha scales
+# math mode and workspace limit (their algorithm is chosen for their own direction). All take
+# `deterministic`; left at None, each op reads torch.use_deterministic_algorithms when it runs,
+# as torch's own convolution backward does. alpha scales
 # the convolution (not the bias) in float32 inside the kernel, as the plain call does, and
 # scales the data and filter gradients the same way.
 
@@ -35,17 +37,19 @@ def conv_forward(
     math: str | None = None,
     alpha: float = 1.0,
     micro_batch: str = "undivided",
+    deterministic: bool | None = None,
 ) -> Tensor:
     return ops.conv_forward(
         x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups, mode=mode,
         alpha=alpha, algo=algo, workspace_limit=workspace_limit, math=math,
         micro_batch=micro_batch,
+        deterministic=deterministic,
     )  # fmt: skip
 
 
 @conv_forward.register_fake
 def _(x, w, bias, stride, padding, dilation, groups, mode, algo="auto", workspace_limit=None,
-      math=None, alpha=1.0, micro_batch="undivided"):  # fmt: skip
+      math=None, alpha=1.0, micro_batch="undivided", deterministic=None):  # fmt: skip
     shape = conv_output_shape(x.shape, w.shape, _desc(x, stride, padding, dilation, groups, mode))
     return empty_like_layout(shape, x)
 
@@ -64,17 +68,19 @@ def conv_backward_data(
     math: str | None = None,
     alpha: float = 1.0,
     micro_batch: str = "undivided",
+    deterministic: bool | None = None,
 ) -> Tensor:
     return ops.conv_backward_data(
         dy, w, x_shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
         mode=mode, alpha=alpha, workspace_limit=workspace_limit, math=math,
         micro_batch=micro_batch,
+        deterministic=deterministic,
     )  # fmt: skip
 
 
 @conv_backward_data.register_fake
 def _(dy, w, x_shape, stride, padding, dilation, groups, mode, workspace_limit=None, math=None,
-      alpha=1.0, micro_batch="undivided"):  # fmt: skip
+      alpha=1.0, micro_batch="undivided", deterministic=None):  # fmt: skip
     return empty_like_layout(x_shape, dy)
 
 
@@ -92,17 +98,19 @@ def conv_backward_filter(
     math: str | None = None,
     alpha: float = 1.0,
     micro_batch: str = "undivided",
+    deterministic: bool | None = None,
 ) -> Tensor:
     return ops.conv_backward_filter(
         x, dy, w_shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
         mode=mode, alpha=alpha, workspace_limit=workspace_limit, math=math,
         micro_batch=micro_batch,
+        deterministic=deterministic,
     )  # fmt: skip
 
 
 @conv_backward_filter.register_fake
 def _(x, dy, w_shape, stride, padding, dilation, groups, mode, workspace_limit=None, math=None,
-      alpha=1.0, micro_batch="undivided"):  # fmt: skip
+      alpha=1.0, micro_batch="undivided", deterministic=None):  # fmt: skip
     return empty_like_layout(w_shape, x)
 
 
@@ -120,11 +128,15 @@ def _conv_setup_context(ctx, inputs, output):
     # The eager road passes the arguments as the caller gave them, without the defaults of
     # those left out.
     x, w, bias, stride, padding, dilation, groups, mode, *tuning = inputs
-    defaults = ("auto", None, None, 1.0, "undivided")
-    _algo, workspace_limit, math, alpha, micro_batch = (*tuning, *defaults[len(tuning) :])
+    defaults = ("auto", None, None, 1.0, "undivided", None)
+    _algo, workspace_limit, math, alpha, micro_batch, deterministic = (
+        *tuning,
+        *defaults[len(tuning) :],
+    )
     ctx.save_for_backward(x, w)
     ctx.conv_args = (
         stride, padding, dilation, groups, mode, workspace_limit, math, alpha, micro_batch,
+        deterministic,
     )  # fmt: skip
     ctx.has_bias = bias is not None
 
@@ -135,11 +147,11 @@ def _conv_backward(ctx, dy):
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
     dx = conv_backward_data(dy, w, list(x.shape), *args) if need_x else None
     dw = conv_backward_filter(x, dy, list(w.shape), *args) if need_w else None
-    # y = alpha * conv(x, w) + bias: dx and dw take alpha (args' last), db does not.
+    # y = alpha * conv(x, w) + bias: dx and dw take alpha (in args), db does not.
     db = conv_backward_bias(dy) if ctx.has_bias and need_b else None
     # One gradient per input of the full schema; autograd drops the trailing Nones the eager
     # road's shorter argument list has no input for.
-    return dx, dw, db, None, None, None, None, None, None, None, None, None, None
+    return dx, dw, db, *(None,) * 11
 
 
 conv_forward.register_autograd(_conv_backward, setup_context=_conv_setup_context)
@@ -163,19 +175,21 @@ def conv_forward_api(
     workspace_limit: int | None = None,
     math: str | None = None,
     micro_batch: str = "undivided",
+    deterministic: bool | None = None,
 ) -> Tensor:
     if not records_grad(x, w, bias):
         return ops.conv_forward(
             x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups,
             mode=mode, alpha=alpha, beta=beta, out=out, algo=algo,
             workspace_limit=workspace_limit, math=math, micro_batch=micro_batch,
+            deterministic=deterministic,
         )  # fmt: skip
     check_differentiable("conv_forward", alpha, beta, out)
     if isinstance(x, Tensor) and isinstance(w, Tensor) and x.dim() == w.dim() - 1:  # unbatched
         return conv_forward_api(
             x.unsqueeze(0), w, bias, stride=stride, padding=padding, dilation=dilation,
             groups=groups, mode=mode, alpha=alpha, algo=algo, workspace_limit=workspace_limit,
-            math=math, micro_batch=micro_batch,
+            math=math, micro_batch=micro_batch, deterministic=deterministic,
         ).squeeze(0)  # fmt: skip
     if isinstance(padding, str):  # "same" may pad x on the right: F.pad carries the gradient
         x, padding = named_padding(x, w, padding, stride, dilation)
@@ -183,5 +197,5 @@ def conv_forward_api(
     return conv_forward(
         x, w, bias, list(as_tuple("stride", stride, n)), list(as_tuple("padding", padding, n)),
         list(as_tuple("dilation", dilation, n)), groups, mode, algo, workspace_limit, math,
-        float(alpha), micro_batch,
+        float(alpha), micro_batch, deterministic,
     )  # fmt: skip

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import resources
 
@@ -86,14 +87,14 @@ def _channels_last(t: torch.Tensor) -> torch.Tensor:
     return t.movedim(1, -1).contiguous().movedim(-1, 1)
 
 
-def _layer_tensors(layer: dict, dtype: torch.dtype, batch: int | None):
+def _layer_tensors(layer: dict, dtype: torch.dtype, batch: int | None, device: str = "cuda"):
     n = batch or layer["n"]
     spatial = layer["spatial"]
     kernel = layer["kernel"]
     g = layer.get("groups", 1)
-    x = _channels_last(torch.randn(n, layer["c"], *spatial, device="cuda", dtype=dtype))
+    x = _channels_last(torch.randn(n, layer["c"], *spatial, device=device, dtype=dtype))
     fan_in = layer["c"] // g * math.prod(kernel)
-    w = torch.randn(layer["k"], layer["c"] // g, *kernel, device="cuda", dtype=dtype)
+    w = torch.randn(layer["k"], layer["c"] // g, *kernel, device=device, dtype=dtype)
     w = _channels_last(w / math.sqrt(fan_in))
     return x, w
 
@@ -107,15 +108,31 @@ def _conv_args(layer: dict) -> dict:
     )
 
 
-def run_layer(
-    layer: dict,
-    direction: str,
-    dtype: torch.dtype,
-    batch: int | None,
-    find: bool = False,
-    eager: bool = False,
-) -> Row:
-    x, w = _layer_tensors(layer, dtype, batch)
+@dataclass
+class LayerCalls:
+    """One layer in one direction, ready to run: rtdnn's call (keywords such as algo= go to
+    the rtdnn function), PyTorch's (cuDNN on a GPU), and PyTorch's result. dy is the
+    gradient the backward directions take."""
+
+    x: torch.Tensor
+    w: torch.Tensor
+    y: torch.Tensor
+    dy: torch.Tensor
+    args: dict
+    ours: Callable[..., torch.Tensor]
+    theirs: Callable[[], torch.Tensor]
+    expected: torch.Tensor
+
+    @property
+    def flops(self) -> int:
+        # Each output element: one multiply-add per filter element of its group, (C/g) * R.
+        return 2 * self.y.numel() * self.w[0].numel()
+
+
+def layer_calls(
+    layer: dict, direction: str, dtype: torch.dtype, batch: int | None, device: str = "cuda"
+) -> LayerCalls:
+    x, w = _layer_tensors(layer, dtype, batch, device)
     args = _conv_args(layer)
     conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[x.dim()]
     y = conv(x, w, None, args["stride"], args["padding"], args["dilation"], args["groups"])
@@ -129,27 +146,39 @@ def run_layer(
         )  # fmt: skip
 
     if direction == "forward":
-        ours = lambda: ops.conv_forward(x, w, **args)
+        ours = lambda **kw: ops.conv_forward(x, w, **args, **kw)
         theirs = lambda: conv(x, w, None, *args.values())
         expected = y
     elif direction == "backward_data":
-        ours = lambda: ops.conv_backward_data(dy, w, x.shape, **args)
+        ours = lambda **kw: ops.conv_backward_data(dy, w, x.shape, **args, **kw)
         theirs = lambda: cudnn_backward([True, False, False])[0]
         expected = theirs()
     else:
-        ours = lambda: ops.conv_backward_filter(x, dy, w.shape, **args)
+        ours = lambda **kw: ops.conv_backward_filter(x, dy, w.shape, **args, **kw)
         theirs = lambda: cudnn_backward([False, True, False])[1]
         expected = theirs()
+    return LayerCalls(x, w, y, dy, args, ours, theirs, expected)
+
+
+def run_layer(
+    layer: dict,
+    direction: str,
+    dtype: torch.dtype,
+    batch: int | None,
+    find: bool = False,
+    eager: bool = False,
+) -> Row:
+    c = layer_calls(layer, direction, dtype, batch)
+    x, w, y, args, ours, theirs = c.x, c.w, c.y, c.args, c.ours, c.theirs
     if find:
         ops.find_conv_algorithms(x, w, direction=direction, **args)
     algo = ops.get_conv_algorithm(x, w, direction=direction, **args)
-    err = rel_error(ours(), expected.double().cpu())
+    err = rel_error(ours(), c.expected.double().cpu())
     ours_ms, theirs_ms = _bench(ours), _bench(theirs)
     ours_eager = theirs_eager = float("nan")
     if eager:
         ours_eager, theirs_eager = _bench(ours, graph=False), _bench(theirs, graph=False)
-    flops = 2 * y.numel() * (x.shape[1] // args["groups"]) * math.prod(w.shape[2:])
-    tflops = flops / ours_ms / 1e9
+    tflops = c.flops / ours_ms / 1e9
     nbytes = (x.numel() + w.numel() + y.numel()) * x.element_size()
     return Row(
         layer["name"], direction, algo, ours_ms, theirs_ms, theirs_ms / ours_ms, ours_eager,

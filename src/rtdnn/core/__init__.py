@@ -33,6 +33,7 @@ from .tensor import (
     default_math_mode,
     empty_like_layout,
     layout_strides,
+    resolve_deterministic,
     resolve_math_mode,
 )
 
@@ -67,5 +68,6 @@ __all__ = [
     "empty_like_layout",
     "layout_strides",
     "not_supported",
+    "resolve_deterministic",
     "resolve_math_mode",
 ]

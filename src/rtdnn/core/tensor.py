@@ -33,6 +33,18 @@ def resolve_math_mode(math: str | None) -> str:
     return math
 
 
+def resolve_deterministic(deterministic: bool | None) -> bool:
+    """True if only algorithms whose results repeat bit for bit may run. None follows PyTorch's
+    switch, torch.use_deterministic_algorithms (read on every call, as torch's own ops do)."""
+    if deterministic is None:
+        return torch.are_deterministic_algorithms_enabled()
+    if not isinstance(deterministic, bool):
+        raise bad_param(
+            "deterministic", deterministic, "True, False or None (follow PyTorch's setting)"
+        )
+    return deterministic
+
+
 @dataclass(frozen=True)
 class TensorDesc:
     """Shape, strides (in elements, may be negative) and dtype of one tensor.

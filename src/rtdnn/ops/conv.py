@@ -11,6 +11,9 @@ kernel is launched, builds a ConvProblem, picks an algorithm and runs it:
 `mode="convolution"` flips the filter (true convolution), "cross_correlation" (the default)
 does not, as in cuDNN. `math` is "fp32" (strict) or "tf32" for float32 data; None follows
 `torch.backends.cudnn.allow_tf32`. Half-precision data always accumulates in float32.
+`deterministic=True` allows only algorithms whose results repeat bit for bit (algo="auto" skips
+the others; naming one raises BadParamError); None follows
+`torch.use_deterministic_algorithms`.
 
 `out` must share no memory with x, w, dy or bias (BadParamError): every output element
 reads many inputs, so no direction runs in place.
@@ -41,6 +44,7 @@ from ..core import (
     conv_output_shape,
     empty_like_layout,
     layout_strides,
+    resolve_deterministic,
     resolve_math_mode,
 )
 from ..core.handle import stream_workspace
@@ -123,6 +127,7 @@ def _prepare(
     conv: ConvDesc,
     algo: str,
     workspace_limit: int | None,
+    deterministic: bool,
     out_shape,
     like: torch.Tensor,
 ) -> _Prepared:
@@ -132,7 +137,7 @@ def _prepare(
         direction, TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y), conv, x.device.type,
         tensors.bias is not None,
     )  # fmt: skip
-    return _Prepared(p, select.resolve(p, algo, workspace_limit), out_shape, like)
+    return _Prepared(p, select.resolve(p, algo, workspace_limit, deterministic), out_shape, like)
 
 
 def _shape_arg(name: str, shape, ndim: int) -> tuple[int, ...]:
@@ -215,6 +220,7 @@ def conv_forward(
     workspace_limit: int | None = None,
     math: str | None = None,
     micro_batch: str = "undivided",
+    deterministic: bool | None = None,
 ) -> torch.Tensor:
     """y = alpha * conv(x, w) + bias + beta * out.
 
@@ -224,7 +230,9 @@ def conv_forward(
     place and returned (batched or not as x). `padding` is per spatial dim, or "valid" (none)
     or "same" (O = S, stride 1 only; an odd total pads one more on the right, as
     torch.nn.Conv does). `algo` is "auto" (the fastest whose workspace fits
-    `workspace_limit` bytes) or an algorithm name such as "IMPLICIT_GEMM" or "GEMM".
+    `workspace_limit` bytes) or an algorithm name such as "IMPLICIT_GEMM" or "GEMM";
+    `deterministic` (None: torch.are_deterministic_algorithms_enabled()) limits either to
+    algorithms whose results repeat bit for bit.
     `micro_batch` "powerOfTwo" or "all" (with algo="auto") runs the batch in micro-batches,
     each with the fastest algorithm whose workspace fits `workspace_limit` (see plan_conv);
     the first call of a shape measures them all. "undivided" (the default) does not split.
@@ -241,13 +249,15 @@ def conv_forward(
             groups=groups, mode=mode, alpha=alpha, beta=beta,
             out=out.unsqueeze(0) if isinstance(out, torch.Tensor) else out, algo=algo,
             workspace_limit=workspace_limit, math=math, micro_batch=micro_batch,
+            deterministic=deterministic,
         )  # fmt: skip
         return out if out is not None else y.squeeze(0)
     if isinstance(padding, str):
         x, padding = named_padding(x, w, padding, stride, dilation)
+    deterministic = resolve_deterministic(deterministic)
     key, call = _lookup(
         Direction.FORWARD, (x, w, bias, out), stride, padding, dilation, groups, mode, algo,
-        workspace_limit, resolve_math_mode(math),
+        workspace_limit, resolve_math_mode(math), deterministic,
     )  # fmt: skip
     if call is None:
         x, w = _check_operands("x", x, w, unbatched=True)
@@ -264,9 +274,10 @@ def conv_forward(
             return y
         bias = bias.contiguous() if bias is not None else None
         tensors = ConvTensors(x, w, y, bias)
-        call = _remember(
-            key, _prepare(Direction.FORWARD, tensors, conv, algo, workspace_limit, y_shape, x)
+        prepared = _prepare(
+            Direction.FORWARD, tensors, conv, algo, workspace_limit, deterministic, y_shape, x
         )
+        call = _remember(key, prepared)
     else:
         check_scaling(alpha, beta, out)
         y = call.output(out, x)
@@ -293,6 +304,7 @@ def conv_backward_data(
     workspace_limit: int | None = None,
     math: str | None = None,
     micro_batch: str = "undivided",
+    deterministic: bool | None = None,
 ) -> torch.Tensor:
     """dx = alpha * (gradient of conv(x, w) w.r.t. x, given dy) + beta * out.
 
@@ -302,6 +314,7 @@ def conv_backward_data(
     return _backward(
         Direction.BACKWARD_DATA, dy, w, x_shape, ("dy", "w", "x_shape"), stride, padding,
         dilation, groups, mode, alpha, beta, out, algo, workspace_limit, math, micro_batch,
+        deterministic,
     )  # fmt: skip
 
 
@@ -322,6 +335,7 @@ def conv_backward_filter(
     workspace_limit: int | None = None,
     math: str | None = None,
     micro_batch: str = "undivided",
+    deterministic: bool | None = None,
 ) -> torch.Tensor:
     """dw = alpha * (gradient of conv(x, w) w.r.t. w, given dy) + beta * out.
 
@@ -332,21 +346,23 @@ def conv_backward_filter(
     return _backward(
         Direction.BACKWARD_FILTER, x, dy, w_shape, ("x", "dy", "w_shape"), stride, padding,
         dilation, groups, mode, alpha, beta, out, algo, workspace_limit, math, micro_batch,
+        deterministic,
     )  # fmt: skip
 
 
 def _backward(
     direction: Direction, first, second, shape, names, stride, padding, dilation, groups, mode,
-    alpha, beta, out, algo, workspace_limit, math, micro_batch,
+    alpha, beta, out, algo, workspace_limit, math, micro_batch, deterministic,
 ) -> torch.Tensor:  # fmt: skip
     """conv_backward_data (first, second = dy, w; shape = x_shape) and conv_backward_filter
     (first, second = x, dy; shape = w_shape): the result has `shape` in first's memory format
     (or is `out`); `names` name the three arguments in errors."""
     if micro_batch != "undivided":
         check_micro_batch(micro_batch, algo)
+    deterministic = resolve_deterministic(deterministic)
     key, call = _lookup(
         direction, (first, second, out), shape, stride, padding, dilation, groups, mode, algo,
-        workspace_limit, resolve_math_mode(math),
+        workspace_limit, resolve_math_mode(math), deterministic,
     )  # fmt: skip
     data = direction is Direction.BACKWARD_DATA
     if call is None:  # a new signature: validate everything, then prepare below
@@ -377,7 +393,9 @@ def _backward(
     # ConvTensors is (x, w, y): dx is the result of backward-data, dw of backward-filter.
     tensors = ConvTensors(result, second, first) if data else ConvTensors(first, result, second)
     if call is None:
-        prepared = _prepare(direction, tensors, conv, algo, workspace_limit, shape, first)
+        prepared = _prepare(
+            direction, tensors, conv, algo, workspace_limit, deterministic, shape, first
+        )
         call = _remember(key, prepared)
     _run(call, tensors, micro_batch, workspace_limit, alpha, beta)
     return result
@@ -487,15 +505,19 @@ def get_conv_algorithm(
     math: str | None = None,
     preference: str = "fastest",
     workspace_limit: int | None = None,
+    deterministic: bool | None = None,
 ) -> str:
     """The algorithm rtdnn would use for this convolution, without running anything.
 
     x and w give the shapes, strides, dtype and device (their values are not read).
     preference: "fastest" (within `workspace_limit` bytes, if given) or "no_workspace".
     Times measured by `find_conv_algorithms` for the same problem take precedence.
+    `deterministic` (None: torch.are_deterministic_algorithms_enabled()): only among
+    algorithms whose results repeat bit for bit.
     """
+    deterministic = resolve_deterministic(deterministic)
     p, _ = _problem_for_selection(direction, x, w, stride, padding, dilation, groups, mode, math)
-    return select.choose(p, preference, workspace_limit).name
+    return select.choose(p, preference, workspace_limit, deterministic).name
 
 
 def find_conv_algorithms(
@@ -510,6 +532,7 @@ def find_conv_algorithms(
     mode: str = "cross_correlation",
     math: str | None = None,
     refresh: bool = False,
+    deterministic: bool | None = None,
 ) -> list[select.AlgoPerf]:
     """Run every algorithm that supports this convolution; return them fastest first.
 
@@ -517,10 +540,15 @@ def find_conv_algorithms(
     whether it is deterministic. Later `algo="auto"` calls for the same problem use the result.
     Results are kept in the tuning database: a problem already measured in this environment
     (device, rtdnn, Triton and torch versions) is not run again unless `refresh` is True.
+    `deterministic` (None: torch.are_deterministic_algorithms_enabled()): only the algorithms
+    that are deterministic here are listed, those `algo="auto"` may then choose (every one is
+    still run, so that the results also serve calls that allow the others).
     """
     if not isinstance(refresh, bool):
         raise bad_param("refresh", refresh, "True or False")
+    deterministic = resolve_deterministic(deterministic)
     p, scratch = _problem_for_selection(
         direction, x, w, stride, padding, dilation, groups, mode, math
     )
-    return select.find(p, scratch, refresh=refresh)
+    results = select.find(p, scratch, refresh=refresh)
+    return [r for r in results if r.deterministic] if deterministic else results

@@ -70,9 +70,13 @@ def _heuristic_order(p: ConvProblem) -> list[str]:
 
 
 def choose(
-    p: ConvProblem, preference: str = "fastest", workspace_limit: int | None = None
+    p: ConvProblem,
+    preference: str = "fastest",
+    workspace_limit: int | None = None,
+    deterministic: bool = False,
 ) -> ConvAlgorithm:
-    """The algorithm to run `p` with, under the preference and the workspace limit (bytes)."""
+    """The algorithm to run `p` with, under the preference and the workspace limit (bytes);
+    `deterministic`: only among algorithms whose results repeat bit for bit on `p`."""
     if preference not in PREFERENCES:
         raise bad_param("preference", preference, f"one of {PREFERENCES}")
     _check_limit(workspace_limit)
@@ -80,26 +84,39 @@ def choose(
         workspace_limit = 0
 
     def fits(a: ConvAlgorithm) -> bool:
-        return a.supports(p) is None and (
-            workspace_limit is None or a.workspace_bytes(p) <= workspace_limit
+        return (
+            a.supports(p) is None
+            and (workspace_limit is None or a.workspace_bytes(p) <= workspace_limit)
+            and (not deterministic or a.deterministic(p))
         )
 
     measured = [r.algo for r in _known(p) if r.status == "ok"]
     for name in measured + _heuristic_order(p):
         if fits(ALGORITHMS[name]):
             return ALGORITHMS[name]
-    return ALGORITHMS[NO_WORKSPACE]
+    return ALGORITHMS[NO_WORKSPACE]  # supports everything, needs nothing, is deterministic
 
 
-def resolve(p: ConvProblem, algo: str, workspace_limit: int | None) -> ConvAlgorithm:
-    """`algo` ("auto" or a name) checked against `p` and the workspace limit."""
+def resolve(
+    p: ConvProblem, algo: str, workspace_limit: int | None, deterministic: bool = False
+) -> ConvAlgorithm:
+    """`algo` ("auto" or a name) checked against `p`, the workspace limit and, when
+    `deterministic`, whether its results repeat bit for bit."""
     if algo == "auto":
-        return choose(p, "fastest", workspace_limit)
+        return choose(p, "fastest", workspace_limit, deterministic)
     _check_limit(workspace_limit)
     a = get_algorithm(algo)
     reason = a.supports(p)
     if reason is not None:
         raise NotSupportedError(f"algo={algo!r} is not supported for this problem: {reason}")
+    if deterministic and not a.deterministic(p):
+        raise bad_param(
+            "algo",
+            algo,
+            "a deterministic algorithm, as deterministic=True (or "
+            f"torch.use_deterministic_algorithms(True)) asks: {a.name}'s results on this "
+            "problem may differ from run to run",
+        )
     need = a.workspace_bytes(p)
     if workspace_limit is not None and need > workspace_limit:
         raise bad_param(
