@@ -205,3 +205,32 @@ def test_deterministic_must_be_a_bool_or_none(fn, bad):
     x, w = torch.randn(1, 2, 4, 4), torch.randn(2, 2, 2, 2)
     with pytest.raises(rtdnn.BadParamError, match="deterministic"):
         fn(x, w, bad)
+
+
+def test_micro_batch_plans_skip_non_deterministic_algorithms(gen, monkeypatch, stand_in):
+    """A plan of micro-batches under deterministic=True uses no algorithm that is not
+    deterministic, though it measured fastest at every size."""
+    from rtdnn.algos import supported_algorithms
+    from rtdnn.ops import conv_plan
+    from rtdnn.select import AlgoPerf
+
+    def find(p, tensors, refresh=False):
+        return sorted(
+            (AlgoPerf(a.name, 1.0 if a.name == STAND_IN else 5.0, a.workspace_bytes(p),
+                      a.deterministic(p)) for a in supported_algorithms(p)),
+            key=lambda r: r.time_ms,
+        )  # fmt: skip
+
+    monkeypatch.setattr(select, "find", find)
+    monkeypatch.setattr(conv_plan, "_plans", {})
+    x = make_tensor((3, 2, 4, 4), torch.float32, generator=gen)
+    w = make_tensor((3, 2, 2, 2), torch.float32, generator=gen)
+    plan = lambda **kw: rtdnn.plan_conv(x, w, math=MATH, policy="powerOfTwo", **kw)
+    assert {a for _, a in plan(deterministic=False).micro_batches} == {STAND_IN}
+    assert STAND_IN not in {a for _, a in plan(deterministic=True).micro_batches}
+    runs = stand_in.runs
+    y = rtdnn.conv_forward(x, w, math=MATH, micro_batch="powerOfTwo", deterministic=True)
+    assert stand_in.runs == runs
+    assert_close(y, reference.conv_forward(x, w))
+    rtdnn.conv_forward(x, w, math=MATH, micro_batch="powerOfTwo", deterministic=False)
+    assert stand_in.runs > runs

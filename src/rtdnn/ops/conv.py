@@ -93,11 +93,14 @@ class _Prepared:
 _prepared: dict[tuple, _Prepared] = {}
 
 
-def _run(call: _Prepared, t: ConvTensors, micro_batch: str, workspace_limit, alpha, beta) -> None:
+def _run(
+    call: _Prepared, t: ConvTensors, micro_batch: str, workspace_limit, alpha, beta,
+    deterministic: bool,
+) -> None:  # fmt: skip
     if micro_batch == "undivided":
         call(t, alpha, beta)
     else:  # validated like any call; the plan picks the algorithms (see conv_plan)
-        run_micro_batched(call.problem, t, micro_batch, workspace_limit, alpha, beta)
+        run_micro_batched(call.problem, t, micro_batch, workspace_limit, alpha, beta, deterministic)
 
 
 def _lookup(direction: Direction, tensors, *params) -> tuple[tuple | None, _Prepared | None]:
@@ -283,7 +286,7 @@ def conv_forward(
         y = call.output(out, x)
         check_out_disjoint(out, x=x, w=w, bias=bias)
         tensors = ConvTensors(x, w, y, bias.contiguous() if bias is not None else None)
-    _run(call, tensors, micro_batch, workspace_limit, alpha, beta)
+    _run(call, tensors, micro_batch, workspace_limit, alpha, beta, deterministic)
     return y
 
 
@@ -397,7 +400,7 @@ def _backward(
             direction, tensors, conv, algo, workspace_limit, deterministic, shape, first
         )
         call = _remember(key, prepared)
-    _run(call, tensors, micro_batch, workspace_limit, alpha, beta)
+    _run(call, tensors, micro_batch, workspace_limit, alpha, beta, deterministic)
     return result
 
 
@@ -472,6 +475,7 @@ def plan_conv(
     math: str | None = None,
     workspace_limit: int | None = None,
     policy: str = "all",
+    deterministic: bool | None = None,
 ) -> Plan:
     """The fastest way to run this convolution in micro-batches within `workspace_limit` bytes.
 
@@ -482,14 +486,16 @@ def plan_conv(
     list of (batch size, algorithm) adding up to N; `.time_ms`, their summed time; and
     `.workspace_bytes`, the most any of them needs (they share one buffer). The conv
     functions' `micro_batch=` runs such a plan. A limit below every workspace-using
-    algorithm's need still gives a plan (some algorithm needs none).
+    algorithm's need still gives a plan (some algorithm needs none). `deterministic` (None:
+    torch.are_deterministic_algorithms_enabled()): of deterministic algorithms only.
     """
     check_policy("policy", policy)
     check_bytes("workspace_limit", workspace_limit)
+    deterministic = resolve_deterministic(deterministic)
     p, scratch = _problem_for_selection(
         direction, x, w, stride, padding, dilation, groups, mode, math
     )
-    return plan_for(p, scratch, policy, workspace_limit)
+    return plan_for(p, scratch, policy, workspace_limit, deterministic)
 
 
 def get_conv_algorithm(

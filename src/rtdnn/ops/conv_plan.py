@@ -44,9 +44,12 @@ def sub_problem(
     return q, ConvTensors(x, t.w, y, t.bias)
 
 
-def measure(p: ConvProblem, t: ConvTensors, sizes: list[int]) -> dict[int, list]:
+def measure(
+    p: ConvProblem, t: ConvTensors, sizes: list[int], deterministic: bool = False
+) -> dict[int, list]:
     """{b: [(algorithm, time_ms, workspace_bytes), ...]} for the first b batch rows of `t`,
-    every algorithm that runs them, timed by select.find. `t`'s inputs are read; the
+    every algorithm that runs them (`deterministic`: that is deterministic), timed by
+    select.find. `t`'s inputs are read; the
     direction's output is left alone (find writes a scratch copy)."""
     table = {}
     for b in sizes:
@@ -56,19 +59,30 @@ def measure(p: ConvProblem, t: ConvTensors, sizes: list[int]) -> dict[int, list]
             written.shape, written.stride(), dtype=written.dtype, device=written.device
         )
         results = select.find(q, sub.with_written(p.direction, scratch))
-        table[b] = [(r.algo, r.time_ms, r.workspace_bytes) for r in results if r.status == "ok"]
+        table[b] = [
+            (r.algo, r.time_ms, r.workspace_bytes)
+            for r in results
+            if r.status == "ok" and (r.deterministic or not deterministic)
+        ]
     return table
 
 
-def plan_for(p: ConvProblem, t: ConvTensors, policy: str, workspace_limit: int | None) -> Plan:
-    """The fastest plan for `p` within `workspace_limit` bytes, measured on `t` on first use
-    of this (problem, policy, limit) and remembered."""
+def plan_for(
+    p: ConvProblem,
+    t: ConvTensors,
+    policy: str,
+    workspace_limit: int | None,
+    deterministic: bool = False,
+) -> Plan:
+    """The fastest plan for `p` within `workspace_limit` bytes (`deterministic`: of
+    deterministic algorithms only), measured on `t` on first use of this (problem, policy,
+    limit, deterministic) and remembered."""
     check_policy("policy", policy)
     check_bytes("workspace_limit", workspace_limit)
-    key = (p, policy, workspace_limit)
+    key = (p, policy, workspace_limit, deterministic)
     plan = _plans.get(key)
     if plan is None:
-        table = measure(p, t, batch_sizes(policy, p.batch))
+        table = measure(p, t, batch_sizes(policy, p.batch), deterministic)
         plan = _plans[key] = best_plan(table, p.batch, policy, workspace_limit)
     return plan
 
@@ -101,6 +115,7 @@ def run_micro_batched(
     workspace_limit: int | None,
     alpha: float,
     beta: float,
+    deterministic: bool = False,
 ) -> None:
     """The conv functions' micro_batch path: plan `p` (measured on first use), then run it."""
-    run_plan(plan_for(p, t, policy, workspace_limit), p, t, alpha, beta)
+    run_plan(plan_for(p, t, policy, workspace_limit, deterministic), p, t, alpha, beta)
