@@ -149,8 +149,8 @@ def _parser() -> argparse.ArgumentParser:
     action.add_argument(
         "--model",
         metavar="NAME",
-        help=f"plan this: a layer suite ({', '.join(suites())}), a suite .json file, small, "
-        "or a torchvision model (resnet18, alexnet, ...)",
+        help=f"plan this: a layer suite ({', '.join(suites())}; first), a suite .json file, "
+        "small, or a torchvision model (resnet18, alexnet, ...)",
     )
     action.add_argument("--list", action="store_true", help="print every stored result")
     action.add_argument("--export", metavar="FILE", help="write every stored result as JSON")

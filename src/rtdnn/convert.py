@@ -126,14 +126,15 @@ def convert(
     the converted one is a deep copy; with inplace=True the input itself is converted.
 
     workspace_limit (bytes), micro_batch ("undivided", "powerOfTwo" or "all") and
-    workspace_policy ("reuse" or "divide") plan the convolutions: given a limit, a policy
-    other than "undivided" or "divide", each converted convolution measures every algorithm
-    (at every micro-batch size the policy allows) on the first forward and backward of each
-    shape, keeps the results in the tuning database, and runs each direction by the fastest
-    plan within its workspace limit. "reuse": `workspace_limit` is each layer's limit (they
-    share one buffer). "divide": it is a budget for the sum of the layers' workspaces, which
-    rtdnn.plan_network(model, example_input) divides among them (until then each layer may
-    use all of it). `report.plans()` (and printing the report) shows the plans once run.
+    workspace_policy ("reuse" or "divide") plan the convolutions. Unless all three are left at
+    their defaults, each converted convolution measures every algorithm, at every micro-batch
+    size the policy allows, on the first forward and backward of each shape (the results go
+    to the tuning database), and runs each direction by the fastest plan within its workspace
+    limit. "reuse": `workspace_limit` is each layer's limit (None: no limit; the layers share
+    one buffer). "divide": it is a budget for the sum of the layers' workspaces, which
+    rtdnn.plan_network divides among them (until then each layer may use all of it).
+    `report.plans()` (and printing the report) shows the plans once the model has run. A model
+    so converted runs its convolutions eagerly: torch.compile breaks its graph around them.
 
     fuse=True also traces the converted model with torch.fx and fuses each batch norm with the
     ReLU (and residual add) after it (see rtdnn.fuse); the model returned is then a

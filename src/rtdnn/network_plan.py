@@ -128,7 +128,7 @@ class NetworkPlan:
             f"{self.workspace_policy!r}, workspace limit {limit} {what}",
             *table_lines(self.rows),
         ]
-        total = f"{'total':44s} {'':38s} {self.time_ms:10.3f}"
+        total = f"{'total':52s} {'':38s} {self.time_ms:10.3f}"
         total += f" {format_bytes(self.workspace_bytes):>11s}"
         undivided = self.undivided_ms
         if undivided is not None:

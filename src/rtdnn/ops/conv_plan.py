@@ -62,7 +62,8 @@ def observed() -> Iterator[list[Observed]]:
     try:
         yield seen
     finally:
-        stack.remove(seen)
+        # By identity: two open lists may be equal (both empty).
+        del stack[next(i for i, s in enumerate(stack) if s is seen)]
 
 
 def observing() -> bool:
@@ -75,7 +76,7 @@ def table(p: ConvProblem, policy: str) -> dict[int, list]:
     time_ms, workspace_bytes), ...]}. BadParamError if `p` was not planned with `policy`."""
     found = _tables.get((p, policy))
     if found is None:
-        raise bad_param("policy", policy, f"a policy {p.direction.value} was planned with")
+        raise bad_param("policy", policy, "a policy this problem was planned with")
     return found
 
 
