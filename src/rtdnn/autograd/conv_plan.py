@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from .. import ops
 from ..core import bad_param
@@ -77,6 +78,7 @@ class _PlannedConv(torch.autograd.Function):
         return _run(tuning, "forward", ops.conv_forward, x, w, bias, **geometry)
 
     @staticmethod
+    @once_differentiable  # the backward ops have no backward of their own
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
         geometry, tuning = ctx.geometry, ctx.tuning
