@@ -126,7 +126,7 @@ def all_fronts(model):
         for d in ("forward", "backward_data", "backward_filter"):
             if d in tuning.seen:
                 seen = tuning.seen[d]
-                table = conv_plan.table(seen.problem, seen.policy)
+                table = conv_plan.table(seen.problem, seen.policy, seen.deterministic)
                 fronts.append(desirable_plans(table, seen.problem.batch, seen.policy))
     return fronts
 

@@ -265,7 +265,7 @@ def plan_network(
     fronts, undivided = [], []
     for _, tuning, direction in entries:
         seen = tuning.seen[direction]
-        table = conv_plan.table(seen.problem, seen.policy)
+        table = conv_plan.table(seen.problem, seen.policy, seen.deterministic)
         fronts.append(desirable_plans(table, seen.problem.batch, seen.policy))
         undivided.append(desirable_plans(table, seen.problem.batch, "undivided"))
     chosen = _choose(fronts, policy, limit)

@@ -34,18 +34,20 @@ from ..select.plan import Plan, batch_sizes, best_plan, check_bytes, check_polic
 # Plans by (problem, policy, workspace limit): measuring is expensive, and a training loop
 # repeats the same problems every step.
 _plans: dict[tuple, Plan] = {}
-# The latest measurements by (problem, policy), for network planning (see `table`).
+# The latest measurements by (problem, policy, deterministic), for network planning.
 _tables: dict[tuple, dict[int, list]] = {}
 
 
 @dataclass(frozen=True)
 class Observed:
-    """A plan one call ran: its problem, batch policy and workspace limit."""
+    """A plan one call ran: its problem, batch policy, workspace limit, and whether it was
+    made of deterministic algorithms only (see `table`)."""
 
     problem: ConvProblem
     policy: str
     workspace_limit: int | None
     plan: Plan
+    deterministic: bool = False
 
 
 _local = threading.local()  # .observers: the lists open `observed()` blocks append to
@@ -71,10 +73,11 @@ def observing() -> bool:
     return bool(getattr(_local, "observers", None))
 
 
-def table(p: ConvProblem, policy: str) -> dict[int, list]:
-    """What was last measured for `p` at the sizes `policy` allows: {b: [(algorithm,
-    time_ms, workspace_bytes), ...]}. BadParamError if `p` was not planned with `policy`."""
-    found = _tables.get((p, policy))
+def table(p: ConvProblem, policy: str, deterministic: bool = False) -> dict[int, list]:
+    """What was last measured for `p` at the sizes `policy` allows (of the deterministic
+    algorithms where `deterministic`): {b: [(algorithm, time_ms, workspace_bytes), ...]}.
+    BadParamError if `p` was not planned so."""
+    found = _tables.get((p, policy, deterministic))
     if found is None:
         raise bad_param("policy", policy, "a policy this problem was planned with")
     return found
@@ -128,7 +131,7 @@ def plan_for(p: ConvProblem, t: ConvTensors, policy: str, workspace_limit: int |
     key = (p, policy, workspace_limit)
     plan = _plans.get(key)
     if plan is None:
-        measured = _tables[p, policy] = measure(p, t, batch_sizes(policy, p.batch))
+        measured = _tables[p, policy, False] = measure(p, t, batch_sizes(policy, p.batch))
         plan = _plans[key] = best_plan(measured, p.batch, policy, workspace_limit)
     for seen in getattr(_local, "observers", ()):
         seen.append(Observed(p, policy, workspace_limit, plan))
