@@ -35,6 +35,7 @@ from .core import (
     ExecutionFailedError,
     NotSupportedError,
 )
+from .network_plan import NetworkPlan, plan_network
 from .ops import (
     activation_backward,
     activation_needs,
@@ -104,9 +105,11 @@ __all__ = [
     "linear_backward_weight",
     "lrn_backward",
     "lrn_forward",
+    "NetworkPlan",
     "NotSupportedError",
     "op_tensor",
     "plan_conv",
+    "plan_network",
     "pooling_backward",
     "pooling_forward",
     "reduce_tensor",

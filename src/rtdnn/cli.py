@@ -24,6 +24,7 @@ DTYPES = {
 OPS = ("pooling", "activation", "softmax", "lrn", "dropout", "tensor", "norm", "all")
 MODELS = ("resnet50", "efficientnet_b0", "mobilenet_v3_large", "convnext_tiny", "small")
 DIRECTIONS = ("all", "forward", "backward_data", "backward_filter")
+TUNE_POLICIES = ("undivided", "powerOfTwo", "all")  # select.plan.POLICIES
 DEMO_EXTRA = 'pip install -e ".[demo]"'
 
 # The bench options each kind of run uses (the convolution suite is the default kind); giving
@@ -65,6 +66,18 @@ def _positive_seconds(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
+
+
+def _bytes(text: str) -> int:
+    from .core import BadParamError
+    from .network_plan import parse_bytes
+
+    try:
+        return parse_bytes("bytes", text)
+    except BadParamError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of bytes such as 65536, 64MiB or 1.5GiB, got {text!r}"
+        ) from None
 
 
 def _dtype(text: str) -> str:
@@ -154,16 +167,52 @@ def _parser() -> argparse.ArgumentParser:
     )
     tune = sub.add_parser(
         "tune",
-        help="the tuning database: list, export or clear stored algorithm results",
-        description="The tuning database keeps what find_conv_algorithms measures (and the "
-        "tile choices of the GPU kernels) across processes. Its file is RTDNN_TUNING_DB, else "
-        "$XDG_CACHE_HOME/rtdnn/tuning.sqlite3 or ~/.cache/rtdnn/tuning.sqlite3; "
-        "RTDNN_TUNING_DB=off keeps it in memory.",
+        help="plan a model's convolutions under a workspace limit; list, export or clear the "
+        "tuning database",
+        description="--model plans every convolution of a model or layer suite in "
+        "micro-batches under a workspace limit and prints the plan per layer. The tuning "
+        "database keeps what is measured (and the tile choices of the GPU kernels) across "
+        "processes. Its file is RTDNN_TUNING_DB, else $XDG_CACHE_HOME/rtdnn/tuning.sqlite3 or "
+        "~/.cache/rtdnn/tuning.sqlite3; RTDNN_TUNING_DB=off keeps it in memory.",
     )
     action = tune.add_mutually_exclusive_group(required=True)
+    action.add_argument(
+        "--model",
+        metavar="NAME",
+        help=f"plan this: a layer suite ({', '.join(suites())}; first), a suite .json file, "
+        "small, or a torchvision model (resnet18, alexnet, ...)",
+    )
     action.add_argument("--list", action="store_true", help="print every stored result")
     action.add_argument("--export", metavar="FILE", help="write every stored result as JSON")
     action.add_argument("--clear", action="store_true", help="delete every stored result")
+    planning = tune.add_argument_group("planning (with --model)")
+    planning.add_argument(
+        "--batch", type=_positive_int, default=None, help="default: the suite's, 32 for models"
+    )
+    planning.add_argument(
+        "--workspace-limit",
+        type=_bytes,
+        default=None,
+        metavar="BYTES",
+        help="e.g. 64MiB, 1GiB, 500MB: per layer (reuse) or for the network (divide); default none",
+    )
+    planning.add_argument(
+        "--policy", choices=TUNE_POLICIES, default=None, help="micro-batch sizes (default all)"
+    )
+    planning.add_argument(
+        "--workspace-policy",
+        choices=("reuse", "divide"),
+        default=None,
+        help="reuse (default): the limit is each layer's; divide: one budget for the sum",
+    )
+    planning.add_argument("--direction", choices=DIRECTIONS, default=None, help="default all")
+    planning.add_argument(
+        "--dtype",
+        type=_dtype,
+        default=None,
+        metavar="{bf16,fp16,float32}",
+        help="default bf16 on a GPU, float32 without",
+    )
     demo = sub.add_parser("demo", help="train a small CNN on the digits data set")
     demo.add_argument(
         "--epochs", type=_positive_int, default=None, help="default 20 (GPU), 6 (CPU)"
@@ -183,12 +232,8 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     """Everything argparse's types and choices cannot check alone, before any work starts."""
     if args.command == "bench":
         _validate_bench(parser, args)
-    elif args.command == "tune" and args.export is not None:
-        folder = os.path.dirname(os.path.abspath(args.export))
-        if not os.path.isdir(folder):
-            parser.error(f"--export {args.export}: folder {folder} does not exist")
-        if os.path.isdir(args.export):
-            parser.error(f"--export {args.export}: is a folder, expected a file name")
+    elif args.command == "tune":
+        _validate_tune(parser, args)
     elif args.command == "demo":
         if not _installed("sklearn"):
             parser.error(f"rtdnn demo needs scikit-learn for its data set: {DEMO_EXTRA}")
@@ -198,6 +243,39 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
             folder = os.path.dirname(os.path.abspath(args.plot))
             if not os.path.isdir(folder):
                 parser.error(f"--plot {args.plot}: folder {folder} does not exist")
+
+
+def _validate_tune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.export is not None:
+        folder = os.path.dirname(os.path.abspath(args.export))
+        if not os.path.isdir(folder):
+            parser.error(f"--export {args.export}: folder {folder} does not exist")
+        if os.path.isdir(args.export):
+            parser.error(f"--export {args.export}: is a folder, expected a file name")
+    options = ("batch", "workspace_limit", "policy", "workspace_policy", "direction", "dtype")
+    given = [name for name in options if getattr(args, name) is not None]
+    if args.model is None:
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            parser.error(f"{flags}: only with --model")
+        return
+    from .bench.tune import is_suite
+
+    if not is_suite(args.model) and args.model != "small":
+        if not _installed("torchvision"):
+            parser.error(
+                f"--model {args.model}: not a suite ({', '.join(suites())}) nor a .json file; "
+                "torchvision models need torchvision: pip install torchvision"
+            )
+        import torchvision
+
+        if args.model not in torchvision.models.list_models(module=torchvision.models):
+            parser.error(
+                f"--model {args.model}: not a suite ({', '.join(suites())}), a .json file, "
+                "small, or a torchvision classification model"
+            )
+    if args.workspace_policy == "divide" and args.workspace_limit is None:
+        parser.error("--workspace-policy divide: needs --workspace-limit (the network budget)")
 
 
 def _validate_bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -388,10 +466,24 @@ def _bench_op(args) -> int:
 
 
 def _tune(args) -> int:
-    """List, export or clear the tuning database."""
+    """Plan a model (--model), or list, export or clear the tuning database."""
     import json
 
     from .select import database as tuning
+
+    if args.model is not None:
+        import torch
+
+        from .bench.tune import run_tune
+
+        default_dtype = "bf16" if torch.cuda.is_available() else "float32"
+        plan = run_tune(
+            args.model, args.batch, args.dtype or default_dtype, args.workspace_limit,
+            args.policy or "all", args.workspace_policy or "reuse", args.direction or "all",
+        )  # fmt: skip
+        print(f"{args.model} on {'cuda' if torch.cuda.is_available() else 'cpu'}")
+        print(plan)
+        return 0
 
     db = tuning.database()
     where = db.location if db.path is not None else "in memory (RTDNN_TUNING_DB=off)"
@@ -457,7 +549,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     _validate(args.command_parser or parser, args)
-    if args.command in ("bench", "demo") and not _cpu_ready():
+    runs_kernels = args.command in ("bench", "demo") or getattr(args, "model", None) is not None
+    if runs_kernels and not _cpu_ready():
         # Without a GPU the kernels run in the interpreter, which must be chosen before triton
         # is imported (importing rtdnn imports it): re-run this command with it set.
         os.environ["TRITON_INTERPRET"] = "1"

@@ -8,6 +8,10 @@ converted; a user's subclass (which may override forward) is left alone and repo
 rtdnn computes float32, float16 and bfloat16, not float64. A module with float64 parameters or
 buffers is kept as it is, and so is a module without parameters (an activation, a pooling) in
 a model that has float64 ones, since its input is float64 then; the report says why.
+
+With a workspace limit or a micro-batch policy, each converted convolution also gets a
+ConvTuning (autograd.conv_plan): it then measures and plans each of its problems on first use
+and runs them within its limit (see rtdnn.network_plan, which divides a network budget).
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from dataclasses import dataclass, field
 import torch
 
 from . import nn as rtdnn_nn
+from .autograd.conv_plan import DIRECTIONS, ConvTuning
 from .fuse import fuse_batch_norm, trace
+from .network_plan import LayerPlan, table_lines
+from .nn.conv import _RtdnnConv
 
 FLOAT64_REASON = "float64 parameters: rtdnn computes float32, float16 and bfloat16"
 FLOAT64_MODEL_REASON = "in a float64 model: rtdnn computes float32, float16 and bfloat16"
@@ -58,6 +65,19 @@ class ConversionReport:
     kept: list[tuple[str, str, str]] = field(default_factory=list)  # (path, class, reason)
     fused: list[str] = field(default_factory=list)  # e.g. "layer1.0.bn3 + add + relu"
     not_fused: str | None = None  # why fuse=True could not trace the model
+    # The convolutions given a workspace limit or micro-batch policy, by path; each holds the
+    # plans its directions last ran (filled as the model runs).
+    tuned: dict[str, ConvTuning] = field(default_factory=dict)
+
+    def plans(self) -> list[LayerPlan]:
+        """The plan each tuned convolution last ran, by layer and direction (none before
+        the model has run)."""
+        return [
+            LayerPlan(path, d, tuning.seen[d].plan)
+            for path, tuning in self.tuned.items()
+            for d in DIRECTIONS
+            if d in tuning.seen
+        ]
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -75,14 +95,46 @@ class ConversionReport:
             lines.append(f"  fused    {len(self.fused)} batch norms with what follows them")
         if self.not_fused:
             lines.append(f"  not fused: {self.not_fused}")
+        if self.tuned:
+            lines.append(self._tuning_summary())
+        return "\n".join(lines)
+
+    def _tuning_summary(self) -> str:
+        first = next(iter(self.tuned.values()))
+        limit = first.workspace_limit
+        lines = [
+            f"  planned  {len(self.tuned)} convolutions: micro_batch={first.micro_batch!r}, "
+            f"workspace_limit={limit!r} ({first.workspace_policy})"
+        ]
+        plans = self.plans()
+        if not plans:
+            lines.append("  (plans are made on the first forward and backward of each shape)")
+        lines += ["  " + line for line in table_lines(plans)] if plans else []
         return "\n".join(lines)
 
 
 def convert(
-    model: torch.nn.Module, *, inplace: bool = False, fuse: bool = False
+    model: torch.nn.Module,
+    *,
+    inplace: bool = False,
+    fuse: bool = False,
+    workspace_limit: int | None = None,
+    micro_batch: str = "undivided",
+    workspace_policy: str = "reuse",
 ) -> tuple[torch.nn.Module, ConversionReport]:
     """Return (converted model, report). With inplace=False the input model is untouched and
     the converted one is a deep copy; with inplace=True the input itself is converted.
+
+    workspace_limit (bytes), micro_batch ("undivided", "powerOfTwo" or "all") and
+    workspace_policy ("reuse" or "divide") plan the convolutions. Unless all three are left at
+    their defaults, each converted convolution measures every algorithm, at every micro-batch
+    size the policy allows, on the first forward and backward of each shape (the results go
+    to the tuning database), and runs each direction by the fastest plan within its workspace
+    limit. "reuse": `workspace_limit` is each layer's limit (None: no limit; the layers share
+    one buffer). "divide": it is a budget for the sum of the layers' workspaces, which
+    rtdnn.plan_network divides among them (until then each layer may use all of it).
+    `report.plans()` (and printing the report) shows the plans once the model has run. A model
+    so converted runs its convolutions eagerly: torch.compile breaks its graph around them.
 
     fuse=True also traces the converted model with torch.fx and fuses each batch norm with the
     ReLU (and residual add) after it (see rtdnn.fuse); the model returned is then a
@@ -95,6 +147,10 @@ def convert(
         # The fused batch norms apply the ReLU themselves: the input's own forward, which
         # still calls the ReLU and the add, would then compute something else.
         raise ValueError("convert: fuse=True needs inplace=False")
+    tuning = None
+    if workspace_limit is not None or micro_batch != "undivided" or workspace_policy != "reuse":
+        # Validated here, before the model is copied or changed.
+        tuning = ConvTuning(micro_batch, workspace_limit, workspace_policy)
     if not inplace:
         model = copy.deepcopy(model)
     table = twins()
@@ -117,6 +173,11 @@ def convert(
             report.kept.append((path, cls.__name__, "subclass of a supported module"))
         elif not any(True for _ in module.children()):
             report.kept.append((path, cls.__name__, "no rtdnn implementation"))
+    for path, module in model.named_modules():
+        if isinstance(module, _RtdnnConv) and tuning is not None:
+            module.tuning = report.tuned[path] = copy.deepcopy(tuning)
+        elif isinstance(module, _RtdnnConv):  # converted again without: the default path
+            module.__dict__.pop("tuning", None)
     if fuse:
         try:
             traced = trace(model)

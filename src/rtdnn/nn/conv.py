@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import autograd
+from ..autograd.conv_plan import ConvTuning, planned_conv
 from ..core import bad_param
 from ..ops.conv import pad_same
 from ._inputs import batched, unbatch
@@ -28,7 +29,14 @@ def autocast_inputs(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
 
 
 class _RtdnnConv:
-    """Replaces torch's _conv_forward; everything else is inherited from torch.nn.ConvNd."""
+    """Replaces torch's _conv_forward; everything else is inherited from torch.nn.ConvNd.
+
+    `tuning` (set by rtdnn.convert with a workspace limit or a micro-batch policy) makes the
+    layer run each direction by a measured plan within its limit (see autograd.conv_plan);
+    None runs the convolution as the functions' defaults do.
+    """
+
+    tuning: ConvTuning | None = None
 
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         input, added = batched(self, input, len(self.kernel_size))
@@ -51,6 +59,11 @@ class _RtdnnConv:
             padding = (0,) * len(self.kernel_size)
         elif padding == "same":
             input, padding = pad_same(input, self.kernel_size, self.dilation)
+        if self.tuning is not None:
+            return planned_conv(
+                input, weight, bias, list(self.stride), list(padding), list(self.dilation),
+                self.groups, "cross_correlation", self.tuning,
+            )  # fmt: skip
         return autograd.conv_forward(
             input, weight, bias, list(self.stride), list(padding), list(self.dilation),
             self.groups, "cross_correlation",

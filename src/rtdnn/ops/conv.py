@@ -51,7 +51,7 @@ from ..core.handle import stream_workspace
 from ..kernels.reduce import channel_partial_sum_kernel, channel_sum_finish_kernel
 from ..select.plan import Plan, check_bytes, check_policy
 from ._common import finish_empty
-from .conv_plan import check_micro_batch, plan_for, run_micro_batched
+from .conv_plan import check_micro_batch, observing, plan_for, run_micro_batched
 
 IntOrSeq = int | Sequence[int]
 
@@ -97,7 +97,7 @@ def _run(
     call: _Prepared, t: ConvTensors, micro_batch: str, workspace_limit, alpha, beta,
     deterministic: bool,
 ) -> None:  # fmt: skip
-    if micro_batch == "undivided":
+    if micro_batch == "undivided" and not observing():  # observed: measured, see conv_plan
         call(t, alpha, beta)
     else:  # validated like any call; the plan picks the algorithms (see conv_plan)
         run_micro_batched(call.problem, t, micro_batch, workspace_limit, alpha, beta, deterministic)

@@ -5,13 +5,25 @@ x and y along N is a convolution of its own and may run with its own algorithm. 
 sums over the batch: its slices add their contributions into the one filter gradient. Each
 micro-batch size the policy allows is measured once per problem (through select.find, which
 times every algorithm on scratch output), and select.plan's dynamic program picks the plan.
+
+Network planning (rtdnn.plan_network) needs to know which problems a model's layers ran and
+what was measured for them: `observed()` collects, in the calling thread, every plan made or
+reused while it is open, and `table` returns the latest measurements of a problem.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import torch
+
+try:  # a progress bar while measuring, where tqdm is installed
+    from tqdm.auto import tqdm
+except ImportError:  # pragma: no cover - tqdm is a dependency, but measuring needs none
+    tqdm = None
 
 from .. import select
 from ..algos import ConvTensors, get_algorithm
@@ -22,6 +34,53 @@ from ..select.plan import Plan, batch_sizes, best_plan, check_bytes, check_polic
 # Plans by (problem, policy, workspace limit): measuring is expensive, and a training loop
 # repeats the same problems every step.
 _plans: dict[tuple, Plan] = {}
+# The latest measurements by (problem, policy, deterministic), for network planning.
+_tables: dict[tuple, dict[int, list]] = {}
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A plan one call ran: its problem, batch policy, workspace limit, and whether it was
+    made of deterministic algorithms only (see `table`)."""
+
+    problem: ConvProblem
+    policy: str
+    workspace_limit: int | None
+    plan: Plan
+    deterministic: bool = False
+
+
+_local = threading.local()  # .observers: the lists open `observed()` blocks append to
+
+
+@contextlib.contextmanager
+def observed() -> Iterator[list[Observed]]:
+    """Collect every plan run in this thread while open. Inside, the conv functions measure
+    and plan even micro_batch="undivided" calls (the fastest algorithm within the limit,
+    measured rather than guessed), so that every call made in it has a plan to observe."""
+    stack = _local.__dict__.setdefault("observers", [])
+    seen: list[Observed] = []
+    stack.append(seen)
+    try:
+        yield seen
+    finally:
+        # By identity: two open lists may be equal (both empty).
+        del stack[next(i for i, s in enumerate(stack) if s is seen)]
+
+
+def observing() -> bool:
+    """True inside an `observed()` block of this thread."""
+    return bool(getattr(_local, "observers", None))
+
+
+def table(p: ConvProblem, policy: str, deterministic: bool = False) -> dict[int, list]:
+    """What was last measured for `p` at the sizes `policy` allows (of the deterministic
+    algorithms where `deterministic`): {b: [(algorithm, time_ms, workspace_bytes), ...]}.
+    BadParamError if `p` was not planned so."""
+    found = _tables.get((p, policy, deterministic))
+    if found is None:
+        raise bad_param("policy", policy, "a policy this problem was planned with")
+    return found
 
 
 def check_micro_batch(micro_batch: object, algo: object) -> None:
@@ -52,6 +111,10 @@ def measure(
     select.find. `t`'s inputs are read; the
     direction's output is left alone (find writes a scratch copy)."""
     table = {}
+    if tqdm is not None and len(sizes) > 1:
+        # Shown on a terminal only (disable=None); each size runs every algorithm once.
+        what = f"measuring {p.direction.value} N={p.batch}"
+        sizes = tqdm(sizes, desc=what, unit="size", leave=False, disable=None)
     for b in sizes:
         q, sub = sub_problem(p, t, 0, b)
         written = sub.written(p.direction)
@@ -82,8 +145,11 @@ def plan_for(
     key = (p, policy, workspace_limit, deterministic)
     plan = _plans.get(key)
     if plan is None:
-        table = measure(p, t, batch_sizes(policy, p.batch), deterministic)
-        plan = _plans[key] = best_plan(table, p.batch, policy, workspace_limit)
+        measured = measure(p, t, batch_sizes(policy, p.batch), deterministic)
+        _tables[p, policy, deterministic] = measured
+        plan = _plans[key] = best_plan(measured, p.batch, policy, workspace_limit)
+    for seen in getattr(_local, "observers", ()):
+        seen.append(Observed(p, policy, workspace_limit, plan, deterministic))
     return plan
 
 

@@ -29,6 +29,9 @@ from ..core import NotSupportedError, bad_param
 
 # How the batch may be split: not at all, into powers of two (and the whole batch), or freely.
 POLICIES = ("undivided", "powerOfTwo", "all")
+# How a network's layers share workspace: one limit for each layer (one buffer they take turns
+# with), or one budget for the sum of the layers' workspaces (reuse_workspace, divide_workspace).
+WORKSPACE_POLICIES = ("reuse", "divide")
 
 Table = Mapping[int, Iterable[tuple[str, float, int]]]
 
@@ -51,6 +54,13 @@ def check_policy(name: str, policy: object) -> str:
     """`policy` if it is one of POLICIES, else BadParamError naming `name`."""
     if not isinstance(policy, str) or policy not in POLICIES:
         raise bad_param(name, policy, f"one of {POLICIES}")
+    return policy
+
+
+def check_workspace_policy(name: str, policy: object) -> str:
+    """`policy` if it is one of WORKSPACE_POLICIES, else BadParamError naming `name`."""
+    if not isinstance(policy, str) or policy not in WORKSPACE_POLICIES:
+        raise bad_param(name, policy, f"one of {WORKSPACE_POLICIES}")
     return policy
 
 
@@ -276,11 +286,13 @@ def divide_workspace(fronts: Sequence[Sequence[Plan]], budget: int) -> list[Plan
 
 __all__ = [
     "POLICIES",
+    "WORKSPACE_POLICIES",
     "Plan",
     "batch_sizes",
     "best_plan",
     "check_bytes",
     "check_policy",
+    "check_workspace_policy",
     "desirable_plans",
     "divide_workspace",
     "fastest",
