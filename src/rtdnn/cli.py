@@ -226,6 +226,8 @@ def _validate_bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"{flags}: not used by {what}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out}: exists and is not a folder")
+    if kind == "micro_batch" and not _installed("scipy"):
+        parser.error("--micro-batch needs scipy for the network budget: pip install 'rtdnn[plan]'")
     if kind == "model" and args.model != "small" and not _installed("torchvision"):
         parser.error(f"--model {args.model} needs torchvision: pip install torchvision")
     args.given = given

@@ -354,6 +354,9 @@ def run(
         "dtype": dtype + (" (TF32)" if torch_dtype == torch.float32 else ""),
         "device": str(database.environment(device)),
         "timing": "device" if device == "cuda" else "interpreter",
+        "tiles": "first candidate (RTDNN_AUTOTUNE=0)"
+        if os.environ.get("RTDNN_AUTOTUNE") == "0"
+        else "tuned per problem",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": _commit(),
         "rtdnn": __version__,
@@ -526,7 +529,8 @@ def markdown(report: dict) -> str:
         f"### Micro-batching (μ-cuDNN's experiment): {report['suite']}, batch {report['batch']}, "
         f"{report['dtype']}",
         "",
-        f"{report['date']}, {report['device']}, commit {report['commit']}; "
+        f"{report['date']}, {report['device']}, commit {report['commit']}, kernel tiles "
+        f"{report['tiles']}; "
         f"{report['convolutions']} convolutions x {len({r['direction'] for r in report['plans']})}"
         " directions.",
         "",
@@ -713,7 +717,7 @@ def run_suites(
     if not torch.cuda.is_available():
         print(
             "No CUDA device: the experiment on two tiny layers through Triton's interpreter, "
-            f"batch {TINY_BATCH}, limits of 8, 64 and 512 KiB (interpreter timings, not GPU "
+            f"batch {TINY_BATCH}, limits of 8, 64 and 512 KiB, some minutes (interpreter timings, not GPU "
             "times; suite, batch, dtype and budget options are for the GPU run)."
         )
         report = run(TINY, suite="tiny", batch=TINY_BATCH, limits=TINY_LIMITS, **common)
