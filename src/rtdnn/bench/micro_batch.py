@@ -717,8 +717,9 @@ def run_suites(
     if not torch.cuda.is_available():
         print(
             "No CUDA device: the experiment on two tiny layers through Triton's interpreter, "
-            f"batch {TINY_BATCH}, limits of 8, 64 and 512 KiB, some minutes (interpreter timings, not GPU "
-            "times; suite, batch, dtype and budget options are for the GPU run)."
+            f"batch {TINY_BATCH}, limits of 8, 64 and 512 KiB; some minutes (interpreter "
+            "timings, not GPU times; suite, batch, dtype and budget options are for the GPU "
+            "run)."
         )
         report = run(TINY, suite="tiny", batch=TINY_BATCH, limits=TINY_LIMITS, **common)
         print(markdown(report))
