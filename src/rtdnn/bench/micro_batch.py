@@ -45,7 +45,14 @@ from ..core.timing import device_time_ms
 from ..ops.conv_plan import measure, run_plan, sub_problem
 from ..reference import rel_error
 from ..select import database
-from ..select.plan import POLICIES, Plan, batch_sizes, desirable_plans, divide_workspace, fastest
+from ..select.plan import (
+    POLICIES,
+    Plan,
+    batch_sizes,
+    desirable_plans,
+    divide_workspace,
+    reuse_workspace,
+)
 from .conv import AGREEMENT, DIRECTIONS, DTYPES
 
 MiB = 1 << 20
@@ -220,7 +227,7 @@ def plan_all(
     for s in settings:
         for policy in policies:
             if s.policy == "reuse":
-                picked = [fastest(k.fronts[policy], s.limit_bytes) for k in kernels]
+                picked = reuse_workspace([k.fronts[policy] for k in kernels], s.limit_bytes)
                 choices[s.name, policy] = [
                     Choice([(p, k.count)]) for p, k in zip(picked, kernels, strict=True)
                 ]
