@@ -647,9 +647,9 @@ def plot_front(
     path: str,
 ) -> str | None:
     """A PNG of one kernel's Pareto fronts (time against workspace, one per policy) with the
-    plans chosen under each reuse limit marked; the kernel is the one micro-batching speeds up
-    most under the middle limit. Returns the path, or None (and the reason in
-    report["figure_missing"]) without matplotlib."""
+    plans chosen under each reuse limit marked (a star; a cross for the undivided choice); the
+    kernel is the one micro-batching speeds up most under the middle limit. Returns the path,
+    or None (and the reason in report["figure_missing"]) without matplotlib."""
     try:
         import matplotlib
 
@@ -676,13 +676,14 @@ def plot_front(
             [p.workspace_bytes / MiB for p in front], [p.time_ms for p in front], style,
             drawstyle="steps-post", label=f"{policy} front ({len(front)} plans)", alpha=0.8,
         )  # fmt: skip
-    for s in reuse:
-        ax.axvline(s.limit_bytes / MiB, color="grey", lw=0.8, ls=":")
+    for s, color in zip(reuse, ("tab:red", "tab:purple", "black", "tab:brown"), strict=False):
+        ax.axvline(s.limit_bytes / MiB, color=color, lw=0.8, ls=":")
         (plan, _), *_ = choices[s.name, best][i].plans
-        ax.plot(plan.workspace_bytes / MiB, plan.time_ms, "r*", ms=14)
-        ax.annotate(
-            f"{s.name}: {describe(plan.micro_batches)}", (plan.workspace_bytes / MiB, plan.time_ms),
-            textcoords="offset points", xytext=(6, 6), fontsize=7,
+        (base, _), *_ = choices[s.name, policies[0]][i].plans
+        ax.plot(base.workspace_bytes / MiB, base.time_ms, "x", color=color, ms=10, mew=2)
+        ax.plot(
+            plan.workspace_bytes / MiB, plan.time_ms, "*", color=color, ms=14,
+            label=f"{s.name}: {describe(plan.micro_batches)} (x: {policies[0]})",
         )  # fmt: skip
     ax.set_xscale("symlog", linthresh=min(s.limit_bytes for s in reuse) / MiB / 8)
     ax.set_xlabel("workspace (MiB)")
@@ -692,7 +693,7 @@ def plot_front(
         f"{report['suite']} {k.layer} {k.direction}, batch {k.batch}: chosen plans ({best}) "
         "marked", fontsize=9,
     )  # fmt: skip
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
