@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call: the GPU test modules, host overhead, the whole-model benchmark, the
-# memory-bound benchmarks and the demo. Choose with STAGES (default: all of them, in this order).
+# memory-bound benchmarks and the demo. Choose with STAGES (default: all of them, in this order;
+# STAGES=microbatch runs mu-cuDNN's micro-batching experiment, see its case below).
 # Everything lands under $OUT as it finishes, so a time-out keeps what was done.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=src RTDNN_GPU_TESTS=1
@@ -29,6 +30,19 @@ for stage in $STAGES; do
     demo)
       timeout 90 python3 -m rtdnn.cli demo > "$OUT/demo.log" 2>&1
       tail -c 300 "$OUT/demo.log" ;;
+    microbatch)  # mu-cuDNN's experiment, not in the default STAGES: measuring every algorithm at
+      # every micro-batch size is its cost, and policy all at AlexNet's batch of 256 is 256 sizes
+      # a convolution, so MB_POLICIES leaves it out unless asked (undivided,powerOfTwo,all).
+      # Measurements go to a tuning database under bench-results/, kept on a warm machine: a
+      # suite cut off by MB_LIMIT resumes where it stopped when the stage runs again.
+      mkdir -p bench-results
+      for suite in ${MB_SUITES:-alexnet resnet18 resnet50}; do
+        RTDNN_TUNING_DB=${MB_DB:-$PWD/bench-results/tuning_microbatch.sqlite3} \
+          RTDNN_AUTOTUNE=${MB_AUTOTUNE:-0} timeout "${MB_LIMIT:-500}" python3 -m rtdnn.cli bench \
+          --micro-batch --suite "$suite" --policies "${MB_POLICIES:-undivided,powerOfTwo}" \
+          --out "$OUT" > "$OUT/microbatch_$suite.log" 2>&1
+        grep -E "^\| (reuse|divide) " "$OUT/microbatch_$suite.log" | head -12
+      done ;;
   esac
   echo "== $stage: $(( $(date +%s) - start )) s"
 done

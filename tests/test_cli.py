@@ -61,6 +61,11 @@ def no_work(monkeypatch):
         (["bench", "--algo", "all", "--math", "fp32"], ["--math fp32", "--dtype float32"]),
         (["bench", "--algo", "all", "--math", "fp64"], ["--math", "fp64", "tf32"]),
         (["bench", "--dtype", "fp32", "--math", "fp32"], ["--math", "not used by the convolution"]),
+        (["bench", "--micro-batch", "--op", "lrn"], ["--op", "--micro-batch"]),
+        (["bench", "--micro-batch", "--find"], ["--find", "not used by --micro-batch"]),
+        (["bench", "--policies", "all"], ["--policies", "not used by the convolution suite"]),
+        (["bench", "--micro-batch", "--policies", "all,some"], ["--policies", "all,some"]),
+        (["bench", "--micro-batch", "--budget", "0"], ["--budget", "positive"]),
         (["demo", "--epochs", "0"], ["--epochs", "positive"]),
         (["demo", "--epochs", "-2"], ["--epochs", "-2"]),
         (["demo", "--budget", "-3"], ["--budget", "-3", "seconds"]),
@@ -93,6 +98,7 @@ def test_suites_are_those_shipped():
         (["demo"], "sklearn", ["scikit-learn", 'pip install -e ".[demo]"']),
         (["demo", "--plot", "loss.png"], "matplotlib", ["--plot", 'pip install -e ".[demo]"']),
         (["bench", "--model", "resnet50"], "torchvision", ["torchvision"]),
+        (["bench", "--micro-batch"], "scipy", ["--micro-batch", "pip install 'rtdnn[plan]'"]),
     ],
 )
 def test_missing_optional_dependency_reported_first(
@@ -206,6 +212,29 @@ def test_bench_defaults(monkeypatch, tmp_path):
     suite, dtype, directions, batch, limit = calls[0][:5]
     assert (suite, dtype, batch, limit) == ("resnet50", "bf16", None, None)
     assert directions == list(conv.DIRECTIONS)
+
+
+def test_micro_batch_bench_gets_its_options(monkeypatch, tmp_path):
+    """--micro-batch: the suites left to the experiment unless given, float32 by default (the
+    paper's precision), policies and budget passed on; on the CPU too (its tiny layers)."""
+    import rtdnn.bench.micro_batch as micro_batch
+    from rtdnn.select.plan import POLICIES
+
+    assert cli.POLICIES == POLICIES
+    calls = []
+    monkeypatch.setattr(micro_batch, "run_suites", lambda *a: calls.append(a) or [])
+    for cuda in (True, False):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda cuda=cuda: cuda)
+        assert cli.main(["bench", "--micro-batch", "--out", str(tmp_path)]) == 0
+    argv = ["bench", "--micro-batch", "--suite", "alexnet", "--policies", "undivided,all"]
+    argv += ["--budget", "512", "--batch", "8", "--limit", "2", "--direction", "forward"]
+    assert cli.main([*argv, "--dtype", "bf16", "--out", str(tmp_path)]) == 0
+    default = (None, "float32", None, None, None, None, None, str(tmp_path))
+    assert calls == [
+        default,
+        default,
+        (["alexnet"], "bf16", ["forward"], 8, 2, ["undivided", "all"], 512, str(tmp_path)),
+    ]
 
 
 def test_cpu_bench_runs_the_self_check_and_notes_unused_options(capsys, monkeypatch):

@@ -24,7 +24,8 @@ DTYPES = {
 OPS = ("pooling", "activation", "softmax", "lrn", "dropout", "tensor", "norm", "all")
 MODELS = ("resnet50", "efficientnet_b0", "mobilenet_v3_large", "convnext_tiny", "small")
 DIRECTIONS = ("all", "forward", "backward_data", "backward_filter")
-TUNE_POLICIES = ("undivided", "powerOfTwo", "all")  # select.plan.POLICIES
+#: Micro-batch policies (select.plan.POLICIES, named here so that parsing imports nothing).
+POLICIES = ("undivided", "powerOfTwo", "all")
 DEMO_EXTRA = 'pip install -e ".[demo]"'
 
 # The bench options each kind of run uses (the convolution suite is the default kind); giving
@@ -34,8 +35,15 @@ _USED_BY = {
     "algo": {"suite", "dtype", "direction", "batch", "limit", "algo", "math"},
     "op": set(),
     "model": {"dtype", "batch", "no_fuse"},
+    "micro_batch": {"suite", "dtype", "direction", "batch", "limit", "policies", "budget"},
 }
-_KIND_NAMES = {"op": "--op", "model": "--model", "algo": "--algo", "suite": "the convolution suite"}
+_KIND_NAMES = {
+    "op": "--op",
+    "model": "--model",
+    "algo": "--algo",
+    "micro_batch": "--micro-batch",
+    "suite": "the convolution suite",
+}
 
 
 def suites() -> list[str]:
@@ -78,6 +86,15 @@ def _bytes(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"expected a number of bytes such as 65536, 64MiB or 1.5GiB, got {text!r}"
         ) from None
+
+
+def _policies(text: str) -> list[str]:
+    names = text.split(",")
+    if not all(name in POLICIES for name in names):
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated list of {', '.join(POLICIES)}, got {text!r}"
+        )
+    return names
 
 
 def _dtype(text: str) -> str:
@@ -139,6 +156,27 @@ def _parser() -> argparse.ArgumentParser:
         help="with --model: convert without fusing batch norm with the ReLU and add after it",
     )
     bench.add_argument(
+        "--micro-batch",
+        action="store_true",
+        help="mu-cuDNN's experiment: micro-batch plans under per-layer limits of 8, 64 and "
+        "512 MiB and a network budget (default suites alexnet, resnet18, resnet50; without a "
+        "GPU two tiny layers through the interpreter)",
+    )
+    bench.add_argument(
+        "--policies",
+        type=_policies,
+        default=None,
+        metavar="LIST",
+        help="with --micro-batch: comma-separated of undivided,powerOfTwo,all (default all three)",
+    )
+    bench.add_argument(
+        "--budget",
+        type=_positive_int,
+        default=None,
+        metavar="MIB",
+        help="with --micro-batch: the network's workspace budget (default 64 MiB a convolution)",
+    )
+    bench.add_argument(
         "--batch", type=_positive_int, default=None, help="override the suite's batch"
     )
     bench.add_argument("--limit", type=_positive_int, default=None, help="only the first N layers")
@@ -197,7 +235,7 @@ def _parser() -> argparse.ArgumentParser:
         help="e.g. 64MiB, 1GiB, 500MB: per layer (reuse) or for the network (divide); default none",
     )
     planning.add_argument(
-        "--policy", choices=TUNE_POLICIES, default=None, help="micro-batch sizes (default all)"
+        "--policy", choices=POLICIES, default=None, help="micro-batch sizes (default all)"
     )
     planning.add_argument(
         "--workspace-policy",
@@ -279,16 +317,19 @@ def _validate_tune(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 
 
 def _validate_bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.op is not None and args.model is not None:
-        parser.error("--op and --model: give one or the other")
-    kind = (
-        "op" if args.op is not None
-        else "model" if args.model is not None
-        else "algo" if args.algo is not None
-        else "suite"
-    )  # fmt: skip
+    kinds = {
+        "op": args.op is not None,
+        "model": args.model is not None,
+        "micro_batch": args.micro_batch,
+    }
+    chosen = [name for name, on in kinds.items() if on]
+    if len(chosen) > 1:
+        flags = " and ".join("--" + name.replace("_", "-") for name in chosen)
+        parser.error(f"{flags}: give one of them")
+    kind = chosen[0] if chosen else "algo" if args.algo is not None else "suite"
     options = (
         "suite", "dtype", "direction", "batch", "limit", "find", "eager", "no_fuse", "algo", "math",
+        "policies", "budget",
     )  # fmt: skip
     given = [name for name in options if getattr(args, name) not in (None, False)]
     unused = [name for name in given if name not in _USED_BY[kind]]
@@ -300,12 +341,15 @@ def _validate_bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                      "accumulates in float32)")  # fmt: skip
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out}: exists and is not a folder")
+    if kind == "micro_batch" and not _installed("scipy"):
+        parser.error("--micro-batch needs scipy for the network budget: pip install 'rtdnn[plan]'")
     if kind == "model" and args.model != "small" and not _installed("torchvision"):
         parser.error(f"--model {args.model} needs torchvision: pip install torchvision")
     args.given = given
     # Defaults, filled in only now so that an option given explicitly can be told apart.
     args.suite = args.suite or "resnet50"
-    args.dtype = args.dtype or "bf16"
+    # The micro-batch experiment defaults to float32, the precision of mu-cuDNN's paper.
+    args.dtype = args.dtype or ("float32" if kind == "micro_batch" else "bf16")
     args.direction = args.direction or "all"
     args.math = args.math or "tf32"
 
@@ -376,7 +420,16 @@ def _bench(args) -> int:
     import torch
 
     start = time.time() - 1  # file times may be rounded down to the second
-    if not torch.cuda.is_available() and args.model is not None:
+    if args.micro_batch:
+        from .bench.micro_batch import run_suites
+
+        run_suites(
+            [args.suite] if "suite" in args.given else None, args.dtype,
+            None if args.direction == "all" else [args.direction], args.batch, args.limit,
+            args.policies, args.budget, args.out,
+        )  # fmt: skip
+        status = 0
+    elif not torch.cuda.is_available() and args.model is not None:
         print("No CUDA device: a smoke run of the small CNN through Triton's interpreter.")
         ignored = [f"--model {args.model}"] if args.model != "small" else []
         ignored += ["--" + name for name in args.given if name in ("batch", "dtype")]

@@ -1,0 +1,178 @@
+"""`rtdnn bench --micro-batch` (bench.micro_batch), end to end on the CPU: two tiny layers at a
+batch of 4, limits small enough that splitting the batch matters.
+
+The interpreter's timings are noise, so select.find is replaced by made-up times (the
+algorithms' real workspaces): an algorithm that needs no workspace costs 3 ms a sample, one
+that needs some 1 ms a sample, each plus 0.25 ms a launch. Under a limit that only micro-batches
+fit, splitting then pays; under one the whole batch fits, it does not (a launch more costs
+0.25 ms). The chosen plans do run, through the real kernels, and are checked against the
+undivided plan's output.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from rtdnn import select
+from rtdnn.algos import ALGORITHMS
+from rtdnn.bench import micro_batch
+from rtdnn.core import BadParamError
+from rtdnn.select import AlgoPerf
+
+KiB = 1 << 10
+# GEMM needs 2.25 KiB a sample on the strided layer (tiny3x3s2): the whole batch does not fit
+# 4 KiB, one sample does. Split-K's backward-filter needs 9 KiB a sample on tiny3x3: one sample
+# fits 16 KiB, two do not. At 4 MiB every algorithm fits the whole batch.
+LIMITS = (4 * KiB, 16 * KiB, 4096 * KiB)
+BUDGET = 40 * KiB  # for all nine convolutions: the division has to trade
+POLICIES = ("undivided", "powerOfTwo", "all")
+
+
+def made_up_find(p, tensors, refresh=False):
+    results = []
+    for a in ALGORITHMS.values():
+        if a.supports(p) is None:
+            ws = a.workspace_bytes(p)
+            per_sample = 5.0 if a.name == "DIRECT" else 1.0 if ws else 3.0
+            ms = per_sample * p.batch + 0.25
+            results.append(AlgoPerf(a.name, ms, ws, a.deterministic(p)))
+    return sorted(results, key=lambda r: r.time_ms)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("micro_batch")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(select, "find", made_up_find)
+        result = micro_batch.run(
+            micro_batch.TINY, suite="tiny", batch=4, limits=LIMITS, budget=BUDGET,
+            out_dir=str(out), progress=lambda line: None,
+        )  # fmt: skip
+    return result, out
+
+
+def rows(report, **match):
+    return [r for r in report["plans"] if all(r[k] == v for k, v in match.items())]
+
+
+def test_tables_have_every_setting_kernel_and_policy(report):
+    r, _ = report
+    kernels = [(k["layer"], k["direction"]) for k in r["kernels"]]
+    assert len(kernels) == 2 * 3 and r["convolutions"] == (1 + 2) * 3
+    settings = [s["name"] for s in r["settings"]]
+    assert settings == ["reuse 4 KiB", "reuse 16 KiB", "reuse 4 MiB", "divide 40 KiB"]
+    assert len(r["plans"]) == len(settings) * len(kernels) * len(POLICIES)
+    assert [(t["setting"], t["policy"]) for t in r["totals"]] == [
+        (s, p) for s in settings for p in POLICIES
+    ]
+    assert r["timing"] == "interpreter" and r["batch"] == 4
+    assert set(r["cost"]["benchmark_s"]) == set(POLICIES)
+    assert r["cost"]["sizes"] == {"undivided": 1, "powerOfTwo": 3, "all": 4}
+    assert all(r["cost"]["ilp_s"][p] > 0 for p in POLICIES)
+
+
+def test_micro_batches_add_up_and_keep_to_the_policy(report):
+    r, _ = report
+    for row in r["plans"]:
+        for plan in row["plans"]:
+            sizes = [b for b, _ in plan["micro_batches"]]
+            assert sum(sizes) == 4, row
+            if row["policy"] == "undivided":
+                assert sizes == [4]
+            if row["policy"] == "powerOfTwo":
+                assert set(sizes) <= {1, 2, 4}
+        assert sum(p["convolutions"] for p in row["plans"]) == row["count"]
+
+
+def test_every_plan_keeps_to_its_workspace(report):
+    r, _ = report
+    for s in r["settings"]:
+        for policy in POLICIES:
+            sub = rows(r, setting=s["name"], policy=policy)
+            if s["policy"] == "reuse":
+                assert all(
+                    p["workspace_bytes"] <= s["limit_bytes"] for x in sub for p in x["plans"]
+                )
+            else:  # one budget for the sum of every convolution's buffer
+                held = sum(
+                    p["workspace_bytes"] * p["convolutions"] for x in sub for p in x["plans"]
+                )
+                assert held <= s["limit_bytes"]
+                (total,) = [t for t in r["totals"] if t["setting"] == s["name"]
+                            and t["policy"] == policy]  # fmt: skip
+                assert total["workspace_bytes"] == held
+
+
+def test_no_plan_slower_than_undivided_and_splitting_pays_where_it_should(report):
+    r, _ = report
+    for row in r["plans"]:
+        if row["setting"].startswith("reuse"):  # per layer under a per-layer limit
+            assert row["planned_speedup"] >= 1.0, row
+    for total in r["totals"]:
+        assert total["planned_speedup"] >= 1.0, total
+    for setting, layer, direction, algo in [
+        ("reuse 4 KiB", "tiny3x3s2", "forward", "GEMM"),
+        ("reuse 4 KiB", "tiny3x3s2", "backward_data", "GEMM"),
+        ("reuse 16 KiB", "tiny3x3", "backward_filter", "IMPLICIT_GEMM_SPLIT_K"),
+    ]:
+        for policy in ("powerOfTwo", "all"):
+            (x,) = rows(r, setting=setting, layer=layer, direction=direction, policy=policy)
+            assert x["plans"][0]["micro_batches"] == [[1, algo]] * 4
+            assert x["planned_speedup"] == pytest.approx((3 * 4 + 0.25) / (4 * 1.25))
+            assert x["unlocked"] == [algo]
+    loose = rows(r, setting="reuse 4 MiB")
+    assert all(x["planned_speedup"] == 1.0 and not x["unlocked"] for x in loose)
+    assert all(x["plans"][0]["micro_batches"] == [[4, x["plans"][0]["micro_batches"][0][1]]]
+               for x in loose)  # fmt: skip
+
+
+def test_the_plans_ran_and_agree_with_undivided(report):
+    r, _ = report
+    for row in r["plans"]:
+        assert math.isfinite(row["run_ms"]) and row["run_ms"] > 0, row
+        assert row["rel_err"] < 1e-4, row
+    assert r["disagree"] == 0
+
+
+def test_files_written_and_timings_labelled(report):
+    r, out = report
+    md = (out / "micro_batch_tiny.md").read_text()
+    assert "Triton interpreter on the CPU, not GPU times" in md
+    assert "1.63x" in md and "1.21x" in md and "arXiv 1804.04806" in md
+    assert "#### reuse 16 KiB: per layer" in md and "#### Planning cost" in md
+    with open(out / "micro_batch_tiny.json") as f:
+        stored = json.load(f, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+    assert stored["totals"] == json.loads(json.dumps(r["totals"]))
+
+
+def test_figure_written(report):
+    pytest.importorskip("matplotlib", reason="the figure needs matplotlib (the demo extra)")
+    r, out = report
+    png = out / "micro_batch_tiny_pareto.png"
+    assert r["figure"] == str(png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (
+        "![Pareto front](micro_batch_tiny_pareto.png)" in (out / "micro_batch_tiny.md").read_text()
+    )
+
+
+def test_default_budget_is_the_middle_limit_for_every_convolution(monkeypatch):
+    monkeypatch.setattr(select, "find", made_up_find)
+    r = micro_batch.run(
+        micro_batch.TINY[:1], suite="tiny", batch=2, limits=LIMITS, execute=False,
+        progress=lambda line: None,
+    )  # fmt: skip
+    assert r["settings"][-1] == {
+        "name": "divide 48 KiB",
+        "policy": "divide",
+        "limit_bytes": 48 * KiB,
+    }
+    assert all(math.isnan(row["run_ms"]) for row in r["plans"])
+
+
+def test_unknown_policy_refused():
+    with pytest.raises(BadParamError, match="sideways"):
+        micro_batch.run(micro_batch.TINY, suite="tiny", batch=4, policies=["sideways"])
