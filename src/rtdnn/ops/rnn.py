@@ -282,7 +282,8 @@ def rnn_backward_packed(
     dweights: list = [None] * len(weights)
     dh0 = torch.empty_like(dh_n, memory_format=torch.contiguous_format)
     dc0 = x.new_empty((*dh_n.shape[:2], spec.hidden_size) if spec.mode == "lstm" else (0,))
-    d_out = dy
+    # The step kernels read rows of dy with unit column stride (an expanded dy has none).
+    d_out = dy.contiguous()
     for layer in reversed(range(spec.num_layers)):
         layer_in = x if layer == 0 else reserve.get(layer, "input")
         dx = torch.empty(layer_in.shape, dtype=torch.float32, device=x.device)
