@@ -421,3 +421,28 @@ def test_module_with_unknown_nonlinearity():
     m.nonlinearity = "sigmoid"
     with pytest.raises(rtdnn.BadParamError, match="nonlinearity"):
         m(torch.randn(2, 1, 3))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_custom_op_passes_opcheck(mode):
+    """Schema, fake kernel, autograd registration and tracing of rtdnn::rnn."""
+    from rtdnn import autograd
+
+    base = make_module(mode, bidirectional=True)
+    weights = [w.detach().clone().requires_grad_() for w in base._flat_weights]
+    x = torch.randn(4, 3, requires_grad=True)  # packed: batch sizes 2, 2
+    h0 = torch.randn(2, 2, 4, requires_grad=True)
+    c0 = torch.randn(2, 2, 4, requires_grad=True) if mode == "lstm" else None
+    args = (x, h0, c0, weights, [2, 2], mode, 1, True, True, 0, 0.0, False, 0, "fp32")
+    torch.library.opcheck(autograd.rnn, args)
+
+
+def test_autocast_runs_in_the_autocast_dtype():
+    m = rnn.GRU(3, 4)
+    x = torch.randn(2, 2, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, h = m(x)
+    assert out.dtype == h.dtype == torch.bfloat16
+    ref, ref_h = torch.nn.GRU.forward(copy.deepcopy(m).double(), x.double())
+    assert_close(out.float(), ref.detach(), torch.bfloat16)

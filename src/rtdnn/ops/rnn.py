@@ -610,11 +610,12 @@ def rnn(
     proj_size; G = 1, 4, 3 for rnn_*, lstm, gru; `in` is input_size, then directions * H_out.
 
     mode: "rnn_tanh", "rnn_relu", "lstm" or "gru". dropout: applied (in training) to the
-    input of every layer but the first, with the mask drawn from `seed` (an int; None draws
-    one from `generator`, torch's default if None). lengths: the lengths of the sequences of
-    a padded input (sorted in decreasing order unless enforce_sorted=False; each in [1, T]);
-    the output's steps past a sequence's end are 0. math: "fp32", "tf32" or None (torch's
-    cuDNN TF32 switch) for the float32 GEMMs.
+    input of every layer l >= 1: rtdnn.dropout_forward's mask with seed (seed + l) mod 2**63
+    on that input as a (rows, directions * H_out) tensor of packed rows, time-major (`seed`
+    an int in [0, 2**63); None draws one from `generator`, torch's default if None).
+    lengths: the lengths of the sequences of a padded input (sorted in decreasing order
+    unless enforce_sorted=False; each in [1, T]); the output's steps past a sequence's end
+    are 0. math: "fp32", "tf32" or None (torch's cuDNN TF32 switch) for the float32 GEMMs.
 
     Returns (output, h_n) or, for lstm, (output, h_n, c_n): output is (T, B, directions *
     H_out) (batch_first: (B, T, ...)) or a PackedSequence for a packed input; h_n, c_n are
