@@ -403,6 +403,21 @@ def test_bad_weight_shape_and_dtype():
     _refused(args, "weights[2]", "bias_ih_l0", "dtype")
 
 
+@pytest.mark.parametrize(
+    "sizes,names",
+    [([2, 3], ("non-increasing",)), ([2, 2], ("summing", "5")), ([3, 2, 0], ("positive",))],
+)
+def test_malformed_packed_sequence(sizes, names):
+    """A PackedSequence built by hand is checked against its data before any step runs."""
+    packed = PackedSequence(torch.randn(5, 3), torch.tensor(sizes), None, None)
+    _refused(_call(input=packed), "input.batch_sizes", *names)
+
+
+def test_lengths_with_a_packed_sequence():
+    packed = pack_padded_sequence(torch.randn(3, 2, 3), [3, 2])
+    _refused(_call(input=packed, lengths=[3, 2]), "lengths", "PackedSequence")
+
+
 def test_proj_size_checks():
     base = make_module("gru")
     _refused(

@@ -438,6 +438,25 @@ def _check_lengths(lengths, batch: int, steps: int, enforce_sorted: bool) -> tor
     return torch.tensor(values, dtype=torch.int64)
 
 
+def _check_packed(input: PackedSequence, rows: int) -> list[int]:
+    """A PackedSequence's batch sizes, checked against its data: the kernels index by them."""
+    sizes = input.batch_sizes
+    if not isinstance(sizes, torch.Tensor) or sizes.dim() != 1 or sizes.numel() == 0:
+        raise bad_param("input.batch_sizes", sizes, "a non-empty 1-D tensor")
+    values = [int(b) for b in sizes]
+    if values[-1] < 1 or any(a < b for a, b in zip(values, values[1:], strict=False)):
+        raise bad_param("input.batch_sizes", values, "positive and non-increasing")
+    if sum(values) != rows:
+        raise bad_param(
+            "input.batch_sizes", values, f"sizes summing to input.data.shape[0] = {rows}"
+        )
+    for name in ("sorted_indices", "unsorted_indices"):
+        idx = getattr(input, name)
+        if idx is not None and tuple(idx.shape) != (values[0],):
+            raise bad_param(f"input.{name}.shape", tuple(idx.shape), f"({values[0]},)")
+    return values
+
+
 def _check_state(name: str, t, shape: tuple, like: torch.Tensor) -> torch.Tensor:
     t = check_tensor(name, t, ndim=3, dtype=like.dtype, device=like.device)
     if tuple(t.shape) != shape:
@@ -521,7 +540,7 @@ def prepare(
     # The input's sequences and their lengths.
     sorted_indices = unsorted_indices = None
     if packed:
-        batch_sizes = [int(b) for b in input.batch_sizes]
+        batch_sizes = _check_packed(input, x.shape[0])
         sorted_indices, unsorted_indices = input.sorted_indices, input.unsorted_indices
         kind, total_length = "packed", len(batch_sizes)
     else:
