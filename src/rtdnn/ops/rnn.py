@@ -188,9 +188,7 @@ def rnn_forward_packed(
     """
     rows = x.shape[0]
     f32, data = reserve_sizes(spec, rows)
-    reserve = _Reserve(
-        spec, rows, x.new_empty(f32, dtype=torch.float32), x.new_empty(data)
-    )  # fmt: skip
+    reserve = _Reserve(spec, rows, x.new_empty(f32, dtype=torch.float32), x.new_empty(data))
     dirs, p = spec.directions, spec.out_size
     h_n = x.new_empty((spec.num_layers * dirs, batch_sizes[0], p))
     c_n = x.new_empty((*h_n.shape[:2], spec.hidden_size) if spec.mode == "lstm" else (0,))
