@@ -201,6 +201,20 @@ def test_functional_plain_and_differentiable_agree():
         assert torch.equal(u, v)
 
 
+def test_strided_weights_input_and_states():
+    """Views with gaps (every other element) give the same result as contiguous copies."""
+    base = make_module("gru")
+    x = torch.randn(3, 2, 6)[..., ::2]
+    h0 = torch.randn(1, 2, 8)[..., ::2]
+    strided = [torch.randn(*w.shape[:-1], 2 * w.shape[-1])[..., ::2] for w in base._flat_weights]
+    for w, v in zip(strided, base._flat_weights, strict=True):
+        w.copy_(v.detach())
+    got = rtdnn.ops.rnn(x, h0, strided, mode="gru", math="fp32")
+    want = rtdnn.ops.rnn(x.contiguous(), h0.contiguous(), _weights(base), mode="gru", math="fp32")
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)
+
+
 def test_only_the_final_state_carries_the_loss():
     """A classifier reads h_n alone: the gradient still reaches the input and weights."""
     base = make_module("rnn_tanh")

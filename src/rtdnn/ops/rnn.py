@@ -590,6 +590,8 @@ def prepare(
         unsorted_indices = unsorted_indices.to(x.device)
         h0 = h0.index_select(1, sorted_indices)
         c0 = c0.index_select(1, sorted_indices) if c0 is not None else None
+    # The GEMM epilogue reads a bias with unit stride; the GEMMs take any other strides.
+    weights = tuple(w.contiguous() if w.dim() == 1 else w for w in weights)
     return RnnCall(
         spec, data, batch_sizes, h0, c0, weights, dropout, training, seed, math, kind,
         batch_first, total_length, sorted_indices, unsorted_indices,
