@@ -182,6 +182,14 @@ def _cases() -> dict:
             x3,
         ),  # fmt: skip
         "rms_norm_forward": Case(dict(x=t(*x3), normalized_shape=4, weight=t(4), eps=1e-5), x3),
+        "rnn": Case(
+            dict(
+                input=t(3, 2, 3),
+                hx=t(1, 2, 4),
+                weights=[t(12, 3), t(12, 4), t(12), t(12)],
+                mode="gru",
+            )
+        ),  # fmt: skip
         "scale_tensor": Case(dict(y=t(*x3), alpha=2.0)),
         "softmax_backward": Case(dict(y=t(*x3), dy=t(*x3)), x3),
         "softmax_forward": Case(dict(x=t(*x3)), x3),

@@ -23,6 +23,7 @@ from .autograd import op_tensor_api as op_tensor
 from .autograd import pooling_forward_api as pooling_forward
 from .autograd import reduce_tensor_api as reduce_tensor
 from .autograd import rms_norm_forward_api as rms_norm_forward
+from .autograd import rnn_api as rnn
 from .autograd import scale_tensor_api as scale_tensor
 from .autograd import set_tensor_api as set_tensor
 from .autograd import softmax_forward_api as softmax_forward
@@ -116,6 +117,7 @@ __all__ = [
     "rms_norm",
     "rms_norm_backward",
     "rms_norm_forward",
+    "rnn",
     "scale_tensor",
     "set_tensor",
     "softmax_backward",

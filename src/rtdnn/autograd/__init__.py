@@ -63,6 +63,7 @@ from .pooling import (
     pooling_forward,
     pooling_forward_api,
 )
+from .rnn import rnn, rnn_api, rnn_backward
 from .softmax import softmax_backward, softmax_forward, softmax_forward_api
 from .tensor_ops import (
     add_tensor_api,
@@ -98,6 +99,7 @@ __all__ = [
     "add_tensor_api",
     "scale_tensor_api",
     "set_tensor_api",
+    "rnn_api",
     "CustomOp",
     "activation_backward",
     "activation_forward",
@@ -136,6 +138,8 @@ __all__ = [
     "rms_norm",
     "rms_norm_bwd",
     "rms_norm_fwd",
+    "rnn",
+    "rnn_backward",
     "softmax_backward",
     "softmax_forward",
     "transform_tensor",

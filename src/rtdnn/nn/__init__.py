@@ -38,6 +38,7 @@ from .pooling import (
     MaxPool2d,
     MaxPool3d,
 )
+from .rnn import GRU, LSTM, RNN
 
 __all__ = [
     "AdaptiveAvgPool1d",
@@ -57,6 +58,7 @@ __all__ = [
     "ELU",
     "GELU",
     "GroupNorm",
+    "GRU",
     "Hardtanh",
     "InstanceNorm1d",
     "InstanceNorm2d",
@@ -64,12 +66,14 @@ __all__ = [
     "LayerNorm",
     "LeakyReLU",
     "Linear",
+    "LSTM",
     "LocalResponseNorm",
     "LogSoftmax",
     "MaxPool1d",
     "MaxPool2d",
     "MaxPool3d",
     "ReLU",
+    "RNN",
     "RMSNorm",
     "Sigmoid",
     "SiLU",

@@ -35,6 +35,7 @@ from .pooling import (
     pooling_backward,
     pooling_forward,
 )
+from .rnn import rnn
 from .softmax import softmax_backward, softmax_forward
 from .tensor_ops import (
     add_tensor,
@@ -85,6 +86,7 @@ __all__ = [
     "reduce_tensor",
     "rms_norm_backward",
     "rms_norm_forward",
+    "rnn",
     "scale_tensor",
     "set_tensor",
     "softmax_backward",
