@@ -193,6 +193,9 @@ def _cases() -> dict:
             )
         ),  # fmt: skip
         "scale_tensor": Case(dict(y=t(*x3), alpha=2.0)),
+        "scaled_dot_product_attention": Case(
+            dict(query=t(1, 2, 3, 16), key=t(1, 2, 5, 16), value=t(1, 2, 5, 16), is_causal=True)
+        ),
         "softmax_backward": Case(dict(y=t(*x3), dy=t(*x3)), x3),
         "softmax_forward": Case(dict(x=t(*x3)), x3),
         "transform_tensor": Case(dict(x=t(*x3)), x3, ("x",)),

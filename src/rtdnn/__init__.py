@@ -25,6 +25,7 @@ from .autograd import reduce_tensor_api as reduce_tensor
 from .autograd import rms_norm_forward_api as rms_norm_forward
 from .autograd import rnn_api as rnn
 from .autograd import scale_tensor_api as scale_tensor
+from .autograd import scaled_dot_product_attention_api as scaled_dot_product_attention
 from .autograd import set_tensor_api as set_tensor
 from .autograd import softmax_forward_api as softmax_forward
 from .autograd import transform_tensor_api as transform_tensor
@@ -119,6 +120,7 @@ __all__ = [
     "rms_norm_forward",
     "rnn",
     "scale_tensor",
+    "scaled_dot_product_attention",
     "set_tensor",
     "softmax_backward",
     "softmax_forward",

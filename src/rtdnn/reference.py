@@ -645,3 +645,18 @@ def instance_norm_backward(
         beta=beta,
         out=out,
     )
+
+
+def scaled_dot_product_attention(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+    enable_gqa=False,
+) -> torch.Tensor:  # fmt: skip
+    """Attention without dropout (dropout_p must be 0): a boolean mask stays boolean."""
+    if dropout_p:
+        raise ValueError("the reference has no attention dropout")
+    mask = attn_mask if attn_mask is None or attn_mask.dtype == torch.bool else _f64(attn_mask)
+    mask = None if mask is None else mask.cpu()
+    return F.scaled_dot_product_attention(
+        _f64(query), _f64(key), _f64(value), attn_mask=mask, is_causal=is_causal, scale=scale,
+        enable_gqa=enable_gqa,
+    )  # fmt: skip

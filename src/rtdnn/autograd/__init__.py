@@ -12,6 +12,11 @@ family's custom op when an input requires grad (see _custom_op.public). They are
 
 from ._custom_op import CustomOp, custom_op
 from .activation import activation_backward, activation_forward, activation_forward_api
+from .attention import (
+    attention_backward,
+    attention_forward,
+    scaled_dot_product_attention_api,
+)
 from .batch_norm import (
     batch_norm,
     batch_norm_bwd,
@@ -100,11 +105,14 @@ __all__ = [
     "scale_tensor_api",
     "set_tensor_api",
     "rnn_api",
+    "scaled_dot_product_attention_api",
     "CustomOp",
     "activation_backward",
     "activation_forward",
     "adaptive_avg_pool",
     "adaptive_avg_pool_backward",
+    "attention_backward",
+    "attention_forward",
     "batch_norm",
     "batch_norm_bwd",
     "batch_norm_infer",

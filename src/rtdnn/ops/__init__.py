@@ -4,6 +4,7 @@ these, and rtdnn's top level exports the forward functions again, differentiable
 signatures, through those custom ops when an input requires grad)."""
 
 from .activation import activation_backward, activation_forward, activation_needs
+from .attention import scaled_dot_product_attention
 from .batch_norm import (
     batch_norm_backward,
     batch_norm_forward_inference,
@@ -88,6 +89,7 @@ __all__ = [
     "rms_norm_forward",
     "rnn",
     "scale_tensor",
+    "scaled_dot_product_attention",
     "set_tensor",
     "softmax_backward",
     "softmax_forward",

@@ -1,0 +1,353 @@
+"""Fused scaled-dot-product attention (flash-attention style), forward and backward.
+
+Tensors are addressed as (batch, head, row, column) with any strides; a stride of 0 broadcasts
+(the mask over batch and heads). Query head h reads key/value head h // GROUP (grouped-query
+attention). The score matrix is never materialised: the forward streams key blocks through an
+online softmax in float32 and saves, per query row, the log-sum-exp (base 2, scores already
+scaled by log2(e)); the backward recomputes each score block from it.
+
+Scores are kept in the base-2 domain (exp2 is what the hardware has; the interpreter has no
+libdevice). A row whose keys are all masked has no finite score: it outputs zeros and its
+saved log-sum-exp is +inf, so the backward's probabilities there are exp2(-inf) = 0, which is
+what torch gives for such rows.
+
+UPCAST (interpreter only) converts 16-bit tiles to float32 before tl.dot, whose bfloat16
+product is wrong under Triton's interpreter (see brgemm.py).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scores(
+    q,
+    k,
+    offs_m,
+    offs_n,
+    M,
+    Lq,
+    Lk,
+    sm_scale,
+    m_base,
+    stride_mm,
+    stride_mn,
+    HAS_MASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """One (BLOCK_M, BLOCK_N) block of scores in the base-2 domain: (q k^T * scale + mask) *
+    log2(e), -inf where the key is out of range, masked out or (causal) after the query."""
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale
+    valid = (offs_m[:, None] < Lq) & (offs_n[None, :] < Lk)
+    if HAS_MASK:
+        bias = tl.load(
+            M + m_base + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn,
+            mask=valid,
+            other=0.0,
+        )
+        s = s + bias.to(tl.float32)
+    s = s * 1.4426950408889634  # log2(e)
+    keep = offs_n[None, :] < Lk
+    if CAUSAL:
+        # torch's is_causal: top-left aligned, query i sees keys 0..i.
+        keep = keep & (offs_n[None, :] <= offs_m[:, None])
+    return tl.where(keep, s, float("-inf"))
+
+
+@triton.jit
+def attention_forward_kernel(
+    Q,
+    K,
+    V,
+    OUT,
+    LSE,
+    M,
+    sm_scale,
+    H,
+    Lq,
+    Lk,
+    D,
+    DV,
+    GROUP,
+    sqb, sqh, sqm, sqd,
+    skb, skh, skn, skd,
+    svb, svh, svn, svd,
+    sob, soh, som, sod,
+    smb, smh, smm, smn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    """Grid (cdiv(Lq, BLOCK_M), batch * H). OUT: (B, H, Lq, DV); LSE: contiguous (B, H, Lq)
+    float32."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUP
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    row_ok = offs_m < Lq
+
+    q = tl.load(
+        Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
+        mask=row_ok[:, None] & (offs_d[None, :] < D),
+        other=0.0,
+    )
+    if UPCAST:
+        q = q.to(tl.float32)
+    k_base = K + b * skb + hk * skh
+    v_base = V + b * svb + hk * svh
+    m_base = b * smb + h * smh
+
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
+    n_end = Lk
+    if CAUSAL:
+        n_end = tl.minimum(Lk, (pid_m + 1) * BLOCK_M)
+    for start_n in range(0, n_end, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < Lk
+        k = tl.load(
+            k_base + offs_n[:, None] * skn + offs_d[None, :] * skd,
+            mask=col_ok[:, None] & (offs_d[None, :] < D),
+            other=0.0,
+        )
+        v = tl.load(
+            v_base + offs_n[:, None] * svn + offs_dv[None, :] * svd,
+            mask=col_ok[:, None] & (offs_dv[None, :] < DV),
+            other=0.0,
+        )
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = _scores(
+            q, k, offs_m, offs_n, M, Lq, Lk, sm_scale, m_base, smm, smn,
+            HAS_MASK, CAUSAL, PRECISION,
+        )  # fmt: skip
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # A row with no finite score yet subtracts 0, not -inf (-inf - -inf is NaN).
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+        m_i = m_new
+
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    tl.store(
+        OUT + b * sob + h * soh + offs_m[:, None] * som + offs_dv[None, :] * sod,
+        out.to(OUT.dtype.element_ty),
+        mask=row_ok[:, None] & (offs_dv[None, :] < DV),
+    )
+    lse = tl.where(empty, float("inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
+    tl.store(LSE + bh * Lq + offs_m, lse, mask=row_ok)
+
+
+@triton.jit
+def attention_backward_dkdv_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DK,
+    DV_OUT,
+    M,
+    sm_scale,
+    H,
+    Lq,
+    Lk,
+    D,
+    DV,
+    GROUP,
+    sqb, sqh, sqm, sqd,
+    skb, skh, skn, skd,
+    svb, svh, svn, svd,
+    sdob, sdoh, sdom, sdod,
+    smb, smh, smm, smn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    """Grid (cdiv(Lk, BLOCK_N), batch * H): dK and dV of one key block for one query head,
+    float32, contiguous (B, H, Lk, D) and (B, H, Lk, DV); the caller sums a group's heads."""
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUP
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    col_ok = offs_n < Lk
+
+    k = tl.load(
+        K + b * skb + hk * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
+        mask=col_ok[:, None] & (offs_d[None, :] < D),
+        other=0.0,
+    )
+    v = tl.load(
+        V + b * svb + hk * svh + offs_n[:, None] * svn + offs_dv[None, :] * svd,
+        mask=col_ok[:, None] & (offs_dv[None, :] < DV),
+        other=0.0,
+    )
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    q_base = Q + b * sqb + h * sqh
+    do_base = DO + b * sdob + h * sdoh
+    m_base = b * smb + h * smh
+
+    dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)
+    m_begin = 0
+    if CAUSAL:
+        m_begin = (pid_n * BLOCK_N) // BLOCK_M * BLOCK_M  # earlier queries see none of these keys
+    for start_m in range(m_begin, Lq, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        row_ok = offs_m < Lq
+        q = tl.load(
+            q_base + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
+            mask=row_ok[:, None] & (offs_d[None, :] < D),
+            other=0.0,
+        )
+        do = tl.load(
+            do_base + offs_m[:, None] * sdom + offs_dv[None, :] * sdod,
+            mask=row_ok[:, None] & (offs_dv[None, :] < DV),
+            other=0.0,
+        )
+        if UPCAST:
+            q = q.to(tl.float32)
+            do = do.to(tl.float32)
+        lse = tl.load(LSE + bh * Lq + offs_m, mask=row_ok, other=float("inf"))
+        delta = tl.load(DELTA + bh * Lq + offs_m, mask=row_ok, other=0.0)
+        s = _scores(
+            q, k, offs_m, offs_n, M, Lq, Lk, sm_scale, m_base, smm, smn,
+            HAS_MASK, CAUSAL, PRECISION,
+        )  # fmt: skip
+        p = tl.exp2(s - lse[:, None])
+        dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision=PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=PRECISION)
+    dk = dk * sm_scale
+
+    out = bh * Lk * D + offs_n[:, None] * D + offs_d[None, :]
+    tl.store(DK + out, dk, mask=col_ok[:, None] & (offs_d[None, :] < D))
+    out = bh * Lk * DV + offs_n[:, None] * DV + offs_dv[None, :]
+    tl.store(DV_OUT + out, dv, mask=col_ok[:, None] & (offs_dv[None, :] < DV))
+
+
+@triton.jit
+def attention_backward_dq_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DQ,
+    M,
+    sm_scale,
+    H,
+    Lq,
+    Lk,
+    D,
+    DV,
+    GROUP,
+    sqb, sqh, sqm, sqd,
+    skb, skh, skn, skd,
+    svb, svh, svn, svd,
+    sdob, sdoh, sdom, sdod,
+    smb, smh, smm, smn,
+    sdqb, sdqh, sdqm, sdqd,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    """Grid (cdiv(Lq, BLOCK_M), batch * H): dQ of one query block, in DQ's dtype."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUP
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    row_ok = offs_m < Lq
+
+    q = tl.load(
+        Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
+        mask=row_ok[:, None] & (offs_d[None, :] < D),
+        other=0.0,
+    )
+    do = tl.load(
+        DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_dv[None, :] * sdod,
+        mask=row_ok[:, None] & (offs_dv[None, :] < DV),
+        other=0.0,
+    )
+    if UPCAST:
+        q = q.to(tl.float32)
+        do = do.to(tl.float32)
+    lse = tl.load(LSE + bh * Lq + offs_m, mask=row_ok, other=float("inf"))
+    delta = tl.load(DELTA + bh * Lq + offs_m, mask=row_ok, other=0.0)
+    k_base = K + b * skb + hk * skh
+    v_base = V + b * svb + hk * svh
+    m_base = b * smb + h * smh
+
+    dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    n_end = Lk
+    if CAUSAL:
+        n_end = tl.minimum(Lk, (pid_m + 1) * BLOCK_M)
+    for start_n in range(0, n_end, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < Lk
+        k = tl.load(
+            k_base + offs_n[:, None] * skn + offs_d[None, :] * skd,
+            mask=col_ok[:, None] & (offs_d[None, :] < D),
+            other=0.0,
+        )
+        v = tl.load(
+            v_base + offs_n[:, None] * svn + offs_dv[None, :] * svd,
+            mask=col_ok[:, None] & (offs_dv[None, :] < DV),
+            other=0.0,
+        )
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = _scores(
+            q, k, offs_m, offs_n, M, Lq, Lk, sm_scale, m_base, smm, smn,
+            HAS_MASK, CAUSAL, PRECISION,
+        )  # fmt: skip
+        p = tl.exp2(s - lse[:, None])
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
+    dq = dq * sm_scale
+    tl.store(
+        DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :] * sdqd,
+        dq.to(DQ.dtype.element_ty),
+        mask=row_ok[:, None] & (offs_d[None, :] < D),
+    )

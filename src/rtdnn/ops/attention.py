@@ -1,0 +1,219 @@
+"""Scaled-dot-product attention: the public functional API.
+
+torch.nn.functional.scaled_dot_product_attention's semantics:
+
+    out = softmax(q @ k^T * scale + mask) @ v
+
+q: (N, Hq, L, E) or (N, L, E); k: (N, Hk, S, E) or (N, S, E); v: (N, Hk, S, Ev) or (N, S, Ev);
+out: (N, Hq, L, Ev) (or (N, L, Ev)), contiguous, in q's dtype. Any strides; float32, float16,
+bfloat16; head sizes E and Ev up to 256. scale defaults to 1 / sqrt(E).
+
+attn_mask broadcasts to (N, Hq, L, S): boolean (True = take part) or additive (q's dtype or
+float32). is_causal masks key j for query i when j > i (top-left aligned, as torch's is_causal,
+also when L != S). enable_gqa lets Hq be a multiple of Hk: query head h uses key/value head
+h // (Hq / Hk). A query row whose keys are all masked gives zeros (and zero gradients), as
+torch does.
+
+The forward also returns the per-row log-sum-exp the backward recomputes the scores from.
+Dropout is not implemented yet: dropout_p > 0 raises NotSupportedError.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+
+from ..core import INTERPRETED, bad_param, check_tensor, not_supported
+from ..kernels import attention as K
+from ._common import check_real
+
+MAX_HEAD_SIZE = 256
+
+
+def check_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> float:
+    """Validate every argument (nothing runs before this); return the resolved scale."""
+    check_tensor("query", q, ndim=(3, 4))
+    check_tensor("key", k, ndim=q.dim(), dtype=q.dtype, device=q.device)
+    check_tensor("value", v, ndim=q.dim(), dtype=q.dtype, device=q.device)
+    if k.shape[-1] != q.shape[-1]:
+        raise bad_param("key.shape", tuple(k.shape), f"head size {q.shape[-1]} (query's)")
+    if v.shape[-2] != k.shape[-2]:
+        raise bad_param("value.shape", tuple(v.shape), f"{k.shape[-2]} keys (key's)")
+    for name, t in (("key", k), ("value", v)):
+        if t.shape[0] != q.shape[0]:
+            raise bad_param(f"{name}.shape", tuple(t.shape), f"batch {q.shape[0]} (query's)")
+    for name, size in (("query", q.shape[-1]), ("value", v.shape[-1])):
+        if size > MAX_HEAD_SIZE:
+            raise not_supported(f"{name}.shape[-1]", size, f"head sizes up to {MAX_HEAD_SIZE}")
+    if not isinstance(enable_gqa, bool):
+        raise bad_param("enable_gqa", enable_gqa, "a bool")
+    if not isinstance(is_causal, bool):
+        raise bad_param("is_causal", is_causal, "a bool")
+    if q.dim() == 4:
+        hq, hk = q.shape[1], k.shape[1]
+        if v.shape[1] != hk:
+            raise bad_param("value.shape", tuple(v.shape), f"{hk} heads (key's)")
+        if hq != hk:
+            if not enable_gqa:
+                raise bad_param(
+                    "key.shape", tuple(k.shape), f"{hq} heads (query's), or enable_gqa=True"
+                )
+            if hq % hk:
+                raise bad_param("enable_gqa", True, f"key heads ({hk}) dividing query heads ({hq})")
+    dropout_p = check_real("dropout_p", dropout_p)
+    if not 0.0 <= dropout_p < 1.0:
+        raise bad_param("dropout_p", dropout_p, "a probability in [0, 1)")
+    if dropout_p > 0.0:
+        raise not_supported("dropout_p", dropout_p, "attention dropout is not implemented yet")
+    if attn_mask is not None:
+        if is_causal:
+            raise bad_param("is_causal", True, "False when attn_mask is given (one or the other)")
+        if not isinstance(attn_mask, torch.Tensor):
+            raise bad_param("attn_mask", type(attn_mask).__name__, "a torch.Tensor or None")
+        if attn_mask.dtype not in (torch.bool, q.dtype, torch.float32):
+            raise bad_param("attn_mask.dtype", attn_mask.dtype, f"bool, {q.dtype} or float32")
+        if attn_mask.device != q.device:
+            raise bad_param("attn_mask.device", attn_mask.device, f"{q.device} (query's)")
+        full = (*q.shape[:-1], k.shape[-2])
+        try:
+            ok = torch.broadcast_shapes(attn_mask.shape, full) == torch.Size(full)
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise bad_param("attn_mask.shape", tuple(attn_mask.shape), f"broadcastable to {full}")
+    if scale is None:
+        return 1.0 / math.sqrt(q.shape[-1])
+    return check_real("scale", scale)
+
+
+def _as4(t: torch.Tensor) -> torch.Tensor:
+    """(N, L, E) as (N, 1, L, E), a view."""
+    return t if t.dim() == 4 else t.unsqueeze(1)
+
+
+def _mask4(attn_mask: torch.Tensor | None, q: torch.Tensor, lk: int) -> torch.Tensor | None:
+    """The mask as an additive (N, H, L, S) view with zero strides where it broadcasts; a
+    boolean mask becomes 0 / -inf (in its own shape, not the broadcast one)."""
+    if attn_mask is None:
+        return None
+    if attn_mask.dtype == torch.bool:
+        attn_mask = torch.zeros(attn_mask.shape, dtype=torch.float32, device=q.device).masked_fill(
+            ~attn_mask, float("-inf")
+        )
+    return _as4(attn_mask.expand(*q.shape[:-1], lk))
+
+
+def _config(q: torch.Tensor, e: int, ev: int) -> dict:
+    block_d = max(16, triton.next_power_of_2(e))
+    block_dv = max(16, triton.next_power_of_2(ev))
+    if INTERPRETED:
+        block = 16
+    else:
+        block = 64 if max(block_d, block_dv) <= 128 else 32
+    if q.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32 and not INTERPRETED:
+        precision = "tf32"
+    else:
+        precision = "ieee"
+    return dict(
+        BLOCK_M=block,
+        BLOCK_N=block,
+        BLOCK_D=block_d,
+        BLOCK_DV=block_dv,
+        UPCAST=INTERPRETED,
+        PRECISION=precision,
+    )
+
+
+def _strides(t: torch.Tensor | None) -> tuple[int, ...]:
+    return (0, 0, 0, 0) if t is None else tuple(t.stride())
+
+
+def attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    is_causal: bool,
+    scale: float,
+    enable_gqa: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward on validated arguments (check_attention): (out, lse), lse float32 of shape
+    q.shape[:-1], the base-2 log-sum-exp of each row's scaled scores (+inf for an empty row)."""
+    q4, k4, v4 = _as4(q), _as4(k), _as4(v)
+    n, h, lq, e = q4.shape
+    lk, ev = k4.shape[2], v4.shape[3]
+    out = torch.empty((n, h, lq, ev), dtype=q.dtype, device=q.device)
+    lse = torch.empty((n, h, lq), dtype=torch.float32, device=q.device)
+    mask = _mask4(attn_mask, q, lk)
+    cfg = _config(q, e, ev)
+    grid = (triton.cdiv(lq, cfg["BLOCK_M"]), n * h)
+    K.attention_forward_kernel[grid](
+        q4, k4, v4, out, lse, q4 if mask is None else mask,
+        scale, h, lq, lk, e, ev, h // k4.shape[1],
+        *q4.stride(), *k4.stride(), *v4.stride(), *out.stride(), *_strides(mask),
+        HAS_MASK=mask is not None, CAUSAL=is_causal, **cfg,
+    )  # fmt: skip
+    shape = (*q.shape[:-1], ev)
+    return out.view(shape), lse.view(q.shape[:-1])
+
+
+def attention_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    is_causal: bool,
+    scale: float,
+    enable_gqa: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients (dq, dk, dv) given the forward's out and lse, on validated arguments."""
+    q4, k4, v4, do4 = _as4(q), _as4(k), _as4(v), _as4(dout)
+    n, h, lq, e = q4.shape
+    hk, lk, ev = k4.shape[1], k4.shape[2], v4.shape[3]
+    lse = lse.reshape(n, h, lq).contiguous()
+    # The preprocessing step: delta_i = sum_j dO_ij O_ij = sum_j P_ij dP_ij.
+    delta = (do4.float() * _as4(out).float()).sum(-1).contiguous()
+    mask = _mask4(attn_mask, q, lk)
+    mask_arg = q4 if mask is None else mask
+    cfg = _config(q, e, ev)
+    common = (scale, h, lq, lk, e, ev, h // hk)
+    strides = (*q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *_strides(mask))
+    flags = dict(HAS_MASK=mask is not None, CAUSAL=is_causal, **cfg)
+
+    dk = torch.empty((n, h, lk, e), dtype=torch.float32, device=q.device)
+    dv = torch.empty((n, h, lk, ev), dtype=torch.float32, device=q.device)
+    grid = (triton.cdiv(lk, cfg["BLOCK_N"]), n * h)
+    K.attention_backward_dkdv_kernel[grid](
+        q4, k4, v4, do4, lse, delta, dk, dv, mask_arg, *common, *strides, **flags
+    )
+    dq = torch.empty((n, h, lq, e), dtype=q.dtype, device=q.device)
+    grid = (triton.cdiv(lq, cfg["BLOCK_M"]), n * h)
+    K.attention_backward_dq_kernel[grid](
+        q4, k4, v4, do4, lse, delta, dq, mask_arg, *common, *strides, *dq.stride(), **flags
+    )
+    # Each key/value head gets the sum over the query heads of its group.
+    dk = dk.view(n, hk, h // hk, lk, e).sum(2).to(k.dtype)
+    dv = dv.view(n, hk, h // hk, lk, ev).sum(2).to(v.dtype)
+    return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """softmax(query @ key^T * scale + attn_mask) @ value, fused (see the module docstring for
+    shapes, masks, causal alignment and grouped-query attention), as
+    torch.nn.functional.scaled_dot_product_attention."""
+    s = check_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    return attention_forward(query, key, value, attn_mask, is_causal, s, enable_gqa)[0]

@@ -1,0 +1,215 @@
+"""Scaled-dot-product attention against torch's in float64 (its math backend): outputs and the
+gradients of q, k and v, for every kind of mask, causal with L != S, grouped-query attention,
+a value head size different from the query's, strided inputs, and bad input.
+
+Tiny shapes (the kernels run in Triton's interpreter, whose blocks are 16 rows): lengths that
+are not multiples of the block, so the edge blocks are partial.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from conftest import assert_close, tolerance  # noqa: E402
+
+import rtdnn  # noqa: E402
+from rtdnn import reference as R  # noqa: E402
+
+# The interpreter warns about NaN in masked-off lanes.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def rand(*shape, dtype=torch.float32):
+    return torch.randn(*shape).to(dtype)
+
+
+def check(q, k, v, dtype=None, **kw):
+    """rtdnn's output and gradients against torch's on the same values in float64."""
+    dtype = q.dtype if dtype is None else dtype
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = rtdnn.scaled_dot_product_attention(*leaves, **kw)
+    refs = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref_kw = {
+        key: (val.double() if isinstance(val, torch.Tensor) and val.is_floating_point() else val)
+        for key, val in kw.items()
+    }
+    ref = F.scaled_dot_product_attention(*refs, **ref_kw)
+    assert out.dtype == q.dtype
+    assert_close(out.detach(), ref.detach(), dtype)
+    dout = torch.randn(ref.shape, dtype=torch.float64)
+    out.backward(dout.to(dtype))
+    ref.backward(dout)
+    for name, got, want in zip("qkv", leaves, refs, strict=True):
+        assert got.grad is not None, name
+        if want.grad.abs().max() < 1e-12:
+            # Exactly zero in exact arithmetic (a single key: the softmax is constant), so a
+            # relative error means nothing; rounding noise must stay within the tolerance.
+            assert got.grad.abs().max() <= tolerance(dtype), name
+        else:
+            assert_close(got.grad, want.grad, dtype)
+
+
+@pytest.mark.parametrize("lq, lk", [(17, 20), (20, 13), (1, 17), (5, 1)])
+def test_no_mask(lq, lk):
+    torch.manual_seed(0)
+    check(rand(2, 2, lq, 16), rand(2, 2, lk, 16), rand(2, 2, lk, 16))
+
+
+@pytest.mark.parametrize("lq, lk", [(17, 20), (20, 13), (19, 19)])
+def test_causal_with_different_lengths(lq, lk):
+    """torch's is_causal is top-left aligned: query i sees keys 0..i, also when L != S (so with
+    L > S the last queries see every key)."""
+    torch.manual_seed(1)
+    check(rand(1, 2, lq, 32), rand(1, 2, lk, 32), rand(1, 2, lk, 32), is_causal=True)
+
+
+@pytest.mark.parametrize("mask_shape", [(17, 19), (2, 1, 17, 19), (1, 2, 1, 19)])
+def test_boolean_mask_broadcast(mask_shape):
+    torch.manual_seed(2)
+    mask = torch.rand(mask_shape) > 0.3
+    check(rand(2, 2, 17, 16), rand(2, 2, 19, 16), rand(2, 2, 19, 16), attn_mask=mask)
+
+
+@pytest.mark.parametrize("mask_shape", [(17, 19), (2, 1, 1, 19)])
+def test_additive_mask_broadcast(mask_shape):
+    torch.manual_seed(3)
+    mask = torch.randn(mask_shape)
+    mask[..., 0] = float("-inf")
+    check(rand(2, 2, 17, 16), rand(2, 2, 19, 16), rand(2, 2, 19, 16), attn_mask=mask)
+
+
+def test_rows_with_every_key_masked_give_zeros_as_torch():
+    """torch gives zeros (not NaN) and zero gradients for a row whose keys are all masked, for
+    boolean and -inf additive masks alike."""
+    torch.manual_seed(4)
+    mask = torch.rand(17, 19) > 0.3
+    mask[3] = False
+    mask[16] = False
+    q, k, v = rand(1, 2, 17, 16), rand(1, 2, 19, 16), rand(1, 2, 19, 16)
+    check(q, k, v, attn_mask=mask)
+    additive = torch.zeros(17, 19).masked_fill(~mask, float("-inf"))
+    check(q, k, v, attn_mask=additive)
+    out = rtdnn.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert torch.equal(out[:, :, 3], torch.zeros_like(out[:, :, 3]))
+
+
+def test_grouped_query_attention():
+    torch.manual_seed(5)
+    check(rand(2, 4, 17, 16), rand(2, 2, 19, 16), rand(2, 2, 19, 16), enable_gqa=True)
+    check(
+        rand(1, 4, 18, 16), rand(1, 1, 13, 16), rand(1, 1, 13, 16), enable_gqa=True, is_causal=True
+    )
+
+
+def test_value_head_size_differs_from_query():
+    torch.manual_seed(6)
+    check(rand(2, 2, 17, 16), rand(2, 2, 19, 16), rand(2, 2, 19, 32))
+    check(rand(1, 2, 17, 32), rand(1, 2, 19, 32), rand(1, 2, 19, 16), is_causal=True)
+
+
+def test_odd_head_size_and_scale():
+    torch.manual_seed(7)
+    check(rand(1, 2, 17, 24), rand(1, 2, 19, 24), rand(1, 2, 19, 20), scale=0.3)
+
+
+def test_three_dim_inputs():
+    torch.manual_seed(8)
+    check(rand(2, 17, 16), rand(2, 19, 16), rand(2, 19, 16), attn_mask=torch.rand(17, 19) > 0.2)
+
+
+def test_strided_inputs():
+    """Transposed (batch, length, heads, size) storage, sliced head dims, a reversed key axis."""
+    torch.manual_seed(9)
+    q = rand(2, 17, 2, 16).transpose(1, 2)
+    k = rand(2, 2, 19, 32)[..., ::2]
+    v = rand(2, 2, 19, 16).flip(2)
+    assert not (q.is_contiguous() or k.is_contiguous())
+    check(q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision(dtype):
+    torch.manual_seed(10)
+    mask = torch.rand(2, 1, 17, 19) > 0.3
+    check(
+        rand(2, 2, 17, 16, dtype=dtype),
+        rand(2, 2, 19, 16, dtype=dtype),
+        rand(2, 2, 19, 16, dtype=dtype),
+        attn_mask=mask,
+    )
+
+
+def test_no_grad_call_matches():
+    torch.manual_seed(11)
+    q, k, v = rand(1, 2, 17, 16), rand(1, 2, 19, 16), rand(1, 2, 19, 16)
+    with torch.no_grad():
+        out = rtdnn.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert_close(out, R.scaled_dot_product_attention(q, k, v, is_causal=True))
+    assert out.is_contiguous()
+
+
+def test_fake_kernel_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q, k, v = torch.empty(2, 4, 7, 16), torch.empty(2, 2, 9, 16), torch.empty(2, 2, 9, 32)
+        out, lse = torch.ops.rtdnn.attention_forward(q, k, v, None, False, 0.25, True)
+    assert out.shape == (2, 4, 7, 32) and lse.shape == (2, 4, 7) and lse.dtype == torch.float32
+
+
+# -- bad input --------------------------------------------------------------------------------
+
+Q, KV = (1, 2, 5, 16), (1, 2, 7, 16)
+
+
+@pytest.mark.parametrize(
+    "change, names",
+    [
+        (dict(key=rand(1, 2, 7, 32)), ["key.shape"]),
+        (dict(key=rand(2, 2, 7, 16), value=rand(2, 2, 7, 16)), ["key.shape"]),
+        (dict(value=rand(1, 2, 6, 16)), ["value.shape"]),
+        (dict(key=rand(1, 1, 7, 16), value=rand(1, 1, 7, 16)), ["key.shape", "enable_gqa"]),
+        (
+            dict(query=rand(1, 3, 5, 16), key=rand(1, 2, 7, 16), enable_gqa=True),
+            ["enable_gqa"],
+        ),
+        (dict(attn_mask=torch.ones(4, 7, dtype=torch.bool)), ["attn_mask.shape"]),
+        (dict(attn_mask=torch.ones(5, 7, dtype=torch.int32)), ["attn_mask.dtype"]),
+        (dict(attn_mask=torch.ones(5, 7, dtype=torch.bool), is_causal=True), ["is_causal"]),
+        (dict(dropout_p=1.0), ["dropout_p"]),
+        (dict(dropout_p=-0.1), ["dropout_p"]),
+        (dict(scale=float("nan")), ["scale"]),
+        (dict(value=rand(1, 2, 7, 16).half()), ["value.dtype"]),
+        (dict(query=rand(5, 16)), ["query.dim()"]),
+    ],
+)
+def test_bad_input_is_refused(change, names):
+    args = dict(query=rand(*Q), key=rand(*KV), value=rand(*KV))
+    args.update(change)
+    with pytest.raises(rtdnn.BadParamError) as e:
+        rtdnn.scaled_dot_product_attention(**args)
+    for n in names:
+        assert n in str(e.value), (n, str(e.value))
+
+
+def test_dropout_is_not_supported_yet():
+    with pytest.raises(rtdnn.NotSupportedError, match="dropout_p"):
+        rtdnn.scaled_dot_product_attention(rand(*Q), rand(*KV), rand(*KV), dropout_p=0.1)
+
+
+def test_head_sizes_above_256_are_not_supported():
+    q = rand(1, 1, 3, 272)
+    with pytest.raises(rtdnn.NotSupportedError, match="query.shape"):
+        rtdnn.scaled_dot_product_attention(q, q, q)
+
+
+def test_a_mask_that_requires_grad_is_refused():
+    q = rand(*Q).requires_grad_()
+    mask = torch.zeros(5, 7, requires_grad=True)
+    with pytest.raises(rtdnn.NotSupportedError, match="attn_mask"):
+        rtdnn.scaled_dot_product_attention(q, rand(*KV), rand(*KV), attn_mask=mask)

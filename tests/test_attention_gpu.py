@@ -1,0 +1,93 @@
+"""GPU correctness of scaled-dot-product attention: compiled kernels, moderate sizes, bf16 / fp16
+/ strict fp32, outputs and gradients, against torch's in float64 on the CPU.
+
+Run in its own process, without TRITON_INTERPRET:
+    RTDNN_GPU_TESTS=1 pytest tests/test_attention_gpu.py
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import rtdnn
+from rtdnn.core import INTERPRETED
+
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(INTERPRETED, reason="kernels are interpreted: run without TRITON_INTERPRET"),
+    pytest.mark.gpu,
+]
+
+# ||out - ref|| / ||ref||: float32 accumulation; 16-bit storage of the probabilities fed to the
+# second product (as flash attention does) and of the results dominates.
+TOL = {torch.float32: 2e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+DTYPES = list(TOL)
+
+
+@pytest.fixture(autouse=True)
+def strict_fp32(monkeypatch):
+    """float32 means strict float32 (no TF32) on both sides."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+
+
+def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out64, ref64 = out.detach().double().cpu(), ref.detach().double().cpu()
+    assert out64.shape == ref64.shape
+    assert torch.isfinite(out64).all(), "non-finite values"
+    return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-300))
+
+
+def compare(dtype, q_shape, k_shape, ev, **kw):
+    torch.manual_seed(0)
+    q = torch.randn(q_shape, device="cuda").to(dtype).requires_grad_()
+    k = torch.randn(k_shape, device="cuda").to(dtype).requires_grad_()
+    v = torch.randn((*k_shape[:-1], ev), device="cuda").to(dtype).requires_grad_()
+    refs = [t.detach().double().cpu().requires_grad_() for t in (q, k, v)]
+    ref_kw = {
+        a: (
+            b.cpu().double()
+            if isinstance(b, torch.Tensor) and b.is_floating_point()
+            else b.cpu()
+            if isinstance(b, torch.Tensor)
+            else b
+        )
+        for a, b in kw.items()
+    }
+    out = rtdnn.scaled_dot_product_attention(q, k, v, **kw)
+    ref = F.scaled_dot_product_attention(*refs, **ref_kw)
+    assert rel(out, ref) <= TOL[dtype], "out"
+    dout = torch.randn(ref.shape, dtype=torch.float64)
+    out.backward(dout.to("cuda", dtype))
+    ref.backward(dout)
+    for name, got, want in zip("qkv", (q, k, v), refs, strict=True):
+        assert rel(got.grad, want.grad) <= TOL[dtype], name
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("e", [16, 64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_sizes(dtype, e, causal):
+    compare(dtype, (2, 4, 300, e), (2, 4, 257, e), e, is_causal=causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masks_gqa_and_value_size(dtype):
+    mask = torch.rand(1, 4, 129, 200, device="cuda") > 0.3
+    compare(dtype, (2, 4, 129, 64), (2, 2, 200, 64), 128, attn_mask=mask, enable_gqa=True)
+    additive = torch.randn(129, 200, device="cuda")
+    compare(dtype, (2, 4, 129, 96), (2, 4, 200, 96), 32, attn_mask=additive)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16])
+def test_strided(dtype):
+    torch.manual_seed(1)
+    q = torch.randn(2, 1000, 8, 64, device="cuda", dtype=dtype).transpose(1, 2)
+    k = torch.randn(2, 8, 700, 128, device="cuda", dtype=dtype)[..., ::2]
+    v = torch.randn(2, 700, 8, 64, device="cuda", dtype=dtype).transpose(1, 2)
+    out = rtdnn.scaled_dot_product_attention(q, k, v, is_causal=True)
+    ref = F.scaled_dot_product_attention(
+        q.double().cpu(), k.double().cpu(), v.double().cpu(), is_causal=True
+    )
+    assert rel(out, ref) <= TOL[dtype]
