@@ -65,6 +65,7 @@ def _cases() -> dict:
         ),
         "adaptive_avg_pool": Case(dict(x=t(*x4), output_size=2), (1, 2, 2, 2)),
         "adaptive_avg_pool_backward": Case(dict(dy=t(1, 2, 2, 2), x_shape=x4), x4),
+        "affine_grid": Case(dict(theta=t(2, 2, 3), size=(2, 3, 4, 5))),
         "add_tensor": Case(dict(a=t(*x3), c=t(*x3)), x3, ("a",), out_param="c"),
         "batch_norm": Case(
             dict(
@@ -124,6 +125,7 @@ def _cases() -> dict:
         ),
         "dropout_backward": Case(dict(dy=t(*x3), p=0.5, seed=1), x3, ("dy",)),
         "dropout_forward": Case(dict(x=t(*x3), p=0.5, seed=1), x3, ("x",)),
+        "grid_sample": Case(dict(input=t(1, 2, 3, 4), grid=t(1, 2, 2, 2))),
         "group_norm": Case(dict(x=t(2, 4, 3), num_groups=2, weight=t(4), bias=t(4), eps=1e-5)),
         "group_norm_backward": Case(
             dict(

@@ -65,6 +65,7 @@ from .pooling import (
 )
 from .rnn import rnn, rnn_api, rnn_backward
 from .softmax import softmax_backward, softmax_forward, softmax_forward_api
+from .spatial_transformer import affine_grid, grid_sample
 from .tensor_ops import (
     add_tensor_api,
     op_tensor,
@@ -140,6 +141,8 @@ __all__ = [
     "rms_norm_fwd",
     "rnn",
     "rnn_backward",
+    "affine_grid",
+    "grid_sample",
     "softmax_backward",
     "softmax_forward",
     "transform_tensor",
