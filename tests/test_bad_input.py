@@ -123,6 +123,14 @@ def _cases() -> dict:
         "cross_entropy": Case(
             dict(logits=t(4, 3), target=torch.tensor([0, 2, 1, 1]), label_smoothing=0.1)
         ),
+        "ctc_loss": Case(
+            dict(
+                log_probs=t(4, 2, 3).log_softmax(-1),
+                targets=torch.tensor([[1, 2], [2, 2]]),
+                input_lengths=(4, 3),
+                target_lengths=(2, 1),
+            )
+        ),
         "dropout_backward": Case(dict(dy=t(*x3), p=0.5, seed=1), x3, ("dy",)),
         "dropout_forward": Case(dict(x=t(*x3), p=0.5, seed=1), x3, ("x",)),
         "grid_sample": Case(dict(input=t(1, 2, 3, 4), grid=t(1, 2, 2, 2))),

@@ -11,6 +11,7 @@ from .autograd import add_tensor_api as add_tensor
 from .autograd import (
     affine_grid,
     batch_norm,
+    ctc_loss,
     grid_sample,
     group_norm,
     instance_norm,
@@ -94,6 +95,7 @@ __all__ = [
     "ConversionReport",
     "convert",
     "cross_entropy",
+    "ctc_loss",
     "dropout_backward",
     "dropout_forward",
     "Error",

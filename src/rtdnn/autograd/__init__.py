@@ -27,6 +27,7 @@ from .conv import (
     conv_forward,
     conv_forward_api,
 )
+from .ctc import ctc_loss
 from .dropout import dropout_backward, dropout_forward, dropout_forward_api
 from .group_norm import (
     group_norm,
@@ -142,6 +143,7 @@ __all__ = [
     "rnn",
     "rnn_backward",
     "affine_grid",
+    "ctc_loss",
     "grid_sample",
     "softmax_backward",
     "softmax_forward",
