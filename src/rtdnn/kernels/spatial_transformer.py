@@ -28,7 +28,7 @@ ZEROS, BORDER, REFLECTION = 0, 1, 2
 def _base_coord(i, size, ALIGN: tl.constexpr):
     """torch's affine_grid base coordinate of index i along an axis of `size` points."""
     f = i.to(tl.float32)
-    s = size.to(tl.float32)
+    s = size * 1.0  # a size of 1 arrives as a compile-time int
     if ALIGN:
         v = -1.0 + 2.0 * f / tl.maximum(s - 1.0, 1.0)
     else:
@@ -91,7 +91,7 @@ def affine_grid_backward_kernel(
 def _source(g, size, PADDING: tl.constexpr, ALIGN: tl.constexpr):
     """Grid value -> input coordinate along one axis, and d coordinate / d grid value
     (torch's grid_sampler_compute_source_index_set_grad)."""
-    s = size.to(tl.float32)
+    s = size * 1.0  # a size of 1 arrives as a compile-time int
     if ALIGN:
         c = (g + 1.0) * 0.5 * (s - 1.0)
         mult = tl.zeros_like(g) + 0.5 * (s - 1.0)
@@ -255,13 +255,11 @@ def grid_sample_backward_kernel(
                 v = tl.load(
                     x + n * sxn + c * sxc + zi * sxd + yi * sxh + xi * sxw, mask=inb, other=0.0
                 ).to(tl.float32)
-                sx: tl.constexpr = 1.0 if (t & 1) == 1 else -1.0
-                sy: tl.constexpr = 1.0 if ((t >> 1) & 1) == 1 else -1.0
-                sz: tl.constexpr = 1.0 if ((t >> 2) & 1) == 1 else -1.0
-                gx += sx * v * fy * fz * g
-                gy += sy * v * fx * fz * g
+                # d weight / d coordinate: +1 for the far corner of an axis, -1 for the near.
+                gx += ((t & 1) * 2.0 - 1.0) * v * fy * fz * g
+                gy += (((t >> 1) & 1) * 2.0 - 1.0) * v * fx * fz * g
                 if THREE_D:
-                    gz += sz * v * fx * fy * g
+                    gz += (((t >> 2) & 1) * 2.0 - 1.0) * v * fx * fy * g
     K: tl.constexpr = 3 if THREE_D else 2
     out = dgrid + (n * P + p) * K
     tl.store(out, (gx * mx).to(dgrid.dtype.element_ty), mask=mask)
