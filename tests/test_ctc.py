@@ -168,3 +168,12 @@ def test_zero_input_lengths():
     assert_close(loss[1:2], ref[1:2])
     assert torch.equal(grad.isnan(), grad_ref.isnan())
     assert_close(grad.nan_to_num(0.0), grad_ref.nan_to_num(0.0))
+
+
+def test_long_target_spans_several_label_chunks():
+    # 2 S + 1 = 19 extended labels: the backward's per-label sums run over two chunks.
+    lp = _log_probs(t=20, n=1)
+    targets = torch.tensor([[1, 2, 2, 3, 1, 4, 4, 2, 1]])
+    loss, ref, grad, grad_ref = _check(lp, targets, (20,), (9,), "sum")
+    assert_close(loss, ref)
+    assert_close(grad, grad_ref)

@@ -83,9 +83,10 @@ def ctc_beta_grad_kernel(
     lp, s_t, s_n, s_c, targets, offsets, in_len, tgt_len, alpha, nll, grad_nll, beta, grad,
     g_t, g_n, g_c, T, C, BLANK,
     ZERO_INFINITY: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_C: tl.constexpr,
+    CHUNK: tl.constexpr,
 ):  # fmt: skip
     """grad (T, N, C) of the loss vector's dot with grad_nll (N,); beta: float32
-    (N, 2, BLOCK_L) workspace."""
+    (N, 3, BLOCK_L) workspace (two beta rows, then alpha + beta of the current step)."""
     n = tl.program_id(0)
     s, L, valid, lab, _, skip_out = _labels(targets, offsets, tgt_len, n, BLANK, BLOCK_L)
     Tn = tl.load(in_len + n).to(tl.int32)
@@ -100,10 +101,10 @@ def ctc_beta_grad_kernel(
     for t in range(Tn, T):
         for c0 in range(0, C, BLOCK_C):
             tl.store(out + t * g_t + (c0 + cs) * g_c, zeros, mask=c0 + cs < C)
-    brow = beta + n * 2 * BLOCK_L + s
+    brow = beta + n * 3 * BLOCK_L + s
     tl.store(brow, tl.full([BLOCK_L], NEG_INF, tl.float32))
     tl.store(brow + BLOCK_L, tl.full([BLOCK_L], NEG_INF, tl.float32))
-    same = (lab[:, None] == lab[None, :]) & valid[None, :]
+    off = tl.load(offsets + n)
     for i in range(0, Tn):
         t = Tn - 1 - i
         tl.debug_barrier()
@@ -117,14 +118,26 @@ def ctc_beta_grad_kernel(
         b = tl.where(valid, b, NEG_INF)
         tl.store(brow + t % 2 * BLOCK_L, b)
         ab = tl.load(alpha + (n * T + t) * BLOCK_L + s) + b
-        # lse over the positions holding the same label as s: per label, the alignments'
-        # posterior mass at step t.
-        pair = tl.where(same, ab[None, :], NEG_INF)
-        m = tl.max(pair, 1)
-        safe = tl.where(m == NEG_INF, 0.0, m)
-        lcab = tl.where(
-            m == NEG_INF, NEG_INF, safe + tl.log(tl.sum(tl.exp(pair - safe[:, None]), 1))
-        )
+        # lse over the positions holding the same label as s (per label, the alignments'
+        # posterior mass at step t), by an online lse over chunks of CHUNK positions read back
+        # from memory: a [BLOCK_L, CHUNK] tile, not [BLOCK_L, BLOCK_L].
+        abrow = beta + (n * 3 + 2) * BLOCK_L
+        tl.store(abrow + s, ab)
+        tl.debug_barrier()
+        m = tl.full([BLOCK_L], NEG_INF, tl.float32)
+        acc = tl.zeros([BLOCK_L], tl.float32)
+        for j0 in range(0, L, CHUNK):
+            j = j0 + tl.arange(0, CHUNK)
+            in_j = j < L
+            lab_j = tl.load(targets + off + (j - 1) // 2, mask=in_j & (j % 2 == 1), other=BLANK)
+            ab_j = tl.load(abrow + j, mask=in_j, other=NEG_INF)
+            same = (lab[:, None] == lab_j.to(tl.int32)[None, :]) & in_j[None, :]
+            pair = tl.where(same, ab_j[None, :], NEG_INF)
+            new_m = tl.maximum(m, tl.max(pair, 1))
+            safe = tl.where(new_m == NEG_INF, 0.0, new_m)
+            acc = acc * tl.exp(m - safe) + tl.sum(tl.exp(pair - safe[:, None]), 1)
+            m = new_m
+        lcab = tl.where(m == NEG_INF, NEG_INF, m + tl.log(acc))
         # The row first, as for a class in no alignment (lse over no positions: -inf, which
         # with an infinite loss gives NaN, as torch's); then the labels' entries overwrite theirs.
         row_lp = lp + t * s_t + n * s_n
