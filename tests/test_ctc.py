@@ -177,3 +177,13 @@ def test_long_target_spans_several_label_chunks():
     loss, ref, grad, grad_ref = _check(lp, targets, (20,), (9,), "sum")
     assert_close(loss, ref)
     assert_close(grad, grad_ref)
+
+
+def test_custom_op_passes_opcheck():
+    """Schema, fake kernel and autograd registration hold (what torch.compile relies on)."""
+    from rtdnn.autograd import ctc as ag
+    from rtdnn.ops import ctc
+
+    lp = torch.randn(5, 2, 4).log_softmax(-1).requires_grad_()
+    args = ctc.prepare(lp, torch.tensor([[1, 2], [3, 3]]), (5, 5), (2, 2), 0)[:5]
+    torch.library.opcheck(ag.ctc_loss_forward.op, (*args, 0, 2, False))

@@ -208,3 +208,14 @@ def test_bicubic_is_not_supported():
 def test_bad_affine_grid_arguments(theta, size, name):
     with pytest.raises(rtdnn.BadParamError, match=name):
         rtdnn.affine_grid(theta, size)
+
+
+def test_custom_ops_pass_opcheck():
+    """Schemas, fake kernels and autograd registration hold (what torch.compile relies on)."""
+    from rtdnn.autograd import spatial_transformer as ag
+
+    x = torch.randn(1, 2, 3, 4, requires_grad=True)
+    grid = (torch.rand(1, 2, 2, 2) * 2 - 1).requires_grad_()
+    torch.library.opcheck(ag.grid_sample_op.op, (x, grid, "bilinear", "border", False))
+    theta = torch.randn(1, 2, 3, requires_grad=True)
+    torch.library.opcheck(ag.affine_grid_op.op, (theta, [1, 2, 3, 4], False))
