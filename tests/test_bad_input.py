@@ -67,6 +67,7 @@ def _cases() -> dict:
         ),
         "adaptive_avg_pool": Case(dict(x=t(*x4), output_size=2), (1, 2, 2, 2)),
         "adaptive_avg_pool_backward": Case(dict(dy=t(1, 2, 2, 2), x_shape=x4), x4),
+        "affine_grid": Case(dict(theta=t(2, 2, 3), size=(2, 3, 4, 5))),
         "add_tensor": Case(dict(a=t(*x3), c=t(*x3)), x3, ("a",), out_param="c"),
         "batch_norm": Case(
             dict(
@@ -124,8 +125,17 @@ def _cases() -> dict:
         "cross_entropy": Case(
             dict(logits=t(4, 3), target=torch.tensor([0, 2, 1, 1]), label_smoothing=0.1)
         ),
+        "ctc_loss": Case(
+            dict(
+                log_probs=t(4, 2, 3).log_softmax(-1),
+                targets=torch.tensor([[1, 2], [2, 2]]),
+                input_lengths=(4, 3),
+                target_lengths=(2, 1),
+            )
+        ),
         "dropout_backward": Case(dict(dy=t(*x3), p=0.5, seed=1), x3, ("dy",)),
         "dropout_forward": Case(dict(x=t(*x3), p=0.5, seed=1), x3, ("x",)),
+        "grid_sample": Case(dict(input=t(1, 2, 3, 4), grid=t(1, 2, 2, 2))),
         "group_norm": Case(dict(x=t(2, 4, 3), num_groups=2, weight=t(4), bias=t(4), eps=1e-5)),
         "group_norm_backward": Case(
             dict(

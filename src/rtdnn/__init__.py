@@ -8,7 +8,16 @@ and otherwise they are the plain primitives. The backward functions are the plai
 from .autograd import activation_forward_api as activation_forward
 from .autograd import adaptive_avg_pool_api as adaptive_avg_pool
 from .autograd import add_tensor_api as add_tensor
-from .autograd import batch_norm, group_norm, instance_norm, layer_norm, rms_norm
+from .autograd import (
+    affine_grid,
+    batch_norm,
+    ctc_loss,
+    grid_sample,
+    group_norm,
+    instance_norm,
+    layer_norm,
+    rms_norm,
+)
 from .autograd import batch_norm_forward_inference_api as batch_norm_forward_inference
 from .autograd import batch_norm_forward_training_api as batch_norm_forward_training
 from .autograd import conv_forward_api as conv_forward
@@ -72,6 +81,7 @@ __all__ = [
     "adaptive_avg_pool",
     "adaptive_avg_pool_backward",
     "add_tensor",
+    "affine_grid",
     "AlgoPerf",
     "AllocFailedError",
     "BadParamError",
@@ -86,12 +96,14 @@ __all__ = [
     "ConversionReport",
     "convert",
     "cross_entropy",
+    "ctc_loss",
     "dropout_backward",
     "dropout_forward",
     "Error",
     "ExecutionFailedError",
     "find_conv_algorithms",
     "get_conv_algorithm",
+    "grid_sample",
     "group_norm",
     "group_norm_backward",
     "group_norm_forward",

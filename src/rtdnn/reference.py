@@ -660,3 +660,31 @@ def scaled_dot_product_attention(
         _f64(query), _f64(key), _f64(value), attn_mask=mask, is_causal=is_causal, scale=scale,
         enable_gqa=enable_gqa,
     )  # fmt: skip
+
+
+# -- spatial transformer and CTC: torch's float64 implementations define the semantics ------
+# These keep autograd (float64 inputs pass through unchanged), so tests differentiate them too.
+
+
+def _f64_graph(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.float64)
+
+
+def affine_grid(theta, size, align_corners=False) -> torch.Tensor:
+    return torch.nn.functional.affine_grid(
+        _f64_graph(theta), list(size), align_corners=align_corners
+    )
+
+
+def grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False):
+    return torch.nn.functional.grid_sample(
+        _f64_graph(x), _f64_graph(grid), mode, padding_mode, align_corners=align_corners
+    )
+
+
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean",
+             zero_infinity=False) -> torch.Tensor:  # fmt: skip
+    return torch.nn.functional.ctc_loss(
+        _f64_graph(log_probs), targets, input_lengths, target_lengths, blank=blank,
+        reduction=reduction, zero_infinity=zero_infinity,
+    )  # fmt: skip

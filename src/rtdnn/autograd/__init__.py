@@ -32,6 +32,7 @@ from .conv import (
     conv_forward,
     conv_forward_api,
 )
+from .ctc import ctc_loss
 from .dropout import dropout_backward, dropout_forward, dropout_forward_api
 from .group_norm import (
     group_norm,
@@ -70,6 +71,7 @@ from .pooling import (
 )
 from .rnn import rnn, rnn_api, rnn_backward
 from .softmax import softmax_backward, softmax_forward, softmax_forward_api
+from .spatial_transformer import affine_grid, grid_sample
 from .tensor_ops import (
     add_tensor_api,
     op_tensor,
@@ -148,6 +150,9 @@ __all__ = [
     "rms_norm_fwd",
     "rnn",
     "rnn_backward",
+    "affine_grid",
+    "ctc_loss",
+    "grid_sample",
     "softmax_backward",
     "softmax_forward",
     "transform_tensor",

@@ -13,6 +13,7 @@ from .activation import (
     Tanh,
 )
 from .conv import Conv1d, Conv2d, Conv3d
+from .ctc import CTCLoss
 from .dropout import Dropout
 from .linear import CrossEntropyLoss, Linear
 from .lrn import LocalResponseNorm
@@ -50,6 +51,7 @@ __all__ = [
     "BatchNorm1d",
     "BatchNorm2d",
     "BatchNorm3d",
+    "CTCLoss",
     "Conv1d",
     "Conv2d",
     "Conv3d",

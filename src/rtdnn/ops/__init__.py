@@ -38,6 +38,12 @@ from .pooling import (
 )
 from .rnn import rnn
 from .softmax import softmax_backward, softmax_forward
+from .spatial_transformer import (
+    affine_grid,
+    affine_grid_backward,
+    grid_sample,
+    grid_sample_backward,
+)
 from .tensor_ops import (
     add_tensor,
     op_tensor,
@@ -54,6 +60,8 @@ __all__ = [
     "adaptive_avg_pool",
     "adaptive_avg_pool_backward",
     "add_tensor",
+    "affine_grid",
+    "affine_grid_backward",
     "batch_norm_backward",
     "batch_norm_forward_inference",
     "batch_norm_forward_training",
@@ -68,6 +76,8 @@ __all__ = [
     "dropout_forward",
     "find_conv_algorithms",
     "get_conv_algorithm",
+    "grid_sample",
+    "grid_sample_backward",
     "group_norm_backward",
     "group_norm_forward",
     "instance_norm_backward",

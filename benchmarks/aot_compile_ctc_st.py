@@ -1,0 +1,49 @@
+"""Compile the CTC loss and spatial transformer kernels for sm_90 without a GPU (a CPU-only
+check).
+
+Triton's interpreter accepts code the GPU compiler rejects, so this runs rtdnn.ops' CTC and
+spatial transformer forward and backward on CPU tensors, every dtype, mode and padding, with
+the CUDA driver replaced by an sm_90 stub and every launch turned into a compilation (nothing
+runs: the values are meaningless), and prints the kernels compiled.
+
+    PYTHONPATH=src python benchmarks/aot_compile_ctc_st.py   (TRITON_INTERPRET must be unset)
+"""
+
+import sys
+
+from sm90_stub import accept_cpu_tensors, activate, compile_only  # noqa: E402
+
+activate()
+compiled = compile_only()
+
+import torch  # noqa: E402
+
+import rtdnn  # noqa: E402, F401
+from rtdnn.ops import ctc  # noqa: E402
+from rtdnn.ops import spatial_transformer as st  # noqa: E402
+
+accept_cpu_tensors()
+max_target = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    for dims in (2, 3):
+        x = torch.randn((2, 3, 5, 6) if dims == 2 else (2, 3, 4, 5, 6), dtype=dtype)
+        theta = torch.randn(2, dims, dims + 1, dtype=dtype)
+        grid = st.affine_grid(theta, x.shape, False)
+        st.affine_grid_backward(grid, x.shape, True)
+        for mode in ("bilinear", "nearest"):
+            for padding in ("zeros", "border", "reflection"):
+                y = st.grid_sample(x, grid, mode, padding, True)
+                st.grid_sample_backward(y, x, grid, mode, padding, True)
+                st.grid_sample_backward(y, x, grid, mode, padding, False, deterministic=True)
+    T, N, C = 300, 2, 29
+    lp = torch.randn(T, N, C).log_softmax(-1).to(dtype)
+    targets = torch.randint(1, C, (N, max_target))
+    args = ctc.prepare(lp, targets, (T, T), (max_target, max_target // 2), 0)[:5]
+    nll, alpha = ctc.ctc_forward(*args, 0, max_target)
+    for zero_infinity in (False, True):
+        ctc.ctc_backward(torch.ones(N), *args, nll, alpha, 0, zero_infinity)
+
+print(f"{len(compiled)} kernels compiled for sm_90:")
+for name, _ in sorted(compiled):
+    print(" ", name)

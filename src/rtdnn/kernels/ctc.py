@@ -1,0 +1,155 @@
+"""CTC loss kernels: the alpha (forward) and beta (backward) recursions in log space.
+
+One program per batch element walks its T_n time steps; the extended label sequence
+(blank, l1, blank, l2, ..., blank) of length 2 S_n + 1 lies along a vector of BLOCK_L lanes.
+Each step reads the previous step's row back from memory shifted by one and two lanes, so the
+steps are separated by a barrier. The forward keeps every alpha row (the backward needs them);
+the backward keeps two beta rows and writes the gradient row of each step.
+
+The gradient is torch's: d loss / d log_probs[t, c] = exp(lp) - exp(lse_{s: l'(s) = c}
+(alpha_t(s) + beta_t(s)) + nll - lp), the gradient with respect to the logits of a log_softmax
+that produced log_probs, times the incoming gradient. Steps at or after T_n get 0.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+NEG_INF = tl.constexpr(float("-inf"))
+
+
+@triton.jit
+def _lse3(a, b, c):
+    m = tl.maximum(tl.maximum(a, b), c)
+    safe = tl.where(m == NEG_INF, 0.0, m)
+    r = safe + tl.log(tl.exp(a - safe) + tl.exp(b - safe) + tl.exp(c - safe))
+    return tl.where(m == NEG_INF, NEG_INF, r)
+
+
+@triton.jit
+def _labels(targets, offsets, tgt_len, n, BLANK, BLOCK_L: tl.constexpr):
+    """The extended labels l'(s), whether s is in range, and whether the s - 2 -> s and
+    s -> s + 2 transitions (skipping a blank) are allowed."""
+    s = tl.arange(0, BLOCK_L)
+    Sn = tl.load(tgt_len + n).to(tl.int32)
+    off = tl.load(offsets + n)
+    L = 2 * Sn + 1
+    valid = s < L
+    is_lab = (s % 2 == 1) & valid
+    k = (s - 1) // 2
+    lab = tl.load(targets + off + k, mask=is_lab, other=BLANK).to(tl.int32)
+    lab_prev = tl.load(targets + off + k - 1, mask=is_lab & (s >= 3), other=-1).to(tl.int32)
+    lab_next = tl.load(targets + off + k + 1, mask=is_lab & (s + 2 < L), other=-1).to(tl.int32)
+    skip_in = is_lab & (s >= 3) & (lab != lab_prev)
+    skip_out = is_lab & (s + 2 < L) & (lab != lab_next)
+    return s, L, valid, lab, skip_in, skip_out
+
+
+@triton.jit
+def ctc_alpha_kernel(
+    lp, s_t, s_n, s_c, targets, offsets, in_len, tgt_len, alpha, nll, T, BLANK,
+    BLOCK_L: tl.constexpr,
+):  # fmt: skip
+    """alpha: float32 (N, T, BLOCK_L) workspace; nll: float32 (N,), -log p(target | input)."""
+    n = tl.program_id(0)
+    s, L, valid, lab, skip_in, _ = _labels(targets, offsets, tgt_len, n, BLANK, BLOCK_L)
+    Tn = tl.load(in_len + n).to(tl.int32)
+    base = lp + n * s_n + lab * s_c
+    row = alpha + n * T * BLOCK_L + s
+    a = tl.load(base, mask=valid & (s < 2), other=NEG_INF).to(tl.float32)
+    tl.store(row, a)
+    for t in range(1, Tn):
+        tl.debug_barrier()
+        prev = row + (t - 1) * BLOCK_L
+        a0 = tl.load(prev, mask=valid, other=NEG_INF)
+        a1 = tl.load(prev - 1, mask=valid & (s >= 1), other=NEG_INF)
+        a2 = tl.load(prev - 2, mask=skip_in, other=NEG_INF)
+        x = tl.load(base + t * s_t, mask=valid, other=NEG_INF).to(tl.float32)
+        tl.store(row + t * BLOCK_L, tl.where(valid, _lse3(a0, a1, a2) + x, NEG_INF))
+    tl.debug_barrier()
+    last = row + (tl.maximum(Tn, 1) - 1) * BLOCK_L
+    ends = tl.load(last, mask=(s == L - 1) | (s == L - 2), other=NEG_INF)
+    m = tl.max(ends, 0)
+    safe = tl.where(m == NEG_INF, 0.0, m)
+    total = tl.where(m == NEG_INF, NEG_INF, safe + tl.log(tl.sum(tl.exp(ends - safe), 0)))
+    # No input at all: only the empty target has an alignment (probability 1).
+    total = tl.where(Tn == 0, tl.where(L == 1, 0.0, NEG_INF), total)
+    tl.store(nll + n, -total)
+
+
+@triton.jit
+def ctc_beta_grad_kernel(
+    lp, s_t, s_n, s_c, targets, offsets, in_len, tgt_len, alpha, nll, grad_nll, beta, grad,
+    g_t, g_n, g_c, T, C, BLANK,
+    ZERO_INFINITY: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_C: tl.constexpr,
+    CHUNK: tl.constexpr,
+):  # fmt: skip
+    """grad (T, N, C) of the loss vector's dot with grad_nll (N,); beta: float32
+    (N, 3, BLOCK_L) workspace (two beta rows, then alpha + beta of the current step)."""
+    n = tl.program_id(0)
+    s, L, valid, lab, _, skip_out = _labels(targets, offsets, tgt_len, n, BLANK, BLOCK_L)
+    Tn = tl.load(in_len + n).to(tl.int32)
+    g = tl.load(grad_nll + n).to(tl.float32)
+    loss = tl.load(nll + n)
+    if ZERO_INFINITY:
+        g = tl.where(loss == float("inf"), 0.0, g)
+    cs = tl.arange(0, BLOCK_C)
+    out = grad + n * g_n
+    # Steps past this element's input length take no gradient.
+    zeros = tl.zeros([BLOCK_C], tl.float32).to(grad.dtype.element_ty)
+    for t in range(Tn, T):
+        for c0 in range(0, C, BLOCK_C):
+            tl.store(out + t * g_t + (c0 + cs) * g_c, zeros, mask=c0 + cs < C)
+    brow = beta + n * 3 * BLOCK_L + s
+    tl.store(brow, tl.full([BLOCK_L], NEG_INF, tl.float32))
+    tl.store(brow + BLOCK_L, tl.full([BLOCK_L], NEG_INF, tl.float32))
+    off = tl.load(offsets + n)
+    for i in range(0, Tn):
+        t = Tn - 1 - i
+        tl.debug_barrier()
+        nxt = brow + (t + 1) % 2 * BLOCK_L
+        b0 = tl.load(nxt, mask=valid, other=NEG_INF)
+        b1 = tl.load(nxt + 1, mask=s + 1 < L, other=NEG_INF)
+        b2 = tl.load(nxt + 2, mask=skip_out, other=NEG_INF)
+        x = tl.load(lp + t * s_t + n * s_n + lab * s_c, mask=valid, other=NEG_INF).to(tl.float32)
+        start = tl.where(s >= L - 2, x, NEG_INF)
+        b = tl.where(i == 0, start, _lse3(b0, b1, b2) + x)
+        b = tl.where(valid, b, NEG_INF)
+        tl.store(brow + t % 2 * BLOCK_L, b)
+        ab = tl.load(alpha + (n * T + t) * BLOCK_L + s) + b
+        # lse over the positions holding the same label as s (per label, the alignments'
+        # posterior mass at step t), by an online lse over chunks of CHUNK positions read back
+        # from memory: a [BLOCK_L, CHUNK] tile, not [BLOCK_L, BLOCK_L].
+        abrow = beta + (n * 3 + 2) * BLOCK_L
+        tl.store(abrow + s, ab)
+        tl.debug_barrier()
+        m = tl.full([BLOCK_L], NEG_INF, tl.float32)
+        acc = tl.zeros([BLOCK_L], tl.float32)
+        for j0 in range(0, L, CHUNK):
+            j = j0 + tl.arange(0, CHUNK)
+            in_j = j < L
+            lab_j = tl.load(targets + off + (j - 1) // 2, mask=in_j & (j % 2 == 1), other=BLANK)
+            ab_j = tl.load(abrow + j, mask=in_j, other=NEG_INF)
+            same = (lab[:, None] == lab_j.to(tl.int32)[None, :]) & in_j[None, :]
+            pair = tl.where(same, ab_j[None, :], NEG_INF)
+            new_m = tl.maximum(m, tl.max(pair, 1))
+            safe = tl.where(new_m == NEG_INF, 0.0, new_m)
+            acc = acc * tl.exp(m - safe) + tl.sum(tl.exp(pair - safe[:, None]), 1)
+            m = new_m
+        lcab = tl.where(m == NEG_INF, NEG_INF, m + tl.log(acc))
+        # The row first, as for a class in no alignment (lse over no positions: -inf, which
+        # with an infinite loss gives NaN, as torch's); then the labels' entries overwrite theirs.
+        row_lp = lp + t * s_t + n * s_n
+        for c0 in range(0, C, BLOCK_C):
+            c = c0 + cs
+            v = tl.load(row_lp + c * s_c, mask=c < C, other=0.0).to(tl.float32)
+            other = (tl.exp(v) - tl.exp(NEG_INF + loss - v)) * g
+            if ZERO_INFINITY:
+                other = tl.where(loss == float("inf"), 0.0, other)
+            tl.store(out + t * g_t + c * g_c, other.to(grad.dtype.element_ty), mask=c < C)
+        tl.debug_barrier()
+        val = (tl.exp(x) - tl.exp(lcab + loss - x)) * g
+        if ZERO_INFINITY:
+            val = tl.where(loss == float("inf"), 0.0, val)
+        tl.store(out + t * g_t + lab * g_c, val.to(grad.dtype.element_ty), mask=valid)

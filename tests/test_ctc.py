@@ -1,0 +1,189 @@
+"""CTC loss: values and gradients against torch's float64 implementation (every reduction, both
+target layouts, lengths as tensors and tuples, repeated labels, impossible alignments), the
+nn drop-in and its conversion, and bad input refused before any launch."""
+
+import pytest
+import torch
+from conftest import assert_close
+
+import rtdnn
+import rtdnn.nn as rnn
+from rtdnn import reference
+
+T, N, C = 8, 2, 5
+
+
+def _log_probs(t=T, n=N, c=C, dtype=torch.float32):
+    return torch.randn(t, n, c).log_softmax(-1).to(dtype)
+
+
+# Element 0 repeats a label (2, 2: needs a blank between), element 1 is shorter than S.
+PADDED = torch.tensor([[1, 2, 2], [3, 4, 0]])
+LENGTHS = (3, 2)
+
+
+def _check(lp, targets, in_len, tgt_len, reduction="mean", zero_infinity=False, blank=0):
+    x = lp.clone().requires_grad_()
+    loss = rtdnn.ctc_loss(x, targets, in_len, tgt_len, blank, reduction, zero_infinity)
+    x64 = lp.double().requires_grad_()
+    ref = reference.ctc_loss(x64, targets, in_len, tgt_len, blank, reduction, zero_infinity)
+    assert loss.shape == ref.shape and loss.dtype == lp.dtype
+    w = torch.randn(ref.shape, dtype=torch.float64)
+    (loss * w.to(lp.dtype)).sum().backward()
+    (ref * w).sum().backward()
+    return loss.detach(), ref.detach(), x.grad, x64.grad
+
+
+@pytest.mark.parametrize("reduction", ("mean", "sum", "none"))
+@pytest.mark.parametrize("layout", ("padded", "concatenated"))
+@pytest.mark.parametrize("as_tensor", (True, False))
+def test_values_and_gradients(reduction, layout, as_tensor):
+    lp = _log_probs()
+    in_len = (8, 6)
+    targets = PADDED if layout == "padded" else torch.tensor([1, 2, 2, 3, 4])
+    lengths = (torch.tensor(in_len), torch.tensor(LENGTHS)) if as_tensor else (in_len, LENGTHS)
+    loss, ref, grad, grad_ref = _check(lp, targets, *lengths, reduction)
+    assert_close(loss, ref)
+    assert_close(grad, grad_ref)
+
+
+@pytest.mark.parametrize("reduction", ("mean", "none"))
+@pytest.mark.parametrize("zero_infinity", (False, True))
+def test_impossible_alignment(reduction, zero_infinity):
+    # Element 0: 3 labels with a repeat need 4 steps, it has 3; element 1 is possible.
+    lp = _log_probs()
+    loss, ref, grad, grad_ref = _check(
+        lp, PADDED, (3, 6), LENGTHS, reduction, zero_infinity=zero_infinity
+    )
+    if reduction == "none":
+        assert (loss[0] == 0) if zero_infinity else (loss[0] == float("inf"))
+        assert_close(loss[1:], ref[1:])
+    else:
+        assert torch.equal(loss.isinf(), ref.isinf())
+        if zero_infinity:
+            assert_close(loss, ref)
+    # torch's gradient: NaN at the impossible element's steps (inf - inf), 0 with zero_infinity.
+    assert torch.equal(grad.isnan(), grad_ref.isnan())
+    assert_close(grad[:, 1], grad_ref[:, 1])
+    if zero_infinity:
+        assert torch.equal(grad[:, 0], torch.zeros_like(grad[:, 0]))
+
+
+def test_empty_targets_and_other_blank():
+    lp = _log_probs()
+    targets = torch.tensor([[1, 2, 3], [0, 0, 0]])
+    loss, ref, grad, grad_ref = _check(lp, targets, (7, 5), (3, 0), "none", blank=4)
+    assert_close(loss, ref)
+    assert_close(grad, grad_ref)
+
+
+def test_strided_log_probs_and_half_dtype():
+    base = torch.randn(T, N, 2 * C).log_softmax(-1)
+    lp = base[..., ::2]  # no unit stride
+    loss, ref, grad, grad_ref = _check(lp, PADDED, (8, 8), LENGTHS, "sum")
+    assert_close(loss, ref)
+    assert_close(grad, grad_ref)
+    lp16 = _log_probs(dtype=torch.bfloat16)
+    loss, ref, grad, grad_ref = _check(lp16, PADDED, (8, 8), LENGTHS, "mean")
+    assert_close(loss, ref)
+    assert_close(grad, grad_ref)
+
+
+def test_unbatched():
+    lp = torch.randn(T, C).log_softmax(-1)
+    for reduction in ("none", "mean"):
+        loss, ref, grad, grad_ref = _check(
+            lp, torch.tensor([1, 1, 2]), torch.tensor(7), torch.tensor(3), reduction
+        )
+        assert_close(loss, ref)
+        assert_close(grad, grad_ref)
+
+
+def test_module_and_convert():
+    lp = _log_probs()
+    model = torch.nn.CTCLoss(blank=0, reduction="sum", zero_infinity=True)
+    converted, report = rtdnn.convert(model)
+    assert report.replaced == [("", "CTCLoss")]
+    assert isinstance(converted, rnn.CTCLoss)
+    x = lp.clone().requires_grad_()
+    loss = converted(x, PADDED, (8, 2), LENGTHS)  # element 1 impossible: zeroed
+    loss.backward()
+    x64 = lp.double().requires_grad_()
+    ref = torch.nn.CTCLoss(reduction="sum", zero_infinity=True)(x64, PADDED, (8, 2), LENGTHS)
+    ref.backward()
+    assert_close(loss.detach(), ref.detach())
+    assert_close(x.grad, x64.grad)
+
+
+# -- bad input: refused on the host, before any launch -----------------------------------
+
+
+@pytest.mark.parametrize(
+    "change,name",
+    [
+        (dict(targets=torch.tensor([[1, 0, 2], [3, 4, 0]])), "targets"),  # blank in length
+        (dict(targets=torch.tensor([[1, 5, 2], [3, 4, 0]])), "targets"),  # >= C
+        (dict(targets=torch.tensor([[1, -1, 2], [3, 4, 0]])), "targets"),
+        (dict(input_lengths=(9, 6)), "input_lengths"),
+        (dict(input_lengths=(-1, 6)), "input_lengths"),
+        (dict(input_lengths=(8,)), "input_lengths"),
+        (dict(target_lengths=(4, 2)), "target_lengths"),
+        (dict(target_lengths=(-1, 2)), "target_lengths"),
+        (dict(log_probs=torch.randn(T, N, C, 1)), "log_probs.dim"),
+        (dict(targets=torch.tensor([[1.0, 2.0, 2.0], [3.0, 4.0, 0.0]])), "targets.dtype"),
+        (dict(targets=torch.tensor([1, 2, 2, 3])), "targets.shape"),  # 4 < 3 + 2 labels
+        (dict(blank=5), "blank"),
+        (dict(reduction="avg"), "reduction"),
+        (dict(zero_infinity=1), "zero_infinity"),
+    ],
+)
+def test_bad_input(change, name, monkeypatch):
+    from rtdnn.ops import ctc
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("a kernel ran on bad input")
+
+    monkeypatch.setattr(ctc, "ctc_forward", no_launch)
+    args = (
+        dict(log_probs=_log_probs(), targets=PADDED, input_lengths=(8, 6), target_lengths=LENGTHS)
+        | change
+    )
+    with pytest.raises(rtdnn.BadParamError, match=name):
+        rtdnn.ctc_loss(**args)
+
+
+def test_padding_beyond_the_length_is_ignored():
+    targets = torch.tensor([[1, 2, 2], [3, 4, 0]])  # the 0 (blank) is padding of element 1
+    lp = _log_probs()
+    loss, ref, _, _ = _check(lp, targets, (8, 6), LENGTHS, "none")
+    assert_close(loss, ref)
+
+
+def test_zero_input_lengths():
+    # No input: the empty target costs 0, any other is impossible (inf; NaN gradient: none).
+    lp = _log_probs(n=3)
+    targets = torch.tensor([[1, 2], [3, 3], [1, 0]])
+    loss, ref, grad, grad_ref = _check(lp, targets, (0, 5, 0), (0, 2, 1), "none")
+    assert torch.equal(loss.isinf(), ref.isinf()) and loss[0] == 0
+    assert_close(loss[1:2], ref[1:2])
+    assert torch.equal(grad.isnan(), grad_ref.isnan())
+    assert_close(grad.nan_to_num(0.0), grad_ref.nan_to_num(0.0))
+
+
+def test_long_target_spans_several_label_chunks():
+    # 2 S + 1 = 19 extended labels: the backward's per-label sums run over two chunks.
+    lp = _log_probs(t=20, n=1)
+    targets = torch.tensor([[1, 2, 2, 3, 1, 4, 4, 2, 1]])
+    loss, ref, grad, grad_ref = _check(lp, targets, (20,), (9,), "sum")
+    assert_close(loss, ref)
+    assert_close(grad, grad_ref)
+
+
+def test_custom_op_passes_opcheck():
+    """Schema, fake kernel and autograd registration hold (what torch.compile relies on)."""
+    from rtdnn.autograd import ctc as ag
+    from rtdnn.ops import ctc
+
+    lp = torch.randn(5, 2, 4).log_softmax(-1).requires_grad_()
+    args = ctc.prepare(lp, torch.tensor([[1, 2], [3, 3]]), (5, 5), (2, 2), 0)[:5]
+    torch.library.opcheck(ag.ctc_loss_forward.op, (*args, 0, 2, False))

@@ -1,0 +1,43 @@
+"""CTC loss on the GPU: compiled kernels against torch's float64 implementation at speech-like
+sizes (many steps, long targets, large alphabets, where the barriers between steps matter).
+
+Run in its own process, without TRITON_INTERPRET:  pytest tests/test_ctc_gpu.py
+"""
+
+import pytest
+import torch
+
+import rtdnn
+from rtdnn import reference
+from rtdnn.core import INTERPRETED
+
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(INTERPRETED, reason="kernels are interpreted: run without TRITON_INTERPRET"),
+    pytest.mark.gpu,
+]
+
+
+def rel(a, b):
+    return ((a.double() - b).norm() / b.norm()).item()
+
+
+@pytest.mark.parametrize("T,N,C,S", [(50, 4, 29, 10), (400, 16, 29, 120), (200, 8, 5000, 60)])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_ctc_matches_torch(T, N, C, S, reduction):
+    lp = torch.randn(T, N, C, device="cuda").log_softmax(-1)
+    tgt_len = torch.randint(S // 2, S + 1, (N,))
+    targets = torch.randint(1, C, (N, S), device="cuda")
+    targets[0, 1] = targets[0, 0]  # a repeat
+    in_len = torch.randint(T // 2, T + 1, (N,))
+    in_len[0] = T
+    x = lp.clone().requires_grad_()
+    loss = rtdnn.ctc_loss(x, targets, in_len, tgt_len, reduction=reduction, zero_infinity=True)
+    w = torch.randn(loss.shape, device="cuda")
+    (loss * w).sum().backward()
+    x64 = lp.double().requires_grad_()
+    ref = reference.ctc_loss(x64, targets, in_len, tgt_len, reduction=reduction,
+                             zero_infinity=True)  # fmt: skip
+    (ref * w.double()).sum().backward()
+    assert rel(loss.detach(), ref.detach()) <= 1e-5
+    assert rel(x.grad, x64.grad) <= 1e-4
