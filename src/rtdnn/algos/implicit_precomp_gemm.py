@@ -95,7 +95,9 @@ def _tables(p: ConvProblem, geo: ConvGeometry) -> Tables:
                                          geo.stride, strict=True)
             )  # fmt: skip
             # Successive taps of a phase reach outputs dilation / gcd(stride, dilation) apart.
-            step = tuple(-(d // math.gcd(s, d)) for d, s in zip(geo.dilation, geo.stride))
+            step = tuple(
+                -(d // math.gcd(s, d)) for d, s in zip(geo.dilation, geo.stride, strict=True)
+            )
             add(phase.count, first, (1, 1, 1), phase.taps, step, geo.out_size, ys_n, ys,
                 geo.kg, ys_k)  # fmt: skip
     else:
@@ -108,7 +110,9 @@ def _tables(p: ConvProblem, geo: ConvGeometry) -> Tables:
             ys_k, origins=True, bits=False)  # fmt: skip
         # The largest origin: the last image's farthest window in x, or dy's last pixel.
         last = tuple(o - 1 for o in geo.out_size)
-        reach = tuple(max(q, o * s - q) for o, s, q in zip(last, geo.stride, geo.padding))
+        reach = tuple(
+            max(q, o * s - q) for o, s, q in zip(last, geo.stride, geo.padding, strict=True)
+        )
         far_x = (geo.n - 1) * xs_n + _dot(reach, xs)
         far_y = (geo.n - 1) * ys_n + _dot(last, ys)
         wide = max(far_x, far_y) >= 2**31
@@ -132,8 +136,12 @@ class ImplicitPrecompGemm(ImplicitGemm):
         tables = _tables(p, geo)
         builds = [
             KernelLaunch(
-                cp.build_table_kernel, (triton.cdiv(spec.rows, BUILD_BLOCK),),
-                dict(num_warps=4), spec=spec, WITH_ORIGIN=origin, BLOCK=BUILD_BLOCK,
+                cp.build_table_kernel,
+                (triton.cdiv(spec.rows, BUILD_BLOCK),),
+                dict(num_warps=4),
+                spec=spec,
+                WITH_ORIGIN=origin,
+                BLOCK=BUILD_BLOCK,
             )  # fmt: skip
             for spec, origin in tables.specs
             if origin or spec.words
@@ -199,9 +207,12 @@ class ImplicitPrecompGemm(ImplicitGemm):
                     Operand(cp.bwd_data_a_setup, cp.gather_a_load, DataGatherGeometry(g, gather)),
                     Operand(ca.bwd_data_b_setup, ca.bwd_data_b_load, g),
                     Output(ca.bwd_data_c_addr, g),
-                    m=gather.rows, n=geo.cg,
+                    m=gather.rows,
+                    n=geo.cg,
                     steps=math.prod(phase.taps) * triton.cdiv(geo.kg, tiles.block_k),
-                    batches=p.groups, tiles=tiles, precision=dot_precision(p),
+                    batches=p.groups,
+                    tiles=tiles,
+                    precision=dot_precision(p),
                 )  # fmt: skip
             )
         return gemms

@@ -32,7 +32,8 @@ from . import conv_addressing as ca
 from .conv_addressing import ConvGeometry, DataGeometry, split_pixel, split_tap
 from .strided import reduce_step
 
-#: Validity bits per table word (the words are int32, or int64 holding 32 bits).
+#: Validity bits per table word (the words are int32, or int64 holding 32 bits); the kernels
+#: below spell it as 32, >> 5 and & 31.
 BITS = 32
 
 
@@ -101,14 +102,14 @@ def build_table_kernel(TAB, spec, WITH_ORIGIN: tl.constexpr, BLOCK: tl.constexpr
     l0, l1, l2 = spec.limit
     for word in range(spec.words):
         bits = tl.zeros([BLOCK], dtype=TAB.dtype.element_ty)
-        last = tl.minimum(word * BITS + BITS, k0 * k1 * k2)
-        for tap in range(word * BITS, last):
+        last = tl.minimum(word * 32 + 32, k0 * k1 * k2)
+        for tap in range(word * 32, last):
             j0, j1, j2 = split_tap(tap, spec.taps)
             c0 = p0 + q0 * j0
             c1 = p1 + q1 * j1
             c2 = p2 + q2 * j2
             inside = (c0 >= 0) & (c0 < l0) & (c1 >= 0) & (c1 < l1) & (c2 >= 0) & (c2 < l2)
-            bits |= inside.to(TAB.dtype.element_ty) << (tap - word * BITS)
+            bits |= inside.to(TAB.dtype.element_ty) << (tap - word * 32)
         tl.store(TAB + spec.words_at + word * spec.rows + r, bits, mask=ok)
 
 
