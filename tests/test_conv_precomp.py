@@ -7,6 +7,7 @@ workspace refusal."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -17,6 +18,7 @@ import rtdnn
 from rtdnn import reference, select
 from rtdnn.algos import ALGORITHMS, ConvTensors
 from rtdnn.algos import implicit_gemm as ig
+from rtdnn.algos import implicit_precomp_gemm as precomp
 from rtdnn.algos.geometry import conv_geometry
 from rtdnn.algos.implicit_precomp_gemm import ImplicitPrecompGemm, _tables
 from rtdnn.core import INTERPRETED, ConvDesc, ConvProblem, Direction, TensorDesc
@@ -168,6 +170,31 @@ def test_offsets_past_int32_take_a_wide_table():
         t = _tables(p, conv_geometry(p))
         assert t.dtype == (torch.int64 if wide else torch.int32)
         assert t.nbytes % t.dtype.itemsize == 0
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_wide_table_runs(direction, gen, monkeypatch):
+    """The int64 table (its offsets and words) on a small problem, forced."""
+
+    def wide(p, geo):
+        t = _tables(p, geo)
+        return dataclasses.replace(t, dtype=torch.int64, nbytes=2 * t.nbytes)
+
+    conv = dict(stride=2, padding=2, dilation=(1, 2))
+    x = make_tensor((2, 3, 7, 6), torch.float32, "channels_last", gen)
+    w = make_tensor((4, 3, 3, 2), torch.float32, "channels_last", gen)
+    dy = make_tensor(y_shape(x.shape, w.shape, conv), torch.float32, "channels_last", gen)
+    p = _problem(direction, x, w, dy, **conv)
+    narrow = ALGORITHMS[ALGO].workspace_bytes(p)
+    monkeypatch.setattr(precomp, "_tables", wide)
+    algo = ImplicitPrecompGemm()
+    need = algo.workspace_bytes(p)
+    assert need == 2 * narrow
+    out = poisoned_like({"forward": dy, "backward_data": x, "backward_filter": w}[direction])
+    workspace = torch.empty(need, dtype=torch.uint8)
+    algo.run(p, ConvTensors(x, w, dy).with_written(p.direction, out), workspace)
+    err = reference.rel_error(out, _reference(direction, x, w, dy, **conv))
+    assert err <= TOL["fp32"], f"{direction}: {err:.2e}"
 
 
 def test_per_tap_reduction_with_few_channels(gen, monkeypatch):
