@@ -146,6 +146,17 @@ def test_tables_cover_every_direction_and_word():
     assert [s.taps for s, _ in phases] == [(1, 1, 3), (1, 1, 0)]  # odd pixels: no tap reaches
 
 
+def test_backward_data_with_no_tap_reaching_any_pixel(gen):
+    """Every input pixel lies where only padding is read: no table at all, dx = beta * dx."""
+    conv = dict(stride=(1, 2), padding=(0, 1))
+    w = make_tensor((2, 3, 1, 1), torch.float32, generator=gen)
+    dy = make_tensor((1, 2, 3, 2), torch.float32, generator=gen)
+    x = torch.empty(1, 3, 3, 1)
+    assert ALGORITHMS[ALGO].workspace_bytes(_problem("backward_data", x, w, dy, **conv)) == 0
+    for beta in (0.0, 0.5):
+        run_direction("backward_data", x, w, dy, dtype=torch.float32, beta=beta, gen=gen, **conv)
+
+
 def test_pointwise_needs_no_table(gen):
     """1x1, stride 1, no padding, evenly spaced pixels (channels-last): nothing to precompute;
     it runs as IMPLICIT_GEMM does. NCHW with two images is not evenly spaced: a table."""

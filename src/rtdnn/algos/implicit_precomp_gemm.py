@@ -153,7 +153,10 @@ class ImplicitPrecompGemm(ImplicitGemm):
         direction, nbytes, dtype = p.direction, tables.nbytes, tables.dtype
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
-            table = workspace[:nbytes].view(dtype)
+            if nbytes:
+                table = workspace[:nbytes].view(dtype)
+            else:  # backward-data where no filter tap reaches any pixel: nothing is read
+                table = torch.empty(0, dtype=dtype, device=t.x.device)
             for build in builds:
                 build(TAB=table)
             for gemm in gemms:
