@@ -1,10 +1,11 @@
 """Compile the IMPLICIT_PRECOMP_GEMM kernels for sm_90 without a GPU (a CPU-only check; see
 aot_compile.py): the table builder and the GEMM with every tile candidate, every direction,
 on the shapes of tests/test_conv_precomp_gpu.py, channels-last and contiguous, bfloat16,
-float16 and float32 (strict and TF32), with bias and beta. Results are meaningless: only
-compilation is checked.
+float16 and float32 (strict and TF32), with bias and beta; and the int64 tables of problems
+whose offsets pass 2^31 elements (forced on the first shape; `wide` with shape indices).
+Results are meaningless: only compilation is checked.
 
-    PYTHONPATH=src python benchmarks/aot_compile_precomp.py [SHAPE_INDEX ...]
+    PYTHONPATH=src python benchmarks/aot_compile_precomp.py [SHAPE_INDEX ...] [wide]
     (TRITON_INTERPRET must be unset)
 """
 
@@ -48,9 +49,10 @@ def main() -> None:
     from test_conv_precomp_gpu import SHAPES
 
     algo = ALGORITHMS["IMPLICIT_PRECOMP_GEMM"]
-    only = [int(i) for i in sys.argv[1:]]  # indices into SHAPES; all by default
+    args = sys.argv[1:]  # indices into SHAPES and "wide"; everything by default
+    only = [int(a) for a in args if a.isdigit()]
     for i, (xs, ws, conv) in enumerate(SHAPES):
-        if only and i not in only:
+        if args and i not in only:
             continue
         for dtype, math_mode in NUMBERS:
             for channels_last in (True, False):
@@ -73,7 +75,32 @@ def main() -> None:
                                         bias)  # fmt: skip
                         run(t, wsp, 1.0, 0.0)
                         run(t, wsp, 0.5, 1.0)
+    if not args or "wide" in args:  # int64 tables, as for offsets past 2^31 elements
+        wide_tables(algo, *SHAPES[0])
     print(f"compiled {len(compiled)} kernel variants for sm_90")
+
+
+def wide_tables(algo, xs, ws, conv) -> None:
+    """The int64 table's builder and loads, every direction, in bfloat16, channels-last."""
+    from rtdnn.algos import implicit_precomp_gemm as precomp
+
+    narrow = precomp._tables
+
+    def wide(p, geo):
+        t = narrow(p, geo)
+        return dataclasses.replace(t, dtype=torch.int64, nbytes=2 * t.nbytes)
+
+    precomp._tables = wide
+    x = torch.randn(xs).to(torch.bfloat16).movedim(1, -1).contiguous().movedim(-1, 1)
+    w = torch.randn(ws).to(torch.bfloat16).movedim(1, -1).contiguous().movedim(-1, 1)
+    c = {**dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation"), **conv}
+    for d in ("forward", "backward_data", "backward_filter"):
+        p, scratch = _problem_for_selection(d, x, w, math="fp32", **c)
+        p = dataclasses.replace(p, device="cuda")
+        tiles = algo.tile_candidates(p)[0]
+        wsp = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
+        algo.prepare(p, tiles)(scratch, wsp, 1.0, 0.0)
+    precomp._tables = narrow
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 every direction.
 
 IMPLICIT_GEMM works out in the kernel, at every reduction step, which pixel each filter tap
-reads and whether it lies in the padding; on layers with few channels per tap that index
-arithmetic costs more than the loads. Here one small kernel first writes a table of validity
+reads and whether it lies in the padding; a profile showed that index arithmetic (divisions
+by the output sizes, per-tap bounds checks) dominating its instructions on layers with few
+channels. Here one small kernel first writes a table of validity
 bits per (pixel, filter tap), and for backward-filter each pixel's offset, into the workspace
 (see kernels/conv_precomp.py); the GEMM's addressing reads it. The tiles, GEMM shapes, phases
 and the 1x1 fast path are IMPLICIT_GEMM's (a 1x1, stride-1, unpadded convolution whose
@@ -16,13 +17,16 @@ which every other operation on that stream also writes, so what an earlier call 
 gone; and a table kept with the prepared launch would be device memory that workspace_bytes
 does not declare and a `workspace_limit` does not bound (and prepared launches are keyed by
 problem, not by device, so it would also be on the wrong GPU for a second device). The build
-is one launch that writes 4 bytes per pixel per 32 filter taps (about a tenth of the input's
-bytes on a 3x3 layer with 64 channels in 16 bits), next to a GEMM that reads every input
-several times.
+is one small launch per table that writes 4 bytes per pixel per 32 filter taps (8 more per
+output pixel in backward-filter): a thirty-second of the input's bytes on a 3x3 layer with 64
+channels in 16 bits, next to a GEMM that reads every input pixel several times.
 
 Workspace, exactly: one int32 table (int64 when backward-filter's pixel offsets pass 2^31)
 of, per gather, ceil(taps / 32) validity words per pixel, plus one offset per output pixel
 for x and one for dy in backward-filter. Deterministic: no atomics, one order of summation.
+
+Not yet timed on a GPU, so the heuristic (select/) never picks it: it runs when named
+(algo="IMPLICIT_PRECOMP_GEMM") or when find_conv_algorithms measured it fastest.
 """
 
 from __future__ import annotations
