@@ -97,20 +97,27 @@ def build_table_kernel(TAB, spec, WITH_ORIGIN: tl.constexpr, BLOCK: tl.constexpr
         wide = TAB.dtype.element_ty  # int64 tables: offsets past 2^31
         origin = n.to(wide) * spec.n_stride + p0.to(wide) * t0 + p1.to(wide) * t1
         tl.store(TAB + spec.origin_at + r, origin + p2.to(wide) * t2, mask=ok)
+    # Everything read from `spec` before the loops: Triton 3.6 loses a geometry leaf
+    # specialized to 1 (a tap grid of (1, 1, 41)) read inside the nested loops (a GPU
+    # compile error the interpreter does not show).
     k0, k1, k2 = spec.taps
     q0, q1, q2 = spec.step
     l0, l1, l2 = spec.limit
+    taps = k0 * k1 * k2
+    rows = spec.rows
+    words = TAB + spec.words_at + r
     for word in range(spec.words):
         bits = tl.zeros([BLOCK], dtype=TAB.dtype.element_ty)
-        last = tl.minimum(word * 32 + 32, k0 * k1 * k2)
-        for tap in range(word * 32, last):
-            j0, j1, j2 = split_tap(tap, spec.taps)
+        for tap in range(word * 32, tl.minimum(word * 32 + 32, taps)):
+            j2 = tap % k2
+            j1 = (tap // k2) % k1
+            j0 = tap // (k2 * k1)
             c0 = p0 + q0 * j0
             c1 = p1 + q1 * j1
             c2 = p2 + q2 * j2
             inside = (c0 >= 0) & (c0 < l0) & (c1 >= 0) & (c1 < l1) & (c2 >= 0) & (c2 < l2)
             bits |= inside.to(TAB.dtype.element_ty) << (tap - word * 32)
-        tl.store(TAB + spec.words_at + word * spec.rows + r, bits, mask=ok)
+        tl.store(words + word * rows, bits, mask=ok)
 
 
 @triton.jit
