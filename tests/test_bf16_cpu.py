@@ -22,11 +22,14 @@ DIRECTIONS = [
     ("forward", "IMPLICIT_GEMM"),
     ("forward", "IMPLICIT_GEMM_SPLIT_K"),
     ("forward", "GEMM"),
+    ("forward", "IMPLICIT_PRECOMP_GEMM"),
     ("backward_data", "IMPLICIT_GEMM"),
+    ("backward_data", "IMPLICIT_PRECOMP_GEMM"),
     ("backward_data", "GEMM"),
     ("backward_filter", "IMPLICIT_GEMM"),
     ("backward_filter", "IMPLICIT_GEMM_SPLIT_K"),
     ("backward_filter", "GEMM"),
+    ("backward_filter", "IMPLICIT_PRECOMP_GEMM"),
 ]
 
 

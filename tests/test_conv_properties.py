@@ -187,7 +187,11 @@ COMMON = dict(deadline=None)
 
 
 @settings(max_examples=examples(25), **COMMON)
-@given(case=cases("forward"), run=runs(["IMPLICIT_GEMM", "GEMM", "auto"]), bias=st.booleans())
+@given(
+    case=cases("forward"),
+    run=runs(["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "auto"]),
+    bias=st.booleans(),
+)
 def test_forward_matches_reference(case: Case, run: Run, bias: bool):
     gen = torch.Generator().manual_seed(run.seed)
     x = make_tensor(case.x_shape, run.dtype, run.layouts[0], gen)
@@ -209,7 +213,10 @@ def test_forward_matches_reference(case: Case, run: Run, bias: bool):
 
 
 @settings(max_examples=examples(25), **COMMON)
-@given(case=cases("backward_data"), run=runs(["IMPLICIT_GEMM", "GEMM", "auto"]))
+@given(
+    case=cases("backward_data"),
+    run=runs(["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "auto"]),
+)
 def test_backward_data_matches_reference(case: Case, run: Run):
     gen = torch.Generator().manual_seed(run.seed)
     dy = make_tensor(case.y_shape, run.dtype, run.layouts[0], gen)
@@ -232,7 +239,7 @@ def test_backward_data_matches_reference(case: Case, run: Run):
 @settings(max_examples=examples(25), **COMMON)
 @given(
     case=cases("backward_filter"),
-    run=runs(["IMPLICIT_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K", "auto"]),
+    run=runs(["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K", "auto"]),
 )
 def test_backward_filter_matches_reference(case: Case, run: Run):
     gen = torch.Generator().manual_seed(run.seed)

@@ -25,10 +25,14 @@ from rtdnn.core import (
 
 DIRECTIONS = ["forward", "backward_data", "backward_filter"]
 SUPPORTED = {
-    "forward": {"IMPLICIT_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K", "DIRECT"},
-    "backward_data": {"IMPLICIT_GEMM", "GEMM", "DIRECT"},
-    "backward_filter": {"IMPLICIT_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K", "DIRECT"},
-}
+    "forward": {
+        "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K", "DIRECT",
+    },
+    "backward_data": {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT"},
+    "backward_filter": {
+        "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K", "DIRECT",
+    },
+}  # fmt: skip
 # find's problem below has stride 1 and dilation 1, which the FFT algorithms support too.
 FFT_ALGOS = {"FFT", "FFT_TILING"}
 

@@ -8,6 +8,7 @@ from .direct import Direct
 from .fft import Fft, FftTiling
 from .gemm import Gemm
 from .implicit_gemm import ImplicitGemm, ImplicitGemmSplitK
+from .implicit_precomp_gemm import ImplicitPrecompGemm
 from .winograd import WinogradFused, WinogradNonfused
 
 ALGORITHMS: dict[str, ConvAlgorithm] = {
@@ -17,6 +18,7 @@ ALGORITHMS[Fft.name] = Fft()
 ALGORITHMS[FftTiling.name] = FftTiling()
 ALGORITHMS[WinogradNonfused.name] = WinogradNonfused()
 ALGORITHMS[WinogradFused.name] = WinogradFused()
+ALGORITHMS[ImplicitPrecompGemm.name] = ImplicitPrecompGemm()
 
 #: The algorithm that needs no workspace and supports every problem.
 NO_WORKSPACE = "IMPLICIT_GEMM"

@@ -110,6 +110,10 @@ class SlotLaunch:
             elif kind is int:
                 sig.append(((v & 15) == 0, v == 1, -(2**31) <= v < 2**31))
                 args[i] = v
+            elif kind is tuple:  # tensors read together (an operand and its index table)
+                ptrs = tuple(e.data_ptr() for e in v)
+                sig.append(tuple((e.dtype, (q & 15) == 0) for e, q in zip(v, ptrs, strict=True)))
+                args[i] = ptrs
             else:
                 sig.append(kind)
                 args[i] = v

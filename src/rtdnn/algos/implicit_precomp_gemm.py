@@ -1,0 +1,225 @@
+"""IMPLICIT_PRECOMP_GEMM: the implicit GEMM with its im2col indices precomputed. Every problem,
+every direction.
+
+IMPLICIT_GEMM works out in the kernel, at every reduction step, which pixel each filter tap
+reads and whether it lies in the padding; a profile showed that index arithmetic (divisions
+by the output sizes, per-tap bounds checks) dominating its instructions on layers with few
+channels. Here one small kernel first writes a table of validity
+bits per (pixel, filter tap), and for backward-filter each pixel's offset, into the workspace
+(see kernels/conv_precomp.py); the GEMM's addressing reads it. The tiles, GEMM shapes, phases
+and the 1x1 fast path are IMPLICIT_GEMM's (a 1x1, stride-1, unpadded convolution whose
+pixels are evenly spaced has no im2col to precompute: it runs as IMPLICIT_GEMM, with no
+workspace).
+
+Why the table is built on every call, into the workspace, and not once in prepare(): rtdnn's
+ops pass each call the current stream's shared workspace buffer (core.handle.stream_workspace),
+which every other operation on that stream also writes, so what an earlier call left there is
+gone; and a table kept with the prepared launch would be device memory that workspace_bytes
+does not declare and a `workspace_limit` does not bound (and prepared launches are keyed by
+problem, not by device, so it would also be on the wrong GPU for a second device). The build
+is one small launch per table that writes 4 bytes per pixel per 32 filter taps (8 more per
+output pixel in backward-filter): a thirty-second of the input's bytes on a 3x3 layer with 64
+channels in 16 bits, next to a GEMM that reads every input pixel several times.
+
+Workspace, exactly: one int32 table (int64 when backward-filter's pixel offsets pass 2^31)
+of, per gather, ceil(taps / 32) validity words per pixel, plus one offset per output pixel
+for x and one for dy in backward-filter. Deterministic: no atomics, one order of summation.
+
+Not yet timed on a GPU, so the heuristic (select/) never picks it: it runs when named
+(algo="IMPLICIT_PRECOMP_GEMM") or when find_conv_algorithms measured it fastest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from ..core import ConvProblem, Direction
+from ..kernels import conv_addressing as ca
+from ..kernels import conv_precomp as cp
+from ..kernels.conv_addressing import ConvGeometry, DataGeometry
+from ..kernels.conv_precomp import DataGatherGeometry, Gather, GatherGeometry, TableSpec
+from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
+from .base import ConvTensors, Runner
+from .geometry import conv_geometry, data_phases, dot_precision
+from .implicit_gemm import ImplicitGemm, gemm_shape, packed, pointwise_operands
+
+#: Rows per program of the table builder.
+BUILD_BLOCK = 128
+
+
+@dataclass
+class Tables:
+    """The tables of one problem, where they lie in the workspace, and how loads read them."""
+
+    specs: list[tuple[TableSpec, bool]]  # (spec, whether it stores origins)
+    gathers: list[Gather]  # forward: [x]; backward-data: one per phase; backward-filter: [x, dy]
+    dtype: torch.dtype
+    nbytes: int
+
+
+def _dot(a: tuple, b: tuple) -> int:
+    return sum(u * v for u, v in zip(a, b, strict=True))
+
+
+def _tables(p: ConvProblem, geo: ConvGeometry) -> Tables:
+    specs: list[tuple[TableSpec, bool]] = []
+    gathers: list[Gather] = []
+    size = 0
+
+    def add(count, first, scale, taps, step, limit, n_stride, strides, depth, chan_stride,
+            origins=False, bits=True) -> None:  # fmt: skip
+        nonlocal size
+        rows = geo.n * math.prod(count)
+        words = triton.cdiv(math.prod(taps), cp.BITS) if bits else 0
+        origin_at = size
+        words_at = size + (rows if origins else 0)
+        size = words_at + words * rows
+        spec = TableSpec(rows, count, first, scale, taps, step, limit, n_stride, strides,
+                         origin_at, words_at, words)  # fmt: skip
+        specs.append((spec, origins))
+        delta = tuple(q * s for q, s in zip(step, strides, strict=True))
+        gathers.append(Gather(rows, origin_at, words_at, taps, delta, depth, chan_stride))
+
+    xs_n, xs_c, *xs = geo.x_strides
+    ys_n, ys_k, *ys = geo.y_strides
+    xs, ys = tuple(xs), tuple(ys)
+    padding = tuple(-q for q in geo.padding)
+    wide = False
+    if p.direction == Direction.BACKWARD_DATA:
+        for phase in data_phases(p):
+            if geo.n * math.prod(phase.count) == 0:
+                continue  # no GEMM runs for this phase
+            first = tuple(
+                (f + q - r * d) // s
+                for f, q, r, d, s in zip(phase.first, geo.padding, phase.tap0, geo.dilation,
+                                         geo.stride, strict=True)
+            )  # fmt: skip
+            # Successive taps of a phase reach outputs dilation / gcd(stride, dilation) apart.
+            step = tuple(
+                -(d // math.gcd(s, d)) for d, s in zip(geo.dilation, geo.stride, strict=True)
+            )
+            add(phase.count, first, (1, 1, 1), phase.taps, step, geo.out_size, ys_n, ys,
+                geo.kg, ys_k)  # fmt: skip
+    else:
+        add(geo.out_size, padding, geo.stride, geo.kernel, geo.dilation, geo.in_size, xs_n, xs,
+            geo.cg, xs_c, origins=p.direction == Direction.BACKWARD_FILTER)  # fmt: skip
+    if p.direction == Direction.BACKWARD_FILTER:
+        # dy's pixel offsets, no validity bits: every output pixel exists.
+        ones = (1, 1, 1)
+        add(geo.out_size, (0, 0, 0), ones, ones, (0, 0, 0), geo.out_size, ys_n, ys, geo.kg,
+            ys_k, origins=True, bits=False)  # fmt: skip
+        # The largest origin: the last image's farthest window in x, or dy's last pixel.
+        last = tuple(o - 1 for o in geo.out_size)
+        reach = tuple(
+            max(q, o * s - q) for o, s, q in zip(last, geo.stride, geo.padding, strict=True)
+        )
+        far_x = (geo.n - 1) * xs_n + _dot(reach, xs)
+        far_y = (geo.n - 1) * ys_n + _dot(last, ys)
+        wide = max(far_x, far_y) >= 2**31
+    dtype = torch.int64 if wide else torch.int32
+    return Tables(specs, gathers, dtype, size * dtype.itemsize)
+
+
+class ImplicitPrecompGemm(ImplicitGemm):
+    name = "IMPLICIT_PRECOMP_GEMM"
+
+    def workspace_bytes(self, p: ConvProblem) -> int:
+        geo = conv_geometry(p)
+        if pointwise_operands(p, geo) is not None:
+            return 0
+        return _tables(p, geo).nbytes
+
+    def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
+        geo = conv_geometry(p)
+        if pointwise_operands(p, geo) is not None:
+            return super().prepare(p, tiles)
+        tables = _tables(p, geo)
+        builds = [
+            KernelLaunch(
+                cp.build_table_kernel,
+                (triton.cdiv(spec.rows, BUILD_BLOCK),),
+                dict(num_warps=4),
+                spec=spec,
+                WITH_ORIGIN=origin,
+                BLOCK=BUILD_BLOCK,
+            )  # fmt: skip
+            for spec, origin in tables.specs
+            if origin or spec.words
+        ]
+        if p.direction == Direction.BACKWARD_DATA:
+            gemms = self._data_gemms(p, geo, tables, tiles)
+        else:
+            gemms = [self._gemm(p, geo, tables, tiles)]
+        direction, nbytes, dtype = p.direction, tables.nbytes, tables.dtype
+
+        def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            if nbytes:
+                table = workspace[:nbytes].view(dtype)
+            else:  # backward-data where no filter tap reaches any pixel: nothing is read
+                table = torch.empty(0, dtype=dtype, device=t.x.device)
+            for build in builds:
+                build(TAB=table)
+            for gemm in gemms:
+                if direction == Direction.FORWARD:
+                    gemm((t.x, table), t.w, t.y, alpha=alpha, beta=beta, bias=t.bias)
+                elif direction == Direction.BACKWARD_DATA:
+                    gemm((t.y, table), t.w, t.x, alpha=alpha, beta=beta)
+                else:
+                    gemm((t.y, table), (t.x, table), t.w, alpha=alpha, beta=beta)
+
+        return run
+
+    def _gemm(self, p: ConvProblem, geo: ConvGeometry, tables: Tables, tiles: TileConfig):
+        """Forward or backward-filter: IMPLICIT_GEMM's GEMM with the table's loads."""
+        rows, cols, depth, batches = gemm_shape(p)
+        x_geo = GatherGeometry(geo, tables.gathers[0])
+        if p.direction == Direction.FORWARD:
+            if packed(p):
+                a = Operand(cp.fwd_a_setup, cp.gather_packed_a_load, x_geo)
+                b = Operand(ca.fwd_b_setup, ca.fwd_packed_b_load, geo)
+                steps = triton.cdiv(depth, tiles.block_k)
+            else:
+                a = Operand(cp.fwd_a_setup, cp.gather_a_load, x_geo)
+                b = Operand(ca.fwd_b_setup, ca.fwd_b_load, geo)
+                steps = math.prod(p.kernel) * triton.cdiv(depth, tiles.block_k)
+            c = Output(ca.fwd_c_addr, geo)
+        else:
+            dy_geo = GatherGeometry(geo, tables.gathers[1])
+            if packed(p):
+                a = Operand(cp.bwd_filter_packed_a_setup, cp.bwd_filter_a_load, dy_geo)
+                b = Operand(cp.bwd_filter_packed_b_setup, cp.bwd_filter_b_load, x_geo)
+                c = Output(ca.bwd_filter_packed_c_addr, geo)
+            else:
+                a = Operand(cp.bwd_filter_a_setup, cp.bwd_filter_a_load, dy_geo)
+                b = Operand(cp.bwd_filter_b_setup, cp.bwd_filter_b_load, x_geo)
+                c = Output(ca.bwd_filter_c_addr, geo)
+            steps = triton.cdiv(depth, tiles.block_k)
+        return BrgemmLaunch(
+            a, b, c, m=rows, n=cols, steps=steps, batches=batches, tiles=tiles,
+            precision=dot_precision(p),
+        )  # fmt: skip
+
+    def _data_gemms(self, p: ConvProblem, geo: ConvGeometry, tables: Tables, tiles: TileConfig):
+        """Backward-data: one GEMM per stride phase, each with its own table."""
+        gemms = []
+        phases = [ph for ph in data_phases(p) if p.batch * math.prod(ph.count)]
+        for phase, gather in zip(phases, tables.gathers, strict=True):
+            g = DataGeometry(geo, phase)
+            gemms.append(
+                BrgemmLaunch(
+                    Operand(cp.bwd_data_a_setup, cp.gather_a_load, DataGatherGeometry(g, gather)),
+                    Operand(ca.bwd_data_b_setup, ca.bwd_data_b_load, g),
+                    Output(ca.bwd_data_c_addr, g),
+                    m=gather.rows,
+                    n=geo.cg,
+                    steps=math.prod(phase.taps) * triton.cdiv(geo.kg, tiles.block_k),
+                    batches=p.groups,
+                    tiles=tiles,
+                    precision=dot_precision(p),
+                )  # fmt: skip
+            )
+        return gemms
