@@ -91,6 +91,36 @@ def test_all_directions_and_algorithms(case, layout, shape):
             assert err < tol, f"{algo} {direction}: rel. error {err:.2e}"
 
 
+def test_beta_after_beta_zero_every_algorithm():
+    """beta = 0 and beta != 0 compile different kernels: calls alternating between them on one
+    problem each get their own (a launch reused across them would drop beta * out)."""
+    xs, ws, conv = SHAPES[0]
+    x = torch.randn(xs, device="cuda")
+    w = torch.randn(ws, device="cuda") / ws[1] ** 0.5
+    dy = torch.randn(R.conv_forward(x, w, **conv).shape, device="cuda")
+    for algo in rtdnn.algos.ALGORITHMS:
+        for direction in ("forward", "backward_data", "backward_filter"):
+            shape = {"forward": dy.shape, "backward_data": xs, "backward_filter": ws}[direction]
+            for alpha, beta in [(1.0, 0.0), (0.75, 0.5), (1.0, 0.0), (0.75, 0.5)]:
+                prior = torch.randn(shape, device="cuda")
+                args = dict(conv, algo=algo, math="fp32", alpha=alpha, beta=beta)
+                ref_args = dict(conv, alpha=alpha, beta=beta, out=prior)
+                try:
+                    if direction == "forward":
+                        out = rtdnn.conv_forward(x, w, out=prior.clone(), **args)
+                        ref = R.conv_forward(x, w, **ref_args)
+                    elif direction == "backward_data":
+                        out = rtdnn.conv_backward_data(dy, w, xs, out=prior.clone(), **args)
+                        ref = R.conv_backward_data(dy, w, xs, **ref_args)
+                    else:
+                        out = rtdnn.conv_backward_filter(x, dy, ws, out=prior.clone(), **args)
+                        ref = R.conv_backward_filter(x, dy, ws, **ref_args)
+                except rtdnn.NotSupportedError:
+                    break
+                err = R.rel_error(out, ref)
+                assert err < 1e-5, f"{algo} {direction} beta={beta}: rel. error {err:.2e}"
+
+
 def test_nn_conv2d_autograd_bf16():
     torch.manual_seed(0)
     ref = torch.nn.Conv2d(64, 128, 3, padding=1, bias=True).cuda().to(torch.bfloat16)

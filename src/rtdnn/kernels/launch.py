@@ -77,6 +77,10 @@ class SlotLaunch:
         self.options = options
         self.template = [fixed.get(n) for n in names]
         self.index = [names.index(s) for s in slots]
+        # Slots that are compile-time constants (Triton's compiled functions list their
+        # positions; the interpreter's do not, and it compiles nothing).
+        constexprs = set(getattr(fn, "constexprs", ()))
+        self.constant = [i in constexprs for i in self.index]
         self.compiled: dict[tuple, _Compiled] = {}
 
     def _bind(self, values) -> list:
@@ -90,17 +94,39 @@ class SlotLaunch:
         if INTERPRETED:
             self.fn[self.grid](*self._bind(values), **self.options)
             return
-        args = self.template.copy()
-        # The signature: what Triton specializes a compiled kernel on, for the arguments that
-        # change between calls (each tensor's dtype and 16-byte alignment, each int's
-        # divisibility by 16, equality to 1 and 32-bit range), and the device, as a compiled
-        # module is loaded on the device current when it was first launched. CUDA is
-        # initialized here: the tensors live on it.
+        # CUDA is initialized here: the tensors live on it.
         device = torch._C._cuda_getDevice()
+        key, args = self._signature(device, values)
+        compiled = self.compiled.get(key)
+        if compiled is None or compiled.c_launch is None or _launch_hooks_installed():
+            self._slow_path(key, compiled, values)
+            return
+        gx, gy, gz = self.grid
+        coop, pdl = compiled.flags
+        compiled.c_launch(
+            gx, gy, gz, torch._C._cuda_getCurrentRawStream(device), compiled.function, coop,
+            pdl, None, None, compiled.metadata, None, None, None, *args,
+        )  # fmt: skip
+
+    def _signature(self, device: int, values) -> tuple[tuple, list]:
+        """The compiled kernel's key for these slot values, and every argument of the kernel
+        as its C launcher takes them (tensors as raw addresses).
+
+        The key holds what Triton specializes a compiled kernel on, for the arguments that
+        change between calls: each tensor's dtype and 16-byte alignment, each int's
+        divisibility by 16, equality to 1 and 32-bit range, and the value itself of anything
+        else (a compile-time constant such as BETA_NONZERO, or None), as each value compiles
+        a kernel of its own; and the device, as a compiled module is loaded on the device
+        current when it was first launched.
+        """
+        args = self.template.copy()
         sig = [device]
-        for i, v in zip(self.index, values, strict=True):
+        for i, constant, v in zip(self.index, self.constant, values, strict=True):
             kind = type(v)
-            if kind is float:
+            if constant:
+                sig.append((kind, v))
+                args[i] = v
+            elif kind is float:
                 sig.append(float)
                 args[i] = v
             elif isinstance(v, torch.Tensor):
@@ -115,19 +141,9 @@ class SlotLaunch:
                 sig.append(tuple((e.dtype, (q & 15) == 0) for e, q in zip(v, ptrs, strict=True)))
                 args[i] = ptrs
             else:
-                sig.append(kind)
+                sig.append((kind, v))
                 args[i] = v
-        key = tuple(sig)
-        compiled = self.compiled.get(key)
-        if compiled is None or compiled.c_launch is None or _launch_hooks_installed():
-            self._slow_path(key, compiled, values)
-            return
-        gx, gy, gz = self.grid
-        coop, pdl = compiled.flags
-        compiled.c_launch(
-            gx, gy, gz, torch._C._cuda_getCurrentRawStream(device), compiled.function, coop,
-            pdl, None, None, compiled.metadata, None, None, None, *args,
-        )  # fmt: skip
+        return tuple(sig), args
 
     def _slow_path(self, key: tuple, compiled: _Compiled | None, values) -> None:
         """Triton's own launch path, with the tensors themselves: the first call of a signature

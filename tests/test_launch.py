@@ -1,0 +1,40 @@
+"""SlotLaunch's key for a compiled kernel: every value that compiles a kernel of its own must
+be in it, or a later call runs the kernel compiled for an earlier value (the compiled launch
+path runs on the GPU only, so the key is checked here directly)."""
+
+import torch
+import triton.language as tl
+from triton.runtime.jit import JITFunction
+
+from rtdnn.kernels.launch import SlotLaunch
+
+
+def _kernel(X, alpha, n, FLAG: tl.constexpr, BLOCK: tl.constexpr):  # never launched
+    pass
+
+
+# Compiled-mode JITFunction even under TRITON_INTERPRET, which only the key needs.
+KERNEL = JITFunction(_kernel)
+
+
+def _key(*values) -> tuple:
+    launch = SlotLaunch(KERNEL, (1,), {}, ("X", "alpha", "n", "FLAG", "BLOCK"))
+    return launch._signature(0, values)[0]
+
+
+def test_a_constant_slot_keys_by_value():
+    x = torch.empty(16)
+    assert _key(x, 1.0, 32, True, 16) != _key(x, 1.0, 32, False, 16)
+    assert _key(x, 1.0, 32, True, 16) != _key(x, 1.0, 32, True, 32)
+    # Run-time values share a kernel where Triton's specialization does not tell them apart.
+    assert _key(x, 1.0, 32, True, 16) == _key(x, 0.5, 48, True, 16)
+    assert _key(x, 1.0, 32, True, 16) != _key(x, 1.0, 1, True, 16)  # n == 1 specializes
+    assert _key(x, 1.0, 32, True, 16) != _key(x.half(), 1.0, 32, True, 16)
+
+
+def test_arguments_in_kernel_order_with_tensors_as_addresses():
+    x = torch.empty(16)
+    args = SlotLaunch(KERNEL, (1,), {}, ("X", "FLAG"), alpha=2.0, n=7, BLOCK=16)._signature(
+        0, (x, True)
+    )[1]
+    assert args == [x.data_ptr(), 2.0, 7, True, 16]
