@@ -13,9 +13,12 @@ for stage in $STAGES; do
     tests)  # tile autotuning off: the tests check results, and compile time is the cost here
       # Every GPU module (TEST_FILES to choose); the drop-in module needs two GPUs.
       files=${TEST_FILES:-$(ls tests/test_*_gpu.py | grep -v dropin)}
-      RTDNN_AUTOTUNE=0 timeout "${TEST_LIMIT:-300}" python3 -m pytest -q -rf -n 14 \
-        -p no:cacheprovider $files > "$OUT/tests.log" 2>&1
-      grep -E "passed|failed|^FAILED" "$OUT/tests.log" | tail -12 | cut -c1-300 ;;
+      # failure_log writes each failure to $OUT/failures.txt at once: a run cut off by
+      # TEST_LIMIT prints no summary. -v names every test as it finishes.
+      FAILURE_LOG="$OUT/failures.txt" RTDNN_AUTOTUNE=0 timeout "${TEST_LIMIT:-300}" \
+        python3 -m pytest -v -rf -n 14 -p no:cacheprovider -p benchmarks.failure_log $files > "$OUT/tests.log" 2>&1
+      grep -E "passed|failed|^FAILED" "$OUT/tests.log" | tail -12 | cut -c1-300
+      grep -c PASSED "$OUT/tests.log"; grep "^FAILED" "$OUT/failures.txt" 2>/dev/null ;;
     overhead)
       timeout 120 python3 benchmarks/probes/overhead.py > "$OUT/overhead.txt" 2>&1
       head -20 "$OUT/overhead.txt" ;;

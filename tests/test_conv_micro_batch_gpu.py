@@ -74,4 +74,5 @@ def test_measured_plans_fit_and_match_the_reference(direction, policy):
         prior = torch.randn_like(w)
         got = rtdnn.conv_backward_filter(x, dy, W_SHAPE, out=prior.clone(), **args)
         ref = R.conv_backward_filter(x, dy, W_SHAPE, **REF, alpha=alpha, beta=beta, out=prior)
-    assert R.rel_error(got, ref) <= 1e-5
+    err = R.rel_error(got, ref)
+    assert err <= 1e-5, f"{plan}: relative error {err:.2e}"

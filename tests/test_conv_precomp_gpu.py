@@ -93,7 +93,7 @@ def test_same_as_implicit_gemm_and_deterministic(shape):
     plain = _every_direction("IMPLICIT_GEMM", x, w, dy, conv, "fp32")
     for a, b, c in zip(first, again, plain, strict=True):
         assert torch.equal(a, b)
-        assert R.rel_error(a, c.double()) < 1e-6
+        assert R.rel_error(a, c.double().cpu()) < 1e-6
 
 
 def test_exact_workspace_and_alpha_beta_bias():
