@@ -3,7 +3,8 @@ stride 1, against the float64 reference through the interpreter: both modes, pad
 odd and one-pixel images, groups, both tile sizes F(2x2,3x3) and F(4x4,3x3), channels-last and
 strided views, alpha/beta (NaN-poisoned outputs for beta = 0), bias, float32, float16 and
 bfloat16; backward-filter's split reduction deterministic within its exact workspace;
-selection (listed by find, never by the heuristic) and the refusals of forced runs."""
+selection (listed by find; picked by the heuristic for strict float32 on a GPU only) and
+the refusals of forced runs."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from conftest import assert_gaps_untouched, make_tensor, out_size, poisoned, poi
 
 import rtdnn
 from rtdnn import reference, select
-from rtdnn.algos import ALGORITHMS, ConvTensors
+from rtdnn.algos import ALGORITHMS, ConvTensors, geometry
 from rtdnn.algos.winograd import WinogradTiles, plan
-from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
+from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc, conv_output_shape
 from rtdnn.core.handle import allocate_workspace
 
 ALGO = "WINOGRAD_NONFUSED"
@@ -203,11 +204,47 @@ def test_backward_filter_split_deterministic_and_workspace_exact(gen):
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
-def test_heuristic_never_picks_winograd(direction):
+def test_heuristic_never_picks_winograd_on_the_cpu(direction):
     x, w = torch.empty(8, 64, 28, 28), torch.empty(64, 64, 3, 3)
     for kw in ({}, {"math": "fp32"}, {"workspace_limit": 2**40}):
         chosen = rtdnn.get_conv_algorithm(x, w, direction=direction, padding=1, **kw)
         assert chosen not in ALGOS
+
+
+def _gpu_problem(direction, x_shape, w_shape, math="fp32", dtype=torch.float32, **conv):
+    """A problem as a GPU call would describe it (nothing runs: the heuristic only reads it)."""
+    x, w = torch.empty(x_shape, dtype=dtype), torch.empty(w_shape, dtype=dtype)
+    desc = ConvDesc.create(
+        2, conv.get("stride", 1), 1, 1, conv.get("groups", 1), "cross_correlation", math
+    )
+    y = torch.empty(conv_output_shape(x.shape, w.shape, desc), dtype=dtype)
+    return ConvProblem.create(
+        Direction(direction), TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y), desc, "cuda"
+    )
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_heuristic_picks_nonfused_for_strict_float32_on_a_gpu(direction, monkeypatch):
+    """Strict float32 3x3 layers on a GPU run as WINOGRAD_NONFUSED, within the workspace
+    limit; TF32 and 16-bit data, strided and narrow layers keep the implicit GEMM."""
+    # No GPU here: nothing stored to ask the database for; an H100's 132 multiprocessors.
+    monkeypatch.setattr(select, "_known", lambda p: [])
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(geometry, "multiprocessor_count", lambda index: 132)
+    p = _gpu_problem(direction, (8, 64, 28, 28), (64, 64, 3, 3))
+    assert select.choose(p).name == ALGO
+    need = ALGORITHMS[ALGO].workspace_bytes(p)
+    assert select.choose(p, workspace_limit=need - 1).name != ALGO
+    assert select.choose(p, "no_workspace").name != ALGO
+    others = [
+        _gpu_problem(direction, (8, 64, 28, 28), (64, 64, 3, 3), math="tf32"),
+        _gpu_problem(direction, (8, 64, 28, 28), (64, 64, 3, 3), None, torch.bfloat16),
+        _gpu_problem(direction, (8, 64, 28, 28), (64, 64, 3, 3), stride=2),
+        _gpu_problem(direction, (8, 8, 28, 28), (64, 8, 3, 3)),
+        _gpu_problem(direction, (8, 64, 28, 28), (64, 8, 3, 3), groups=8),
+    ]
+    for q in others:
+        assert select.choose(q).name not in ALGOS, q
 
 
 def test_find_lists_winograd_where_supported(gen, monkeypatch):

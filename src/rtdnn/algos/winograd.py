@@ -184,6 +184,22 @@ def _out_tiles(p: ConvProblem) -> tuple[int, ...]:
     return tuple(sorted(sizes)) if p.device != "cuda" else sizes
 
 
+#: Channels per group, in and out, from which the heuristic runs strict-float32 3x3 layers
+#: as WINOGRAD_NONFUSED: its GEMMs use tensor cores (3xTF32) where the implicit GEMM's strict
+#: float32 products cannot. Measured on the H100 (BENCHMARKS.md, ResNet-50 forward at 64 to
+#: 512 channels): 1.08-2.06x cuDNN against the implicit GEMM's 0.23-0.31x.
+PREFER_FROM_CHANNELS = 16
+
+
+def winograd_preferred(p: ConvProblem) -> bool:
+    """Whether the heuristic should try WINOGRAD_NONFUSED first for `p`: a supported 3x3
+    layer on a GPU in strict float32, with PREFER_FROM_CHANNELS channels per group or more."""
+    g = p.groups
+    wide = min(p.in_channels // g, p.out_channels // g) >= PREFER_FROM_CHANNELS
+    strict = p.dtype == torch.float32 and p.conv.math == "fp32"
+    return p.device == "cuda" and strict and wide and WinogradNonfused().supports(p) is None
+
+
 def _transform_blocks(a: int, channels: int) -> tuple[int, int]:
     """(tiles, channels) per program of the tile transforms: a^2 values of each are live at
     once, so fewer for F(4x4); channels innermost for channels-last coalescing."""

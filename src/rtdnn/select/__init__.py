@@ -24,6 +24,7 @@ from ..algos import (
 )
 from ..algos.direct import direct_preferred
 from ..algos.implicit_gemm import split_count
+from ..algos.winograd import winograd_preferred
 from ..core import ConvProblem, Direction, NotSupportedError, allocate_workspace, bad_param
 from ..core.timing import device_time_ms
 from . import database
@@ -62,6 +63,10 @@ def _heuristic_order(p: ConvProblem) -> list[str]:
     # Depthwise: memory-bound, where DIRECT's FMA tiles beat GEMMs whose tensor-core tiles
     # would be mostly empty (see algos.direct.PREFER_UP_TO_KG for what was measured).
     first = ["DIRECT"] if direct_preferred(p) else []
+    # Strict float32 3x3: Winograd's GEMMs run on tensor cores (3xTF32), the implicit GEMM's
+    # on FMA units (see algos.winograd.PREFER_FROM_CHANNELS).
+    if winograd_preferred(p):
+        first.append("WINOGRAD_NONFUSED")
     # Split-K pays off for backward-filter (a small output, a reduction over every pixel);
     # measured on resnet50 it lost to the plain kernel in forward, where Find can still pick it.
     if p.direction == Direction.BACKWARD_FILTER and split_count(p) > 1:
