@@ -2,7 +2,9 @@
 # One device call: the GPU test modules, host overhead, the whole-model benchmark, the
 # memory-bound benchmarks and the demo. Choose with STAGES (default: all of them, in this order;
 # STAGES=microbatch runs mu-cuDNN's micro-batching experiment, see its case below).
-# Everything lands under $OUT as it finishes, so a time-out keeps what was done.
+# Everything lands under $OUT as it finishes, so a time-out keeps what was done. Not in the
+# default STAGES: suites (every convolution suite in bf16, fp16 and TF32 beside cuDNN) and
+# models (EfficientNet-B0, MobileNet-V3, ConvNeXt-T), each minutes long.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=src RTDNN_GPU_TESTS=1
 STAGES=${STAGES:-"tests overhead model ops demo"}
@@ -26,6 +28,20 @@ for stage in $STAGES; do
       RTDNN_AUTOTUNE=${MODEL_AUTOTUNE:-0} timeout "${MODEL_LIMIT:-300}" python3 -m rtdnn.cli bench --model resnet50 --out "$OUT" \
         > "$OUT/model.log" 2>&1
       grep -E "^\|" "$OUT/model.log" ;;
+    suites)  # convolution suites beside cuDNN, every direction: SUITES x DTYPES, each capped
+      for suite in ${SUITES:-resnet50 vgg16 alexnet deepbench_train}; do
+        for dtype in ${DTYPES:-bf16 fp16 float32}; do
+          timeout "${SUITE_LIMIT:-200}" python3 -m rtdnn.cli bench --suite "$suite" \
+            --dtype "$dtype" --out "$OUT" > "$OUT/suite_${suite}_$dtype.log" 2>&1
+          echo "$suite $dtype: exit $?"; grep -iE "geomean" "$OUT/suite_${suite}_$dtype.log" | head -3
+        done
+      done ;;
+    models)  # whole models beside PyTorch eager (compiling their layers takes minutes)
+      for model in ${MODELS:-efficientnet_b0 mobilenet_v3_large convnext_tiny}; do
+        RTDNN_AUTOTUNE=${MODEL_AUTOTUNE:-0} timeout "${MODEL_LIMIT:-300}" python3 -m rtdnn.cli \
+          bench --model "$model" --out "$OUT" > "$OUT/model_$model.log" 2>&1
+        echo "$model: exit $?"; grep -E "^\|" "$OUT/model_$model.log"
+      done ;;
     ops)
       timeout "${BENCH_LIMIT:-240}" python3 -m rtdnn.cli bench --op all --out "$OUT" \
         > "$OUT/bench_ops.log" 2>&1
