@@ -10,14 +10,19 @@ partial sums to a workspace, summed afterwards in a fixed order (deterministic).
 from __future__ import annotations
 
 import math
+import os
+from dataclasses import asdict, dataclass
 
+import torch
 import triton
+import triton.language as tl
 
-from ..core import ConvProblem, Direction, TensorDesc
+from ..core import INTERPRETED, ConvProblem, Direction, TensorDesc
 from ..kernels import conv_addressing as ca
-from ..kernels import strided
+from ..kernels import conv_tma, strided
+from ..kernels.brgemm import identity
 from ..kernels.conv_addressing import DataGeometry
-from ..kernels.launch import BrgemmLaunch, Operand, Output, TileConfig
+from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
 from ..kernels.strided import StridedGeometry
 from .base import ConvAlgorithm, ConvTensors, Runner
 from .geometry import conv_geometry, data_phases, dot_precision, parallel_slots
@@ -58,6 +63,92 @@ def split_count(p: ConvProblem) -> int:
     tiles = triton.cdiv(rows, 128) * triton.cdiv(cols, 128) * batches
     most = max(1, depth // (16 * 64 if p.device == "cuda" else 32))
     return max(1, min(triton.cdiv(parallel_slots(p.device), tiles), most))
+
+
+@dataclass(frozen=True)
+class ImplicitGemmTiles(TileConfig):
+    """Tiles of the implicit GEMM; tma: forward operands read through tensor descriptors
+    (kernels/conv_tma.py), whose row tiles are rectangles of output pixels."""
+
+    tma: bool = False
+
+
+#: Set to 1 to let the tile tuner try the TMA forward on Hopper GPUs. Off by default: the
+#: path is checked against float64 through the interpreter and compiles for sm_90, but its
+#: speed has not been measured on a GPU yet.
+TMA_ENV = "RTDNN_TMA"
+
+
+def _channels_last_strides(desc: TensorDesc) -> tuple[int, ...]:
+    """`desc`'s strides, with those of size-1 dims (never stepped along, so arbitrary in
+    PyTorch) replaced by what a channels-last tensor with the same other strides would have."""
+    shape, strides = desc.shape, list(desc.strides)
+    if shape[1] == 1:
+        strides[1] = 1
+    step = strides[1] * shape[1]
+    for d in [*range(desc.ndim - 1, 1, -1), 0]:  # the spatial dims innermost first, then N
+        if shape[d] == 1:
+            strides[d] = step
+        step = strides[d] * shape[d]
+    return tuple(strides)
+
+
+def tma_unsupported(p: ConvProblem, block_k: int) -> str | None:
+    """None if the TMA forward can run `p` with reduction chunks of `block_k` channels, else
+    why not (device capability aside, which the tile candidates check)."""
+    if p.direction != Direction.FORWARD:
+        return "forward only"
+    if any(s != 1 for s in p.conv.stride):
+        return "stride 1 only: a strided tap's pixels are not a box"
+    if p.conv.mode != "cross_correlation" or p.x.offset or p.w.offset:
+        return "the filter and input are read as stored (no flipped views)"
+    cg = p.in_channels // p.groups
+    if cg % block_k:
+        return f"C/groups = {cg} is not a multiple of the chunk ({block_k})"
+    item = p.dtype.itemsize
+    xs = _channels_last_strides(p.x)
+    if xs[1] != 1 or any(s * item % 16 for i, s in enumerate(xs) if i != 1):
+        return "x must be channels-last with 16-byte aligned strides"
+    taps = math.prod(p.kernel)
+    ws = _channels_last_strides(p.w)
+    dense = [math.prod(p.kernel[i + 1 :]) * cg for i in range(len(p.kernel))]
+    if ws[1] != 1 or list(ws[2:]) != dense or ws[0] < taps * cg or (ws[0] * item) % 16:
+        return "w must be a channels-last filter with dense taps and 16-byte aligned rows"
+    return None
+
+
+def tma_geometry(p: ConvProblem, tiles: TileConfig) -> conv_tma.TmaForwardGeometry:
+    """The TMA forward's geometry for `p` with these tiles: the row tile is the rectangle of
+    BLOCK_M output pixels, as wide as the output's rows allow (powers of two), then as tall,
+    then spanning images."""
+    geo = conv_geometry(p)
+    _, oh, ow = geo.out_size
+    box_w = min(triton.next_power_of_2(ow), tiles.block_m)
+    box_h = min(triton.next_power_of_2(oh), tiles.block_m // box_w)
+    box_n = tiles.block_m // (box_w * box_h)
+    xs = _channels_last_strides(p.x)
+    # As 3-D: the missing leading dims have size 1; any 16-byte multiple serves as their stride.
+    xs_spatial = (xs[0],) * (5 - p.x.ndim) + xs[2:]
+    return conv_tma.TmaForwardGeometry(
+        tl.constexpr(box_n), tl.constexpr(box_h), tl.constexpr(box_w), tl.constexpr(tiles.block_n),
+        geo.n, geo.cg, geo.kg, geo.in_size, geo.out_size, geo.kernel, geo.padding, geo.dilation,
+        (xs[0], *xs_spatial), p.in_channels, _channels_last_strides(p.w)[0], p.out_channels,
+        geo.y_strides, geo.offsets[2],
+    )  # fmt: skip
+
+
+def _tma_candidates(p: ConvProblem, candidates: list[TileConfig]) -> list[TileConfig]:
+    """TMA variants of the pointer candidates, where RTDNN_TMA=1 asks for them and a Hopper
+    (or later) GPU can run them."""
+    if os.environ.get(TMA_ENV) != "1" or p.device != "cuda":
+        return []
+    if torch.cuda.get_device_capability()[0] < 9:
+        return []
+    out = []
+    for t in candidates:
+        if tma_unsupported(p, t.block_k) is None and t.block_m >= 64:
+            out.append(ImplicitGemmTiles(**asdict(t), tma=True))
+    return out
 
 
 def pixel_stride(desc: TensorDesc) -> int | None:
@@ -121,7 +212,10 @@ class ImplicitGemm(ConvAlgorithm):
 
     def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
         rows, cols, depth, _ = gemm_shape(p)
-        return gemm_candidates(p, rows, cols, depth)
+        candidates = gemm_candidates(p, rows, cols, depth)
+        if self.splits(p) > 1:
+            return candidates
+        return candidates + _tma_candidates(p, candidates)
 
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
         geo = conv_geometry(p)
@@ -129,6 +223,8 @@ class ImplicitGemm(ConvAlgorithm):
         taps = math.prod(p.kernel)
         if p.direction == Direction.BACKWARD_DATA:
             return self._prepare_backward_data(p, geo, tiles)
+        if getattr(tiles, "tma", False):
+            return self._prepare_tma_forward(p, tiles)
         if p.direction == Direction.FORWARD and packed(p):
             a = Operand(ca.fwd_a_setup, ca.fwd_packed_a_load, geo)
             b = Operand(ca.fwd_b_setup, ca.fwd_packed_b_load, geo)
@@ -163,6 +259,39 @@ class ImplicitGemm(ConvAlgorithm):
                 gemm(t.x, t.w, t.y, alpha=alpha, beta=beta, bias=t.bias, workspace=workspace)
             else:
                 gemm(t.y, t.x, t.w, alpha=alpha, beta=beta, workspace=workspace)
+
+        return run
+
+    def _prepare_tma_forward(self, p: ConvProblem, tiles: TileConfig) -> Runner:
+        """Forward with TMA operands (kernels/conv_tma.py); the pointer path's tiles run
+        instead where a call's tensors are not 16-byte aligned."""
+        reason = tma_unsupported(p, tiles.block_k)
+        if reason is not None:
+            raise ValueError(f"TMA tiles for a problem they cannot run: {reason}")
+        geo = tma_geometry(p, tiles)
+        row_tiles = conv_tma.row_tiles(geo)
+        kg = p.out_channels // p.groups
+        kernel = KernelLaunch(
+            conv_tma.tma_conv_forward_kernel,
+            (row_tiles * triton.cdiv(kg, tiles.block_n), p.groups),
+            dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages),
+            geo=geo, M=row_tiles * tiles.block_m,
+            STEPS=math.prod(p.kernel) * triton.cdiv(geo.cg, tiles.block_k),
+            ACTIVATION=identity, PRECISION=dot_precision(p), UPCAST=INTERPRETED,
+            BLOCK_K=tiles.block_k, GROUP_M=tiles.group_m,
+        )  # fmt: skip
+        fields = {k: v for k, v in asdict(tiles).items() if k != "tma"}
+        plain = self.prepare(p, TileConfig(**fields))
+
+        def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            if t.x.data_ptr() % 16 or t.w.data_ptr() % 16:
+                plain(t, workspace, alpha, beta)
+                return
+            kernel(
+                X=t.x, Wt=t.w, Y=t.y, BIAS=t.bias if t.bias is not None else t.y,
+                alpha=float(alpha), beta=float(beta), HAS_BIAS=t.bias is not None,
+                BETA_NONZERO=beta != 0,
+            )  # fmt: skip
 
         return run
 

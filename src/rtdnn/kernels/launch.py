@@ -9,11 +9,14 @@ binding, which costs more than the kernel itself on small layers.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 import triton
 from triton import knobs
+from triton.runtime import _allocation
 
 from ..core import INTERPRETED
 from ..core.handle import stream_counters
@@ -53,6 +56,24 @@ class _Compiled:
         scratch = launcher.global_scratch_size > 0 or launcher.profile_scratch_size > 0
         self.c_launch = None if scratch else launcher.launch
         self.flags = (launcher.launch_cooperative_grid, launcher.launch_pdl)
+
+
+def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    """Global scratch memory for a launch (e.g. the tensor descriptors a kernel builds),
+    from PyTorch's caching allocator on the current device and stream."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+@contextlib.contextmanager
+def _scratch_allocator() -> Iterator[None]:
+    """Triton asks the allocator set by triton.set_allocator for a kernel's scratch memory;
+    rtdnn's launches use _scratch and give the caller's allocator back afterwards (Triton
+    3.6 keeps it in a ContextVar in triton.runtime._allocation)."""
+    token = _allocation._allocator.set(_scratch)
+    try:
+        yield
+    finally:
+        _allocation._allocator.reset(token)
 
 
 class SlotLaunch:
@@ -150,10 +171,11 @@ class SlotLaunch:
         (which compiles or loads the kernel), kernels that need scratch memory, and calls
         while a launch hook (a profiler) is installed."""
         args = self._bind(values)
-        if compiled is None:
-            self.compiled[key] = _Compiled(self.fn[self.grid](*args, **self.options))
-        else:
-            compiled.kernel[self.grid](*args)
+        with _scratch_allocator():
+            if compiled is None:
+                self.compiled[key] = _Compiled(self.fn[self.grid](*args, **self.options))
+            else:
+                compiled.kernel[self.grid](*args)
 
 
 class KernelLaunch(SlotLaunch):
