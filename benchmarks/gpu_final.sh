@@ -3,8 +3,8 @@
 # memory-bound benchmarks and the demo. Choose with STAGES (default: all of them, in this order;
 # STAGES=microbatch runs mu-cuDNN's micro-batching experiment, see its case below).
 # Everything lands under $OUT as it finishes, so a time-out keeps what was done. Not in the
-# default STAGES: suites (every convolution suite in bf16, fp16 and TF32 beside cuDNN) and
-# models (EfficientNet-B0, MobileNet-V3, ConvNeXt-T), each minutes long.
+# default STAGES: suites (every convolution suite in bf16, fp16 and TF32 beside cuDNN), models
+# (EfficientNet-B0, MobileNet-V3, ConvNeXt-T), each minutes long, and tma (the TMA forward).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=src RTDNN_GPU_TESTS=1
 STAGES=${STAGES:-"tests overhead model ops demo"}
@@ -42,6 +42,14 @@ for stage in $STAGES; do
           bench --model "$model" --out "$OUT" > "$OUT/model_$model.log" 2>&1
         echo "$model: exit $?"; grep -E "^\|" "$OUT/model_$model.log"
       done ;;
+    tma)  # the experimental TMA forward: its GPU tests, then its tiles beside the pointer
+      # path's and cuDNN on the resnet50 suite's stride-1 layers (benchmarks/probes/tma_probe.py)
+      RTDNN_AUTOTUNE=0 timeout "${TMA_TEST_LIMIT:-200}" python3 -m pytest -v -rf -n 8 \
+        -p no:cacheprovider tests/test_conv_tma_gpu.py > "$OUT/tma_tests.log" 2>&1
+      grep -E " passed| failed|^FAILED" "$OUT/tma_tests.log" | tail -6 | cut -c1-300
+      timeout "${TMA_LIMIT:-300}" python3 benchmarks/probes/tma_probe.py resnet50 \
+        > "$OUT/tma_probe.txt" 2>&1
+      tail -40 "$OUT/tma_probe.txt" ;;
     ops)
       timeout "${BENCH_LIMIT:-240}" python3 -m rtdnn.cli bench --op all --out "$OUT" \
         > "$OUT/bench_ops.log" 2>&1
