@@ -27,6 +27,7 @@ import torch
 import rtdnn
 from rtdnn import cli, select
 from rtdnn.algos import supported_algorithms, tiles
+from rtdnn.algos.direct import DirectTiles
 from rtdnn.core import BadParamError
 from rtdnn.kernels.launch import TileConfig
 from rtdnn.ops.conv import _problem_for_selection
@@ -487,6 +488,22 @@ def test_tile_choices_survive_the_process(db_file, monkeypatch):
 
     tiles._chosen.clear()
     assert tiles.tune(key, candidates[::2], make_run) == candidates[0] and len(timed) == 5
+
+
+def test_an_algorithms_own_tiles_survive_the_process(db_file, monkeypatch):
+    """Tiles of a TileConfig subclass (DIRECT's, with tensor_cores) come back as that class,
+    so a stored choice matches the candidates of the next process."""
+    gpu = dataclasses.replace(database.environment("cpu"), device="NVIDIA H100 sm_90")
+    monkeypatch.setattr(database, "environment", lambda device="cuda": gpu)
+    choices = database.TileChoices()
+    own = DirectTiles(128, 16, 1, 1, 4, 3, tensor_cores=True)
+    choices.save(("DIRECT", "forward|problem"), own)
+    database.use(None)
+    back = choices.load(("DIRECT", "forward|problem"))
+    assert back == own and type(back) is DirectTiles
+    plain = TileConfig(64, 128, 32)
+    choices.save(("GEMM", "forward|problem"), plain)
+    assert choices.load(("GEMM", "forward|problem")) == plain
 
 
 # -- rtdnn tune -----------------------------------------------------------------------------

@@ -535,14 +535,26 @@ class TileChoices:
         if text is None:
             return None
         try:
-            return TileConfig(**json.loads(text))
-        except (ValueError, TypeError):  # written by another version: tune again
+            fields = json.loads(text)
+            kind = _tile_classes().get(fields.pop("class", TileConfig.__name__))
+            return None if kind is None else kind(**fields)
+        except (ValueError, TypeError, AttributeError):  # another version's: tune again
             return None
 
     def save(self, key: tuple, tiles: TileConfig) -> None:
         algo, problem = self._split(key)
-        text = json.dumps(dataclasses.asdict(tiles), sort_keys=True)
-        database().store_tiles(algo, problem, environment("cuda"), text)
+        fields = {"class": type(tiles).__name__, **dataclasses.asdict(tiles)}
+        database().store_tiles(algo, problem, environment("cuda"), json.dumps(fields))
+
+
+def _tile_classes() -> dict[str, type]:
+    """TileConfig and its subclasses (an algorithm's own tiles, e.g. DIRECT's), by name."""
+    found, todo = {}, [TileConfig]
+    while todo:
+        kind = todo.pop()
+        found[kind.__name__] = kind
+        todo.extend(kind.__subclasses__())
+    return found
 
 
 __all__ = [
