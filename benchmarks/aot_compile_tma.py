@@ -1,5 +1,6 @@
-"""Compile IMPLICIT_GEMM's TMA forward (kernels/conv_tma.py) for sm_90 without a GPU (a
-CPU-only check; see aot_compile.py) on ResNet-style layers in bfloat16, float16 and TF32, with
+"""Compile IMPLICIT_GEMM's TMA kernel (kernels/conv_tma.py), forward and backward-data, for
+sm_90 without a GPU (a CPU-only check; see aot_compile.py) on ResNet-style layers in
+bfloat16, float16 and TF32, with
 every TMA tile candidate, and report what the compiler made of it: registers, spills, the
 scratch the descriptors take, whether the operands arrive by TMA copies
 (ttng.async_tma_copy_global_to_local) and the products are warp-group MMAs
@@ -70,16 +71,18 @@ def main() -> None:
             x = torch.randn(xs).to(dtype).movedim(1, -1).contiguous().movedim(-1, 1)
             w = torch.randn(ws).to(dtype).movedim(1, -1).contiguous().movedim(-1, 1)
             c = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation")
-            p, scratch = _problem_for_selection("forward", x, w, math=math_mode, **{**c, **conv})
-            p = dataclasses.replace(p, device="cuda")
-            for tiles in algo.tile_candidates(p):
-                if not getattr(tiles, "tma", False):
-                    continue
-                kernels.clear()
-                y = scratch.y.clone()
-                algo.prepare(p, tiles)(ConvTensors(scratch.x, scratch.w, y, None), None, 1.0, 0.0)
-                name = f"{xs} {ws} {str(dtype)[6:]} {tiles.block_m}x{tiles.block_n}x{tiles.block_k}"
-                print(f"{name} w{tiles.num_warps} s{tiles.num_stages}: {report(kernels[-1])}")
+            for d in ("forward", "backward_data"):
+                p, scratch = _problem_for_selection(d, x, w, math=math_mode, **{**c, **conv})
+                p = dataclasses.replace(p, device="cuda")
+                for tiles in algo.tile_candidates(p):
+                    if not getattr(tiles, "tma", False):
+                        continue
+                    kernels.clear()
+                    t = ConvTensors(scratch.x.clone(), scratch.w, scratch.y.clone(), None)
+                    algo.prepare(p, tiles)(t, None, 1.0, 0.0)
+                    shape = f"{tiles.block_m}x{tiles.block_n}x{tiles.block_k}"
+                    name = f"{d} {xs} {ws} {str(dtype)[6:]} {shape}"
+                    print(f"{name} w{tiles.num_warps} s{tiles.num_stages}: {report(kernels[-1])}")
 
 
 if __name__ == "__main__":

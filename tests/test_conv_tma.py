@@ -1,8 +1,9 @@
-"""IMPLICIT_GEMM's TMA forward (kernels/conv_tma.py) against the float64 reference, through
-Triton's interpreter, which runs tensor-descriptor loads with the hardware's zero fill outside
-the tensor: row tiles that are rectangles of output pixels (as wide as the image, as tall,
-then across images), padding as out-of-bounds boxes, dilation, groups, 1-D, 2-D and 3-D,
-output channels not a multiple of the tile, alpha/beta/bias on poisoned or random outputs.
+"""IMPLICIT_GEMM's TMA kernel (kernels/conv_tma.py), forward and backward-data at stride 1,
+against the float64 reference through Triton's interpreter, which runs tensor-descriptor
+loads with the hardware's zero fill outside the tensor: row tiles that are rectangles of
+written pixels (as wide as the image, as tall, then across images), padding as out-of-bounds
+boxes, dilation, groups, 1-D, 2-D and 3-D, written channels not a multiple of the tile,
+alpha/beta/bias on poisoned or random outputs.
 Also which problems the path refuses, and that the tuner is offered it only when asked."""
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
 TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 
 
-def _problem(x, w, y, **conv) -> ConvProblem:
+def _problem(direction, x, w, y, **conv) -> ConvProblem:
     nd = x.dim() - 2
     desc = ConvDesc.create(
         nd, 1, conv.get("padding", 0), conv.get("dilation", 1), conv.get("groups", 1),
         "cross_correlation", "fp32",
     )  # fmt: skip
     return ConvProblem.create(
-        Direction.FORWARD, TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y), desc, "cpu",
-        has_bias=True,
+        Direction(direction), TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y), desc, "cpu",
+        has_bias=direction == "forward",
     )  # fmt: skip
 
 
@@ -37,10 +38,10 @@ def _tiles(block_m: int, block_n: int = 16, block_k: int = 16) -> ig.ImplicitGem
     return ig.ImplicitGemmTiles(block_m, block_n, block_k, 1, 1, 1, tma=True)
 
 
-def run_tma(x_shape, w_shape, tiles, *, dtype=torch.float32, alpha=1.0, beta=0.0, gen=None,
-            **conv):  # fmt: skip
-    """The TMA forward of one problem (x and w channels-last) into a channels-last output,
-    checked against float64; returns the problem's TMA geometry."""
+def run_tma(direction, x_shape, w_shape, tiles, *, dtype=torch.float32, alpha=1.0, beta=0.0,
+            gen=None, **conv):  # fmt: skip
+    """The TMA kernel on one problem (x, w and dy channels-last; the written tensor
+    contiguous, NaN-poisoned for beta = 0), checked against float64; returns its geometry."""
     nd = len(x_shape) - 2
     tup = lambda v: (v,) * nd if isinstance(v, int) else tuple(v)  # noqa: E731
     o = out_size(
@@ -50,44 +51,67 @@ def run_tma(x_shape, w_shape, tiles, *, dtype=torch.float32, alpha=1.0, beta=0.0
     y_shape = (x_shape[0], w_shape[0], *o)
     x = make_tensor(x_shape, dtype, "channels_last", gen)
     w = make_tensor(w_shape, dtype, "channels_last", gen)
-    bias = make_tensor((w_shape[0],), dtype, "contiguous", gen)
-    out = poisoned(y_shape, dtype, "contiguous") if beta == 0 else make_tensor(y_shape, dtype)
+    dy = make_tensor(y_shape, dtype, "channels_last", gen)
+    forward = direction == "forward"
+    bias = make_tensor((w_shape[0],), dtype, "contiguous", gen) if forward else None
+    shape = y_shape if forward else x_shape
+    out = poisoned(shape, dtype, "contiguous") if beta == 0 else make_tensor(shape, dtype)
     prior = out.clone()
-    p = _problem(x, w, out, **conv)
+    if forward:
+        p, tensors = _problem(direction, x, w, out, **conv), ConvTensors(x, w, out, bias)
+    else:
+        p, tensors = _problem(direction, out, w, dy, **conv), ConvTensors(out, w, dy)
     assert ig.tma_unsupported(p, tiles.block_k) is None
-    ALGORITHMS["IMPLICIT_GEMM"].prepare(p, tiles)(ConvTensors(x, w, out, bias), None, alpha, beta)
-    ref = reference.conv_forward(x, w, bias, alpha=alpha, beta=beta, out=prior, **conv)
+    ALGORITHMS["IMPLICIT_GEMM"].prepare(p, tiles)(tensors, None, alpha, beta)
+    if forward:
+        ref = reference.conv_forward(x, w, bias, alpha=alpha, beta=beta, out=prior, **conv)
+    else:
+        ref = reference.conv_backward_data(
+            dy, w, x_shape, alpha=alpha, beta=beta, out=prior, **conv
+        )
     err = reference.rel_error(out, ref)
-    assert err <= TOL[dtype], f"relative error {err:.2e}"
+    assert err <= TOL[dtype], f"{direction}: relative error {err:.2e}"
     return ig.tma_geometry(p, tiles)
 
 
-# (id, x shape, w shape, block_m, conv parameters, expected (box_n, box_h, box_w))
+# (id, x shape, w shape, block_m, conv parameters, expected (box_n, box_h, box_w) in forward)
 CASES = [
-    ("3x3-pad1-odd-image", (2, 16, 7, 9), (20, 16, 3, 3), 32, dict(padding=1), (1, 2, 16)),
+    ("3x3-pad1-odd-image", (2, 16, 7, 9), (32, 16, 3, 3), 32, dict(padding=1), (1, 2, 16)),
     ("box-spans-images", (3, 16, 3, 3), (16, 16, 3, 3), 32, dict(padding=1), (2, 4, 4)),
     ("pad-beyond-filter", (1, 16, 4, 5), (16, 16, 2, 3), 32, dict(padding=(3, 4)), (1, 2, 16)),
     ("dilated", (2, 16, 8, 7), (16, 16, 3, 3), 64, dict(padding=2, dilation=2), (1, 8, 8)),
-    ("groups", (2, 32, 5, 6), (24, 16, 3, 3), 32, dict(padding=1, groups=2), (1, 4, 8)),
-    ("1x1-two-chunks", (2, 32, 4, 6), (16, 32, 1, 1), 32, dict(), (1, 4, 8)),
+    ("groups", (2, 32, 5, 6), (32, 16, 3, 3), 32, dict(padding=1, groups=2), (1, 4, 8)),
+    ("1x1-two-chunks", (2, 32, 4, 6), (32, 32, 1, 1), 32, dict(), (1, 4, 8)),
     ("1d", (2, 16, 13), (16, 16, 5), 32, dict(padding=2), (2, 1, 16)),
     ("3d", (1, 16, 3, 4, 5), (16, 16, 3, 3, 3), 32, dict(padding=1), (1, 4, 8)),
     ("batch1-one-pixel", (1, 16, 1, 1), (16, 16, 3, 3), 32, dict(padding=1), (32, 1, 1)),
 ]
 
 
+@pytest.mark.parametrize("direction", ["forward", "backward_data"])
 @pytest.mark.parametrize(
     "x_shape,w_shape,block_m,conv,box", [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
-def test_shapes_against_reference(x_shape, w_shape, block_m, conv, box, gen):
-    geo = run_tma(x_shape, w_shape, _tiles(block_m), gen=gen, **conv)
-    assert (geo.box_n, geo.box_h, geo.box_w) == box
+def test_shapes_against_reference(direction, x_shape, w_shape, block_m, conv, box, gen):
+    geo = run_tma(direction, x_shape, w_shape, _tiles(block_m), gen=gen, **conv)
+    if direction == "forward":
+        assert (geo.box_n, geo.box_h, geo.box_w) == box
 
 
+def test_written_channels_not_a_multiple_of_the_tile(gen):
+    """Forward with K = 20 and backward-data with C = 20 on 16-wide column tiles: the last
+    tile's extra columns read the next tap's (or group's) filters and are masked out."""
+    run_tma("forward", (2, 16, 5, 5), (20, 16, 3, 3), _tiles(32), gen=gen, padding=1)
+    run_tma("backward_data", (2, 20, 5, 5), (16, 20, 3, 3), _tiles(32), gen=gen, padding=1)
+    run_tma("backward_data", (2, 40, 5, 5), (32, 20, 3, 3), _tiles(32), gen=gen, padding=1,
+            groups=2)  # fmt: skip
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_16_bit_with_alpha_beta(dtype, gen):
-    run_tma((2, 32, 5, 5), (16, 32, 3, 3), _tiles(32, 16, 32), dtype=dtype, alpha=0.5,
-            beta=-1.5, gen=gen, padding=1)  # fmt: skip
+def test_16_bit_with_alpha_beta(direction, dtype, gen):
+    run_tma(direction, (2, 32, 5, 5), (32, 32, 3, 3), _tiles(32, 16, 32), dtype=dtype,
+            alpha=0.5, beta=-1.5, gen=gen, padding=1)  # fmt: skip
 
 
 def test_refusals():
@@ -113,8 +137,10 @@ def test_refusals():
     )
     assert "multiple" in ig.tma_unsupported(problem((2, 24, 8, 8), (16, 24, 3, 3)), 16)
     p = problem((2, 32, 8, 8), (16, 32, 3, 3))
-    backward = dataclasses.replace(p, direction=Direction.BACKWARD_DATA)
-    assert ig.tma_unsupported(backward, 32) == "forward only"
+    backward = dataclasses.replace(p, direction=Direction.BACKWARD_FILTER)
+    assert ig.tma_unsupported(backward, 32) == "forward and backward-data only"
+    data = dataclasses.replace(p, direction=Direction.BACKWARD_DATA)
+    assert "K/groups = 16" in ig.tma_unsupported(data, 32)
 
 
 def test_offered_to_the_tuner_only_when_asked(monkeypatch):
@@ -123,7 +149,7 @@ def test_offered_to_the_tuner_only_when_asked(monkeypatch):
     x = make_tensor((8, 64, 16, 16), torch.float16, "channels_last")
     w = make_tensor((64, 64, 3, 3), torch.float16, "channels_last")
     y = torch.empty(8, 64, 16, 16, dtype=torch.float16)
-    p = dataclasses.replace(_problem(x, w, y, padding=1), device="cuda")
+    p = dataclasses.replace(_problem("forward", x, w, y, padding=1), device="cuda")
     candidates = [ig.TileConfig(128, 128, 64, 8, 8, 3), ig.TileConfig(32, 64, 64, 8, 4, 4)]
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (9, 0))
     monkeypatch.delenv(ig.TMA_ENV, raising=False)

@@ -1,6 +1,7 @@
-"""IMPLICIT_GEMM's TMA forward compiled for the GPU (Hopper or later): every TMA tile
-candidate against the float64 reference on ResNet-style and odd shapes in bfloat16, float16
-and TF32, with bias, alpha and beta, and the pointer path taking over for a misaligned view.
+"""IMPLICIT_GEMM's TMA kernel compiled for the GPU (Hopper or later), forward and
+backward-data: every TMA tile candidate against the float64 reference on ResNet-style and odd
+shapes in bfloat16, float16 and TF32, with bias (forward), alpha and beta, and the pointer
+path taking over for a misaligned view.
 Run with RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU of compute capability 9 or more."""
 
 import os
@@ -42,27 +43,36 @@ def _channels_last(t):
     return t.movedim(1, -1).contiguous().movedim(-1, 1)
 
 
+@pytest.mark.parametrize("direction", ["forward", "backward_data"])
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("shape", range(len(SHAPES)))
-def test_every_tma_candidate(case, shape, monkeypatch):
+def test_every_tma_candidate(direction, case, shape, monkeypatch):
     monkeypatch.setenv(ig.TMA_ENV, "1")
     dtype, math_mode, tol = CASES[case]
     xs, ws, conv = SHAPES[shape]
     x = _channels_last(torch.randn(xs, device="cuda", dtype=dtype))
     w = _channels_last(torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * 9) ** 0.5)
-    bias = torch.randn(ws[0], device="cuda", dtype=dtype)
     args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", **conv)
-    p, scratch = _problem_for_selection("forward", x, w, math=math_mode, **args)
+    p, scratch = _problem_for_selection(direction, x, w, math=math_mode, **args)
+    forward = direction == "forward"
+    bias = torch.randn(ws[0], device="cuda", dtype=dtype) if forward else None
+    dy = scratch.y  # channels-last like x, random
     algo = ALGORITHMS["IMPLICIT_GEMM"]
     candidates = [t for t in algo.tile_candidates(p) if getattr(t, "tma", False)]
-    assert candidates, "no TMA candidate for a problem it supports"
+    if not candidates:  # backward-data needs K/groups a multiple of the channel chunk
+        assert not forward and ig.tma_unsupported(p, 16) is not None
+        return
     for tiles in candidates:
-        prior = torch.randn_like(scratch.y)
+        prior = torch.randn_like(dy if forward else x)
         out = prior.clone()
-        algo.prepare(p, tiles)(ConvTensors(x, w, out, bias), None, 0.5, 0.25)
-        ref = R.conv_forward(x, w, bias, alpha=0.5, beta=0.25, out=prior, **conv)
+        t = ConvTensors(x, w, out, bias) if forward else ConvTensors(out, w, dy)
+        algo.prepare(p, tiles)(t, None, 0.5, 0.25)
+        if forward:
+            ref = R.conv_forward(x, w, bias, alpha=0.5, beta=0.25, out=prior, **conv)
+        else:
+            ref = R.conv_backward_data(dy, w, xs, alpha=0.5, beta=0.25, out=prior, **conv)
         err = R.rel_error(out, ref)
-        assert err < tol, f"{tiles}: relative error {err:.2e}"
+        assert err < tol, f"{direction} {tiles}: relative error {err:.2e}"
 
 
 def test_misaligned_view_takes_the_pointer_path(monkeypatch):

@@ -67,13 +67,14 @@ def split_count(p: ConvProblem) -> int:
 
 @dataclass(frozen=True)
 class ImplicitGemmTiles(TileConfig):
-    """Tiles of the implicit GEMM; tma: forward operands read through tensor descriptors
-    (kernels/conv_tma.py), whose row tiles are rectangles of output pixels."""
+    """Tiles of the implicit GEMM; tma: operands read through tensor descriptors
+    (kernels/conv_tma.py; forward and backward-data at stride 1), whose row tiles are
+    rectangles of written pixels."""
 
     tma: bool = False
 
 
-#: Set to 1 to let the tile tuner try the TMA forward on Hopper GPUs. Off by default: the
+#: Set to 1 to let the tile tuner try the TMA kernel on Hopper GPUs. Off by default: the
 #: path is checked against float64 through the interpreter and compiles for sm_90, but its
 #: speed has not been measured on a GPU yet.
 TMA_ENV = "RTDNN_TMA"
@@ -94,21 +95,24 @@ def _channels_last_strides(desc: TensorDesc) -> tuple[int, ...]:
 
 
 def tma_unsupported(p: ConvProblem, block_k: int) -> str | None:
-    """None if the TMA forward can run `p` with reduction chunks of `block_k` channels, else
+    """None if the TMA kernel can run `p` with reduction chunks of `block_k` channels, else
     why not (device capability aside, which the tile candidates check)."""
-    if p.direction != Direction.FORWARD:
-        return "forward only"
+    if p.direction == Direction.BACKWARD_FILTER:
+        return "forward and backward-data only"
     if any(s != 1 for s in p.conv.stride):
         return "stride 1 only: a strided tap's pixels are not a box"
-    if p.conv.mode != "cross_correlation" or p.x.offset or p.w.offset:
-        return "the filter and input are read as stored (no flipped views)"
-    cg = p.in_channels // p.groups
-    if cg % block_k:
-        return f"C/groups = {cg} is not a multiple of the chunk ({block_k})"
+    if p.conv.mode != "cross_correlation" or p.x.offset or p.w.offset or p.y.offset:
+        return "the filter and data are read as stored (no flipped views)"
+    forward = p.direction == Direction.FORWARD
+    cg, kg = p.in_channels // p.groups, p.out_channels // p.groups
+    reduced = cg if forward else kg
+    if reduced % block_k:
+        what = "C/groups" if forward else "K/groups"
+        return f"{what} = {reduced} is not a multiple of the chunk ({block_k})"
     item = p.dtype.itemsize
-    xs = _channels_last_strides(p.x)
-    if xs[1] != 1 or any(s * item % 16 for i, s in enumerate(xs) if i != 1):
-        return "x must be channels-last with 16-byte aligned strides"
+    src = _channels_last_strides(p.x if forward else p.y)
+    if src[1] != 1 or any(s * item % 16 for i, s in enumerate(src) if i != 1):
+        return f"{'x' if forward else 'dy'} must be channels-last with 16-byte aligned strides"
     taps = math.prod(p.kernel)
     ws = _channels_last_strides(p.w)
     dense = [math.prod(p.kernel[i + 1 :]) * cg for i in range(len(p.kernel))]
@@ -117,23 +121,32 @@ def tma_unsupported(p: ConvProblem, block_k: int) -> str | None:
     return None
 
 
-def tma_geometry(p: ConvProblem, tiles: TileConfig) -> conv_tma.TmaForwardGeometry:
-    """The TMA forward's geometry for `p` with these tiles: the row tile is the rectangle of
-    BLOCK_M output pixels, as wide as the output's rows allow (powers of two), then as tall,
-    then spanning images."""
+def tma_geometry(p: ConvProblem, tiles: TileConfig) -> conv_tma.TmaGeometry:
+    """The TMA kernel's geometry for `p` with these tiles: the row tile is the rectangle of
+    BLOCK_M written pixels, as wide as the written image's rows allow (powers of two), then as
+    tall, then spanning images."""
     geo = conv_geometry(p)
-    _, oh, ow = geo.out_size
+    forward = p.direction == Direction.FORWARD
+    src, dst = (p.x, p.y) if forward else (p.y, p.x)
+    src_size, dst_size = (geo.in_size, geo.out_size) if forward else (geo.out_size, geo.in_size)
+    _, oh, ow = dst_size
     box_w = min(triton.next_power_of_2(ow), tiles.block_m)
     box_h = min(triton.next_power_of_2(oh), tiles.block_m // box_w)
     box_n = tiles.block_m // (box_w * box_h)
-    xs = _channels_last_strides(p.x)
+    # Forward reads src at o - pad + tap * dil, backward-data at i + pad - tap * dil.
+    sign = 1 if forward else -1
+    shift = tuple(-sign * q for q in geo.padding)
+    step = tuple(sign * d for d in geo.dilation)
+    ss = _channels_last_strides(src)
     # As 3-D: the missing leading dims have size 1; any 16-byte multiple serves as their stride.
-    xs_spatial = (xs[0],) * (5 - p.x.ndim) + xs[2:]
-    return conv_tma.TmaForwardGeometry(
+    src_strides = (ss[0], *(ss[0],) * (5 - src.ndim), *ss[2:])
+    dst_strides = geo.y_strides if forward else geo.x_strides
+    cg, kg = geo.cg, geo.kg
+    return conv_tma.TmaGeometry(
         tl.constexpr(box_n), tl.constexpr(box_h), tl.constexpr(box_w), tl.constexpr(tiles.block_n),
-        geo.n, geo.cg, geo.kg, geo.in_size, geo.out_size, geo.kernel, geo.padding, geo.dilation,
-        (xs[0], *xs_spatial), p.in_channels, _channels_last_strides(p.w)[0], p.out_channels,
-        geo.y_strides, geo.offsets[2],
+        p.batch, cg if forward else kg, kg if forward else cg, src_size, dst_size, geo.kernel,
+        shift, step, src_strides, src.shape[1], _channels_last_strides(p.w)[0], p.out_channels,
+        dst_strides, dst.offset,
     )  # fmt: skip
 
 
@@ -221,10 +234,10 @@ class ImplicitGemm(ConvAlgorithm):
         geo = conv_geometry(p)
         rows, cols, depth, batches = gemm_shape(p)
         taps = math.prod(p.kernel)
+        if getattr(tiles, "tma", False):
+            return self._prepare_tma(p, tiles)
         if p.direction == Direction.BACKWARD_DATA:
             return self._prepare_backward_data(p, geo, tiles)
-        if getattr(tiles, "tma", False):
-            return self._prepare_tma_forward(p, tiles)
         if p.direction == Direction.FORWARD and packed(p):
             a = Operand(ca.fwd_a_setup, ca.fwd_packed_a_load, geo)
             b = Operand(ca.fwd_b_setup, ca.fwd_packed_b_load, geo)
@@ -262,34 +275,36 @@ class ImplicitGemm(ConvAlgorithm):
 
         return run
 
-    def _prepare_tma_forward(self, p: ConvProblem, tiles: TileConfig) -> Runner:
-        """Forward with TMA operands (kernels/conv_tma.py); the pointer path's tiles run
-        instead where a call's tensors are not 16-byte aligned."""
+    def _prepare_tma(self, p: ConvProblem, tiles: TileConfig) -> Runner:
+        """Forward or backward-data with TMA operands (kernels/conv_tma.py); the pointer
+        path's tiles run instead where a call's tensors are not 16-byte aligned."""
         reason = tma_unsupported(p, tiles.block_k)
         if reason is not None:
             raise ValueError(f"TMA tiles for a problem they cannot run: {reason}")
         geo = tma_geometry(p, tiles)
         row_tiles = conv_tma.row_tiles(geo)
-        kg = p.out_channels // p.groups
+        forward = p.direction == Direction.FORWARD
         kernel = KernelLaunch(
-            conv_tma.tma_conv_forward_kernel,
-            (row_tiles * triton.cdiv(kg, tiles.block_n), p.groups),
+            conv_tma.tma_conv_kernel,
+            (row_tiles * triton.cdiv(geo.cols, tiles.block_n), p.groups),
             dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages),
             geo=geo, M=row_tiles * tiles.block_m,
-            STEPS=math.prod(p.kernel) * triton.cdiv(geo.cg, tiles.block_k),
-            ACTIVATION=identity, PRECISION=dot_precision(p), UPCAST=INTERPRETED,
-            BLOCK_K=tiles.block_k, GROUP_M=tiles.group_m,
+            STEPS=math.prod(p.kernel) * triton.cdiv(geo.red, tiles.block_k),
+            BACKWARD_DATA=not forward, ACTIVATION=identity, PRECISION=dot_precision(p),
+            UPCAST=INTERPRETED, BLOCK_K=tiles.block_k, GROUP_M=tiles.group_m,
         )  # fmt: skip
         fields = {k: v for k, v in asdict(tiles).items() if k != "tma"}
         plain = self.prepare(p, TileConfig(**fields))
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
-            if t.x.data_ptr() % 16 or t.w.data_ptr() % 16:
+            src, dst = (t.x, t.y) if forward else (t.y, t.x)
+            if src.data_ptr() % 16 or t.w.data_ptr() % 16:
                 plain(t, workspace, alpha, beta)
                 return
+            bias = t.bias if forward and t.bias is not None else None
             kernel(
-                X=t.x, Wt=t.w, Y=t.y, BIAS=t.bias if t.bias is not None else t.y,
-                alpha=float(alpha), beta=float(beta), HAS_BIAS=t.bias is not None,
+                SRC=src, Wt=t.w, DST=dst, BIAS=bias if bias is not None else dst,
+                alpha=float(alpha), beta=float(beta), HAS_BIAS=bias is not None,
                 BETA_NONZERO=beta != 0,
             )  # fmt: skip
 
