@@ -173,6 +173,46 @@ def out_size(in_size, kernel, stride, padding, dilation) -> tuple[int, ...]:
     )
 
 
+def conv_reference(direction: str, x, w, dy, bias=None, **kw) -> torch.Tensor:
+    """The float64 reference of one convolution direction ("forward", "backward_data" or
+    "backward_filter") of x (N, C, ...), w (K, C / groups, ...) and dy (N, K, ...); bias
+    applies to forward only; kw: the convolution parameters, alpha, beta and out."""
+    if direction == "forward":
+        return reference.conv_forward(x, w, bias, **kw)
+    if direction == "backward_data":
+        return reference.conv_backward_data(dy, w, x.shape, **kw)
+    return reference.conv_backward_filter(x, dy, w.shape, **kw)
+
+
+def run_conv_direction(
+    direction: str, x, w, dy, *, algo: str, dtype: torch.dtype, tol: float | None = None,
+    math: str = "fp32", layout: str = "contiguous", alpha=1.0, beta=0.0, bias=None, gen=None,
+    **conv,
+) -> torch.Tensor:  # fmt: skip
+    """One convolution direction with `algo`, written into an `out` in `layout` (NaN-poisoned
+    when beta == 0, random otherwise), checked against the float64 reference: the result is
+    `out`, its relative error at most `tol` (the dtype's TOLERANCE when None), and a strided
+    `out` leaves the storage around the view untouched. Returns the result."""
+    shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[direction]
+    out = poisoned(shape, dtype, layout) if beta == 0 else make_tensor(shape, dtype, layout, gen)
+    prior = out.clone()
+    kw = dict(algo=algo, math=math, alpha=alpha, beta=beta, out=out, **conv)
+    if direction == "forward":
+        result = rtdnn.conv_forward(x, w, bias, **kw)
+    elif direction == "backward_data":
+        result = rtdnn.conv_backward_data(dy, w, x.shape, **kw)
+    else:
+        result = rtdnn.conv_backward_filter(x, dy, w.shape, **kw)
+    assert result is out
+    ref = conv_reference(direction, x, w, dy, bias, alpha=alpha, beta=beta, out=prior, **conv)
+    tol = tolerance(dtype) if tol is None else tol
+    err = reference.rel_error(result, ref)
+    assert err <= tol, f"{algo} {direction}: relative error {err:.2e} > {tol:.0e}"
+    if layout == "strided":
+        assert_gaps_untouched(out)
+    return result
+
+
 @pytest.fixture(autouse=True)
 def fresh_tuning_database(monkeypatch):
     """Every test starts with an empty tuning database in memory and no measured results, so
@@ -199,6 +239,7 @@ __all__ = [
     "assert_close",
     "assert_gaps_untouched",
     "assert_layout_follows",
+    "conv_reference",
     "empty_in_layout",
     "is_channels_last",
     "make_tensor",
@@ -206,6 +247,7 @@ __all__ = [
     "poisoned",
     "poisoned_like",
     "rtdnn",
+    "run_conv_direction",
     "tolerance",
     "whole_storage",
 ]

@@ -9,13 +9,7 @@ import math
 
 import pytest
 import torch
-from conftest import (
-    assert_gaps_untouched,
-    make_tensor,
-    out_size,
-    poisoned,
-    poisoned_like,
-)
+from conftest import make_tensor, out_size, poisoned_like, run_conv_direction
 
 import rtdnn
 from rtdnn import reference
@@ -42,36 +36,9 @@ def y_shape(x_shape, w_shape, conv) -> tuple[int, ...]:
     return (x_shape[0], w_shape[0], *o)
 
 
-def run_direction(direction, x, w, dy, *, dtype, layout="contiguous", alpha=1.0, beta=0.0,
-                  gen=None, algo="DIRECT", **conv):  # fmt: skip
-    """One direction with DIRECT, written into `out` (NaN-poisoned when beta == 0, random
-    otherwise), checked against the reference. Returns the result."""
-    shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[direction]
-    if beta == 0:
-        out = poisoned(shape, dtype, layout)
-    else:
-        out = make_tensor(shape, dtype, layout, gen)
-    prior = out.clone()
-    scale = dict(alpha=alpha, beta=beta, out=out)
-    if direction == "forward":
-        result = rtdnn.conv_forward(x, w, algo=algo, math="fp32", **scale, **conv)
-        ref = reference.conv_forward(x, w, alpha=alpha, beta=beta, out=prior, **conv)
-    elif direction == "backward_data":
-        result = rtdnn.conv_backward_data(dy, w, x.shape, algo=algo, math="fp32", **scale, **conv)
-        ref = reference.conv_backward_data(
-            dy, w, x.shape, alpha=alpha, beta=beta, out=prior, **conv
-        )
-    else:
-        result = rtdnn.conv_backward_filter(x, dy, w.shape, algo=algo, math="fp32", **scale, **conv)
-        ref = reference.conv_backward_filter(
-            x, dy, w.shape, alpha=alpha, beta=beta, out=prior, **conv
-        )
-    assert result is out
-    err = reference.rel_error(result, ref)
-    assert err <= TOL[dtype], f"{direction}: relative error {err:.2e} > {TOL[dtype]:.0e}"
-    if layout == "strided":
-        assert_gaps_untouched(out)
-    return result
+def run_direction(direction, x, w, dy, *, dtype, algo="DIRECT", **kw):
+    """One direction with DIRECT (or `algo`) at this module's tolerance: run_conv_direction."""
+    return run_conv_direction(direction, x, w, dy, algo=algo, dtype=dtype, tol=TOL[dtype], **kw)
 
 
 def check(x_shape, w_shape, *, dtype=torch.float32, layout="contiguous", alpha=1.0, beta=0.0,

@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from conftest import assert_gaps_untouched, make_tensor, out_size, poisoned, poisoned_like
+from conftest import conv_reference, make_tensor, out_size, poisoned_like, run_conv_direction
 
 import rtdnn
 from rtdnn import reference, select
@@ -53,35 +53,13 @@ def _problem(direction, x, w, y, math_mode="fp32", device="cpu", **conv) -> Conv
     )
 
 
-def _reference(direction, x, w, dy, bias=None, **kw):
-    if direction == "forward":
-        return reference.conv_forward(x, w, bias, **kw)
-    if direction == "backward_data":
-        return reference.conv_backward_data(dy, w, x.shape, **kw)
-    return reference.conv_backward_filter(x, dy, w.shape, **kw)
-
-
-def run_direction(direction, x, w, dy, *, dtype, math_mode="fp32", layout="contiguous",
-                  alpha=1.0, beta=0.0, bias=None, gen=None, **conv):  # fmt: skip
-    """One direction, written into `out` (NaN-poisoned when beta == 0, random otherwise),
-    checked against the reference."""
-    shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[direction]
-    out = poisoned(shape, dtype, layout) if beta == 0 else make_tensor(shape, dtype, layout, gen)
-    prior = out.clone()
-    kw = dict(algo=ALGO, math=math_mode, alpha=alpha, beta=beta, out=out, **conv)
-    if direction == "forward":
-        result = rtdnn.conv_forward(x, w, bias, **kw)
-    elif direction == "backward_data":
-        result = rtdnn.conv_backward_data(dy, w, x.shape, **kw)
-    else:
-        result = rtdnn.conv_backward_filter(x, dy, w.shape, **kw)
-    assert result is out
-    ref = _reference(direction, x, w, dy, bias, alpha=alpha, beta=beta, out=prior, **conv)
+def run_direction(direction, x, w, dy, *, dtype, math_mode="fp32", **kw):
+    """One direction with IMPLICIT_PRECOMP_GEMM (float32 at the math mode's tolerance):
+    run_conv_direction."""
     tol = TOL[math_mode] if dtype == torch.float32 else TOL[dtype]
-    err = reference.rel_error(result, ref)
-    assert err <= tol, f"{direction}: relative error {err:.2e} > {tol:.0e}"
-    if layout == "strided":
-        assert_gaps_untouched(out)
+    return run_conv_direction(
+        direction, x, w, dy, algo=ALGO, dtype=dtype, math=math_mode, tol=tol, **kw
+    )
 
 
 def check(x_shape, w_shape, *, dtype=torch.float32, layout="contiguous", gen=None,
@@ -204,7 +182,7 @@ def test_wide_table_runs(direction, gen, monkeypatch):
     out = poisoned_like({"forward": dy, "backward_data": x, "backward_filter": w}[direction])
     workspace = torch.empty(need, dtype=torch.uint8)
     algo.run(p, ConvTensors(x, w, dy).with_written(p.direction, out), workspace)
-    err = reference.rel_error(out, _reference(direction, x, w, dy, **conv))
+    err = reference.rel_error(out, conv_reference(direction, x, w, dy, **conv))
     assert err <= TOL["fp32"], f"{direction}: {err:.2e}"
 
 
@@ -223,7 +201,7 @@ def test_per_tap_reduction_with_few_channels(gen, monkeypatch):
         out = poisoned_like({"forward": dy, "backward_filter": w}[direction])
         algo.run(p, ConvTensors(x, w, dy).with_written(p.direction, out),
                  torch.empty(algo.workspace_bytes(p), dtype=torch.uint8))  # fmt: skip
-        err = reference.rel_error(out, _reference(direction, x, w, dy, **conv))
+        err = reference.rel_error(out, conv_reference(direction, x, w, dy, **conv))
         assert err <= TOL["fp32"], f"{direction}: {err:.2e}"
 
 
@@ -287,7 +265,7 @@ def test_deterministic_and_workspace_exact(direction, gen):
         assert not torch.isnan(workspace[need - 4 : need].view(torch.float32)).any()
         assert torch.isnan(workspace[need:].view(torch.float32)).all(), "wrote past the workspace"
     assert torch.equal(results[0], results[1])
-    ref = _reference(direction, x, w, dy, **conv)
+    ref = conv_reference(direction, x, w, dy, **conv)
     assert reference.rel_error(results[0], ref) <= TOL["fp32"]
 
 

@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from conftest import assert_gaps_untouched, make_tensor, out_size, poisoned, poisoned_like
+from conftest import make_tensor, out_size, poisoned_like, run_conv_direction
 
 import rtdnn
 from rtdnn import reference, select
@@ -36,29 +36,9 @@ def y_shape(x_shape, w_shape, padding) -> tuple[int, ...]:
     return (x_shape[0], w_shape[0], *o)
 
 
-def run_direction(direction, x, w, dy, *, dtype, layout="contiguous", alpha=1.0, beta=0.0,
-                  gen=None, algo=ALGO, **conv):  # fmt: skip
-    """One direction with `algo` into `out` (NaN-poisoned when beta == 0, random
-    otherwise), checked against the reference."""
-    shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[direction]
-    out = poisoned(shape, dtype, layout) if beta == 0 else make_tensor(shape, dtype, layout, gen)
-    prior = out.clone()
-    args = dict(algo=algo, math="fp32", alpha=alpha, beta=beta, out=out, **conv)
-    refargs = dict(alpha=alpha, beta=beta, out=prior, **conv)
-    if direction == "forward":
-        result = rtdnn.conv_forward(x, w, **args)
-        ref = reference.conv_forward(x, w, **refargs)
-    elif direction == "backward_data":
-        result = rtdnn.conv_backward_data(dy, w, x.shape, **args)
-        ref = reference.conv_backward_data(dy, w, x.shape, **refargs)
-    else:
-        result = rtdnn.conv_backward_filter(x, dy, w.shape, **args)
-        ref = reference.conv_backward_filter(x, dy, w.shape, **refargs)
-    assert result is out
-    err = reference.rel_error(result, ref)
-    assert err <= TOL[dtype], f"{direction}: relative error {err:.2e} > {TOL[dtype]:.0e}"
-    if layout == "strided":
-        assert_gaps_untouched(out)
+def run_direction(direction, x, w, dy, *, dtype, algo=ALGO, **kw):
+    """One direction with `algo` at this module's tolerance: run_conv_direction."""
+    return run_conv_direction(direction, x, w, dy, algo=algo, dtype=dtype, tol=TOL[dtype], **kw)
 
 
 def check(x_shape, w_shape, *, dtype=torch.float32, layout="contiguous", gen=None, algo=ALGO,

@@ -24,6 +24,12 @@ NEAREST, BILINEAR = 0, 1
 ZEROS, BORDER, REFLECTION = 0, 1, 2
 
 
+@triton.constexpr_function
+def _taps(mode, three_d):
+    """Input points read per output point: the trilinear or bilinear corners, or one."""
+    return 1 if mode == NEAREST else (8 if three_d else 4)
+
+
 @triton.jit
 def _base_coord(i, size, ALIGN: tl.constexpr):
     """torch's affine_grid base coordinate of index i along an axis of `size` points."""
@@ -37,6 +43,15 @@ def _base_coord(i, size, ALIGN: tl.constexpr):
 
 
 @triton.jit
+def _base_point(p, D, H, W, ALIGN: tl.constexpr):
+    """The normalized (x, y, z) of output point p (z is 0 for a 2-D problem, D == 1)."""
+    x = _base_coord(p % W, W, ALIGN)
+    y = _base_coord((p // W) % H, H, ALIGN)
+    z = _base_coord(p // (W * H), D, ALIGN)
+    return x, y, z
+
+
+@triton.jit
 def affine_grid_kernel(
     theta, grid, P, D, H, W,
     THREE_D: tl.constexpr, ALIGN: tl.constexpr, BLOCK: tl.constexpr,
@@ -45,9 +60,7 @@ def affine_grid_kernel(
     n = tl.program_id(0)
     p = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = p < P
-    x = _base_coord(p % W, W, ALIGN)
-    y = _base_coord((p // W) % H, H, ALIGN)
-    z = _base_coord(p // (W * H), D, ALIGN)
+    x, y, z = _base_point(p, D, H, W, ALIGN)
     K: tl.constexpr = 3 if THREE_D else 2
     for k in tl.static_range(K):
         row = theta + (n * K + k) * (K + 1)
@@ -75,9 +88,10 @@ def affine_grid_backward_kernel(
         p = start + tl.arange(0, BLOCK)
         mask = p < P
         g = tl.load(dgrid + (n * P + p) * K + k, mask=mask, other=0.0).to(tl.float32)
-        ax += g * _base_coord(p % W, W, ALIGN)
-        ay += g * _base_coord((p // W) % H, H, ALIGN)
-        az += g * _base_coord(p // (W * H), D, ALIGN)
+        x, y, z = _base_point(p, D, H, W, ALIGN)
+        ax += g * x
+        ay += g * y
+        az += g * z
         a1 += g
     row = dtheta + (n * K + k) * (K + 1)
     tl.store(row, tl.sum(ax, 0).to(dtheta.dtype.element_ty))
@@ -131,15 +145,22 @@ def _round_half_even(c):
 
 
 @triton.jit
+def _point(p, OH, OW):
+    """Output point p's (depth, row, column)."""
+    ow = p % OW
+    oh = (p // OW) % OH
+    od = p // (OW * OH)
+    return od, oh, ow
+
+
+@triton.jit
 def _setup(
-    grid, n, p, mask, P, OH, OW, ID, IH, IW, sgn, sgd, sgh, sgw, sgk,
+    grid, n, p, mask, OH, OW, ID, IH, IW, sgn, sgd, sgh, sgw, sgk,
     MODE: tl.constexpr, PADDING: tl.constexpr, ALIGN: tl.constexpr, THREE_D: tl.constexpr,
 ):  # fmt: skip
     """Per output point: the input coordinates, their floor and fractions, the gradient
     multipliers."""
-    ow = p % OW
-    oh = (p // OW) % OH
-    od = p // (OW * OH)
+    od, oh, ow = _point(p, OH, OW)
     gbase = grid + n * sgn + od * sgd + oh * sgh + ow * sgw
     gx = tl.load(gbase, mask=mask, other=0.0).to(tl.float32)
     gy = tl.load(gbase + sgk, mask=mask, other=0.0).to(tl.float32)
@@ -162,8 +183,9 @@ def _setup(
 
 
 @triton.jit
-def _tap(cx, cy, cz, x0, y0, z0, ID, IH, IW, mask, C: tl.constexpr):
-    """Corner C's indices, in-bounds mask and weight terms (fx, fy, fz: the 1-D weights)."""
+def _tap(cx, cy, cz, x0, y0, z0, ID, IH, IW, mask, C: tl.constexpr, MODE: tl.constexpr):
+    """Corner C's indices, in-bounds mask, weight (1 for nearest) and the 1-D weights fx, fy,
+    fz whose product it is for (tri)linear."""
     DX: tl.constexpr = C & 1
     DY: tl.constexpr = (C >> 1) & 1
     DZ: tl.constexpr = (C >> 2) & 1
@@ -180,7 +202,8 @@ def _tap(cx, cy, cz, x0, y0, z0, ID, IH, IW, mask, C: tl.constexpr):
     xi = tl.where(inb, xf, 0.0).to(tl.int32)
     yi = tl.where(inb, yf, 0.0).to(tl.int32)
     zi = tl.where(inb, zf, 0.0).to(tl.int32)
-    return xi, yi, zi, inb, fx, fy, fz
+    w = 1.0 if MODE == 0 else fx * fy * fz
+    return xi, yi, zi, inb, w, fx, fy, fz
 
 
 @triton.jit
@@ -196,22 +219,19 @@ def grid_sample_kernel(
     p = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = p < P
     cx, cy, cz, x0, y0, z0, mx, my, mz = _setup(
-        grid, n, p, mask, P, OH, OW, ID, IH, IW, sgn, sgd, sgh, sgw, sgk,
+        grid, n, p, mask, OH, OW, ID, IH, IW, sgn, sgd, sgh, sgw, sgk,
         MODE, PADDING, ALIGN, THREE_D,
     )  # fmt: skip
-    ow = p % OW
-    oh = (p // OW) % OH
-    od = p // (OW * OH)
+    od, oh, ow = _point(p, OH, OW)
     ybase = y + n * syn + od * syd + oh * syh + ow * syw
-    TAPS: tl.constexpr = 1 if MODE == 0 else (8 if THREE_D else 4)
+    TAPS: tl.constexpr = _taps(MODE, THREE_D)
     for c in range(0, C):
         acc = tl.zeros([BLOCK], tl.float32)
         for t in tl.static_range(TAPS):
-            xi, yi, zi, inb, fx, fy, fz = _tap(cx, cy, cz, x0, y0, z0, ID, IH, IW, mask, t)
+            xi, yi, zi, inb, w, _, _, _ = _tap(cx, cy, cz, x0, y0, z0, ID, IH, IW, mask, t, MODE)
             v = tl.load(
                 x + n * sxn + c * sxc + zi * sxd + yi * sxh + xi * sxw, mask=inb, other=0.0
             ).to(tl.float32)
-            w = 1.0 if MODE == 0 else fx * fy * fz
             acc += v * w
         tl.store(ybase + c * syc, acc.to(y.dtype.element_ty), mask=mask)
 
@@ -231,14 +251,12 @@ def grid_sample_backward_kernel(
     p = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = p < P
     cx, cy, cz, x0, y0, z0, mx, my, mz = _setup(
-        grid, n, p, mask, P, OH, OW, ID, IH, IW, sgn, sgd, sgh, sgw, sgk,
+        grid, n, p, mask, OH, OW, ID, IH, IW, sgn, sgd, sgh, sgw, sgk,
         MODE, PADDING, ALIGN, THREE_D,
     )  # fmt: skip
-    ow = p % OW
-    oh = (p // OW) % OH
-    od = p // (OW * OH)
+    od, oh, ow = _point(p, OH, OW)
     dybase = dy + n * sdn + od * sdd + oh * sdh + ow * sdw
-    TAPS: tl.constexpr = 1 if MODE == 0 else (8 if THREE_D else 4)
+    TAPS: tl.constexpr = _taps(MODE, THREE_D)
     gx = tl.zeros([BLOCK], tl.float32)
     gy = tl.zeros([BLOCK], tl.float32)
     gz = tl.zeros([BLOCK], tl.float32)
@@ -246,9 +264,8 @@ def grid_sample_backward_kernel(
     for c in range(0, C):
         g = tl.load(dybase + c * sdc, mask=mask, other=0.0).to(tl.float32)
         for t in tl.static_range(TAPS):
-            xi, yi, zi, inb, fx, fy, fz = _tap(cx, cy, cz, x0, y0, z0, ID, IH, IW, mask, t)
+            xi, yi, zi, inb, w, fx, fy, fz = _tap(cx, cy, cz, x0, y0, z0, ID, IH, IW, mask, t, MODE)
             if INPUT_GRAD:
-                w = 1.0 if MODE == 0 else fx * fy * fz
                 dst = dx + (n * C + c) * volume + (zi * IH + yi) * IW + xi
                 tl.atomic_add(dst, g * w, mask=inb)
             if MODE == 1:
@@ -287,21 +304,18 @@ def grid_sample_input_grad_serial_kernel(
         pv = p + tl.arange(0, 1)
         one = pv < P
         cx, cy, cz, x0, y0, z0, mx, my, mz = _setup(
-            grid, n, pv, one, P, OH, OW, ID, IH, IW, sgn, sgd, sgh, sgw, sgk,
+            grid, n, pv, one, OH, OW, ID, IH, IW, sgn, sgd, sgh, sgw, sgk,
             MODE, PADDING, ALIGN, THREE_D,
         )  # fmt: skip
-        ow = pv % OW
-        oh = (pv // OW) % OH
-        od = pv // (OW * OH)
+        od, oh, ow = _point(pv, OH, OW)
         g = tl.load(
             dy + n * sdn + od[:, None] * sdd + oh[:, None] * sdh + ow[:, None] * sdw
             + c[None, :] * sdc,
             mask=cmask[None, :], other=0.0,
         ).to(tl.float32)  # fmt: skip
-        TAPS: tl.constexpr = 1 if MODE == 0 else (8 if THREE_D else 4)
+        TAPS: tl.constexpr = _taps(MODE, THREE_D)
         for t in tl.static_range(TAPS):
-            xi, yi, zi, inb, fx, fy, fz = _tap(cx, cy, cz, x0, y0, z0, ID, IH, IW, one, t)
-            w = 1.0 if MODE == 0 else fx * fy * fz
+            xi, yi, zi, inb, w, _, _, _ = _tap(cx, cy, cz, x0, y0, z0, ID, IH, IW, one, t, MODE)
             dst = dx + (n * C + c[None, :]) * volume + ((zi * IH + yi) * IW + xi)[:, None]
             m = inb[:, None] & cmask[None, :]
             cur = tl.load(dst, mask=m, other=0.0)
