@@ -21,7 +21,7 @@ DTYPES = {
     "float32": "float32",
     "fp32": "float32",
 }
-OPS = ("pooling", "activation", "softmax", "lrn", "dropout", "tensor", "norm", "all")
+OPS = ("pooling", "activation", "softmax", "lrn", "dropout", "tensor", "norm", "attention", "all")
 MODELS = ("resnet50", "efficientnet_b0", "mobilenet_v3_large", "convnext_tiny", "small")
 DIRECTIONS = ("all", "forward", "backward_data", "backward_filter")
 #: Micro-batch policies (select.plan.POLICIES, named here so that parsing imports nothing).
@@ -33,7 +33,7 @@ DEMO_EXTRA = 'pip install -e ".[demo]"'
 _USED_BY = {
     "suite": {"suite", "dtype", "direction", "batch", "limit", "find", "eager"},
     "algo": {"suite", "dtype", "direction", "batch", "limit", "algo", "math"},
-    "op": set(),
+    "op": {"limit"},  # --op attention: the first N cases
     "model": {"dtype", "batch", "no_fuse"},
     "micro_batch": {"suite", "dtype", "direction", "batch", "limit", "policies", "budget"},
 }
@@ -142,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
         "--op",
         choices=OPS,
         default=None,
-        help="benchmark memory-bound primitives instead of the convolution suite",
+        help="benchmark memory-bound primitives, or attention, instead of the convolution suite",
     )
     bench.add_argument(
         "--model",
@@ -179,7 +179,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--batch", type=_positive_int, default=None, help="override the suite's batch"
     )
-    bench.add_argument("--limit", type=_positive_int, default=None, help="only the first N layers")
+    bench.add_argument(
+        "--limit", type=_positive_int, default=None,
+        help="only the first N layers (with --op attention: cases)",
+    )  # fmt: skip
     bench.add_argument("--out", default="bench-results", help="folder for JSON and markdown")
     bench.add_argument(
         "--find", action="store_true", help="let rtdnn measure every algorithm per layer first"
@@ -506,15 +509,20 @@ def _bench_algos(args) -> int:
 
 
 def _bench_op(args) -> int:
-    """Memory-bound primitives beside PyTorch eager: GB/s and percent of copy bandwidth."""
+    """Memory-bound primitives beside PyTorch eager (GB/s and percent of copy bandwidth), and
+    attention beside torch's fastest backend (TFLOP/s and percent of the matmul ceiling)."""
+    from .bench.attention import run_attention
     from .bench.norm import run_norm
     from .bench.prims import OPS as PRIM_OPS
     from .bench.prims import run_ops
 
     if args.op in ("norm", "all"):
         run_norm(args.out)
-    if args.op != "norm":
+    if args.op not in ("norm", "attention"):
         run_ops(list(PRIM_OPS) if args.op == "all" else [args.op], args.out)
+    if args.op in ("attention", "all"):
+        rows = run_attention(args.out, args.limit)
+        return 1 if any(not r.ok for r in rows) else 0
     return 0
 
 
