@@ -1,4 +1,5 @@
-"""Compile IMPLICIT_GEMM's TMA kernel (kernels/conv_tma.py), forward and backward-data, for
+"""Compile IMPLICIT_GEMM's TMA kernels (kernels/conv_tma.py), every direction (backward-filter
+also split, as IMPLICIT_GEMM_SPLIT_K), for
 sm_90 without a GPU (a CPU-only check; see aot_compile.py) on ResNet-style layers in
 bfloat16, float16 and TF32, with
 every TMA tile candidate, and report what the compiler made of it: registers, spills, the
@@ -40,6 +41,9 @@ from rtdnn.ops.conv import _problem_for_selection  # noqa: E402
 
 accept_cpu_tensors()
 os.environ[ig.TMA_ENV] = "1"
+# No CUDA here: arrival counters on the CPU, and an H100's 132 multiprocessors for split-K.
+ig.stream_counters = lambda device, n: torch.zeros(n, dtype=torch.int32)
+ig.parallel_slots = lambda device: 2 * 132
 torch.cuda.get_device_capability = lambda *a: (9, 0)
 
 # (x shape, w shape, conv): ResNet-50's 3x3 and 1x1 layers at batch 2, a 5x5 dilated one.
@@ -65,24 +69,28 @@ def report(kernel) -> str:
 
 
 def main() -> None:
-    algo = ALGORITHMS["IMPLICIT_GEMM"]
     for xs, ws, conv in LAYERS:
         for dtype, math_mode in NUMBERS:
             x = torch.randn(xs).to(dtype).movedim(1, -1).contiguous().movedim(-1, 1)
             w = torch.randn(ws).to(dtype).movedim(1, -1).contiguous().movedim(-1, 1)
             c = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation")
-            for d in ("forward", "backward_data"):
+            for d, name in (
+                ("forward", "IMPLICIT_GEMM"), ("backward_data", "IMPLICIT_GEMM"),
+                ("backward_filter", "IMPLICIT_GEMM"), ("backward_filter", "IMPLICIT_GEMM_SPLIT_K"),
+            ):  # fmt: skip
+                algo = ALGORITHMS[name]
                 p, scratch = _problem_for_selection(d, x, w, math=math_mode, **{**c, **conv})
                 p = dataclasses.replace(p, device="cuda")
+                workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
                 for tiles in algo.tile_candidates(p):
                     if not getattr(tiles, "tma", False):
                         continue
                     kernels.clear()
-                    t = ConvTensors(scratch.x.clone(), scratch.w, scratch.y.clone(), None)
-                    algo.prepare(p, tiles)(t, None, 1.0, 0.0)
+                    t = ConvTensors(scratch.x.clone(), scratch.w.clone(), scratch.y.clone(), None)
+                    algo.prepare(p, tiles)(t, workspace, 1.0, 0.0)
                     shape = f"{tiles.block_m}x{tiles.block_n}x{tiles.block_k}"
-                    name = f"{d} {xs} {ws} {str(dtype)[6:]} {shape}"
-                    print(f"{name} w{tiles.num_warps} s{tiles.num_stages}: {report(kernels[-1])}")
+                    label = f"{d} {name} {xs} {ws} {str(dtype)[6:]} {shape}"
+                    print(f"{label} w{tiles.num_warps} s{tiles.num_stages}: {report(kernels[-1])}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
-"""IMPLICIT_GEMM's TMA kernel (kernels/conv_tma.py), forward and backward-data at stride 1,
-against the float64 reference through Triton's interpreter, which runs tensor-descriptor
-loads with the hardware's zero fill outside the tensor: row tiles that are rectangles of
-written pixels (as wide as the image, as tall, then across images), padding as out-of-bounds
-boxes, dilation, groups, 1-D, 2-D and 3-D, written channels not a multiple of the tile,
-alpha/beta/bias on poisoned or random outputs.
-Also which problems the path refuses, and that the tuner is offered it only when asked."""
+"""IMPLICIT_GEMM's TMA kernels (kernels/conv_tma.py), every direction at stride 1
+(backward-filter also split over programs), against the float64 reference through Triton's
+interpreter, which runs tensor-descriptor loads with the hardware's zero fill outside the
+tensor: row tiles that are rectangles of written pixels (as wide as the image, as tall, then
+across images), padding as out-of-bounds boxes, dilation, groups, 1-D, 2-D and 3-D, written
+channels not a multiple of the tile, alpha/beta/bias on poisoned or random outputs. Also which
+problems the path refuses, and that the tuner is offered it only when asked."""
 
 from __future__ import annotations
 
@@ -39,9 +39,9 @@ def _tiles(block_m: int, block_n: int = 16, block_k: int = 16) -> ig.ImplicitGem
 
 
 def run_tma(direction, x_shape, w_shape, tiles, *, dtype=torch.float32, alpha=1.0, beta=0.0,
-            gen=None, **conv):  # fmt: skip
+            gen=None, algo_name="IMPLICIT_GEMM", **conv):  # fmt: skip
     """The TMA kernel on one problem (x, w and dy channels-last; the written tensor
-    contiguous, NaN-poisoned for beta = 0), checked against float64; returns its geometry."""
+    contiguous, NaN-poisoned for beta = 0), checked against float64; returns the problem."""
     nd = len(x_shape) - 2
     tup = lambda v: (v,) * nd if isinstance(v, int) else tuple(v)  # noqa: E731
     o = out_size(
@@ -54,24 +54,29 @@ def run_tma(direction, x_shape, w_shape, tiles, *, dtype=torch.float32, alpha=1.
     dy = make_tensor(y_shape, dtype, "channels_last", gen)
     forward = direction == "forward"
     bias = make_tensor((w_shape[0],), dtype, "contiguous", gen) if forward else None
-    shape = y_shape if forward else x_shape
+    shape = {"forward": y_shape, "backward_data": x_shape, "backward_filter": w_shape}[direction]
     out = poisoned(shape, dtype, "contiguous") if beta == 0 else make_tensor(shape, dtype)
     prior = out.clone()
     if forward:
         p, tensors = _problem(direction, x, w, out, **conv), ConvTensors(x, w, out, bias)
-    else:
+    elif direction == "backward_data":
         p, tensors = _problem(direction, out, w, dy, **conv), ConvTensors(out, w, dy)
-    assert ig.tma_unsupported(p, tiles.block_k) is None
-    ALGORITHMS["IMPLICIT_GEMM"].prepare(p, tiles)(tensors, None, alpha, beta)
-    if forward:
-        ref = reference.conv_forward(x, w, bias, alpha=alpha, beta=beta, out=prior, **conv)
     else:
-        ref = reference.conv_backward_data(
-            dy, w, x_shape, alpha=alpha, beta=beta, out=prior, **conv
-        )
+        p, tensors = _problem(direction, x, out, dy, **conv), ConvTensors(x, out, dy)
+    assert ig.tma_unsupported(p, tiles.block_k) is None
+    algo = ALGORITHMS[algo_name]
+    workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
+    algo.prepare(p, tiles)(tensors, workspace, alpha, beta)
+    kw = dict(alpha=alpha, beta=beta, out=prior, **conv)
+    if forward:
+        ref = reference.conv_forward(x, w, bias, **kw)
+    elif direction == "backward_data":
+        ref = reference.conv_backward_data(dy, w, x_shape, **kw)
+    else:
+        ref = reference.conv_backward_filter(x, dy, w_shape, **kw)
     err = reference.rel_error(out, ref)
     assert err <= TOL[dtype], f"{direction}: relative error {err:.2e}"
-    return ig.tma_geometry(p, tiles)
+    return p
 
 
 # (id, x shape, w shape, block_m, conv parameters, expected (box_n, box_h, box_w) in forward)
@@ -93,9 +98,31 @@ CASES = [
     "x_shape,w_shape,block_m,conv,box", [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
 def test_shapes_against_reference(direction, x_shape, w_shape, block_m, conv, box, gen):
-    geo = run_tma(direction, x_shape, w_shape, _tiles(block_m), gen=gen, **conv)
+    tiles = _tiles(block_m)
+    p = run_tma(direction, x_shape, w_shape, tiles, gen=gen, **conv)
     if direction == "forward":
+        geo = ig.tma_geometry(p, tiles)
         assert (geo.box_n, geo.box_h, geo.box_w) == box
+
+
+@pytest.mark.parametrize(
+    "x_shape,w_shape,block_m,conv,box", [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_backward_filter(x_shape, w_shape, block_m, conv, box, gen):
+    """Rectangles of block_k of dy's pixels per step, one program per output tile and tap."""
+    run_tma("backward_filter", x_shape, w_shape, _tiles(16, 16, 16), gen=gen, **conv)
+
+
+@pytest.mark.parametrize(
+    "x_shape,w_shape,conv",
+    [((2, 16, 8, 8), (16, 16, 1, 1), {}), ((2, 16, 40), (32, 16, 3), dict(padding=1))],
+)
+def test_backward_filter_split(x_shape, w_shape, conv, gen):
+    """IMPLICIT_GEMM_SPLIT_K's TMA tiles split the rectangles over programs whose partial sums
+    the last to arrive adds in order, within the algorithm's declared workspace."""
+    p = run_tma("backward_filter", x_shape, w_shape, _tiles(16, 16, 16), gen=gen,
+                algo_name="IMPLICIT_GEMM_SPLIT_K", **conv)  # fmt: skip
+    assert ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"].splits(p) > 1
 
 
 def test_written_channels_not_a_multiple_of_the_tile(gen):
@@ -137,8 +164,9 @@ def test_refusals():
     )
     assert "multiple" in ig.tma_unsupported(problem((2, 24, 8, 8), (16, 24, 3, 3)), 16)
     p = problem((2, 32, 8, 8), (16, 32, 3, 3))
-    backward = dataclasses.replace(p, direction=Direction.BACKWARD_FILTER)
-    assert ig.tma_unsupported(backward, 32) == "forward and backward-data only"
+    filt = dataclasses.replace(p, direction=Direction.BACKWARD_FILTER)
+    assert "dy" in ig.tma_unsupported(filt, 64)  # this problem's y is contiguous
+    assert "16-byte" in ig.tma_unsupported(problem((2, 12, 8, 8), (16, 12, 3, 3)), 16)
     data = dataclasses.replace(p, direction=Direction.BACKWARD_DATA)
     assert "K/groups = 16" in ig.tma_unsupported(data, 32)
 

@@ -1,8 +1,8 @@
-"""IMPLICIT_GEMM's TMA kernel compiled for the GPU (Hopper or later), forward and
-backward-data: every TMA tile candidate against the float64 reference on ResNet-style and odd
-shapes in bfloat16, float16 and TF32, with bias (forward), alpha and beta, and the pointer
-path taking over for a misaligned view.
-Run with RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU of compute capability 9 or more."""
+"""IMPLICIT_GEMM's TMA kernels compiled for the GPU (Hopper or later), every direction
+(backward-filter also split, as IMPLICIT_GEMM_SPLIT_K): every TMA tile candidate against the
+float64 reference on ResNet-style and odd shapes in bfloat16, float16 and TF32, with bias
+(forward), alpha and beta, and the pointer path taking over for a misaligned view. Run with
+RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU of compute capability 9 or more."""
 
 import os
 
@@ -43,10 +43,18 @@ def _channels_last(t):
     return t.movedim(1, -1).contiguous().movedim(-1, 1)
 
 
-@pytest.mark.parametrize("direction", ["forward", "backward_data"])
+DIRECTIONS = [
+    ("forward", "IMPLICIT_GEMM"),
+    ("backward_data", "IMPLICIT_GEMM"),
+    ("backward_filter", "IMPLICIT_GEMM"),
+    ("backward_filter", "IMPLICIT_GEMM_SPLIT_K"),
+]
+
+
+@pytest.mark.parametrize("direction,algo_name", DIRECTIONS)
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("shape", range(len(SHAPES)))
-def test_every_tma_candidate(direction, case, shape, monkeypatch):
+def test_every_tma_candidate(direction, algo_name, case, shape, monkeypatch):
     monkeypatch.setenv(ig.TMA_ENV, "1")
     dtype, math_mode, tol = CASES[case]
     xs, ws, conv = SHAPES[shape]
@@ -54,25 +62,33 @@ def test_every_tma_candidate(direction, case, shape, monkeypatch):
     w = _channels_last(torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * 9) ** 0.5)
     args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", **conv)
     p, scratch = _problem_for_selection(direction, x, w, math=math_mode, **args)
-    forward = direction == "forward"
-    bias = torch.randn(ws[0], device="cuda", dtype=dtype) if forward else None
     dy = scratch.y  # channels-last like x, random
-    algo = ALGORITHMS["IMPLICIT_GEMM"]
+    bias = torch.randn(ws[0], device="cuda", dtype=dtype) if direction == "forward" else None
+    algo = ALGORITHMS[algo_name]
+    workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8, device="cuda")
     candidates = [t for t in algo.tile_candidates(p) if getattr(t, "tma", False)]
     if not candidates:  # backward-data needs K/groups a multiple of the channel chunk
-        assert not forward and ig.tma_unsupported(p, 16) is not None
+        assert direction == "backward_data" and ig.tma_unsupported(p, 16) is not None
         return
+    written = {"forward": dy, "backward_data": x, "backward_filter": w}[direction]
     for tiles in candidates:
-        prior = torch.randn_like(dy if forward else x)
+        prior = torch.randn_like(written)
         out = prior.clone()
-        t = ConvTensors(x, w, out, bias) if forward else ConvTensors(out, w, dy)
-        algo.prepare(p, tiles)(t, None, 0.5, 0.25)
-        if forward:
-            ref = R.conv_forward(x, w, bias, alpha=0.5, beta=0.25, out=prior, **conv)
+        t = {
+            "forward": ConvTensors(x, w, out, bias),
+            "backward_data": ConvTensors(out, w, dy),
+            "backward_filter": ConvTensors(x, out, dy),
+        }[direction]
+        algo.prepare(p, tiles)(t, workspace, 0.5, 0.25)
+        kw = dict(alpha=0.5, beta=0.25, out=prior, **conv)
+        if direction == "forward":
+            ref = R.conv_forward(x, w, bias, **kw)
+        elif direction == "backward_data":
+            ref = R.conv_backward_data(dy, w, xs, **kw)
         else:
-            ref = R.conv_backward_data(dy, w, xs, alpha=0.5, beta=0.25, out=prior, **conv)
+            ref = R.conv_backward_filter(x, dy, ws, **kw)
         err = R.rel_error(out, ref)
-        assert err < tol, f"{direction} {tiles}: relative error {err:.2e}"
+        assert err < tol, f"{direction} {algo_name} {tiles}: relative error {err:.2e}"
 
 
 def test_misaligned_view_takes_the_pointer_path(monkeypatch):

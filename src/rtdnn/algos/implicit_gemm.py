@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from ..core import INTERPRETED, ConvProblem, Direction, TensorDesc
+from ..core.handle import stream_counters
 from ..kernels import conv_addressing as ca
 from ..kernels import conv_tma, strided
 from ..kernels.brgemm import identity
@@ -94,24 +95,36 @@ def _channels_last_strides(desc: TensorDesc) -> tuple[int, ...]:
     return tuple(strides)
 
 
+def _channels_last_aligned(desc: TensorDesc, item: int) -> bool:
+    """Channels innermost, every other stride a multiple of 16 bytes (a TMA descriptor's)."""
+    strides = _channels_last_strides(desc)
+    return strides[1] == 1 and all(s * item % 16 == 0 for i, s in enumerate(strides) if i != 1)
+
+
 def tma_unsupported(p: ConvProblem, block_k: int) -> str | None:
-    """None if the TMA kernel can run `p` with reduction chunks of `block_k` channels, else
-    why not (device capability aside, which the tile candidates check)."""
-    if p.direction == Direction.BACKWARD_FILTER:
-        return "forward and backward-data only"
+    """None if the TMA kernels can run `p` with reduction chunks of `block_k` (channels in
+    forward and backward-data, pixels in backward-filter), else why not (device capability
+    aside, which the tile candidates check)."""
     if any(s != 1 for s in p.conv.stride):
         return "stride 1 only: a strided tap's pixels are not a box"
     if p.conv.mode != "cross_correlation" or p.x.offset or p.w.offset or p.y.offset:
         return "the filter and data are read as stored (no flipped views)"
-    forward = p.direction == Direction.FORWARD
     cg, kg = p.in_channels // p.groups, p.out_channels // p.groups
+    item = p.dtype.itemsize
+    if (cg * item) % 16 or (kg * item) % 16:
+        return f"C/groups, K/groups = {cg}, {kg}: a group's channels must span 16-byte multiples"
+    if p.direction == Direction.BACKWARD_FILTER:
+        if packed(p):
+            return f"C/groups = {cg} < {PACK_BELOW}: the pointer path packs taps and channels"
+        if not (_channels_last_aligned(p.x, item) and _channels_last_aligned(p.y, item)):
+            return "x and dy must be channels-last with 16-byte aligned strides"
+        return None
+    forward = p.direction == Direction.FORWARD
     reduced = cg if forward else kg
     if reduced % block_k:
         what = "C/groups" if forward else "K/groups"
         return f"{what} = {reduced} is not a multiple of the chunk ({block_k})"
-    item = p.dtype.itemsize
-    src = _channels_last_strides(p.x if forward else p.y)
-    if src[1] != 1 or any(s * item % 16 for i, s in enumerate(src) if i != 1):
+    if not _channels_last_aligned(p.x if forward else p.y, item):
         return f"{'x' if forward else 'dy'} must be channels-last with 16-byte aligned strides"
     taps = math.prod(p.kernel)
     ws = _channels_last_strides(p.w)
@@ -119,6 +132,22 @@ def tma_unsupported(p: ConvProblem, block_k: int) -> str | None:
     if ws[1] != 1 or list(ws[2:]) != dense or ws[0] < taps * cg or (ws[0] * item) % 16:
         return "w must be a channels-last filter with dense taps and 16-byte aligned rows"
     return None
+
+
+def tma_filter_geometry(p: ConvProblem, tiles: TileConfig) -> conv_tma.TmaFilterGeometry:
+    """Backward-filter's TMA geometry: the reduction steps over rectangles of block_k of dy's
+    pixels (conv_tma.rectangle)."""
+    geo = conv_geometry(p)
+    _, oh, ow = geo.out_size
+    box = conv_tma.rectangle(oh, ow, tiles.block_k)
+    xs, ys = _channels_last_strides(p.x), _channels_last_strides(p.y)
+    lead = 5 - p.x.ndim  # as 3-D: leading dims of size 1, any 16-byte multiple as stride
+    return conv_tma.TmaFilterGeometry(
+        *(tl.constexpr(b) for b in box), p.batch, geo.cg, geo.kg, geo.in_size, geo.out_size,
+        geo.kernel, geo.padding, geo.dilation, (xs[0], *(xs[0],) * lead, *xs[2:]),
+        p.in_channels, (ys[0], *(ys[0],) * lead, *ys[2:]), p.out_channels, geo.w_strides,
+        geo.offsets[1],
+    )  # fmt: skip
 
 
 def tma_geometry(p: ConvProblem, tiles: TileConfig) -> conv_tma.TmaGeometry:
@@ -130,9 +159,7 @@ def tma_geometry(p: ConvProblem, tiles: TileConfig) -> conv_tma.TmaGeometry:
     src, dst = (p.x, p.y) if forward else (p.y, p.x)
     src_size, dst_size = (geo.in_size, geo.out_size) if forward else (geo.out_size, geo.in_size)
     _, oh, ow = dst_size
-    box_w = min(triton.next_power_of_2(ow), tiles.block_m)
-    box_h = min(triton.next_power_of_2(oh), tiles.block_m // box_w)
-    box_n = tiles.block_m // (box_w * box_h)
+    box_n, box_h, box_w = conv_tma.rectangle(oh, ow, tiles.block_m)
     # Forward reads src at o - pad + tap * dil, backward-data at i + pad - tap * dil.
     sign = 1 if forward else -1
     shift = tuple(-sign * q for q in geo.padding)
@@ -226,8 +253,8 @@ class ImplicitGemm(ConvAlgorithm):
     def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
         rows, cols, depth, _ = gemm_shape(p)
         candidates = gemm_candidates(p, rows, cols, depth)
-        if self.splits(p) > 1:
-            return candidates
+        if self.splits(p) > 1 and p.direction != Direction.BACKWARD_FILTER:
+            return candidates  # the TMA forward does not split its reduction
         return candidates + _tma_candidates(p, candidates)
 
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
@@ -281,6 +308,10 @@ class ImplicitGemm(ConvAlgorithm):
         reason = tma_unsupported(p, tiles.block_k)
         if reason is not None:
             raise ValueError(f"TMA tiles for a problem they cannot run: {reason}")
+        fields = {k: v for k, v in asdict(tiles).items() if k != "tma"}
+        plain = self.prepare(p, TileConfig(**fields))
+        if p.direction == Direction.BACKWARD_FILTER:
+            return self._prepare_tma_filter(p, tiles, plain)
         geo = tma_geometry(p, tiles)
         row_tiles = conv_tma.row_tiles(geo)
         forward = p.direction == Direction.FORWARD
@@ -293,8 +324,6 @@ class ImplicitGemm(ConvAlgorithm):
             BACKWARD_DATA=not forward, ACTIVATION=identity, PRECISION=dot_precision(p),
             UPCAST=INTERPRETED, BLOCK_K=tiles.block_k, GROUP_M=tiles.group_m,
         )  # fmt: skip
-        fields = {k: v for k, v in asdict(tiles).items() if k != "tma"}
-        plain = self.prepare(p, TileConfig(**fields))
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
             src, dst = (t.x, t.y) if forward else (t.y, t.x)
@@ -306,6 +335,40 @@ class ImplicitGemm(ConvAlgorithm):
                 SRC=src, Wt=t.w, DST=dst, BIAS=bias if bias is not None else dst,
                 alpha=float(alpha), beta=float(beta), HAS_BIAS=bias is not None,
                 BETA_NONZERO=beta != 0,
+            )  # fmt: skip
+
+        return run
+
+    def _prepare_tma_filter(self, p: ConvProblem, tiles: TileConfig, plain: Runner) -> Runner:
+        """Backward-filter with TMA operands: block_m output channels x block_n input channels
+        per tile, block_k of dy's pixels per step; split over this algorithm's splits (partial
+        sums in the workspace, the same bytes the pointer path declares)."""
+        geo = tma_filter_geometry(p, tiles)
+        _, oh, ow = geo.out_size
+        rects = triton.cdiv(p.batch, int(geo.box_n)) * geo.out_size[0]
+        rects *= triton.cdiv(oh, int(geo.box_h)) * triton.cdiv(ow, int(geo.box_w))
+        per_split = triton.cdiv(rects, self.splits(p))
+        splits = triton.cdiv(rects, per_split)
+        tiles_kc = triton.cdiv(geo.kg, tiles.block_m) * triton.cdiv(geo.cg, tiles.block_n)
+        entries = p.groups * math.prod(p.kernel)
+        kernel = KernelLaunch(
+            conv_tma.tma_conv_filter_kernel, (tiles_kc, entries * splits),
+            dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages),
+            geo=geo, rects_per_split=per_split, PRECISION=dot_precision(p), UPCAST=INTERPRETED,
+            SPLITS=splits, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+        )  # fmt: skip
+
+        def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            if t.x.data_ptr() % 16 or t.y.data_ptr() % 16:
+                plain(t, workspace, alpha, beta)
+                return
+            ws = arrivals = t.w  # not read without splits
+            if splits > 1:
+                ws = workspace.view(torch.float32)
+                arrivals = stream_counters(t.w.device, tiles_kc * entries)
+            kernel(
+                X=t.x, DY=t.y, DW=t.w, WS=ws, ARRIVALS=arrivals, alpha=float(alpha),
+                beta=float(beta), BETA_NONZERO=beta != 0,
             )  # fmt: skip
 
         return run

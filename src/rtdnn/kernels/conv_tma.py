@@ -35,7 +35,8 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
-from .brgemm import epilogue, tile_coords
+from .arrival import last_to_arrive
+from .brgemm import epilogue, identity, tile_coords
 
 
 class TmaGeometry(NamedTuple):
@@ -166,6 +167,130 @@ def tma_conv_kernel(
     epilogue(
         DST, offs, mask, acc, alpha, beta, BIAS, chan, cols_ok, HAS_BIAS, BETA_NONZERO, ACTIVATION
     )
+
+
+class TmaFilterGeometry(NamedTuple):
+    """Backward-filter's sizes and strides, 3-D. The reduction runs over rectangles of dy's
+    pixels, BOX_N x BOX_H x BOX_W at a time; the box_* fields are tl.constexpr."""
+
+    box_n: object
+    box_h: object
+    box_w: object
+    n: int
+    cg: int
+    kg: int
+    in_size: tuple  # x's (D, H, W)
+    out_size: tuple  # dy's (OD, OH, OW)
+    kernel: tuple
+    padding: tuple
+    dilation: tuple
+    x_strides: tuple  # (n, d, h, w); the channel stride is 1
+    x_channels: int
+    dy_strides: tuple  # (n, d, h, w); the channel stride is 1
+    dy_channels: int
+    w_strides: tuple  # dw's (k, c, d, h, w)
+    w_offset: int
+
+
+@triton.jit
+def tma_conv_filter_kernel(
+    X, DY, DW, WS, ARRIVALS, geo, rects_per_split, alpha, beta,
+    BETA_NONZERO: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    SPLITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """dw[k, c, tap] = alpha * sum_{n, o} dy[n, k, o] x[n, c, o - pad + tap * dil]
+    + beta * dw[k, c, tap], at stride 1.
+
+    Grid: (k tiles x c tiles, groups x taps x SPLITS). Each program sums its share of dy's
+    pixel rectangles: the rectangle of dy (A, [pixels, BLOCK_M] transposed) against the same
+    rectangle of x shifted by the tap (B, [pixels, BLOCK_N]); out-of-image pixels of either
+    read as zeros. With SPLITS > 1 the programs of one output tile write float32 partial
+    tiles to WS ([groups x taps, SPLITS, K/g, C/g]) and the last to arrive adds them in order
+    (deterministic) and stores, as brgemm_kernel's split-K does."""
+    BOX_N: tl.constexpr = geo.box_n
+    BOX_H: tl.constexpr = geo.box_h
+    BOX_W: tl.constexpr = geo.box_w
+    BLOCK_P: tl.constexpr = BOX_N * BOX_H * BOX_W
+    cg, kg, n_images = geo.cg, geo.kg, geo.n
+    D, H, W = geo.in_size
+    OD, OH, OW = geo.out_size
+    KD, KH, KW = geo.kernel
+    pd, ph, pw = geo.padding
+    dd, dh, dw = geo.dilation
+    xs_n, xs_d, xs_h, xs_w = geo.x_strides
+    gs_n, gs_d, gs_h, gs_w = geo.dy_strides
+    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
+    w_offset = geo.w_offset
+    x = tl.make_tensor_descriptor(
+        X, shape=[n_images, D, H, W, geo.x_channels], strides=[xs_n, xs_d, xs_h, xs_w, 1],
+        block_shape=[BOX_N, 1, BOX_H, BOX_W, BLOCK_N],
+    )  # fmt: skip
+    dy = tl.make_tensor_descriptor(
+        DY, shape=[n_images, OD, OH, OW, geo.dy_channels], strides=[gs_n, gs_d, gs_h, gs_w, 1],
+        block_shape=[BOX_N, 1, BOX_H, BOX_W, BLOCK_M],
+    )  # fmt: skip
+
+    k_tiles = tl.cdiv(kg, BLOCK_M)
+    pid_k = tl.program_id(0) % k_tiles
+    pid_c = tl.program_id(0) // k_tiles
+    entry = tl.program_id(1) // SPLITS  # (group, tap)
+    split = tl.program_id(1) % SPLITS
+    taps = KD * KH * KW
+    group = entry // taps
+    tap = entry % taps
+    rw = tap % KW
+    rh = (tap // KW) % KH
+    rd = tap // (KW * KH)
+    k0 = group * kg + pid_k * BLOCK_M
+    c0 = group * cg + pid_c * BLOCK_N
+
+    rect_sizes = (tl.cdiv(n_images, BOX_N), OD, tl.cdiv(OH, BOX_H), tl.cdiv(OW, BOX_W))
+    rects = rect_sizes[0] * OD * rect_sizes[2] * rect_sizes[3]
+    r_begin = split * rects_per_split
+    r_end = tl.minimum(r_begin + rects_per_split, rects)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for r in range(r_begin, r_end):
+        rn, od, rh0, rw0 = _split(r, rect_sizes)
+        n0, oh0, ow0 = rn * BOX_N, rh0 * BOX_H, rw0 * BOX_W
+        a = dy.load([n0, od, oh0, ow0, k0]).reshape(BLOCK_P, BLOCK_M)
+        b = x.load([n0, od - pd + rd * dd, oh0 - ph + rh * dh, ow0 - pw + rw * dw, c0])
+        b = b.reshape(BLOCK_P, BLOCK_N)
+        if UPCAST:  # Triton's interpreter multiplies bfloat16 tiles wrongly
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(tl.trans(a), b, acc, input_precision=PRECISION)
+
+    offs_k = pid_k * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_c = pid_c * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_k < kg)[:, None] & (offs_c < cg)[None, :]
+    chan_k = group * kg + offs_k
+    offs = (
+        w_offset + rd * ws_d + rh * ws_h + rw * ws_w
+        + (chan_k * ws_k)[:, None] + (offs_c * ws_c)[None, :]
+    )  # fmt: skip
+    if SPLITS == 1:
+        epilogue(DW, offs, mask, acc, alpha, beta, DW, chan_k, offs_k < kg, False, BETA_NONZERO,
+                 identity)  # fmt: skip
+    else:
+        tile = WS + offs_k[:, None] * cg + offs_c[None, :]
+        first = (entry * SPLITS).to(tl.int64)  # this (group, tap)'s first partial tile
+        tl.store(tile + (first + split) * kg * cg, acc, mask=mask)
+        counter = ARRIVALS + entry * tl.num_programs(0) + tl.program_id(0)
+        if last_to_arrive(counter, SPLITS):
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in range(SPLITS):
+                partial = tile + (first + s) * kg * cg
+                total += tl.load(partial, mask=mask, other=0.0, cache_modifier=".cg")
+            epilogue(DW, offs, mask, total, alpha, beta, DW, chan_k, offs_k < kg, False,
+                     BETA_NONZERO, identity)  # fmt: skip
+
+
+def rectangle(rows: int, cols: int, block: int) -> tuple[int, int, int]:
+    """(box_n, box_h, box_w): a box of `block` pixels over images of rows x cols pixels, as
+    wide as a row allows (powers of two), then as tall, then across images."""
+    box_w = min(triton.next_power_of_2(cols), block)
+    box_h = min(triton.next_power_of_2(rows), block // box_w)
+    return block // (box_w * box_h), box_h, box_w
 
 
 def row_tiles(geo: TmaGeometry) -> int:
