@@ -4,7 +4,8 @@
 # STAGES=microbatch runs mu-cuDNN's micro-batching experiment, see its case below).
 # Everything lands under $OUT as it finishes, so a time-out keeps what was done. Not in the
 # default STAGES: suites (every convolution suite in bf16, fp16 and TF32 beside cuDNN), models
-# (EfficientNet-B0, MobileNet-V3, ConvNeXt-T), each minutes long, and tma (the TMA forward).
+# (EfficientNet-B0, MobileNet-V3, ConvNeXt-T), algos (every algorithm forced, strict float32),
+# each minutes long, and tma (the TMA kernels).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=src RTDNN_GPU_TESTS=1
 STAGES=${STAGES:-"tests overhead model ops demo"}
@@ -41,6 +42,13 @@ for stage in $STAGES; do
         RTDNN_AUTOTUNE=${MODEL_AUTOTUNE:-0} timeout "${MODEL_LIMIT:-300}" python3 -m rtdnn.cli \
           bench --model "$model" --out "$OUT" > "$OUT/model_$model.log" 2>&1
         echo "$model: exit $?"; grep -E "^\|" "$OUT/model_$model.log"
+      done ;;
+    algos)  # every convolution algorithm forced, strict float32, beside cuDNN (TF32 off):
+      # ALGO_SUITES each capped at ALGO_LIMIT seconds (large_kernels is FFT's home ground)
+      for suite in ${ALGO_SUITES:-large_kernels resnet50 vgg16}; do
+        RTDNN_AUTOTUNE=0 timeout "${ALGO_LIMIT:-240}" python3 -m rtdnn.cli bench --algo all \
+          --math fp32 --dtype float32 --suite "$suite" --out "$OUT" > "$OUT/algos_$suite.log" 2>&1
+        echo "$suite: exit $?"; grep -E "^\| " "$OUT/algos_$suite.log" | tail -30 | cut -c1-200
       done ;;
     tma)  # the experimental TMA forward: its GPU tests, then its tiles beside the pointer
       # path's and cuDNN on the resnet50 suite's stride-1 layers (benchmarks/probes/tma_probe.py)

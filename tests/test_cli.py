@@ -250,3 +250,25 @@ def test_cpu_bench_runs_the_self_check_and_notes_unused_options(capsys, monkeypa
     assert "FAIL b" in out
     assert cli.main(["bench", "--op", "norm"]) == 1
     assert "--op: for the GPU benchmark" in capsys.readouterr().out
+
+
+def test_every_suite_layer_is_a_valid_convolution():
+    """Each shipped suite's layers describe convolutions rtdnn accepts (shapes, strides,
+    padding, groups), checked without running anything."""
+    from rtdnn.bench.conv import _conv_args, load_suite
+    from rtdnn.core import ConvDesc, conv_output_shape
+
+    for name in cli.suites():
+        layers = load_suite(name)
+        assert layers and len({layer["name"] for layer in layers}) == len(layers), name
+        for layer in layers:
+            args = _conv_args(layer)
+            nd = len(layer["spatial"])
+            desc = ConvDesc.create(
+                nd, args["stride"], args["padding"], args["dilation"], args["groups"],
+                "cross_correlation", "fp32",
+            )  # fmt: skip
+            x_shape = (layer["n"], layer["c"], *layer["spatial"])
+            w_shape = (layer["k"], layer["c"] // args["groups"], *layer["kernel"])
+            out = conv_output_shape(x_shape, w_shape, desc)
+            assert all(o >= 1 for o in out[2:]), (name, layer["name"])
