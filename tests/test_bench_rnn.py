@@ -44,3 +44,22 @@ def test_one_case_rows(monkeypatch, mode):
     assert rows[1].rtdnn_tflops == pytest.approx(3 * case.forward_flops() / 1e9)
     assert rows[1].rtdnn_pct == pytest.approx(rows[1].rtdnn_tflops)
     assert f"| {case.name} | forward |" in bench.markdown(rows, "t")
+
+
+def test_disagreement_is_flagged(monkeypatch):
+    """rtdnn's module given other recurrent weights than torch's: both rows say NO."""
+    monkeypatch.setattr(bench, "DEVICE", "cpu")
+    monkeypatch.setattr(bench, "device_time_ms", lambda fn, **kw: (fn(), 1.0)[1])
+    make = bench._modules
+
+    def perturbed(case, dtype):
+        ours, theirs = make(case, dtype)
+        with torch.no_grad():
+            ours.weight_hh_l0.mul_(1.5)
+        return ours, theirs
+
+    monkeypatch.setattr(bench, "_modules", perturbed)
+    rows = bench.run_case(bench.RnnCase("gru", 1, 16, 16, 3, 2), 100.0, torch.float32)
+    assert [r.ok for r in rows] == [False, False]
+    assert all(r.err > 1e-3 for r in rows)
+    assert "| NO (" in bench.markdown(rows, "t")

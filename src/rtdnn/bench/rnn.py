@@ -150,20 +150,10 @@ def run_case(case: RnnCase, ceiling: float, dtype=torch.bfloat16) -> list[RnnRow
             ms = device_time_ms(mine, graph=False)
             their_ms = device_time_ms(other, graph=False)
         tflops = work / ms / 1e9
-        rows.append(
-            RnnRow(
-                case.name,
-                direction,
-                ms,
-                their_ms,
-                their_ms / ms,
-                tflops,
-                work / their_ms / 1e9,
-                100 * tflops / ceiling,
-                err,
-                err <= AGREEMENT[dtype],
-            )  # fmt: skip
-        )
+        row = RnnRow(case.name, direction, ms, their_ms, their_ms / ms, tflops,
+                     work / their_ms / 1e9, 100 * tflops / ceiling, err,
+                     err <= AGREEMENT[dtype])  # fmt: skip
+        rows.append(row)
     return rows
 
 
@@ -202,8 +192,13 @@ def run_rnn(out_dir: str | None = None, limit: int | None = None) -> list[RnnRow
                 flush=True,
             )
         torch.cuda.empty_cache()
+    backend = (
+        "cuDNN"
+        if torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled
+        else "native"
+    )
     title = (
-        f"Recurrent layers, bf16, {torch.cuda.get_device_name()} (torch: cuDNN), "
+        f"Recurrent layers, bf16, {torch.cuda.get_device_name()} (torch: {backend}), "
         f"matmul ceiling {ceiling:.0f} TFLOP/s"
     )
     md = markdown(rows, title)
