@@ -29,12 +29,11 @@ import torch.nn.functional as F
 from ..core.timing import copy_bandwidth, device_time_ms
 
 DEVICE = "cuda"  # the tests run the harness on the CPU (interpreter) with tiny cases
-# The two sides' sampling coordinates differ in their last bits. Values that move continuously
-# with a coordinate (bilinear output, the input gradient) then differ as little; values that
-# jump where a point crosses a pixel boundary (anything nearest, the bilinear grid gradient)
-# differ wherever one of the million points lies within an ulp of a boundary (a few dozen do),
-# so their bar is looser (a wrong index or padding mode moves far more).
-SMOOTH, JUMPS = 1e-4, 3e-2
+# The two sides' sampling coordinates differ in their last bits (a grid from a float64 theta,
+# rounded, against torch's float32 one, moves outputs and gradients by 6e-6 of their norm when
+# bilinear; nearest jumps to the neighbouring pixel wherever a point lies within an ulp of a
+# boundary, 2e-3). A wrong padding mode moves them by about 0.3, a wrong index by more than 1.
+AGREEMENT = {"bilinear": 1e-4, "nearest": 2e-2}
 
 
 @dataclass(frozen=True)
@@ -148,13 +147,11 @@ def run_case(case: GridCase, copy_gbs: float, gen: torch.Generator | None = None
 
         return step
 
-    def checks(mine: object, other: object) -> list[tuple[float, float]]:
-        """(relative error, its bar) of each result."""
-        smooth = SMOOTH if case.mode == "bilinear" else JUMPS
+    def error(mine: object, other: object) -> float:
+        """Relative error of the output, or the worse of dx's and dtheta's."""
         if isinstance(mine, torch.Tensor):
-            return [(_rel(mine.detach(), other.detach()), smooth)]
-        (dx, dtheta), (dx_ref, dtheta_ref) = mine, other
-        return [(_rel(dx, dx_ref), smooth), (_rel(dtheta, dtheta_ref), JUMPS)]
+            return _rel(mine.detach(), other.detach())
+        return max(_rel(a, b) for a, b in zip(mine, other, strict=True))
 
     rows = []
     work = case.forward_bytes()
@@ -164,12 +161,11 @@ def run_case(case: GridCase, copy_gbs: float, gen: torch.Generator | None = None
          work + case.backward_bytes()),
     ):  # fmt: skip
         with torch.no_grad() if direction == "forward" else torch.enable_grad():
-            errors = checks(mine(), other())
+            err = error(mine(), other())
             ms = device_time_ms(mine, graph=False)
             their_ms = device_time_ms(other, graph=False)
         gbs = nbytes / ms / 1e6
-        err = max(e for e, _ in errors)
-        ok = all(e <= bar for e, bar in errors)
+        ok = err <= AGREEMENT[case.mode]
         backend = case.torch_backend(x.device.type)
         row = GridRow(case.name, direction, ms, their_ms, backend, their_ms / ms, gbs,
                       nbytes / their_ms / 1e6, 100 * gbs / copy_gbs, err, ok)  # fmt: skip

@@ -25,8 +25,9 @@ from .conv import matmul_ceiling
 
 DEVICE = "cuda"  # the tests run the harness on the CPU (interpreter) with tiny cases
 GATES = {"lstm": 4, "gru": 3}
-# bf16 keeps 8 bits; the two sides round each step's gate pre-activations differently and the
-# difference travels along the recurrence, so the bar is looser than for a single GEMM.
+# bf16 keeps 8 bits and each side rounds every step's states its own way: torch's bf16 LSTM and
+# GRU (2 layers, 64 to 300 steps) differ from float32 by 4e-3 to 7e-3 of the norm, output and
+# input gradient alike, so two bf16 implementations may differ by about 1e-2.
 AGREEMENT = {torch.bfloat16: 5e-2, torch.float16: 1e-2, torch.float32: 1e-4}
 
 
