@@ -515,10 +515,10 @@ def _bench_algos(args) -> int:
 
 def _bench_op(args) -> int:
     """Memory-bound primitives beside PyTorch eager (GB/s and percent of copy bandwidth);
-    attention and recurrent layers beside torch's fastest backend and cuDNN (TFLOP/s and
-    percent of the matmul ceiling); CTC and the spatial transformer beside torch's. Exit
-    status 1 when a row of attention, recurrent layers, CTC or the sampler disagrees with
-    torch (every family chosen runs first)."""
+    attention beside torch's fastest backend and recurrent layers beside torch's (cuDNN's),
+    in TFLOP/s and percent of the matmul ceiling; CTC and the spatial transformer beside
+    torch's. Exit status 1 when a row of attention, recurrent layers, CTC or the sampler
+    disagrees with torch (every family chosen runs first)."""
     from .bench.attention import run_attention
     from .bench.ctc import run_ctc
     from .bench.grid_sample import run_grid_sample
