@@ -272,3 +272,44 @@ def test_every_suite_layer_is_a_valid_convolution():
             w_shape = (layer["k"], layer["c"] // args["groups"], *layer["kernel"])
             out = conv_output_shape(x_shape, w_shape, desc)
             assert all(o >= 1 for o in out[2:]), (name, layer["name"])
+
+
+def test_bench_op_routes_each_family(monkeypatch, tmp_path):
+    """--op with the runners replaced: each family alone, all of them in order for `all` (the
+    limit passed to those that take cases), and exit status 1 when any checked row disagrees."""
+    import rtdnn.bench.attention as attention
+    import rtdnn.bench.ctc as ctc
+    import rtdnn.bench.grid_sample as grid_sample
+    import rtdnn.bench.norm as norm
+    import rtdnn.bench.prims as prims
+    import rtdnn.bench.rnn as rnn
+
+    calls, bad = [], set()
+
+    class Row:
+        def __init__(self, name):
+            self.ok = name not in bad
+
+    def checked(name):
+        return lambda out_dir, limit: calls.append((name, limit)) or [Row(name)]
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(norm, "run_norm", lambda out_dir: calls.append(("norm", None)))
+    monkeypatch.setattr(prims, "run_ops", lambda ops, out_dir: calls.append((tuple(ops), None)))
+    for module, name in ((attention, "attention"), (rnn, "rnn"), (ctc, "ctc"),
+                         (grid_sample, "grid_sample")):  # fmt: skip
+        monkeypatch.setattr(module, f"run_{name}", checked(name))
+    for name in ("rnn", "ctc", "grid_sample"):
+        calls.clear()
+        assert cli.main(["bench", "--op", name, "--limit", "2", "--out", str(tmp_path)]) == 0
+        assert calls == [(name, 2)]
+    calls.clear()
+    assert cli.main(["bench", "--op", "lrn", "--out", str(tmp_path)]) == 0
+    assert calls == [(("lrn",), None)]
+    calls.clear()
+    bad.add("rnn")
+    assert cli.main(["bench", "--op", "all", "--limit", "1", "--out", str(tmp_path)]) == 1
+    assert calls == [
+        ("norm", None), (tuple(prims.OPS), None), ("attention", 1), ("rnn", 1), ("ctc", 1),
+        ("grid_sample", 1),
+    ]  # fmt: skip

@@ -21,7 +21,10 @@ DTYPES = {
     "float32": "float32",
     "fp32": "float32",
 }
-OPS = ("pooling", "activation", "softmax", "lrn", "dropout", "tensor", "norm", "attention", "all")
+OPS = (
+    "pooling", "activation", "softmax", "lrn", "dropout", "tensor", "norm", "attention", "rnn",
+    "ctc", "grid_sample", "all",
+)  # fmt: skip
 MODELS = ("resnet50", "efficientnet_b0", "mobilenet_v3_large", "convnext_tiny", "small")
 DIRECTIONS = ("all", "forward", "backward_data", "backward_filter")
 #: Micro-batch policies (select.plan.POLICIES, named here so that parsing imports nothing).
@@ -33,7 +36,7 @@ DEMO_EXTRA = 'pip install -e ".[demo]"'
 _USED_BY = {
     "suite": {"suite", "dtype", "direction", "batch", "limit", "find", "eager"},
     "algo": {"suite", "dtype", "direction", "batch", "limit", "algo", "math"},
-    "op": {"limit"},  # --op attention: the first N cases
+    "op": {"limit"},  # --op attention, rnn, ctc, grid_sample: the first N cases
     "model": {"dtype", "batch", "no_fuse"},
     "micro_batch": {"suite", "dtype", "direction", "batch", "limit", "policies", "budget"},
 }
@@ -142,7 +145,8 @@ def _parser() -> argparse.ArgumentParser:
         "--op",
         choices=OPS,
         default=None,
-        help="benchmark memory-bound primitives, or attention, instead of the convolution suite",
+        help="benchmark memory-bound primitives, attention, recurrent layers, CTC or the spatial "
+        "transformer instead of the convolution suite",
     )
     bench.add_argument(
         "--model",
@@ -181,7 +185,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--limit", type=_positive_int, default=None,
-        help="only the first N layers (with --op attention: cases)",
+        help="only the first N layers (with --op attention, rnn, ctc, grid_sample or all: cases "
+        "of each of those)",
     )  # fmt: skip
     bench.add_argument("--out", default="bench-results", help="folder for JSON and markdown")
     bench.add_argument(
@@ -509,21 +514,32 @@ def _bench_algos(args) -> int:
 
 
 def _bench_op(args) -> int:
-    """Memory-bound primitives beside PyTorch eager (GB/s and percent of copy bandwidth), and
-    attention beside torch's fastest backend (TFLOP/s and percent of the matmul ceiling)."""
+    """Memory-bound primitives beside PyTorch eager (GB/s and percent of copy bandwidth);
+    attention beside torch's fastest backend and recurrent layers beside torch's (cuDNN's),
+    in TFLOP/s and percent of the matmul ceiling; CTC and the spatial transformer beside
+    torch's. Exit status 1 when a row of attention, recurrent layers, CTC or the sampler
+    disagrees with torch (every family chosen runs first)."""
     from .bench.attention import run_attention
+    from .bench.ctc import run_ctc
+    from .bench.grid_sample import run_grid_sample
     from .bench.norm import run_norm
     from .bench.prims import OPS as PRIM_OPS
     from .bench.prims import run_ops
+    from .bench.rnn import run_rnn
 
     if args.op in ("norm", "all"):
         run_norm(args.out)
-    if args.op not in ("norm", "attention"):
+    if args.op in (*PRIM_OPS, "all"):
         run_ops(list(PRIM_OPS) if args.op == "all" else [args.op], args.out)
-    if args.op in ("attention", "all"):
-        rows = run_attention(args.out, args.limit)
-        return 1 if any(not r.ok for r in rows) else 0
-    return 0
+    checked = {
+        "attention": run_attention, "rnn": run_rnn, "ctc": run_ctc, "grid_sample": run_grid_sample,
+    }  # fmt: skip
+    failed = False
+    for name, run in checked.items():
+        if args.op in (name, "all"):
+            rows = run(args.out, args.limit)
+            failed = failed or any(not r.ok for r in rows)
+    return 1 if failed else 0
 
 
 def _tune(args) -> int:

@@ -1,0 +1,226 @@
+"""The spatial transformer beside PyTorch: rtdnn.affine_grid + rtdnn.grid_sample against
+torch's, forward and forward + backward (input and theta gradients), in one process on one GPU
+(`rtdnn bench --op grid_sample`).
+
+Cases: a 64 x 64 x 128 x 128 float32 input sampled at the same size through a mild affine map
+(rotation, 0.9 to 1.1 zoom, shift: a share of the points falls outside, so padding matters),
+bilinear and nearest, zeros, border and reflection padding, align_corners both ways; one 3-D
+trilinear case of the same size (8 x 32 x 64^3). torch runs cuDNN's sampler only for 2-D
+bilinear, zeros padding and align_corners=True (its grid_sampler's rule), its own CUDA kernel
+otherwise; the row names which.
+
+The sampler is memory-bound: GB/s counts the minimal bytes (input, grid and output once each,
+the grid written by affine_grid and read by the sampler; the backward adds dy, the input again,
+the grid, dx and the grid gradient written and read), reported beside the device's copy
+bandwidth. Both sides are timed as plain calls.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..core.timing import copy_bandwidth, device_time_ms
+
+DEVICE = "cuda"  # the tests run the harness on the CPU (interpreter) with tiny cases
+# The two sides' sampling coordinates differ in their last bits (a grid from a float64 theta,
+# rounded, against torch's float32 one, moves outputs and gradients by 6e-6 of their norm when
+# bilinear; nearest jumps to the neighbouring pixel wherever a point lies within an ulp of a
+# boundary, 2e-3). A wrong padding mode moves them by about 0.3, a wrong index by more than 1.
+AGREEMENT = {"bilinear": 1e-4, "nearest": 2e-2}
+
+
+@dataclass(frozen=True)
+class GridCase:
+    """One sampling: input shape (N, C, H, W) or (N, C, D, H, W), sampled at the same size."""
+
+    shape: tuple[int, ...]
+    mode: str  # "bilinear" (trilinear in 3-D) or "nearest"
+    padding_mode: str  # "zeros", "border" or "reflection"
+    align_corners: bool
+
+    @property
+    def name(self) -> str:
+        mode = "trilinear" if len(self.shape) == 5 and self.mode == "bilinear" else self.mode
+        dims = "x".join(map(str, self.shape))
+        return f"{dims} {mode} {self.padding_mode} align={int(self.align_corners)}"
+
+    def torch_backend(self, device: str) -> str:
+        """Which kernel torch's grid_sample runs (its rule for cuDNN's sampler)."""
+        cudnn = (
+            device == "cuda" and torch.backends.cudnn.is_available()
+            and torch.backends.cudnn.enabled and len(self.shape) == 4 and self.shape[1] <= 1024
+            and self.mode == "bilinear" and self.padding_mode == "zeros" and self.align_corners
+        )  # fmt: skip
+        return "cudnn" if cudnn else "native"
+
+    def forward_bytes(self, itemsize: int = 4) -> float:
+        """Input read, grid written and read, output written."""
+        n, _, *spatial = self.shape
+        points = n * math.prod(spatial)
+        grid = points * len(spatial)
+        return float(itemsize * (2 * math.prod(self.shape) + 2 * grid))
+
+    def backward_bytes(self, itemsize: int = 4) -> float:
+        """dy and the input read, dx written; the grid read, its gradient written and read."""
+        n, _, *spatial = self.shape
+        grid = n * math.prod(spatial) * len(spatial)
+        return float(itemsize * (3 * math.prod(self.shape) + 3 * grid))
+
+
+@dataclass
+class GridRow:
+    case: str
+    direction: str  # "forward" or "forward+backward"
+    rtdnn_ms: float
+    torch_ms: float
+    torch_backend: str  # "cudnn" or "native"
+    ratio: float  # torch_ms / rtdnn_ms: above 1 means rtdnn is faster
+    rtdnn_gbs: float
+    torch_gbs: float
+    rtdnn_pct: float  # of copy bandwidth
+    err: float  # ||rtdnn - torch|| / ||torch|| (output; with the backward, the worse of dx, dtheta)
+    ok: bool
+
+
+def cases() -> list[GridCase]:
+    """The suite: every 2-D mode, padding and alignment, then one trilinear case."""
+    out = []
+    for mode in ("bilinear", "nearest"):
+        for padding in ("zeros", "border", "reflection"):
+            for align in (False, True):
+                out.append(GridCase((64, 64, 128, 128), mode, padding, align))
+    out.append(GridCase((8, 32, 64, 64, 64), "bilinear", "zeros", False))
+    return out
+
+
+def make_theta(n: int, dims: int, gen: torch.Generator | None = None) -> torch.Tensor:
+    """(n, dims, dims + 1) affine maps: a rotation of up to 15 degrees in the x-y plane, a zoom
+    of 0.9 to 1.1 and a shift of up to 0.05 of the extent on each axis."""
+    angle = (torch.rand(n, generator=gen) - 0.5) * math.radians(30)
+    zoom = 0.9 + 0.2 * torch.rand(n, generator=gen)
+    cos, sin = zoom * torch.cos(angle), zoom * torch.sin(angle)
+    theta = torch.zeros(n, dims, dims + 1)
+    theta[:, 0, 0], theta[:, 0, 1] = cos, -sin
+    theta[:, 1, 0], theta[:, 1, 1] = sin, cos
+    if dims == 3:
+        theta[:, 2, 2] = zoom
+    theta[:, :, dims] = (torch.rand(n, dims, generator=gen) - 0.5) * 0.2
+    return theta
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def run_case(case: GridCase, copy_gbs: float, gen: torch.Generator | None = None) -> list[GridRow]:
+    """Forward and forward + backward of one case, rtdnn beside torch (the input and dy drawn
+    on DEVICE by its default generator, theta by `gen`)."""
+    import rtdnn
+
+    x = torch.randn(case.shape, device=DEVICE).requires_grad_()
+    theta = make_theta(case.shape[0], len(case.shape) - 2, gen).to(DEVICE).requires_grad_()
+    dy = torch.randn(case.shape, device=DEVICE)
+    size = list(case.shape)
+    kw = dict(mode=case.mode, padding_mode=case.padding_mode, align_corners=case.align_corners)
+
+    def ours() -> torch.Tensor:
+        grid = rtdnn.affine_grid(theta, size, align_corners=case.align_corners)
+        return rtdnn.grid_sample(x, grid, **kw)
+
+    def theirs() -> torch.Tensor:
+        grid = F.affine_grid(theta, size, align_corners=case.align_corners)
+        return F.grid_sample(x, grid, **kw)
+
+    def with_backward(fn: Callable[[], torch.Tensor]) -> Callable[[], tuple]:
+        def step() -> tuple[torch.Tensor, torch.Tensor]:
+            x.grad = theta.grad = None
+            fn().backward(dy)
+            return x.grad, theta.grad
+
+        return step
+
+    def error(mine: object, other: object) -> float:
+        """Relative error of the output, or the worse of dx's and dtheta's."""
+        if isinstance(mine, torch.Tensor):
+            return _rel(mine.detach(), other.detach())
+        return max(_rel(a, b) for a, b in zip(mine, other, strict=True))
+
+    rows = []
+    work = case.forward_bytes()
+    for direction, mine, other, nbytes in (
+        ("forward", ours, theirs, work),
+        ("forward+backward", with_backward(ours), with_backward(theirs),
+         work + case.backward_bytes()),
+    ):  # fmt: skip
+        with torch.no_grad() if direction == "forward" else torch.enable_grad():
+            err = error(mine(), other())
+            ms = device_time_ms(mine, graph=False)
+            their_ms = device_time_ms(other, graph=False)
+        gbs = nbytes / ms / 1e6
+        ok = err <= AGREEMENT[case.mode]
+        backend = case.torch_backend(x.device.type)
+        row = GridRow(case.name, direction, ms, their_ms, backend, their_ms / ms, gbs,
+                      nbytes / their_ms / 1e6, 100 * gbs / copy_gbs, err, ok)  # fmt: skip
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: list[GridRow], title: str) -> str:
+    lines = [
+        f"### {title}",
+        "",
+        "| case | direction | rtdnn ms | torch ms (backend) | ratio | rtdnn GB/s | torch GB/s | "
+        "rtdnn % copy | ok |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.case} | {r.direction} | {r.rtdnn_ms:.3f} | {r.torch_ms:.3f} "
+            f"({r.torch_backend}) | {r.ratio:.2f} | {r.rtdnn_gbs:.0f} | {r.torch_gbs:.0f} | "
+            f"{r.rtdnn_pct:.0f} | {'yes' if r.ok else f'NO ({r.err:.1e})'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_grid_sample(out_dir: str | None = None, limit: int | None = None) -> list[GridRow]:
+    """Run the suite (its first `limit` cases) on the current GPU, print a markdown table,
+    and with `out_dir` write grid_sample_float32.json and .md there. Returns the rows."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("rtdnn.bench.grid_sample needs a CUDA GPU")
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    copy_gbs = copy_bandwidth()
+    rows: list[GridRow] = []
+    for case in cases()[:limit]:
+        for row in run_case(case, copy_gbs, gen):
+            rows.append(row)
+            print(
+                f"{row.case:40s} {row.direction:16s} rtdnn {row.rtdnn_gbs:6.0f} GB/s "
+                f"({row.rtdnn_pct:3.0f}% of copy), torch {row.torch_gbs:6.0f} "
+                f"({row.torch_backend}), ratio {row.ratio:5.2f} {'ok' if row.ok else 'NO'}",
+                flush=True,
+            )
+        torch.cuda.empty_cache()
+    title = (
+        f"Spatial transformer (affine_grid + grid_sample), float32, "
+        f"{torch.cuda.get_device_name()}, copy {copy_gbs:.0f} GB/s"
+    )
+    md = markdown(rows, title)
+    print(md)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        stem = os.path.join(out_dir, "grid_sample_float32")
+        with open(stem + ".json", "w") as f:
+            json.dump({"title": title, "copy_gbs": copy_gbs, "rows": [asdict(r) for r in rows]},
+                      f, indent=1)  # fmt: skip
+        with open(stem + ".md", "w") as f:
+            f.write(md)
+    return rows
