@@ -5,7 +5,8 @@
 # Everything lands under $OUT as it finishes, so a time-out keeps what was done. Not in the
 # default STAGES: suites (every convolution suite in bf16, fp16 and TF32 beside cuDNN), models
 # (EfficientNet-B0, MobileNet-V3, ConvNeXt-T), algos (every algorithm forced, strict float32),
-# each minutes long, and tma (the TMA kernels).
+# families (attention, RNN, CTC, grid_sample beside torch), each minutes long, and tma (the
+# TMA kernels). The ops stage runs the memory-bound primitives and normalization.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=src RTDNN_GPU_TESTS=1
 STAGES=${STAGES:-"tests overhead model ops demo"}
@@ -50,6 +51,12 @@ for stage in $STAGES; do
           --math fp32 --dtype float32 --suite "$suite" --out "$OUT" > "$OUT/algos_$suite.log" 2>&1
         echo "$suite: exit $?"; grep -E "^\| " "$OUT/algos_$suite.log" | tail -30 | cut -c1-200
       done ;;
+    families)  # rnn, ctc, grid_sample and attention beside torch, each capped
+      for op in ${FAMILIES:-attention rnn ctc grid_sample}; do
+        timeout "${FAMILY_LIMIT:-300}" python3 -m rtdnn.cli bench --op "$op" --out "$OUT" \
+          > "$OUT/bench_$op.log" 2>&1
+        echo "$op: exit $?"; grep -E "^\|" "$OUT/bench_$op.log" | cut -c1-200
+      done ;;
     tma)  # the experimental TMA forward: its GPU tests, then its tiles beside the pointer
       # path's and cuDNN on the resnet50 suite's stride-1 layers (benchmarks/probes/tma_probe.py)
       RTDNN_AUTOTUNE=0 timeout "${TMA_TEST_LIMIT:-200}" python3 -m pytest -v -rf -n 8 \
@@ -59,7 +66,7 @@ for stage in $STAGES; do
         > "$OUT/tma_probe.txt" 2>&1
       tail -40 "$OUT/tma_probe.txt" ;;
     ops)
-      timeout "${BENCH_LIMIT:-240}" python3 -m rtdnn.cli bench --op all --out "$OUT" \
+      timeout "${BENCH_LIMIT:-240}" python3 -m rtdnn.cli bench --op "${OPS:-all}" --out "$OUT" \
         > "$OUT/bench_ops.log" 2>&1
       grep -E "^\|" "$OUT/bench_ops.log" | cut -c1-160 | head -80 ;;
     demo)
