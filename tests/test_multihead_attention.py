@@ -162,6 +162,7 @@ def test_mixed_bool_and_float_masks():
     check(ref, mod, x, x, x, key_padding_mask=bool_mask(N, L), attn_mask=float_mask(L, L))
 
 
+@pytest.mark.filterwarnings("ignore:Support for mismatched")
 @pytest.mark.parametrize("add_bias_kv, add_zero_attn", [(True, False), (False, True), (True, True)])
 def test_bias_kv_and_zero_attn(add_bias_kv, add_zero_attn):
     """One more key (and value) for each; the masks get an open column for it."""
@@ -249,6 +250,46 @@ def test_convert_swaps_it():
     assert_close(converted(x).detach(), model.double()(x.double()).detach(), torch.float32)
 
 
+def test_convert_transformer_encoder_layer_trains_the_same():
+    """torch's encoder layer calls its self_attn (need_weights=False, the padding mask and
+    the causal hint) in training; converted, every module in it is rtdnn's."""
+    torch.manual_seed(12)
+    layer = torch.nn.TransformerEncoderLayer(E, H, dim_feedforward=48, dropout=0.0)
+    converted, report = rtdnn.convert(layer)
+    assert not report.kept, report.kept
+    assert type(converted.self_attn) is rtdnn.nn.MultiheadAttention
+    x = torch.randn(L, N, E)
+    causal = torch.ones(L, L, dtype=torch.bool).triu(1)
+    kpm = bool_mask(N, L)
+    ref_x = x.double().requires_grad_()
+    x.requires_grad_()
+    out = converted(x, src_mask=causal, src_key_padding_mask=kpm, is_causal=True)
+    ref = layer.double()(ref_x, src_mask=causal, src_key_padding_mask=kpm, is_causal=True)
+    assert_close(out.detach(), ref.detach(), torch.float32)
+    g = torch.randn(ref.shape, dtype=torch.float64)
+    (out * g.float()).sum().backward()
+    (ref * g).sum().backward()
+    assert_close(x.grad, ref_x.grad, torch.float32)
+    params = dict(converted.named_parameters())
+    for name, p in layer.named_parameters():
+        assert_close(params[name].grad, p.grad, torch.float32)
+
+
+def test_float16():
+    torch.manual_seed(13)
+    ref, mod = modules(batch_first=True)
+    mod.half()  # the reference gets the very same rounded weights
+    ref.load_state_dict({k: v.double() for k, v in mod.state_dict().items()})
+    x = torch.randn(N, L, E).half()
+    masks = dict(key_padding_mask=bool_mask(N, L), attn_mask=bool_mask(L, L))
+    out, weights = mod(x, x, x, **masks)
+    x64 = x.double()
+    out_ref, weights_ref = ref(x64, x64, x64, **masks)
+    assert out.dtype == weights.dtype == torch.float16
+    assert_close(out.detach(), out_ref.detach())
+    assert_close(weights.detach(), weights_ref.detach())
+
+
 def test_convert_keeps_float64():
     _, report = rtdnn.convert(Block().double())
     assert ("attn", "MultiheadAttention") in [(p, c) for p, c, _ in report.kept]
@@ -277,6 +318,7 @@ def test_bad_input():
     _bad(mod, x, kv, kv, attn_mask=torch.zeros(L, S, dtype=torch.int32), match=r"attn_mask\.dtype")
     _bad(mod, x, kv, kv, attn_mask=float_mask(L, S).double(), match=r"attn_mask\.dtype")
     _bad(mod, x, kv, kv, is_causal=True, match=r"is_causal")
+    _bad(mod, x, kv[:0], kv[:0], match=r"key\.shape.*zero-sized")
     grad_mask = float_mask(L, S).requires_grad_()
     _bad(mod, x, kv, kv, attn_mask=grad_mask, match=r"attn_mask\.requires_grad")
 

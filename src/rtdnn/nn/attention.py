@@ -96,6 +96,7 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
         mask = _merged_mask(
             None if causal else attn_mask, key_padding_mask, n, self.num_heads, extra
         )
+        # dropout_p > 0 is refused there (before its kernel) until the attention has dropout.
         out = autograd.scaled_dot_product_attention_api(
             q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal
         )
@@ -159,6 +160,10 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
                 raise bad_param(f"{name}.dtype", t.dtype, f"{query.dtype}, as query's")
             if t.device != query.device:
                 raise bad_param(f"{name}.device", t.device, f"{query.device}, as query's")
+            if t.numel() == 0:
+                raise not_supported(
+                    f"{name}.shape", tuple(t.shape), "zero-sized dims: the attention takes none"
+                )
         batched = query.dim() == 3
         seq = 1 if self.batch_first and batched else 0
         if value.shape[seq] != key.shape[seq]:
