@@ -111,7 +111,7 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
 
     def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, ...]:
         """The input projections, in the inputs' layout. Self-attention (one tensor for all
-        three) is one GEMM with in_proj_weight; key is value two."""
+        three) is one GEMM with in_proj_weight, and key-is-value attention two."""
         b = self.in_proj_bias
         if not self._qkv_same_embed_dim:
             return (
