@@ -157,7 +157,14 @@ def convert(
     replaced_types = set(table.values())
     report = ConversionReport()
     model_float64 = _float64([*model.parameters(), *model.buffers()])
+    # Paths under a multi-head attention: its forward reads out_proj's parameters and never
+    # calls out_proj, which is part of it rather than a layer to convert or report.
+    inside: list[str] = []
     for path, module in model.named_modules():
+        if any(path.startswith(prefix) for prefix in inside):
+            continue
+        if isinstance(module, torch.nn.MultiheadAttention):
+            inside.append(f"{path}." if path else "")
         cls = type(module)
         reason = _float64_reason(module, model_float64)
         if reason is not None and (cls in table or cls in replaced_types):

@@ -12,6 +12,7 @@ from .activation import (
     Softmax,
     Tanh,
 )
+from .attention import MultiheadAttention
 from .conv import Conv1d, Conv2d, Conv3d
 from .ctc import CTCLoss
 from .dropout import Dropout
@@ -74,6 +75,7 @@ __all__ = [
     "MaxPool1d",
     "MaxPool2d",
     "MaxPool3d",
+    "MultiheadAttention",
     "ReLU",
     "RNN",
     "RMSNorm",

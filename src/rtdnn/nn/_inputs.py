@@ -10,12 +10,12 @@ from torch import Tensor
 from ..core import SUPPORTED_DTYPES, bad_param, not_supported
 
 
-def check_dtype(module: torch.nn.Module, input: Tensor) -> None:
+def check_dtype(module: torch.nn.Module, input: Tensor, name: str = "input") -> None:
     """rtdnn computes float32, float16 and bfloat16; a float64 input is refused by name
     (rtdnn.convert leaves float64 modules in torch for this reason)."""
     if input.is_floating_point() and input.dtype not in SUPPORTED_DTYPES:
         raise not_supported(
-            "input.dtype",
+            f"{name}.dtype",
             input.dtype,
             f"rtdnn.nn.{type(module).__name__} computes float32, float16 and bfloat16 "
             "(rtdnn.convert keeps float64 modules as torch modules)",
