@@ -70,7 +70,7 @@ def _load_tile(ptr, rows, cols, n_rows, n_cols, stride_r, stride_c, UPCAST: tl.c
     float32 if UPCAST."""
     t = tl.load(
         ptr + rows[:, None] * stride_r + cols[None, :] * stride_c,
-        mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols),
+        mask=(rows < n_rows)[:, None] & (cols[None, :] < n_cols),
         other=0.0,
     )
     if UPCAST:
@@ -84,7 +84,7 @@ def _store_tile(ptr, tile, rows, cols, n_rows, n_cols, stride_r, stride_c):
     tl.store(
         ptr + rows[:, None] * stride_r + cols[None, :] * stride_c,
         tile.to(ptr.dtype.element_ty),
-        mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols),
+        mask=(rows < n_rows)[:, None] & (cols[None, :] < n_cols),
     )
 
 
@@ -239,8 +239,11 @@ def attention_backward_dkdv_kernel(
         dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=PRECISION)
     dk = dk * sm_scale
 
-    _store_tile(DK + bh * Lk * D, dk, offs_n, offs_d, Lk, D, D, 1)
-    _store_tile(DV_OUT + bh * Lk * DV, dv, offs_n, offs_dv, Lk, DV, DV, 1)
+    col_ok = offs_n < Lk
+    out = bh * Lk * D + offs_n[:, None] * D + offs_d[None, :]
+    tl.store(DK + out, dk, mask=col_ok[:, None] & (offs_d[None, :] < D))
+    out = bh * Lk * DV + offs_n[:, None] * DV + offs_dv[None, :]
+    tl.store(DV_OUT + out, dv, mask=col_ok[:, None] & (offs_dv[None, :] < DV))
 
 
 @triton.jit
