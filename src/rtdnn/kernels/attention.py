@@ -56,6 +56,49 @@ def _scores(
 
 
 @triton.jit
+def _heads(H, GROUP):
+    """(batch * H + head, batch, query head, key/value head) of this program, whose grid axis 1
+    runs over batch * H."""
+    bh = tl.program_id(1)
+    h = bh % H
+    return bh, bh // H, h, h // GROUP
+
+
+@triton.jit
+def _load_tile(ptr, rows, cols, n_rows, n_cols, stride_r, stride_c, UPCAST: tl.constexpr):
+    """The (len(rows), len(cols)) tile of the matrix at ptr, zero outside n_rows x n_cols;
+    float32 if UPCAST."""
+    t = tl.load(
+        ptr + rows[:, None] * stride_r + cols[None, :] * stride_c,
+        mask=(rows < n_rows)[:, None] & (cols[None, :] < n_cols),
+        other=0.0,
+    )
+    if UPCAST:
+        t = t.to(tl.float32)
+    return t
+
+
+@triton.jit
+def _store_tile(ptr, tile, rows, cols, n_rows, n_cols, stride_r, stride_c):
+    """Store tile, in ptr's dtype, where _load_tile would read it."""
+    tl.store(
+        ptr + rows[:, None] * stride_r + cols[None, :] * stride_c,
+        tile.to(ptr.dtype.element_ty),
+        mask=(rows < n_rows)[:, None] & (cols[None, :] < n_cols),
+    )
+
+
+@triton.jit
+def _key_end(pid_m, Lk, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
+    """Where query block pid_m's loop over keys ends: Lk or, causal, one past the block's last
+    row (later keys are masked for every row of the block)."""
+    n_end = Lk
+    if CAUSAL:
+        n_end = tl.minimum(Lk, (pid_m + 1) * BLOCK_M)
+    return n_end
+
+
+@triton.jit
 def attention_forward_kernel(
     Q,
     K,
@@ -87,22 +130,12 @@ def attention_forward_kernel(
     """Grid (cdiv(Lq, BLOCK_M), batch * H). OUT: (B, H, Lq, DV); LSE: contiguous (B, H, Lq)
     float32."""
     pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    hk = h // GROUP
+    bh, b, h, hk = _heads(H, GROUP)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    row_ok = offs_m < Lq
 
-    q = tl.load(
-        Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
-        mask=row_ok[:, None] & (offs_d[None, :] < D),
-        other=0.0,
-    )
-    if UPCAST:
-        q = q.to(tl.float32)
+    q = _load_tile(Q + b * sqb + h * sqh, offs_m, offs_d, Lq, D, sqm, sqd, UPCAST)
     k_base = K + b * skb + hk * skh
     v_base = V + b * svb + hk * svh
     m_base = b * smb + h * smh
@@ -110,25 +143,10 @@ def attention_forward_kernel(
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
-    n_end = Lk
-    if CAUSAL:
-        n_end = tl.minimum(Lk, (pid_m + 1) * BLOCK_M)
-    for start_n in range(0, n_end, BLOCK_N):
+    for start_n in range(0, _key_end(pid_m, Lk, BLOCK_M, CAUSAL), BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        col_ok = offs_n < Lk
-        k = tl.load(
-            k_base + offs_n[:, None] * skn + offs_d[None, :] * skd,
-            mask=col_ok[:, None] & (offs_d[None, :] < D),
-            other=0.0,
-        )
-        v = tl.load(
-            v_base + offs_n[:, None] * svn + offs_dv[None, :] * svd,
-            mask=col_ok[:, None] & (offs_dv[None, :] < DV),
-            other=0.0,
-        )
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        k = _load_tile(k_base, offs_n, offs_d, Lk, D, skn, skd, UPCAST)
+        v = _load_tile(v_base, offs_n, offs_dv, Lk, DV, svn, svd, UPCAST)
         s = _scores(
             q, k, offs_m, offs_n, M, Lq, Lk, sm_scale, m_base, smm, smn,
             HAS_MASK, CAUSAL, PRECISION,
@@ -145,13 +163,9 @@ def attention_forward_kernel(
 
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
-    tl.store(
-        OUT + b * sob + h * soh + offs_m[:, None] * som + offs_dv[None, :] * sod,
-        out.to(OUT.dtype.element_ty),
-        mask=row_ok[:, None] & (offs_dv[None, :] < DV),
-    )
+    _store_tile(OUT + b * sob + h * soh, out, offs_m, offs_dv, Lq, DV, som, sod)
     lse = tl.where(empty, float("inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
-    tl.store(LSE + bh * Lq + offs_m, lse, mask=row_ok)
+    tl.store(LSE + bh * Lq + offs_m, lse, mask=offs_m < Lq)
 
 
 @triton.jit
@@ -189,28 +203,13 @@ def attention_backward_dkdv_kernel(
     """Grid (cdiv(Lk, BLOCK_N), batch * H): dK and dV of one key block for one query head,
     float32, contiguous (B, H, Lk, D) and (B, H, Lk, DV); the caller sums a group's heads."""
     pid_n = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    hk = h // GROUP
+    bh, b, h, hk = _heads(H, GROUP)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    col_ok = offs_n < Lk
 
-    k = tl.load(
-        K + b * skb + hk * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
-        mask=col_ok[:, None] & (offs_d[None, :] < D),
-        other=0.0,
-    )
-    v = tl.load(
-        V + b * svb + hk * svh + offs_n[:, None] * svn + offs_dv[None, :] * svd,
-        mask=col_ok[:, None] & (offs_dv[None, :] < DV),
-        other=0.0,
-    )
-    if UPCAST:
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
+    k = _load_tile(K + b * skb + hk * skh, offs_n, offs_d, Lk, D, skn, skd, UPCAST)
+    v = _load_tile(V + b * svb + hk * svh, offs_n, offs_dv, Lk, DV, svn, svd, UPCAST)
     q_base = Q + b * sqb + h * sqh
     do_base = DO + b * sdob + h * sdoh
     m_base = b * smb + h * smh
@@ -223,19 +222,8 @@ def attention_backward_dkdv_kernel(
     for start_m in range(m_begin, Lq, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         row_ok = offs_m < Lq
-        q = tl.load(
-            q_base + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
-            mask=row_ok[:, None] & (offs_d[None, :] < D),
-            other=0.0,
-        )
-        do = tl.load(
-            do_base + offs_m[:, None] * sdom + offs_dv[None, :] * sdod,
-            mask=row_ok[:, None] & (offs_dv[None, :] < DV),
-            other=0.0,
-        )
-        if UPCAST:
-            q = q.to(tl.float32)
-            do = do.to(tl.float32)
+        q = _load_tile(q_base, offs_m, offs_d, Lq, D, sqm, sqd, UPCAST)
+        do = _load_tile(do_base, offs_m, offs_dv, Lq, DV, sdom, sdod, UPCAST)
         lse = tl.load(LSE + bh * Lq + offs_m, mask=row_ok, other=float("inf"))
         delta = tl.load(DELTA + bh * Lq + offs_m, mask=row_ok, other=0.0)
         s = _scores(
@@ -243,12 +231,15 @@ def attention_backward_dkdv_kernel(
             HAS_MASK, CAUSAL, PRECISION,
         )  # fmt: skip
         p = tl.exp2(s - lse[:, None])
+        # dV's dot before dP's: the order changes sm_90's register allocation, and the other
+        # one spills far more in some float32 cases.
         dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision=PRECISION)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
         dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=PRECISION)
     dk = dk * sm_scale
 
+    col_ok = offs_n < Lk
     out = bh * Lk * D + offs_n[:, None] * D + offs_d[None, :]
     tl.store(DK + out, dk, mask=col_ok[:, None] & (offs_d[None, :] < D))
     out = bh * Lk * DV + offs_n[:, None] * DV + offs_dv[None, :]
@@ -289,28 +280,14 @@ def attention_backward_dq_kernel(
 ):  # fmt: skip
     """Grid (cdiv(Lq, BLOCK_M), batch * H): dQ of one query block, in DQ's dtype."""
     pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    hk = h // GROUP
+    bh, b, h, hk = _heads(H, GROUP)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
     row_ok = offs_m < Lq
 
-    q = tl.load(
-        Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
-        mask=row_ok[:, None] & (offs_d[None, :] < D),
-        other=0.0,
-    )
-    do = tl.load(
-        DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_dv[None, :] * sdod,
-        mask=row_ok[:, None] & (offs_dv[None, :] < DV),
-        other=0.0,
-    )
-    if UPCAST:
-        q = q.to(tl.float32)
-        do = do.to(tl.float32)
+    q = _load_tile(Q + b * sqb + h * sqh, offs_m, offs_d, Lq, D, sqm, sqd, UPCAST)
+    do = _load_tile(DO + b * sdob + h * sdoh, offs_m, offs_dv, Lq, DV, sdom, sdod, UPCAST)
     lse = tl.load(LSE + bh * Lq + offs_m, mask=row_ok, other=float("inf"))
     delta = tl.load(DELTA + bh * Lq + offs_m, mask=row_ok, other=0.0)
     k_base = K + b * skb + hk * skh
@@ -318,25 +295,10 @@ def attention_backward_dq_kernel(
     m_base = b * smb + h * smh
 
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    n_end = Lk
-    if CAUSAL:
-        n_end = tl.minimum(Lk, (pid_m + 1) * BLOCK_M)
-    for start_n in range(0, n_end, BLOCK_N):
+    for start_n in range(0, _key_end(pid_m, Lk, BLOCK_M, CAUSAL), BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        col_ok = offs_n < Lk
-        k = tl.load(
-            k_base + offs_n[:, None] * skn + offs_d[None, :] * skd,
-            mask=col_ok[:, None] & (offs_d[None, :] < D),
-            other=0.0,
-        )
-        v = tl.load(
-            v_base + offs_n[:, None] * svn + offs_dv[None, :] * svd,
-            mask=col_ok[:, None] & (offs_dv[None, :] < DV),
-            other=0.0,
-        )
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        k = _load_tile(k_base, offs_n, offs_d, Lk, D, skn, skd, UPCAST)
+        v = _load_tile(v_base, offs_n, offs_dv, Lk, DV, svn, svd, UPCAST)
         s = _scores(
             q, k, offs_m, offs_n, M, Lq, Lk, sm_scale, m_base, smm, smn,
             HAS_MASK, CAUSAL, PRECISION,
@@ -346,8 +308,4 @@ def attention_backward_dq_kernel(
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
     dq = dq * sm_scale
-    tl.store(
-        DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :] * sdqd,
-        dq.to(DQ.dtype.element_ty),
-        mask=row_ok[:, None] & (offs_d[None, :] < D),
-    )
+    _store_tile(DQ + b * sdqb + h * sdqh, dq, offs_m, offs_d, Lq, D, sdqm, sdqd)
