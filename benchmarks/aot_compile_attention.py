@@ -2,7 +2,8 @@
 
 Runs rtdnn.ops.attention's forward and backward on CPU tensors with the CUDA driver replaced by
 an sm_90 stub and every launch turned into a compilation (nothing runs: the values are
-meaningless): every dtype, head sizes 16 to 256, with and without a mask, causal or not.
+meaningless): every dtype, head sizes 16 to 256, with and without a mask, causal or not, with
+and without dropout.
 
 Takes about ten minutes on two CPU cores.
 
@@ -22,14 +23,18 @@ accept_cpu_tensors()
 
 for dtype in (torch.float32, torch.float16, torch.bfloat16):
     for e, ev in ((16, 16), (64, 64), (128, 128), (96, 64), (256, 256)):
-        for masked, causal in ((False, False), (False, True), (True, False)):
+        for masked, causal, p in ((False, False, 0.0), (False, True, 0.0), (True, False, 0.0),
+                                  (False, True, 0.1)):  # fmt: skip
             q = torch.randn(1, 4, 40, e, dtype=dtype)
             k = torch.randn(1, 2, 50, e, dtype=dtype)
             v = torch.randn(1, 2, 50, ev, dtype=dtype)
             mask = torch.rand(40, 50) > 0.5 if masked else None
-            out, lse = A.attention_forward(q, k, v, mask, causal, 0.1, True)
-            A.attention_backward(torch.randn_like(out), q, k, v, out, lse, mask, causal, 0.1, True)
-            print(f"{str(dtype):15s} e={e:3d} ev={ev:3d} mask={masked:d} causal={causal:d} ok")
+            out, lse = A.attention_forward(q, k, v, mask, causal, 0.1, True, p, 5)
+            dout = torch.randn_like(out)
+            A.attention_backward(dout, q, k, v, out, lse, mask, causal, 0.1, True, p, 5)
+            print(f"{str(dtype):15s} e={e:3d} ev={ev:3d} mask={masked:d} causal={causal:d} "
+                  f"dropout={p} ok")  # fmt: skip
 
+A.attention_dropout_mask((1, 4, 40, 50), 0.1, 5, "cpu")  # the mask the kernels draw
 names = sorted({name for name, _ in compiled})
 print(f"{len(compiled)} kernels compiled for sm_90: {names}")

@@ -1,6 +1,7 @@
 """Scaled-dot-product attention against torch's in float64 (its math backend): outputs and the
 gradients of q, k and v, for every kind of mask, causal with L != S, grouped-query attention,
-a value head size different from the query's, strided inputs, and bad input.
+a value head size different from the query's, strided inputs, and bad input; dropout against
+float64 attention with the mask rtdnn reports for the seed, its keep rate and seeding.
 
 Tiny shapes (the kernels run in Triton's interpreter, whose blocks are 16 rows): lengths that
 are not multiples of the block, so the edge blocks are partial.
@@ -158,7 +159,8 @@ def test_fake_kernel_shapes():
 
     with FakeTensorMode():
         q, k, v = torch.empty(2, 4, 7, 16), torch.empty(2, 2, 9, 16), torch.empty(2, 2, 9, 32)
-        out, lse = torch.ops.rtdnn.attention_forward(q, k, v, None, False, 0.25, True)
+        seed = torch.tensor(0)
+        out, lse = torch.ops.rtdnn.attention_forward(q, k, v, None, False, 0.25, True, 0.0, seed)
     assert out.shape == (2, 4, 7, 32) and lse.shape == (2, 4, 7) and lse.dtype == torch.float32
 
 
@@ -197,9 +199,92 @@ def test_bad_input_is_refused(change, names):
         assert n in str(e.value), (n, str(e.value))
 
 
-def test_dropout_is_not_supported_yet():
-    with pytest.raises(rtdnn.NotSupportedError, match="dropout_p"):
-        rtdnn.scaled_dot_product_attention(rand(*Q), rand(*KV), rand(*KV), dropout_p=0.1)
+# -- dropout ----------------------------------------------------------------------------------
+
+
+def _dropped_reference(q, k, v, keep, p, **kw):
+    """float64 attention whose probabilities are multiplied by keep / (1 - p) (GQA: each
+    query head reads key/value head h // group)."""
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    kk, vv = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scores = q @ kk.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if kw.get("is_causal"):
+        causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+    probs = scores.softmax(-1) * keep.double() / (1.0 - p)
+    return (q, k, v), probs @ vv
+
+
+@pytest.mark.parametrize(
+    "q_shape, kv_shape, kw",
+    [
+        ((2, 2, 17, 16), (2, 2, 20, 16), {}),
+        ((1, 4, 9, 16), (1, 2, 21, 16), dict(enable_gqa=True)),
+        ((1, 2, 18, 16), (1, 2, 18, 16), dict(is_causal=True)),
+    ],
+)
+def test_dropout_against_the_mask_it_reports(q_shape, kv_shape, kw):
+    """Output and gradients equal float64 attention with rtdnn.attention_dropout_mask's mask
+    for the same seed applied to the probabilities."""
+    torch.manual_seed(0)
+    p, seed = 0.3, 1234
+    q, k, v = rand(*q_shape), rand(*kv_shape), rand(*kv_shape)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = rtdnn.scaled_dot_product_attention(*leaves, dropout_p=p, seed=seed, **kw)
+    keep = rtdnn.attention_dropout_mask((*q_shape[:2], q_shape[2], kv_shape[2]), p, seed, "cpu")
+    refs, ref = _dropped_reference(q, k, v, keep, p, **kw)
+    assert_close(out.detach(), ref.detach(), torch.float32)
+    dout = torch.randn(ref.shape, dtype=torch.float64)
+    out.backward(dout.float())
+    ref.backward(dout)
+    for got, want in zip(leaves, refs, strict=True):
+        assert_close(got.grad, want.grad, torch.float32)
+    # The same seed gives the same result; another seed another mask.
+    again = rtdnn.scaled_dot_product_attention(q, k, v, dropout_p=p, seed=seed, **kw)
+    assert torch.equal(again, out.detach())
+    other = rtdnn.attention_dropout_mask(tuple(keep.shape), p, seed + 1, "cpu")
+    assert not torch.equal(other, keep)
+
+
+def test_dropout_keep_rate_and_seed_from_torch():
+    """About 1 - p of the probabilities are kept; without a seed each call draws one from
+    torch's default generator, so torch.manual_seed repeats a run; dropout_p = 0 draws none."""
+    keep = rtdnn.attention_dropout_mask((2, 4, 64, 96), 0.25, 7, "cpu")
+    rate = keep.float().mean().item()
+    assert abs(rate - 0.75) < 0.01, rate  # 49152 draws: the standard deviation is 0.002
+    q, k, v = rand(1, 2, 9, 16), rand(1, 2, 11, 16), rand(1, 2, 11, 16)
+    torch.manual_seed(5)
+    first = rtdnn.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    second = rtdnn.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    torch.manual_seed(5)
+    assert torch.equal(rtdnn.scaled_dot_product_attention(q, k, v, dropout_p=0.5), first)
+    assert not torch.equal(first, second)
+    state = torch.get_rng_state()
+    rtdnn.scaled_dot_product_attention(q, k, v)
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+@pytest.mark.parametrize(
+    "change, name",
+    [
+        (dict(shape=(2, 4, 8)), "shape"),
+        (dict(shape=(2, 0, 8, 8)), "shape"),
+        (dict(dropout_p=1.0), "dropout_p"),
+        (dict(seed=-3), "seed"),
+    ],
+)
+def test_bad_dropout_mask_arguments(change, name):
+    args = dict(shape=(2, 4, 8, 8), dropout_p=0.1, seed=1, device="cpu")
+    args.update(change)
+    with pytest.raises(rtdnn.BadParamError, match=name):
+        rtdnn.attention_dropout_mask(**args)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**62, 1.5, True])
+def test_bad_dropout_seed(seed):
+    with pytest.raises(rtdnn.BadParamError, match="seed"):
+        rtdnn.scaled_dot_product_attention(rand(*Q), rand(*KV), rand(*KV), dropout_p=0.1, seed=seed)
 
 
 def test_head_sizes_above_256_are_not_supported():

@@ -91,3 +91,33 @@ def test_strided(dtype):
         q.double().cpu(), k.double().cpu(), v.double().cpu(), is_causal=True
     )
     assert rel(out, ref) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_dropout_against_the_mask_it_reports(dtype, causal):
+    """Output and gradients against float64 attention with rtdnn.attention_dropout_mask's mask
+    (drawn on the GPU) applied to the probabilities; GQA."""
+    torch.manual_seed(0)
+    p, seed = 0.2, 77
+    q = torch.randn(2, 4, 300, 64, device="cuda", dtype=dtype)
+    k = torch.randn(2, 2, 300, 64, device="cuda", dtype=dtype)
+    v = torch.randn(2, 2, 300, 64, device="cuda", dtype=dtype)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = rtdnn.scaled_dot_product_attention(
+        *leaves, dropout_p=p, seed=seed, is_causal=causal, enable_gqa=True
+    )
+    keep = rtdnn.attention_dropout_mask((2, 4, 300, 300), p, seed, "cuda").cpu()
+    assert abs(keep.float().mean().item() - (1 - p)) < 0.01
+    refs = [t.detach().double().cpu().requires_grad_() for t in (q, k, v)]
+    kk, vv = (t.repeat_interleave(2, 1) for t in refs[1:])
+    scores = refs[0] @ kk.transpose(-1, -2) / 8.0
+    if causal:
+        scores = scores.masked_fill(~torch.ones(300, 300, dtype=torch.bool).tril(), -torch.inf)
+    ref = (scores.softmax(-1) * keep / (1 - p)) @ vv
+    assert rel(out, ref) < TOL[dtype]
+    dout = torch.randn(ref.shape, dtype=torch.float64)
+    out.backward(dout.to("cuda", dtype))
+    ref.backward(dout)
+    for name, got, want in zip("qkv", leaves, refs, strict=True):
+        assert rel(got.grad, want.grad) < 2 * TOL[dtype], name

@@ -201,18 +201,30 @@ def test_weights_per_head():
     assert weights.shape == (N, H, L, S)
 
 
-def test_dropout_eval_runs_train_refuses():
+def test_dropout_in_training_only_and_in_the_weights_too():
+    """Eval mode matches torch's module with dropout set. In training the attention drops with a
+    seed drawn from torch's default generator: the same torch seed repeats the call, the output
+    does not depend on need_weights, and the weights returned are the eval-mode weights times
+    the keep mask rtdnn.attention_dropout_mask gives for that seed, over 1 - p."""
+    p = 0.25
     torch.manual_seed(9)
-    ref, mod = modules(dropout=0.25)
+    ref, mod = modules(dropout=p)
     ref.eval()
     mod.eval()
     x = torch.randn(L, N, E)
     check(ref, mod, x, x, x)
+    _, plain = mod(x, x, x, average_attn_weights=False)
     mod.train()
-    with pytest.raises(rtdnn.NotSupportedError, match="dropout_p"):
-        mod(x, x, x, need_weights=False)
-    with pytest.raises(rtdnn.NotSupportedError, match="need_weights"):
-        mod(x, x, x)
+    torch.manual_seed(3)
+    out, weights = mod(x, x, x, average_attn_weights=False)
+    torch.manual_seed(3)
+    seed = int(torch.randint(0, 2**31 - 1, (), dtype=torch.int64))  # the draw the call made
+    torch.manual_seed(3)
+    fast, none = mod(x, x, x, need_weights=False)
+    assert none is None and torch.equal(fast, out)
+    keep = rtdnn.attention_dropout_mask((N, H, L, L), p, seed, "cpu")
+    assert_close(weights.detach(), plain.detach() * keep / (1 - p), torch.float32)
+    assert not torch.equal(out, mod(x, x, x, need_weights=False)[0])  # a fresh seed
 
 
 @pytest.mark.parametrize("kdim", [None, 24])

@@ -11,6 +11,11 @@ libdevice). A row whose keys are all masked has no finite score: it outputs zero
 saved log-sum-exp is +inf, so the backward's probabilities there are exp2(-inf) = 0, which is
 what torch gives for such rows.
 
+Dropout (DROPOUT): element (i, j) of the probabilities of batch-head bh is kept where
+tl.rand(seed + bh, i * Lk + j) >= p_drop and then scaled by 1 / (1 - p_drop), as flash
+attention does: the row normalizer uses the probabilities before dropout, and the backward
+draws the same mask again from the seed (dS = P * (Z dP - delta), Z the scaled keep mask).
+
 UPCAST (interpreter only) converts 16-bit tiles to float32 before tl.dot, whose bfloat16
 product is wrong under Triton's interpreter (see brgemm.py).
 """
@@ -53,6 +58,29 @@ def _scores(
         # torch's is_causal: top-left aligned, query i sees keys 0..i.
         keep = keep & (offs_n[None, :] <= offs_m[:, None])
     return tl.where(keep, s, float("-inf"))
+
+
+@triton.jit
+def _keep_scale(seed, bh, offs_m, offs_n, Lk, p_drop):
+    """The dropout multiplier of one (BLOCK_M, BLOCK_N) block: 1 / (1 - p_drop) where the
+    element is kept, 0 where it is dropped."""
+    u = tl.rand(seed + bh, offs_m[:, None] * Lk + offs_n[None, :])
+    return tl.where(u >= p_drop, 1.0 / (1.0 - p_drop), 0.0)
+
+
+@triton.jit
+def attention_dropout_keep_kernel(
+    KEEP, seed, p_drop, H, Lq, Lk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    """Grid (cdiv(Lq, BLOCK_M), cdiv(Lk, BLOCK_N), batch * H): the keep mask (int8, contiguous
+    (B, H, Lq, Lk)) that the attention kernels draw for this seed and probability."""
+    bh = tl.program_id(2)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    keep = _keep_scale(seed, bh, offs_m, offs_n, Lk, p_drop) > 0.0
+    ok = (offs_m < Lq)[:, None] & (offs_n < Lk)[None, :]
+    ptrs = KEEP + bh.to(tl.int64) * Lq * Lk + offs_m[:, None] * Lk + offs_n[None, :]
+    tl.store(ptrs, keep.to(tl.int8), mask=ok)
 
 
 @triton.jit
@@ -107,6 +135,8 @@ def attention_forward_kernel(
     LSE,
     M,
     sm_scale,
+    p_drop,
+    seed,
     H,
     Lq,
     Lk,
@@ -124,6 +154,7 @@ def attention_forward_kernel(
     BLOCK_DV: tl.constexpr,
     HAS_MASK: tl.constexpr,
     CAUSAL: tl.constexpr,
+    DROPOUT: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
 ):  # fmt: skip
@@ -158,6 +189,8 @@ def attention_forward_kernel(
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
+        if DROPOUT:  # the normalizer above takes every probability, the values the kept ones
+            p = p * _keep_scale(seed, bh, offs_m, offs_n, Lk, p_drop)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
         m_i = m_new
 
@@ -180,6 +213,8 @@ def attention_backward_dkdv_kernel(
     DV_OUT,
     M,
     sm_scale,
+    p_drop,
+    seed,
     H,
     Lq,
     Lk,
@@ -197,6 +232,7 @@ def attention_backward_dkdv_kernel(
     BLOCK_DV: tl.constexpr,
     HAS_MASK: tl.constexpr,
     CAUSAL: tl.constexpr,
+    DROPOUT: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
 ):  # fmt: skip
@@ -233,8 +269,13 @@ def attention_backward_dkdv_kernel(
         p = tl.exp2(s - lse[:, None])
         # dV's dot before dP's: the order changes sm_90's register allocation, and the other
         # one spills far more in some float32 cases.
-        dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision=PRECISION)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        if DROPOUT:
+            z = _keep_scale(seed, bh, offs_m, offs_n, Lk, p_drop)
+            dv = tl.dot(tl.trans((p * z).to(do.dtype)), do, dv, input_precision=PRECISION)
+            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION) * z
+        else:
+            dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision=PRECISION)
+            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
         dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=PRECISION)
     dk = dk * sm_scale
@@ -257,6 +298,8 @@ def attention_backward_dq_kernel(
     DQ,
     M,
     sm_scale,
+    p_drop,
+    seed,
     H,
     Lq,
     Lk,
@@ -275,6 +318,7 @@ def attention_backward_dq_kernel(
     BLOCK_DV: tl.constexpr,
     HAS_MASK: tl.constexpr,
     CAUSAL: tl.constexpr,
+    DROPOUT: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
 ):  # fmt: skip
@@ -305,6 +349,8 @@ def attention_backward_dq_kernel(
         )  # fmt: skip
         p = tl.exp2(s - lse[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        if DROPOUT:
+            dp = dp * _keep_scale(seed, bh, offs_m, offs_n, Lk, p_drop)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
     dq = dq * sm_scale

@@ -16,8 +16,11 @@ whose keys are all masked gets zeros from the attention (so out_proj's bias as i
 torch's need_weights=False path gives, and NaN weights, as torch's (whose need_weights=True
 path then gives a NaN output too).
 
-Dropout applies in training only, inside the attention: rtdnn's attention has no dropout yet,
-so a module with dropout > 0 in training mode raises NotSupportedError (eval mode runs).
+Dropout applies in training only, inside the attention, with a seed drawn from torch's default
+generator per call (torch.manual_seed repeats a run); the weights returned with
+need_weights=True carry the same dropout as the output (torch returns its dropped weights
+too), from rtdnn.attention_dropout_mask with that seed. The mask is rtdnn's own: torch's
+module with the same seed drops other elements.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from torch import Tensor
 
 from .. import autograd
 from ..core import SUPPORTED_DTYPES, bad_param, not_supported
+from ..ops.attention import attention_dropout_mask, resolve_seed
 from ._inputs import check_dtype
 from .conv import autocast_inputs
 
@@ -66,12 +70,7 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
                 "attn_mask too: is_causal is a hint that attn_mask is the causal mask (as torch's)",
             )  # fmt: skip
         dropout_p = float(self.dropout) if self.training else 0.0
-        if need_weights and dropout_p > 0.0:
-            raise not_supported(
-                "need_weights", True,
-                f"with dropout={self.dropout} in training: the weights are computed apart from "
-                "the attention and would not carry its dropout; pass need_weights=False",
-            )  # fmt: skip
+        seed = resolve_seed(dropout_p, None)
 
         q, k, v = self._project(query, key, value)
         if not batched:  # as a batch of one, batch first
@@ -96,14 +95,15 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
         mask = _merged_mask(
             None if causal else attn_mask, key_padding_mask, n, self.num_heads, extra
         )
-        # dropout_p > 0 is refused there (before its kernel) until the attention has dropout.
         out = autograd.scaled_dot_product_attention_api(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal, seed=seed
         )
         # (N, H, L, D) to (N, L, E) or (L, N, E), then the output projection.
         out = out.permute((0, 2, 1, 3) if batch_first else (2, 0, 1, 3)).flatten(2)
         out = _linear(out, self.out_proj.weight, self.out_proj.bias)
-        weights = _weights(q, k, mask, average_attn_weights) if need_weights else None
+        weights = None
+        if need_weights:
+            weights = _weights(q, k, mask, average_attn_weights, dropout_p, seed)
         if not batched:
             out = out.squeeze(0)
             weights = None if weights is None else weights.squeeze(0)
@@ -249,8 +249,11 @@ def _merged_mask(
     return out if len(masks) == 1 else out + _masked(masks[1], extra)
 
 
-def _weights(q: Tensor, k: Tensor, mask: Tensor | None, average: bool) -> Tensor:
-    """softmax(q k^T * scale + mask) per head, (N, H, L, S), averaged over H if `average`.
+def _weights(
+    q: Tensor, k: Tensor, mask: Tensor | None, average: bool, dropout_p: float, seed: int
+) -> Tensor:
+    """softmax(q k^T * scale + mask) per head, (N, H, L, S), with the attention's dropout
+    (the same mask, from the seed), averaged over H if `average`.
 
     The scores go through torch.matmul: rtdnn's linear takes one weight matrix, not a batch
     of them, and a loop of GEMMs per (batch, head) would be far slower. They are formed in
@@ -263,5 +266,9 @@ def _weights(q: Tensor, k: Tensor, mask: Tensor | None, average: bool) -> Tensor
         scores = scores + mask
     s = scores.shape[-1]
     weights = autograd.softmax_forward(scores.reshape(-1, s), "accurate", "channel")
-    weights = weights.view(n, h, lq, s).to(q.dtype)
+    weights = weights.view(n, h, lq, s)
+    if dropout_p > 0.0:
+        keep = attention_dropout_mask((n, h, lq, s), dropout_p, seed, q.device)
+        weights = weights * keep / (1.0 - dropout_p)
+    weights = weights.to(q.dtype)
     return weights.mean(1) if average else weights

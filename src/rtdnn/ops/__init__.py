@@ -4,7 +4,7 @@ these, and rtdnn's top level exports the forward functions again, differentiable
 signatures, through those custom ops when an input requires grad)."""
 
 from .activation import activation_backward, activation_forward, activation_needs
-from .attention import scaled_dot_product_attention
+from .attention import attention_dropout_mask, scaled_dot_product_attention
 from .batch_norm import (
     batch_norm_backward,
     batch_norm_forward_inference,
@@ -99,6 +99,7 @@ __all__ = [
     "rms_norm_forward",
     "rnn",
     "scale_tensor",
+    "attention_dropout_mask",
     "scaled_dot_product_attention",
     "set_tensor",
     "softmax_backward",

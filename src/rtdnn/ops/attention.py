@@ -15,7 +15,12 @@ h // (Hq / Hk). A query row whose keys are all masked gives zeros (and zero grad
 torch does.
 
 The forward also returns the per-row log-sum-exp the backward recomputes the scores from.
-Dropout is not implemented yet: dropout_p > 0 raises NotSupportedError.
+
+dropout_p > 0 drops attention probabilities with a counter-based mask drawn from `seed` (by
+default a fresh one from torch's default CPU generator, so torch.manual_seed makes runs
+repeat), scaling the kept ones by 1 / (1 - dropout_p); the backward draws the same mask again
+from the seed. `attention_dropout_mask` returns the mask a seed gives. The mask is rtdnn's own
+(torch's dropout draws differ).
 """
 
 from __future__ import annotations
@@ -65,8 +70,10 @@ def check_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     dropout_p = check_real("dropout_p", dropout_p)
     if not 0.0 <= dropout_p < 1.0:
         raise bad_param("dropout_p", dropout_p, "a probability in [0, 1)")
-    if dropout_p > 0.0:
-        raise not_supported("dropout_p", dropout_p, "attention dropout is not implemented yet")
+    if dropout_p > 0.0 and q.shape[-2] * k.shape[-2] >= 2**31:
+        raise not_supported(
+            "dropout_p", dropout_p, "dropout where L x S < 2**31 (the mask's 32-bit counters)"
+        )
     if attn_mask is not None:
         if is_causal:
             raise bad_param("is_causal", True, "False when attn_mask is given (one or the other)")
@@ -130,6 +137,21 @@ def _strides(t: torch.Tensor | None) -> tuple[int, ...]:
     return (0, 0, 0, 0) if t is None else tuple(t.stride())
 
 
+def check_seed(seed: object) -> int:
+    """A dropout seed: an int in [0, 2**62) (the kernels add the batch-head index to it)."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**62:
+        raise bad_param("seed", seed, "an int in [0, 2**62)")
+    return seed
+
+
+def resolve_seed(dropout_p: float, seed: object) -> int:
+    """The dropout seed to use: `seed` checked, or without one and with dropout a fresh one
+    from torch's default CPU generator (torch.manual_seed repeats it; no dropout, no draw)."""
+    if seed is None:
+        return int(torch.randint(0, 2**31 - 1, (), dtype=torch.int64)) if dropout_p > 0 else 0
+    return check_seed(seed)
+
+
 def attention_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -138,9 +160,12 @@ def attention_forward(
     is_causal: bool,
     scale: float,
     enable_gqa: bool,
+    dropout_p: float = 0.0,
+    seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward on validated arguments (check_attention): (out, lse), lse float32 of shape
-    q.shape[:-1], the base-2 log-sum-exp of each row's scaled scores (+inf for an empty row)."""
+    q.shape[:-1], the base-2 log-sum-exp of each row's scaled scores (+inf for an empty row),
+    taken before dropout."""
     q4, k4, v4 = _as4(q), _as4(k), _as4(v)
     n, h, lq, e = q4.shape
     lk, ev = k4.shape[2], v4.shape[3]
@@ -151,9 +176,9 @@ def attention_forward(
     grid = (triton.cdiv(lq, cfg["BLOCK_M"]), n * h)
     K.attention_forward_kernel[grid](
         q4, k4, v4, out, lse, q4 if mask is None else mask,
-        scale, h, lq, lk, e, ev, h // k4.shape[1],
+        scale, dropout_p, seed, h, lq, lk, e, ev, h // k4.shape[1],
         *q4.stride(), *k4.stride(), *v4.stride(), *out.stride(), *_strides(mask),
-        HAS_MASK=mask is not None, CAUSAL=is_causal, **cfg,
+        HAS_MASK=mask is not None, CAUSAL=is_causal, DROPOUT=dropout_p > 0, **cfg,
     )  # fmt: skip
     shape = (*q.shape[:-1], ev)
     return out.view(shape), lse.view(q.shape[:-1])
@@ -170,8 +195,11 @@ def attention_backward(
     is_causal: bool,
     scale: float,
     enable_gqa: bool,
+    dropout_p: float = 0.0,
+    seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients (dq, dk, dv) given the forward's out and lse, on validated arguments."""
+    """Gradients (dq, dk, dv) given the forward's out and lse, on validated arguments (the
+    forward's dropout_p and seed)."""
     q4, k4, v4, do4 = _as4(q), _as4(k), _as4(v), _as4(dout)
     n, h, lq, e = q4.shape
     hk, lk, ev = k4.shape[1], k4.shape[2], v4.shape[3]
@@ -181,9 +209,9 @@ def attention_backward(
     mask = _mask4(attn_mask, q, lk)
     mask_arg = q4 if mask is None else mask
     cfg = _config(q, e, ev)
-    common = (scale, h, lq, lk, e, ev, h // hk)
+    common = (scale, dropout_p, seed, h, lq, lk, e, ev, h // hk)
     strides = (*q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *_strides(mask))
-    flags = dict(HAS_MASK=mask is not None, CAUSAL=is_causal, **cfg)
+    flags = dict(HAS_MASK=mask is not None, CAUSAL=is_causal, DROPOUT=dropout_p > 0, **cfg)
 
     dk = torch.empty((n, h, lk, e), dtype=torch.float32, device=q.device)
     dv = torch.empty((n, h, lk, ev), dtype=torch.float32, device=q.device)
@@ -211,9 +239,34 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     scale: float | None = None,
     enable_gqa: bool = False,
+    *,
+    seed: int | None = None,
 ) -> torch.Tensor:
-    """softmax(query @ key^T * scale + attn_mask) @ value, fused (see the module docstring for
-    shapes, masks, causal alignment and grouped-query attention), as
-    torch.nn.functional.scaled_dot_product_attention."""
+    """dropout(softmax(query @ key^T * scale + attn_mask)) @ value, fused (see the module
+    docstring for shapes, masks, causal alignment, grouped-query attention and the dropout
+    seed), as torch.nn.functional.scaled_dot_product_attention."""
     s = check_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    return attention_forward(query, key, value, attn_mask, is_causal, s, enable_gqa)[0]
+    p = float(dropout_p)
+    seed = resolve_seed(p, seed)
+    return attention_forward(query, key, value, attn_mask, is_causal, s, enable_gqa, p, seed)[0]
+
+
+def attention_dropout_mask(
+    shape: tuple[int, int, int, int], dropout_p: float, seed: int, device: str | torch.device
+) -> torch.Tensor:
+    """The keep mask (bool, `shape` = (N, H, L, S) with H the query heads) that attention with
+    this dropout_p and seed applies to its probabilities: True where an element is kept."""
+    dropout_p = check_real("dropout_p", dropout_p)
+    if not 0.0 <= dropout_p < 1.0:
+        raise bad_param("dropout_p", dropout_p, "a probability in [0, 1)")
+    check_seed(seed)
+    if len(shape) != 4 or any(not isinstance(d, int) or d < 1 for d in shape):
+        raise bad_param("shape", shape, "(N, H, L, S), positive ints")
+    n, h, lq, lk = shape
+    keep = torch.empty((n, h, lq, lk), dtype=torch.int8, device=device)
+    block = 16 if INTERPRETED else 64
+    grid = (triton.cdiv(lq, block), triton.cdiv(lk, block), n * h)
+    K.attention_dropout_keep_kernel[grid](
+        keep, seed, float(dropout_p), h, lq, lk, BLOCK_M=block, BLOCK_N=block
+    )
+    return keep.bool()
