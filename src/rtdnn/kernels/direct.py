@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from .brgemm import epilogue, identity
-from .conv_addressing import linked_output, split_pixel
+from .conv_addressing import split_pixel
 
 # -- shared with kernels/direct_dot.py: tiles, windows, the walk over filter rows -------------
 
@@ -81,9 +81,12 @@ def output_row(t_d0, t_h0, rd, rh, dilation, stride, out_size, p_ok):
     dd, dh, dw = dilation
     sd, sh, sw = stride
     od_n, oh_n, ow_n = out_size
-    o_d, d_ok = linked_output(t_d0, rd, dd, sd, od_n)
-    o_h, h_ok = linked_output(t_h0, rh, dh, sh, oh_n)
-    return o_d, o_h, p_ok & d_ok & h_ok
+    t_d = t_d0 - rd * dd
+    o_d = t_d // sd
+    t_h = t_h0 - rh * dh
+    o_h = t_h // sh
+    row_ok = p_ok & (t_d >= 0) & (o_d * sd == t_d) & (o_d < od_n)
+    return o_d, o_h, row_ok & (t_h >= 0) & (o_h * sh == t_h) & (o_h < oh_n)
 
 
 @triton.jit
