@@ -26,13 +26,88 @@ import triton.language as tl
 from .brgemm import epilogue, identity
 from .conv_addressing import split_pixel
 
+# -- shared with kernels/direct_dot.py: tiles, windows, the walk over filter rows -------------
+
 
 @triton.jit
-def _tile_coords(pid, K, BLOCK_C: tl.constexpr):
-    """Program id -> (pixel block or chunk, channel block); channel blocks of one pixel block
-    are neighbours, so they share the input rows in L2."""
-    c_blocks = tl.cdiv(K, BLOCK_C)
+def tile_coords(pid, channels, BLOCK: tl.constexpr):
+    """Program id -> (pixel block or chunk, block of BLOCK channels or groups); the channel
+    blocks of one pixel block are neighbours, so they share the input rows in L2."""
+    c_blocks = tl.cdiv(channels, BLOCK)
     return pid // c_blocks, pid % c_blocks
+
+
+@triton.jit
+def pixel_block(pid_p, n_batch, size, BLOCK_P: tl.constexpr):
+    """Block pid_p of BLOCK_P pixels, flat over (N, D, H, W) with (D, H, W) = size ->
+    (n, d, h, w) [BLOCK_P] each, and which of them exist."""
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    n, d, h, w = split_pixel(offs_p, size)
+    sd, sh, sw = size
+    return n, d, h, w, offs_p < n_batch * sd * sh * sw
+
+
+@triton.jit
+def pixel_offset(base, n, d, h, w, strides):
+    """base + the offset of pixel (n, d, h, w) through (n, c, d, h, w) strides (channel 0)."""
+    s_n, s_c, s_d, s_h, s_w = strides
+    return base + n * s_n + d * s_d + h * s_h + w * s_w
+
+
+@triton.jit
+def window_corner(od, oh, ow, stride, padding):
+    """The input indices under tap 0 of output pixel (od, oh, ow)'s window (negative in the
+    padding)."""
+    sd, sh, sw = stride
+    pd, ph, pw = padding
+    return od * sd - pd, oh * sh - ph, ow * sw - pw
+
+
+@triton.jit
+def input_row(id0, ih0, rd, rh, dilation, in_size, p_ok):
+    """Filter row (rd, rh) of the windows with corners (id0, ih0): the input indices (i_d, i_h)
+    it reads, and where they lie inside the image (and p_ok)."""
+    dd, dh, dw = dilation
+    in_d, in_h, in_w = in_size
+    i_d = id0 + rd * dd
+    i_h = ih0 + rh * dh
+    return i_d, i_h, p_ok & (i_d >= 0) & (i_d < in_d) & (i_h >= 0) & (i_h < in_h)
+
+
+@triton.jit
+def output_row(t_d0, t_h0, rd, rh, dilation, stride, out_size, p_ok):
+    """Backward-data: filter row (rd, rh) at padded input indices (t_d0, t_h0) -> the output
+    indices (o_d, o_h) it links to, and where they exist (and p_ok)."""
+    dd, dh, dw = dilation
+    sd, sh, sw = stride
+    od_n, oh_n, ow_n = out_size
+    t_d = t_d0 - rd * dd
+    o_d = t_d // sd
+    t_h = t_h0 - rh * dh
+    o_h = t_h // sh
+    row_ok = p_ok & (t_d >= 0) & (o_d * sd == t_d) & (o_d < od_n)
+    return o_d, o_h, row_ok & (t_h >= 0) & (o_h * sh == t_h) & (o_h < oh_n)
+
+
+@triton.jit
+def over_filter_rows(
+    acc, row_fn: tl.constexpr, args, consts: tl.constexpr, ROWS: tl.constexpr, UNROLL: tl.constexpr
+):
+    """acc after acc = row_fn(acc, t, args, consts) for each filter row t < ROWS. UNROLL (small
+    filters) unrolls the rows, so that t and every tap offset are compile-time constants;
+    otherwise the rows are a loop (a fully unrolled 7x7 keeps too many loads in flight and
+    spills). args: a tuple of values read before the loop; consts: a tuple of constexprs (a
+    tuple argument loses its constexpr leaves)."""
+    if UNROLL:
+        for t in tl.static_range(ROWS):
+            acc = row_fn(acc, t, args, consts)
+    else:
+        for t in range(ROWS):
+            acc = row_fn(acc, t, args, consts)
+    return acc
+
+
+# -- kernels -----------------------------------------------------------------------------------
 
 
 @triton.jit
@@ -46,18 +121,21 @@ def _input_channels(offs_k, j, CG: tl.constexpr, KG: tl.constexpr):
 
 
 @triton.jit
-def _forward_row(
-    acc, t, Xc, Wk, id0, ih0, iw0, p_ok, k_ok, in_d, in_h, in_w, dd, dh, dw, xs_c, xs_d, xs_h,
-    xs_w, ws_c, ws_d, ws_h, ws_w, CG: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
-):  # fmt: skip
+def _forward_row(acc, t, args, consts: tl.constexpr):
     """acc += the KW taps of filter row t = (rd, rh), every input channel of the group.
     Xc: pointers to x at each output pixel's window corner and the group's first input
     channel; Wk: to w[k, 0, 0, 0, 0]."""
+    Xc, Wk, id0, ih0, iw0, p_ok, k_ok, in_size, dilation, x_strides, w_strides = args
+    CG: tl.constexpr = consts[0]
+    KH: tl.constexpr = consts[1]
+    KW: tl.constexpr = consts[2]
+    dd, dh, dw = dilation
+    in_w = in_size[2]
+    xs_n, xs_c, xs_d, xs_h, xs_w = x_strides
+    ws_k, ws_c, ws_d, ws_h, ws_w = w_strides
     rd = t // KH
     rh = t % KH
-    i_d = id0 + rd * dd
-    i_h = ih0 + rh * dh
-    row_ok = p_ok & (i_d >= 0) & (i_d < in_d) & (i_h >= 0) & (i_h < in_h)
+    i_d, i_h, row_ok = input_row(id0, ih0, rd, rh, dilation, in_size, p_ok)
     for rw in tl.static_range(KW):
         i_w = iw0 + rw * dw
         mask = (row_ok & (i_w >= 0) & (i_w < in_w))[:, None] & k_ok[None, :]
@@ -95,51 +173,26 @@ def direct_forward_kernel(
     """y = act(alpha * conv(x, w) + bias + beta * y) on one tile of output pixels x channels.
     K: output channels (all groups)."""
     # Geometry fields are read into locals first (Triton 3.6 loses a NamedTuple leaf
-    # specialized to 1 when it is read inside a loop).
-    n_batch = geo.n
-    in_d, in_h, in_w = geo.in_size
-    out_size = geo.out_size
-    sd, sh, sw = geo.stride
-    pd, ph, pw = geo.padding
-    dd, dh, dw = geo.dilation
-    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
-    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
-    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    # specialized to 1 when it is read inside or after a loop).
+    in_size, dilation = geo.in_size, geo.dilation
+    x_strides, w_strides, y_strides = geo.x_strides, geo.w_strides, geo.y_strides
     x_off, w_off, y_off = geo.offsets
-    od_n, oh_n, ow_n = out_size
-    pixels = n_batch * od_n * oh_n * ow_n
 
-    pid_p, pid_c = _tile_coords(tl.program_id(0), K, BLOCK_C)
-    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    pid_p, pid_c = tile_coords(tl.program_id(0), K, BLOCK_C)
+    n, od, oh, ow, p_ok = pixel_block(pid_p, geo.n, geo.out_size, BLOCK_P)
     offs_k = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
-    p_ok = offs_p < pixels
     k_ok = offs_k < K
-    n, od, oh, ow = split_pixel(offs_p, out_size)
-    id0 = od * sd - pd
-    ih0 = oh * sh - ph
-    iw0 = ow * sw - pw
-    corner = x_off + n * xs_n + id0 * xs_d + ih0 * xs_h + iw0 * xs_w
-    Xc = X + corner[:, None] + (_input_channels(offs_k, 0, CG, KG) * xs_c)[None, :]
-    Wk = Wt + w_off + offs_k * ws_k
+    id0, ih0, iw0 = window_corner(od, oh, ow, geo.stride, geo.padding)
+    corner = pixel_offset(x_off, n, id0, ih0, iw0, x_strides)
+    Xc = X + corner[:, None] + (_input_channels(offs_k, 0, CG, KG) * x_strides[1])[None, :]
+    Wk = Wt + w_off + offs_k * w_strides[0]
 
     acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
-    # Small filters unroll every tap; larger ones loop over filter rows (a fully unrolled
-    # 7x7 keeps too many loads in flight and spills).
-    if KD * KH * KW <= 9:
-        for t in tl.static_range(KD * KH):
-            acc = _forward_row(
-                acc, t, Xc, Wk, id0, ih0, iw0, p_ok, k_ok, in_d, in_h, in_w, dd, dh, dw, xs_c,
-                xs_d, xs_h, xs_w, ws_c, ws_d, ws_h, ws_w, CG, KH, KW,
-            )  # fmt: skip
-    else:
-        for t in range(KD * KH):
-            acc = _forward_row(
-                acc, t, Xc, Wk, id0, ih0, iw0, p_ok, k_ok, in_d, in_h, in_w, dd, dh, dw, xs_c,
-                xs_d, xs_h, xs_w, ws_c, ws_d, ws_h, ws_w, CG, KH, KW,
-            )  # fmt: skip
+    row_args = (Xc, Wk, id0, ih0, iw0, p_ok, k_ok, in_size, dilation, x_strides, w_strides)
+    acc = over_filter_rows(acc, _forward_row, row_args, (CG, KH, KW), KD * KH, KD * KH * KW <= 9)
 
-    y_pix = y_off + n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
-    offs = y_pix[:, None] + (offs_k * ys_k)[None, :]
+    y_pix = pixel_offset(y_off, n, od, oh, ow, y_strides)
+    offs = y_pix[:, None] + (offs_k * y_strides[1])[None, :]
     mask = p_ok[:, None] & k_ok[None, :]
     epilogue(
         Y, offs, mask, acc, alpha, beta, BIAS, offs_k, k_ok, HAS_BIAS, BETA_NONZERO, ACTIVATION
@@ -147,21 +200,22 @@ def direct_forward_kernel(
 
 
 @triton.jit
-def _backward_data_row(
-    acc, t, DYc, Wc, t_d0, t_h0, t_w0, p_ok, c_ok, od_n, oh_n, ow_n, sd, sh, sw, dd, dh, dw,
-    ys_k, ys_d, ys_h, ys_w, ws_k, ws_d, ws_h, ws_w, KG: tl.constexpr, KH: tl.constexpr,
-    KW: tl.constexpr,
-):  # fmt: skip
+def _backward_data_row(acc, t, args, consts: tl.constexpr):
     """acc += the KW taps of filter row t = (rd, rh) over the group's KG output channels.
-    DYc: pointers to dy[n, first k of the group, 0]; Wc: to w[first k, c % CG, 0]."""
+    DYc: pointers to dy[n, first k of the group, 0]; Wc: to w[first k, c % CG, 0]; (t_d0,
+    t_h0, t_w0): padded input indices."""
+    DYc, Wc, t_d0, t_h0, t_w0, p_ok, c_ok, out_size, stride, dilation, y_strides, w_strides = args
+    KG: tl.constexpr = consts[0]
+    KH: tl.constexpr = consts[1]
+    KW: tl.constexpr = consts[2]
+    dw = dilation[2]
+    sw = stride[2]
+    ow_n = out_size[2]
+    ys_n, ys_k, ys_d, ys_h, ys_w = y_strides
+    ws_k, ws_c, ws_d, ws_h, ws_w = w_strides
     rd = t // KH
     rh = t % KH
-    t_d = t_d0 - rd * dd
-    o_d = t_d // sd
-    t_h = t_h0 - rh * dh
-    o_h = t_h // sh
-    row_ok = p_ok & (t_d >= 0) & (o_d * sd == t_d) & (o_d < od_n)
-    row_ok = row_ok & (t_h >= 0) & (o_h * sh == t_h) & (o_h < oh_n)
+    o_d, o_h, row_ok = output_row(t_d0, t_h0, rd, rh, dilation, stride, out_size, p_ok)
     for rw in tl.static_range(KW):
         t_w = t_w0 - rw * dw
         o_w = t_w // sw
@@ -202,25 +256,16 @@ def direct_backward_data_kernel(
     """dx = alpha * (gradient w.r.t. x) + beta * dx on one tile of input pixels x channels.
     C: input channels (all groups). A tap reaches input pixel i when i + pad - r * dil is a
     multiple of the stride and lands inside the output; other taps are masked off."""
-    n_batch = geo.n
-    in_d, in_h, in_w = geo.in_size
-    in_size = geo.in_size
-    od_n, oh_n, ow_n = geo.out_size
-    sd, sh, sw = geo.stride
+    in_size, out_size, stride, dilation = geo.in_size, geo.out_size, geo.stride, geo.dilation
+    x_strides, w_strides, y_strides = geo.x_strides, geo.w_strides, geo.y_strides
     pd, ph, pw = geo.padding
-    dd, dh, dw = geo.dilation
-    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
-    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
-    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    ws_k, ws_c, ws_d, ws_h, ws_w = w_strides
     x_off, w_off, y_off = geo.offsets
-    pixels = n_batch * in_d * in_h * in_w
 
-    pid_p, pid_c = _tile_coords(tl.program_id(0), C, BLOCK_C)
-    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    pid_p, pid_c = tile_coords(tl.program_id(0), C, BLOCK_C)
     offs_c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
-    p_ok = offs_p < pixels
     c_ok = offs_c < C
-    n, i_d, i_h, i_w = split_pixel(offs_p, in_size)
+    n, i_d, i_h, i_w, p_ok = pixel_block(pid_p, geo.n, in_size, BLOCK_P)
     # The group's first output channel, and the filter's column j = c mod CG.
     if CG == 1 and KG == 1:
         k0 = offs_c
@@ -228,27 +273,20 @@ def direct_backward_data_kernel(
     else:
         k0 = (offs_c // CG) * KG
         w_col = w_off + (offs_c % CG) * ws_c + k0 * ws_k
-    DYc = DY + (y_off + n * ys_n)[:, None] + (k0 * ys_k)[None, :]
+    DYc = DY + (y_off + n * y_strides[0])[:, None] + (k0 * y_strides[1])[None, :]
     Wc = Wt + w_col
 
     acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
-    if KD * KH * KW <= 9:
-        for t in tl.static_range(KD * KH):
-            acc = _backward_data_row(
-                acc, t, DYc, Wc, i_d + pd, i_h + ph, i_w + pw, p_ok, c_ok, od_n, oh_n, ow_n,
-                sd, sh, sw, dd, dh, dw, ys_k, ys_d, ys_h, ys_w, ws_k, ws_d, ws_h, ws_w, KG, KH,
-                KW,
-            )  # fmt: skip
-    else:
-        for t in range(KD * KH):
-            acc = _backward_data_row(
-                acc, t, DYc, Wc, i_d + pd, i_h + ph, i_w + pw, p_ok, c_ok, od_n, oh_n, ow_n,
-                sd, sh, sw, dd, dh, dw, ys_k, ys_d, ys_h, ys_w, ws_k, ws_d, ws_h, ws_w, KG, KH,
-                KW,
-            )  # fmt: skip
+    row_args = (
+        DYc, Wc, i_d + pd, i_h + ph, i_w + pw, p_ok, c_ok, out_size, stride, dilation, y_strides,
+        w_strides,
+    )  # fmt: skip
+    acc = over_filter_rows(
+        acc, _backward_data_row, row_args, (KG, KH, KW), KD * KH, KD * KH * KW <= 9
+    )
 
-    x_pix = x_off + n * xs_n + i_d * xs_d + i_h * xs_h + i_w * xs_w
-    offs = x_pix[:, None] + (offs_c * xs_c)[None, :]
+    x_pix = pixel_offset(x_off, n, i_d, i_h, i_w, x_strides)
+    offs = x_pix[:, None] + (offs_c * x_strides[1])[None, :]
     mask = p_ok[:, None] & c_ok[None, :]
     epilogue(DX, offs, mask, acc, alpha, beta, DX, offs_c, c_ok, False, BETA_NONZERO, identity)
 
@@ -275,18 +313,16 @@ def direct_filter_partial_kernel(
     groups). The accumulator holds every (j, tap) row for BLOCK_C channels, so each output pixel
     is visited once, reading dy once and the input window from cache."""
     in_d, in_h, in_w = geo.in_size
-    out_size = geo.out_size
-    od_n, oh_n, ow_n = geo.out_size
-    sd, sh, sw = geo.stride
-    pd, ph, pw = geo.padding
+    out_size, stride, padding = geo.out_size, geo.stride, geo.padding
+    od_n, oh_n, ow_n = out_size
     dd, dh, dw = geo.dilation
-    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
-    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    x_strides, y_strides = geo.x_strides, geo.y_strides
+    xs_n, xs_c, xs_d, xs_h, xs_w = x_strides
     x_off, w_off, y_off = geo.offsets
     pixels = geo.n * od_n * oh_n * ow_n
     TAPS: tl.constexpr = KD * KH * KW
 
-    chunk, pid_c = _tile_coords(tl.program_id(0), K, BLOCK_C)
+    chunk, pid_c = tile_coords(tl.program_id(0), K, BLOCK_C)
     offs_k = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
     k_ok = offs_k < K
     # Rows r = j * TAPS + tap.
@@ -302,7 +338,7 @@ def direct_filter_partial_kernel(
         j * xs_c + rd * dd * xs_d + rh * dh * xs_h + rw * dw * xs_w
     )[:, None]
     rk_ok = r_ok[:, None] & k_ok[None, :]
-    dy_k = y_off + offs_k * ys_k
+    dy_k = y_off + offs_k * y_strides[1]
 
     acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
     start = chunk * pixels_per_chunk
@@ -312,18 +348,15 @@ def direct_filter_partial_kernel(
             p = p0 + u
             p_ok = p < end
             n, od, oh, ow = split_pixel(p, out_size)
-            dyv = tl.load(
-                DY + dy_k + n * ys_n + od * ys_d + oh * ys_h + ow * ys_w,
-                mask=k_ok & p_ok,
-                other=0.0,
-            )
-            i_d = od * sd - pd + rd * dd
-            i_h = oh * sh - ph + rh * dh
-            i_w = ow * sw - pw + rw * dw
+            dy_pix = pixel_offset(dy_k, n, od, oh, ow, y_strides)
+            dyv = tl.load(DY + dy_pix, mask=k_ok & p_ok, other=0.0)
+            id0, ih0, iw0 = window_corner(od, oh, ow, stride, padding)
+            i_d = id0 + rd * dd
+            i_h = ih0 + rh * dh
+            i_w = iw0 + rw * dw
             inside = (i_d >= 0) & (i_d < in_d) & (i_h >= 0) & (i_h < in_h)
             inside = inside & (i_w >= 0) & (i_w < in_w)
-            corner = x_off + n * xs_n + (od * sd - pd) * xs_d + (oh * sh - ph) * xs_h
-            corner += (ow * sw - pw) * xs_w
+            corner = pixel_offset(x_off, n, id0, ih0, iw0, x_strides)
             xv = tl.load(X + corner + x_rc, mask=rk_ok & inside[:, None] & p_ok, other=0.0)
             acc += xv.to(tl.float32) * dyv.to(tl.float32)[None, :]
 
@@ -368,14 +401,13 @@ def direct_filter_rows_kernel(
     float32 accumulators, which are summed over the pixels only at the end. The programs of
     one chunk and channel block are neighbours, so the dy and x tiles they share come from L2.
     """
-    in_d, in_h, in_w = geo.in_size
-    out_size = geo.out_size
-    od_n, oh_n, ow_n = geo.out_size
-    sd, sh, sw = geo.stride
-    pd, ph, pw = geo.padding
-    dd, dh, dw = geo.dilation
-    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
-    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    in_size, out_size, stride, padding = geo.in_size, geo.out_size, geo.stride, geo.padding
+    od_n, oh_n, ow_n = out_size
+    in_w = in_size[2]
+    dilation = geo.dilation
+    dw = dilation[2]
+    x_strides, y_strides = geo.x_strides, geo.y_strides
+    xs_w = x_strides[4]
     x_off, w_off, y_off = geo.offsets
     pixels = geo.n * od_n * oh_n * ow_n
     ROWS: tl.constexpr = CG * KD * KH
@@ -383,15 +415,15 @@ def direct_filter_rows_kernel(
 
     pid = tl.program_id(0)
     row = pid % ROWS
-    chunk, pid_c = _tile_coords(pid // ROWS, K, BLOCK_C)
+    chunk, pid_c = tile_coords(pid // ROWS, K, BLOCK_C)
     j = row // (KD * KH)
     rd = (row // KH) % KD
     rh = row % KH
     offs_k = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
     k_ok = offs_k < K
     cx = _input_channels(offs_k, j, CG, KG)
-    x_chan = (cx * xs_c)[None, :]
-    dy_chan = (y_off + offs_k * ys_k)[None, :]
+    x_chan = (cx * x_strides[1])[None, :]
+    dy_chan = (y_off + offs_k * y_strides[1])[None, :]
 
     acc0 = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
     acc1 = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
@@ -407,14 +439,12 @@ def direct_filter_rows_kernel(
         offs_p = p0 + tl.arange(0, BLOCK_P)
         p_ok = offs_p < end
         n, od, oh, ow = split_pixel(offs_p, out_size)
-        dy_pix = (n * ys_n + od * ys_d + oh * ys_h + ow * ys_w)[:, None]
+        dy_pix = pixel_offset(0, n, od, oh, ow, y_strides)[:, None]
         dyv = tl.load(DY + dy_pix + dy_chan, mask=p_ok[:, None] & k_ok[None, :], other=0.0)
         dyv = dyv.to(tl.float32)
-        i_d = od * sd - pd + rd * dd
-        i_h = oh * sh - ph + rh * dh
-        iw0 = ow * sw - pw
-        row_ok = p_ok & (i_d >= 0) & (i_d < in_d) & (i_h >= 0) & (i_h < in_h)
-        Xc = X + (x_off + n * xs_n + i_d * xs_d + i_h * xs_h + iw0 * xs_w)[:, None] + x_chan
+        id0, ih0, iw0 = window_corner(od, oh, ow, stride, padding)
+        i_d, i_h, row_ok = input_row(id0, ih0, rd, rh, dilation, in_size, p_ok)
+        Xc = X + pixel_offset(x_off, n, i_d, i_h, iw0, x_strides)[:, None] + x_chan
         acc0 = _filter_tap(acc0, Xc, dyv, iw0, 0, dw, in_w, xs_w, row_ok, k_ok)
         if KW > 1:
             acc1 = _filter_tap(acc1, Xc, dyv, iw0, 1, dw, in_w, xs_w, row_ok, k_ok)

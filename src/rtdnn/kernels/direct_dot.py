@@ -27,6 +27,15 @@ import triton.language as tl
 
 from .brgemm import epilogue, identity
 from .conv_addressing import split_pixel
+from .direct import (
+    input_row,
+    output_row,
+    over_filter_rows,
+    pixel_block,
+    pixel_offset,
+    tile_coords,
+    window_corner,
+)
 
 
 @triton.jit
@@ -44,14 +53,6 @@ def _lanes(s, C, K, CG: tl.constexpr, KG: tl.constexpr, SG: tl.constexpr,
     diag = ((a // CG)[:, None] == (b // KG)[None, :]) & a_ok[:, None] & b_ok[None, :]
     j = a[:, None] - (b // KG * CG)[None, :]
     return c, k, a_ok, b_ok, diag, j
-
-
-@triton.jit
-def _tile_coords(pid, groups, SG: tl.constexpr):
-    """Program id -> (pixel block or chunk, super-group); the super-groups of one pixel block
-    are neighbours, so they share the input rows' cache lines."""
-    supers = tl.cdiv(groups, SG)
-    return pid // supers, pid % supers
 
 
 @triton.jit
@@ -76,21 +77,28 @@ def _filter_tile(Wb, Wk, w_ok, k_ok, w_tap, tap_ok, CG: tl.constexpr, TRANSPOSED
 
 
 @triton.jit
-def _forward_row(
-    acc, t, Xc, Wb, Wk, w_ok, k_ok, id0, ih0, iw0, p_ok, a_ok, in_d, in_h, in_w, dd, dh, dw,
-    xs_d, xs_h, xs_w, ws_d, ws_h, ws_w, CG: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
-    KWP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
-    UPCAST: tl.constexpr,
-):  # fmt: skip
+def _forward_row(acc, t, args, consts: tl.constexpr):
     """acc += the taps of filter row t = (rd, rh) as one product: the row's KW input tiles side
     by side ([BLOCK_P, KWP * BLOCK_I], taps past KW zero) times their filter tiles stacked.
     Xc: x at each output pixel's window corner and each lane's input channel [BLOCK_P,
     BLOCK_I]; Wb: the block-diagonal filter tile at tap 0 [BLOCK_I, BLOCK_O]."""
+    (Xc, Wb, Wk, w_ok, k_ok, id0, ih0, iw0, p_ok, a_ok, in_size, dilation, x_strides,
+     w_strides) = args  # fmt: skip
+    CG: tl.constexpr = consts[0]
+    KH: tl.constexpr = consts[1]
+    KW: tl.constexpr = consts[2]
+    KWP: tl.constexpr = consts[3]
+    BLOCK_P: tl.constexpr = consts[4]
+    BLOCK_I: tl.constexpr = consts[5]
+    BLOCK_O: tl.constexpr = consts[6]
+    UPCAST: tl.constexpr = consts[7]
+    dd, dh, dw = dilation
+    in_w = in_size[2]
+    xs_n, xs_c, xs_d, xs_h, xs_w = x_strides
+    ws_k, ws_c, ws_d, ws_h, ws_w = w_strides
     rd = t // KH
     rh = t % KH
-    i_d = id0 + rd * dd
-    i_h = ih0 + rh * dh
-    row_ok = p_ok & (i_d >= 0) & (i_d < in_d) & (i_h >= 0) & (i_h < in_h)
+    i_d, i_h, row_ok = input_row(id0, ih0, rd, rh, dilation, in_size, p_ok)
     rw = tl.arange(0, KWP)
     i_w = iw0[:, None] + (rw * dw)[None, :]
     ok = row_ok[:, None] & (i_w >= 0) & (i_w < in_w) & (rw < KW)[None, :]
@@ -119,74 +127,57 @@ def direct_dot_forward_kernel(
     """y = act(alpha * conv(x, w) + bias + beta * y) on BLOCK_P output pixels x the output
     lanes of one super-group of SG groups."""
     # Geometry fields are read into locals first (Triton 3.6 loses a NamedTuple leaf
-    # specialized to 1 when it is read inside a loop).
-    in_d, in_h, in_w = geo.in_size
-    out_size = geo.out_size
-    sd, sh, sw = geo.stride
-    pd, ph, pw = geo.padding
-    dd, dh, dw = geo.dilation
-    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
-    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
-    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    # specialized to 1 when it is read inside or after a loop).
+    in_size, dilation = geo.in_size, geo.dilation
+    x_strides, w_strides, y_strides = geo.x_strides, geo.w_strides, geo.y_strides
     x_off, w_off, y_off = geo.offsets
-    od_n, oh_n, ow_n = out_size
-    pixels = geo.n * od_n * oh_n * ow_n
 
-    pid_p, s = _tile_coords(tl.program_id(0), groups, SG)
+    pid_p, s = tile_coords(tl.program_id(0), groups, SG)
     c, k, a_ok, b_ok, diag, j = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
-    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    p_ok = offs_p < pixels
-    n, od, oh, ow = split_pixel(offs_p, out_size)
-    id0 = od * sd - pd
-    ih0 = oh * sh - ph
-    iw0 = ow * sw - pw
-    corner = x_off + n * xs_n + id0 * xs_d + ih0 * xs_h + iw0 * xs_w
-    Xc = X + corner[:, None] + (c * xs_c)[None, :]
-    Wk = Wt + w_off + k * ws_k
-    Wb = Wk[None, :] + j * ws_c
+    n, od, oh, ow, p_ok = pixel_block(pid_p, geo.n, geo.out_size, BLOCK_P)
+    id0, ih0, iw0 = window_corner(od, oh, ow, geo.stride, geo.padding)
+    corner = pixel_offset(x_off, n, id0, ih0, iw0, x_strides)
+    Xc = X + corner[:, None] + (c * x_strides[1])[None, :]
+    Wk = Wt + w_off + k * w_strides[0]
+    Wb = Wk[None, :] + j * w_strides[1]
 
     acc = tl.zeros((BLOCK_P, BLOCK_O), dtype=tl.float32)
-    # Small filters unroll every row; larger ones loop over the rows.
-    if KD * KH * KW <= 9:
-        for t in tl.static_range(KD * KH):
-            acc = _forward_row(
-                acc, t, Xc, Wb, Wk, diag, b_ok, id0, ih0, iw0, p_ok, a_ok, in_d, in_h, in_w, dd, dh,
-                dw, xs_d, xs_h, xs_w, ws_d, ws_h, ws_w, CG, KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O,
-                UPCAST,
-            )  # fmt: skip
-    else:
-        for t in range(KD * KH):
-            acc = _forward_row(
-                acc, t, Xc, Wb, Wk, diag, b_ok, id0, ih0, iw0, p_ok, a_ok, in_d, in_h, in_w, dd, dh,
-                dw, xs_d, xs_h, xs_w, ws_d, ws_h, ws_w, CG, KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O,
-                UPCAST,
-            )  # fmt: skip
+    row_args = (
+        Xc, Wb, Wk, diag, b_ok, id0, ih0, iw0, p_ok, a_ok, in_size, dilation, x_strides, w_strides,
+    )  # fmt: skip
+    consts: tl.constexpr = (CG, KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O, UPCAST)
+    acc = over_filter_rows(acc, _forward_row, row_args, consts, KD * KH, KD * KH * KW <= 9)
 
-    y_pix = y_off + n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
-    offs = y_pix[:, None] + (k * ys_k)[None, :]
+    y_pix = pixel_offset(y_off, n, od, oh, ow, y_strides)
+    offs = y_pix[:, None] + (k * y_strides[1])[None, :]
     mask = p_ok[:, None] & b_ok[None, :]
     epilogue(Y, offs, mask, acc, alpha, beta, BIAS, k, b_ok, HAS_BIAS, BETA_NONZERO, ACTIVATION)
 
 
 @triton.jit
-def _backward_data_row(
-    acc, t, DYn, Wb, Wk, w_ok, t_d0, t_h0, t_w0, p_ok, b_ok, od_n, oh_n, ow_n, sd, sh, sw, dd,
-    dh, dw, ys_d, ys_h, ys_w, ws_d, ws_h, ws_w, CG: tl.constexpr, KH: tl.constexpr,
-    KW: tl.constexpr, KWP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_I: tl.constexpr,
-    BLOCK_O: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
+def _backward_data_row(acc, t, args, consts: tl.constexpr):
     """acc += the taps of filter row t = (rd, rh) as one product ([BLOCK_P, KWP * BLOCK_O] dy
     tiles side by side times the transposed filter tiles stacked). DYn: dy at each pixel's
     image and each output lane's channel; Wb: the transposed block-diagonal filter tile at
-    tap 0 [BLOCK_O, BLOCK_I]."""
+    tap 0 [BLOCK_O, BLOCK_I]; (t_d0, t_h0, t_w0): padded input indices."""
+    (DYn, Wb, Wk, w_ok, t_d0, t_h0, t_w0, p_ok, b_ok, out_size, stride, dilation, y_strides,
+     w_strides) = args  # fmt: skip
+    CG: tl.constexpr = consts[0]
+    KH: tl.constexpr = consts[1]
+    KW: tl.constexpr = consts[2]
+    KWP: tl.constexpr = consts[3]
+    BLOCK_P: tl.constexpr = consts[4]
+    BLOCK_I: tl.constexpr = consts[5]
+    BLOCK_O: tl.constexpr = consts[6]
+    UPCAST: tl.constexpr = consts[7]
+    dw = dilation[2]
+    sw = stride[2]
+    ow_n = out_size[2]
+    ys_n, ys_k, ys_d, ys_h, ys_w = y_strides
+    ws_k, ws_c, ws_d, ws_h, ws_w = w_strides
     rd = t // KH
     rh = t % KH
-    t_d = t_d0 - rd * dd
-    o_d = t_d // sd
-    t_h = t_h0 - rh * dh
-    o_h = t_h // sh
-    row_ok = p_ok & (t_d >= 0) & (o_d * sd == t_d) & (o_d < od_n)
-    row_ok = row_ok & (t_h >= 0) & (o_h * sh == t_h) & (o_h < oh_n)
+    o_d, o_h, row_ok = output_row(t_d0, t_h0, rd, rh, dilation, stride, out_size, p_ok)
     rw = tl.arange(0, KWP)
     t_w = t_w0[:, None] - (rw * dw)[None, :]
     o_w = t_w // sw
@@ -216,48 +207,30 @@ def direct_dot_backward_data_kernel(
     """dx = alpha * (gradient w.r.t. x) + beta * dx on BLOCK_P input pixels x the input lanes
     of one super-group. A tap reaches input pixel i when i + pad - r * dil is a multiple of the
     stride and lands inside the output; other taps load zeros."""
-    in_size = geo.in_size
-    od_n, oh_n, ow_n = geo.out_size
-    sd, sh, sw = geo.stride
+    in_size, out_size, stride, dilation = geo.in_size, geo.out_size, geo.stride, geo.dilation
+    x_strides, w_strides, y_strides = geo.x_strides, geo.w_strides, geo.y_strides
     pd, ph, pw = geo.padding
-    dd, dh, dw = geo.dilation
-    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
-    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
-    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
     x_off, w_off, y_off = geo.offsets
-    in_d, in_h, in_w = in_size
-    pixels = geo.n * in_d * in_h * in_w
 
-    pid_p, s = _tile_coords(tl.program_id(0), groups, SG)
+    pid_p, s = tile_coords(tl.program_id(0), groups, SG)
     c, k, a_ok, b_ok, diag, j = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
-    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    p_ok = offs_p < pixels
-    n, i_d, i_h, i_w = split_pixel(offs_p, in_size)
-    DYn = DY + (y_off + n * ys_n)[:, None] + (k * ys_k)[None, :]
+    n, i_d, i_h, i_w, p_ok = pixel_block(pid_p, geo.n, in_size, BLOCK_P)
+    DYn = DY + (y_off + n * y_strides[0])[:, None] + (k * y_strides[1])[None, :]
     # [BLOCK_O, BLOCK_I]: the forward's block-diagonal tile, transposed.
-    Wk = Wt + w_off + k * ws_k
-    Wb = tl.trans(Wk[None, :] + j * ws_c)
+    Wk = Wt + w_off + k * w_strides[0]
+    Wb = tl.trans(Wk[None, :] + j * w_strides[1])
     w_ok = tl.trans(diag)
 
     acc = tl.zeros((BLOCK_P, BLOCK_I), dtype=tl.float32)
-    # Small filters unroll every row; larger ones loop over the rows.
-    if KD * KH * KW <= 9:
-        for t in tl.static_range(KD * KH):
-            acc = _backward_data_row(
-                acc, t, DYn, Wb, Wk, w_ok, i_d + pd, i_h + ph, i_w + pw, p_ok, b_ok, od_n, oh_n,
-                ow_n, sd, sh, sw, dd, dh, dw, ys_d, ys_h, ys_w, ws_d, ws_h, ws_w, CG, KH, KW, KWP,
-                BLOCK_P, BLOCK_I, BLOCK_O, UPCAST,
-            )  # fmt: skip
-    else:
-        for t in range(KD * KH):
-            acc = _backward_data_row(
-                acc, t, DYn, Wb, Wk, w_ok, i_d + pd, i_h + ph, i_w + pw, p_ok, b_ok, od_n, oh_n,
-                ow_n, sd, sh, sw, dd, dh, dw, ys_d, ys_h, ys_w, ws_d, ws_h, ws_w, CG, KH, KW, KWP,
-                BLOCK_P, BLOCK_I, BLOCK_O, UPCAST,
-            )  # fmt: skip
+    row_args = (
+        DYn, Wb, Wk, w_ok, i_d + pd, i_h + ph, i_w + pw, p_ok, b_ok, out_size, stride, dilation,
+        y_strides, w_strides,
+    )  # fmt: skip
+    consts: tl.constexpr = (CG, KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O, UPCAST)
+    acc = over_filter_rows(acc, _backward_data_row, row_args, consts, KD * KH, KD * KH * KW <= 9)
 
-    x_pix = x_off + n * xs_n + i_d * xs_d + i_h * xs_h + i_w * xs_w
-    offs = x_pix[:, None] + (c * xs_c)[None, :]
+    x_pix = pixel_offset(x_off, n, i_d, i_h, i_w, x_strides)
+    offs = x_pix[:, None] + (c * x_strides[1])[None, :]
     mask = p_ok[:, None] & a_ok[None, :]
     epilogue(DX, offs, mask, acc, alpha, beta, DX, c, a_ok, False, BETA_NONZERO, identity)
 
@@ -276,14 +249,13 @@ def direct_dot_filter_rows_kernel(
     one product of the row's input tiles side by side ([BLOCK_P, KWP * BLOCK_I], transposed)
     with the dy tile, into a [KWP * BLOCK_I, BLOCK_O] accumulator whose diagonal blocks are
     the row's filter taps."""
-    in_d, in_h, in_w = geo.in_size
-    out_size = geo.out_size
-    od_n, oh_n, ow_n = geo.out_size
-    sd, sh, sw = geo.stride
-    pd, ph, pw = geo.padding
-    dd, dh, dw = geo.dilation
-    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
-    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    in_size, out_size, stride, padding = geo.in_size, geo.out_size, geo.stride, geo.padding
+    od_n, oh_n, ow_n = out_size
+    in_w = in_size[2]
+    dilation = geo.dilation
+    dw = dilation[2]
+    x_strides, y_strides = geo.x_strides, geo.y_strides
+    xs_n, xs_c, xs_d, xs_h, xs_w = x_strides
     x_off, w_off, y_off = geo.offsets
     pixels = geo.n * od_n * oh_n * ow_n
     ROWS: tl.constexpr = KD * KH
@@ -291,14 +263,14 @@ def direct_dot_filter_rows_kernel(
 
     pid = tl.program_id(0)
     row = pid % ROWS
-    chunk, s = _tile_coords(pid // ROWS, groups, SG)
+    chunk, s = tile_coords(pid // ROWS, groups, SG)
     rd = row // KH
     rh = row % KH
     c, k, a_ok, b_ok, diag, j = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
     rw = tl.arange(0, KWP)
     x_lane = (rw * dw * xs_w)[:, None] + (c * xs_c)[None, :]
     lane_ok = (rw < KW)[:, None] & a_ok[None, :]
-    dy_chan = (y_off + k * ys_k)[None, :]
+    dy_chan = (y_off + k * y_strides[1])[None, :]
 
     acc = tl.zeros((KWP * BLOCK_I, BLOCK_O), dtype=tl.float32)
     start = chunk * pixels_per_chunk
@@ -307,15 +279,13 @@ def direct_dot_filter_rows_kernel(
         offs_p = p0 + tl.arange(0, BLOCK_P)
         p_ok = offs_p < end
         n, od, oh, ow = split_pixel(offs_p, out_size)
-        dy_pix = (n * ys_n + od * ys_d + oh * ys_h + ow * ys_w)[:, None]
+        dy_pix = pixel_offset(0, n, od, oh, ow, y_strides)[:, None]
         dyv = tl.load(DY + dy_pix + dy_chan, mask=p_ok[:, None] & b_ok[None, :], other=0.0)
-        i_d = od * sd - pd + rd * dd
-        i_h = oh * sh - ph + rh * dh
-        iw0 = ow * sw - pw
-        row_ok = p_ok & (i_d >= 0) & (i_d < in_d) & (i_h >= 0) & (i_h < in_h)
+        id0, ih0, iw0 = window_corner(od, oh, ow, stride, padding)
+        i_d, i_h, row_ok = input_row(id0, ih0, rd, rh, dilation, in_size, p_ok)
         i_w = iw0[:, None] + (rw * dw)[None, :]
         ok = row_ok[:, None] & (i_w >= 0) & (i_w < in_w)
-        corner = x_off + n * xs_n + i_d * xs_d + i_h * xs_h + iw0 * xs_w
+        corner = pixel_offset(x_off, n, i_d, i_h, iw0, x_strides)
         xv = tl.load(
             X + corner[:, None, None] + x_lane[None, :, :],
             mask=ok[:, :, None] & lane_ok[None, :, :],
