@@ -95,6 +95,14 @@ def _channels_last_strides(desc: TensorDesc) -> tuple[int, ...]:
     return tuple(strides)
 
 
+def _box_strides(desc: TensorDesc) -> tuple[int, int, int, int]:
+    """The (n, d, h, w) strides of a channels-last data tensor as a TMA descriptor takes them
+    (conv_tma._image_box): 1-D and 2-D tensors get leading dims of size 1, for which any
+    16-byte multiple serves (N's)."""
+    s = _channels_last_strides(desc)
+    return (s[0], *(s[0],) * (5 - desc.ndim), *s[2:])
+
+
 def _channels_last_aligned(desc: TensorDesc, item: int) -> bool:
     """Channels innermost, every other stride a multiple of 16 bytes (a TMA descriptor's)."""
     strides = _channels_last_strides(desc)
@@ -140,13 +148,10 @@ def tma_filter_geometry(p: ConvProblem, tiles: TileConfig) -> conv_tma.TmaFilter
     geo = conv_geometry(p)
     _, oh, ow = geo.out_size
     box = conv_tma.rectangle(oh, ow, tiles.block_k)
-    xs, ys = _channels_last_strides(p.x), _channels_last_strides(p.y)
-    lead = 5 - p.x.ndim  # as 3-D: leading dims of size 1, any 16-byte multiple as stride
     return conv_tma.TmaFilterGeometry(
         *(tl.constexpr(b) for b in box), p.batch, geo.cg, geo.kg, geo.in_size, geo.out_size,
-        geo.kernel, geo.padding, geo.dilation, (xs[0], *(xs[0],) * lead, *xs[2:]),
-        p.in_channels, (ys[0], *(ys[0],) * lead, *ys[2:]), p.out_channels, geo.w_strides,
-        geo.offsets[1],
+        geo.kernel, geo.padding, geo.dilation, _box_strides(p.x), p.in_channels,
+        _box_strides(p.y), p.out_channels, geo.w_strides, geo.offsets[1],
     )  # fmt: skip
 
 
@@ -164,9 +169,7 @@ def tma_geometry(p: ConvProblem, tiles: TileConfig) -> conv_tma.TmaGeometry:
     sign = 1 if forward else -1
     shift = tuple(-sign * q for q in geo.padding)
     step = tuple(sign * d for d in geo.dilation)
-    ss = _channels_last_strides(src)
-    # As 3-D: the missing leading dims have size 1; any 16-byte multiple serves as their stride.
-    src_strides = (ss[0], *(ss[0],) * (5 - src.ndim), *ss[2:])
+    src_strides = _box_strides(src)
     dst_strides = geo.y_strides if forward else geo.x_strides
     cg, kg = geo.cg, geo.kg
     return conv_tma.TmaGeometry(
@@ -313,7 +316,7 @@ class ImplicitGemm(ConvAlgorithm):
         if p.direction == Direction.BACKWARD_FILTER:
             return self._prepare_tma_filter(p, tiles, plain)
         geo = tma_geometry(p, tiles)
-        row_tiles = conv_tma.row_tiles(geo)
+        row_tiles = conv_tma.rectangles(geo)
         forward = p.direction == Direction.FORWARD
         kernel = KernelLaunch(
             conv_tma.tma_conv_kernel,
@@ -344,9 +347,7 @@ class ImplicitGemm(ConvAlgorithm):
         per tile, block_k of dy's pixels per step; split over this algorithm's splits (partial
         sums in the workspace, the same bytes the pointer path declares)."""
         geo = tma_filter_geometry(p, tiles)
-        _, oh, ow = geo.out_size
-        rects = triton.cdiv(p.batch, int(geo.box_n)) * geo.out_size[0]
-        rects *= triton.cdiv(oh, int(geo.box_h)) * triton.cdiv(ow, int(geo.box_w))
+        rects = conv_tma.rectangles(geo)
         per_split = triton.cdiv(rects, self.splits(p))
         splits = triton.cdiv(rects, per_split)
         tiles_kc = triton.cdiv(geo.kg, tiles.block_m) * triton.cdiv(geo.cg, tiles.block_n)

@@ -77,6 +77,31 @@ def _split(index, sizes):
 
 
 @triton.jit
+def _image_box(
+    ptr, n, size, strides, channels, BOX_N: tl.constexpr, BOX_H: tl.constexpr,
+    BOX_W: tl.constexpr, BLOCK_C: tl.constexpr,
+):  # fmt: skip
+    """A descriptor of the channels-last image tensor at ptr, viewed as (N, D, H, W, C) with
+    (n, d, h, w) strides and channel stride 1, read in [BOX_N, 1, BOX_H, BOX_W, BLOCK_C] boxes."""
+    D, H, W = size
+    s_n, s_d, s_h, s_w = strides
+    return tl.make_tensor_descriptor(
+        ptr, shape=[n, D, H, W, channels], strides=[s_n, s_d, s_h, s_w, 1],
+        block_shape=[BOX_N, 1, BOX_H, BOX_W, BLOCK_C],
+    )  # fmt: skip
+
+
+@triton.jit
+def _rectangle(index, n, size, BOX_N: tl.constexpr, BOX_H: tl.constexpr, BOX_W: tl.constexpr):
+    """Rectangle `index` of BOX_N x BOX_H x BOX_W pixels over (N, D, H, W) with (D, H, W) =
+    size: its first (n, d, h, w), and how many rectangles there are."""
+    D, H, W = size
+    sizes = (tl.cdiv(n, BOX_N), D, tl.cdiv(H, BOX_H), tl.cdiv(W, BOX_W))
+    rn, d, rh, rw = _split(index, sizes)
+    return rn * BOX_N, d, rh * BOX_H, rw * BOX_W, sizes[0] * D * sizes[2] * sizes[3]
+
+
+@triton.jit
 def tma_conv_kernel(
     SRC, Wt, DST, BIAS, geo, M, STEPS, alpha, beta,
     BACKWARD_DATA: tl.constexpr, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -97,17 +122,16 @@ def tma_conv_kernel(
     # Every geometry field is read here, before the loop (see conv_addressing's note on
     # Triton 3.6 and NamedTuple leaves specialized to 1).
     red, cols, n_images = geo.red, geo.cols, geo.n
-    D, H, W = geo.src_size
-    OD, OH, OW = geo.dst_size
+    dst_size = geo.dst_size
+    OD, OH, OW = dst_size
     KD, KH, KW = geo.kernel
     sd, sh, sw = geo.shift
     td, th, tw = geo.step
-    xs_n, xs_d, xs_h, xs_w = geo.src_strides
     ys_n, ys_c, ys_d, ys_h, ys_w = geo.dst_strides
     dst_offset = geo.dst_offset
-    src = tl.make_tensor_descriptor(
-        SRC, shape=[n_images, D, H, W, geo.src_channels], strides=[xs_n, xs_d, xs_h, xs_w, 1],
-        block_shape=[BOX_N, 1, BOX_H, BOX_W, BLOCK_K],
+    src = _image_box(
+        SRC, n_images, geo.src_size, geo.src_strides, geo.src_channels, BOX_N, BOX_H, BOX_W,
+        BLOCK_K,
     )  # fmt: skip
     if BACKWARD_DATA:  # rows of w are the reduced channels k: a [BLOCK_K, BLOCK_N] box
         w = tl.make_tensor_descriptor(
@@ -123,9 +147,7 @@ def tma_conv_kernel(
     pid_m, pid_n = tile_coords(tl.program_id(0), M, cols, BLOCK_M, BLOCK_N, GROUP_M)
     group = tl.program_id(1)
     # The row tile's rectangle: its first image, output depth, row and column.
-    rect_sizes = (tl.cdiv(n_images, BOX_N), OD, tl.cdiv(OH, BOX_H), tl.cdiv(OW, BOX_W))
-    rn, od, rh0, rw0 = _split(pid_m, rect_sizes)
-    n0, oh0, ow0 = rn * BOX_N, rh0 * BOX_H, rw0 * BOX_W
+    n0, od, oh0, ow0, _ = _rectangle(pid_m, n_images, dst_size, BOX_N, BOX_H, BOX_W)
     col0 = pid_n * BLOCK_N  # in the group; columns past it reach only masked outputs
     red_group = group * red
     # The filter's rows are output channels (K): forward's columns, backward-data's reduction.
@@ -212,23 +234,18 @@ def tma_conv_filter_kernel(
     BOX_W: tl.constexpr = geo.box_w
     BLOCK_P: tl.constexpr = BOX_N * BOX_H * BOX_W
     cg, kg, n_images = geo.cg, geo.kg, geo.n
-    D, H, W = geo.in_size
-    OD, OH, OW = geo.out_size
+    out_size = geo.out_size
     KD, KH, KW = geo.kernel
     pd, ph, pw = geo.padding
     dd, dh, dw = geo.dilation
-    xs_n, xs_d, xs_h, xs_w = geo.x_strides
-    gs_n, gs_d, gs_h, gs_w = geo.dy_strides
     ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
     w_offset = geo.w_offset
-    x = tl.make_tensor_descriptor(
-        X, shape=[n_images, D, H, W, geo.x_channels], strides=[xs_n, xs_d, xs_h, xs_w, 1],
-        block_shape=[BOX_N, 1, BOX_H, BOX_W, BLOCK_N],
-    )  # fmt: skip
-    dy = tl.make_tensor_descriptor(
-        DY, shape=[n_images, OD, OH, OW, geo.dy_channels], strides=[gs_n, gs_d, gs_h, gs_w, 1],
-        block_shape=[BOX_N, 1, BOX_H, BOX_W, BLOCK_M],
-    )  # fmt: skip
+    x = _image_box(
+        X, n_images, geo.in_size, geo.x_strides, geo.x_channels, BOX_N, BOX_H, BOX_W, BLOCK_N
+    )
+    dy = _image_box(
+        DY, n_images, out_size, geo.dy_strides, geo.dy_channels, BOX_N, BOX_H, BOX_W, BLOCK_M
+    )
 
     k_tiles = tl.cdiv(kg, BLOCK_M)
     pid_k = tl.program_id(0) % k_tiles
@@ -244,14 +261,12 @@ def tma_conv_filter_kernel(
     k0 = group * kg + pid_k * BLOCK_M
     c0 = group * cg + pid_c * BLOCK_N
 
-    rect_sizes = (tl.cdiv(n_images, BOX_N), OD, tl.cdiv(OH, BOX_H), tl.cdiv(OW, BOX_W))
-    rects = rect_sizes[0] * OD * rect_sizes[2] * rect_sizes[3]
+    rects = _rectangle(0, n_images, out_size, BOX_N, BOX_H, BOX_W)[4]
     r_begin = split * rects_per_split
     r_end = tl.minimum(r_begin + rects_per_split, rects)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for r in range(r_begin, r_end):
-        rn, od, rh0, rw0 = _split(r, rect_sizes)
-        n0, oh0, ow0 = rn * BOX_N, rh0 * BOX_H, rw0 * BOX_W
+        n0, od, oh0, ow0, _ = _rectangle(r, n_images, out_size, BOX_N, BOX_H, BOX_W)
         a = dy.load([n0, od, oh0, ow0, k0]).reshape(BLOCK_P, BLOCK_M)
         b = x.load([n0, od - pd + rd * dd, oh0 - ph + rh * dh, ow0 - pw + rw * dw, c0])
         b = b.reshape(BLOCK_P, BLOCK_N)
@@ -293,8 +308,9 @@ def rectangle(rows: int, cols: int, block: int) -> tuple[int, int, int]:
     return block // (box_w * box_h), box_h, box_w
 
 
-def row_tiles(geo: TmaGeometry) -> int:
-    """How many row tiles (rectangles of output pixels) cover the output."""
-    od, oh, ow = geo.dst_size
+def rectangles(geo: TmaGeometry | TmaFilterGeometry) -> int:
+    """How many rectangles of box_n x box_h x box_w pixels cover the written image (forward,
+    backward-data) or dy (backward-filter), as _rectangle counts them."""
+    od, oh, ow = geo.dst_size if isinstance(geo, TmaGeometry) else geo.out_size
     per_image = od * triton.cdiv(oh, int(geo.box_h)) * triton.cdiv(ow, int(geo.box_w))
     return triton.cdiv(geo.n, int(geo.box_n)) * per_image
