@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import resources
 
 import torch
@@ -27,6 +27,7 @@ from ..algos import ALGORITHMS
 from ..core import NotSupportedError
 from ..core.timing import copy_bandwidth, device_time_ms
 from ..reference import rel_error
+from .output import write_results
 
 DTYPES = {
     "bf16": torch.bfloat16,
@@ -274,13 +275,7 @@ def run_suite(
 
 
 def _write(out_dir: str, stem: str, title: str, rows: list[Row]) -> None:
-    import os
-
-    os.makedirs(out_dir, exist_ok=True)
-    with open(f"{out_dir}/{stem}.json", "w") as f:
-        json.dump({"title": title, "rows": [asdict(r) for r in rows]}, f, indent=1)
-    with open(f"{out_dir}/{stem}.md", "w") as f:
-        f.write(markdown(rows, title))
+    write_results(out_dir, stem, title, rows, markdown(rows, title))
 
 
 def self_check() -> list[tuple[str, float, bool]]:

@@ -15,11 +15,9 @@ times measure the interpreter, not the algorithms.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
@@ -37,6 +35,7 @@ from ..core import (
 from ..core.timing import device_time_ms
 from ..reference import rel_error
 from .conv import AGREEMENT, DIRECTIONS, DTYPES, LayerCalls, geomean, layer_calls, load_suite
+from .output import write_results
 
 #: The CPU smoke run's layers: a 3x3 stride-1 layer (every 2-D algorithm takes it) and a
 #: 1-D one; small enough for the interpreter.
@@ -316,9 +315,5 @@ def run_algo_suite(
 
 
 def _write(out_dir: str, stem: str, title: str, rows: list[AlgoRow], baseline: str) -> None:
-    os.makedirs(out_dir, exist_ok=True)
-    with open(f"{out_dir}/{stem}.json", "w") as f:
-        json.dump({"title": title, "baseline": baseline, "rows": [asdict(r) for r in rows]}, f,
-                  indent=1)  # fmt: skip
-    with open(f"{out_dir}/{stem}.md", "w") as f:
-        f.write(markdown(rows, title, baseline))
+    md = markdown(rows, title, baseline)
+    write_results(out_dir, stem, title, rows, md, baseline=baseline)

@@ -14,15 +14,14 @@ targets on the host before launching, as torch's native path also synchronizes).
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from ..core.timing import device_time_ms
+from .output import write_results
 
 DEVICE = "cuda"  # the tests run the harness on the CPU (interpreter) with tiny cases
 # float32 sums over up to 1000 frames in log space, in different orders on the two sides.
@@ -219,10 +218,5 @@ def run_ctc(out_dir: str | None = None, limit: int | None = None) -> list[CtcRow
     md = markdown(rows, title)
     print(md)
     if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        stem = os.path.join(out_dir, "ctc_float32")
-        with open(stem + ".json", "w") as f:
-            json.dump({"title": title, "rows": [asdict(r) for r in rows]}, f, indent=1)
-        with open(stem + ".md", "w") as f:
-            f.write(md)
+        write_results(out_dir, "ctc_float32", title, rows, md)
     return rows

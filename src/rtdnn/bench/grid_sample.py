@@ -17,16 +17,15 @@ bandwidth. Both sides are timed as plain calls.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from ..core.timing import copy_bandwidth, device_time_ms
+from .output import write_results
 
 DEVICE = "cuda"  # the tests run the harness on the CPU (interpreter) with tiny cases
 # The two sides' sampling coordinates differ in their last bits (a grid from a float64 theta,
@@ -216,11 +215,5 @@ def run_grid_sample(out_dir: str | None = None, limit: int | None = None) -> lis
     md = markdown(rows, title)
     print(md)
     if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        stem = os.path.join(out_dir, "grid_sample_float32")
-        with open(stem + ".json", "w") as f:
-            json.dump({"title": title, "copy_gbs": copy_gbs, "rows": [asdict(r) for r in rows]},
-                      f, indent=1)  # fmt: skip
-        with open(stem + ".md", "w") as f:
-            f.write(md)
+        write_results(out_dir, "grid_sample_float32", title, rows, md, copy_gbs=copy_gbs)
     return rows

@@ -19,15 +19,14 @@ its forward ran on. rtdnn's result is checked against eager's.
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from .. import ops
 from ..core.timing import copy_bandwidth, device_time_ms
+from .output import write_results
 
 #: ResNet-50's batch-norm layers (channels, spatial size), channels-last.
 RESNET50_BN = [(64, 112), (256, 56), (512, 28), (1024, 14), (2048, 7)]
@@ -266,15 +265,7 @@ def run_norm(
     md = markdown(rows, title)
     print(md)
     if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, "norm.json"), "w") as f:
-            json.dump(
-                {"title": title, "copy_gbps": copy_gbps, "rows": [asdict(r) for r in rows]},
-                f,
-                indent=1,
-            )
-        with open(os.path.join(out_dir, "norm.md"), "w") as f:
-            f.write(md)
+        write_results(out_dir, "norm", title, rows, md, copy_gbps=copy_gbps)
     return rows
 
 

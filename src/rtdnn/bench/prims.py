@@ -15,16 +15,15 @@ read + bytes written).
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from .. import ops as rt
 from ..core.timing import copy_bandwidth, device_time_ms
+from .output import write_results
 
 OPS = ("pooling", "activation", "softmax", "lrn", "dropout", "tensor")
 MiB = 1 << 20
@@ -377,14 +376,6 @@ def run_ops(ops: list[str], out_dir: str | None = None) -> list[PrimRow]:
     md = markdown(rows, title)
     print(md)
     if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        stem = os.path.join(out_dir, f"prims_{'_'.join(families)}")
-        with open(stem + ".json", "w") as f:
-            json.dump(
-                {"title": title, "copy_gbs": copy_gbs, "rows": [asdict(r) for r in rows]},
-                f,
-                indent=1,
-            )
-        with open(stem + ".md", "w") as f:
-            f.write(md)
+        stem = f"prims_{'_'.join(families)}"
+        write_results(out_dir, stem, title, rows, md, copy_gbs=copy_gbs)
     return rows

@@ -13,15 +13,14 @@ host's cost of launching each step included), inputs of shape (T, batch, input).
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
 from ..core.timing import device_time_ms
 from .conv import matmul_ceiling
+from .output import write_results
 
 DEVICE = "cuda"  # the tests run the harness on the CPU (interpreter) with tiny cases
 GATES = {"lstm": 4, "gru": 3}
@@ -205,11 +204,5 @@ def run_rnn(out_dir: str | None = None, limit: int | None = None) -> list[RnnRow
     md = markdown(rows, title)
     print(md)
     if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        stem = os.path.join(out_dir, "rnn_bf16")
-        with open(stem + ".json", "w") as f:
-            json.dump({"title": title, "ceiling": ceiling, "rows": [asdict(r) for r in rows]},
-                      f, indent=1)  # fmt: skip
-        with open(stem + ".md", "w") as f:
-            f.write(md)
+        write_results(out_dir, "rnn_bf16", title, rows, md, ceiling=ceiling)
     return rows
