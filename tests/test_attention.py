@@ -247,10 +247,16 @@ def test_dropout_against_the_mask_it_reports(q_shape, kv_shape, kw):
     assert not torch.equal(other, keep)
 
 
-def test_dropout_keep_rate_and_seed_from_torch():
-    """About 1 - p of the probabilities are kept; without a seed each call draws one from
-    torch's default generator, so torch.manual_seed repeats a run; dropout_p = 0 draws none."""
+def test_dropout_mask_keep_rate_and_seed_from_torch():
+    """The mask is the float64 reference's Philox draw; about 1 - p of the probabilities are
+    kept; without a seed each call draws one from torch's default generator, so
+    torch.manual_seed repeats a run; dropout_p = 0 draws none."""
     keep = rtdnn.attention_dropout_mask((2, 4, 64, 96), 0.25, 7, "cpu")
+    # The float64 reference's Philox: batch-head bh draws tl.rand(seed + bh, i * S + j), the
+    # first of tl.rand4x's four outputs at counter i * S + j.
+    counters = 4 * torch.arange(64 * 96, dtype=torch.int32)
+    want = torch.stack([R.philox_uniform(7 + bh, counters) >= 0.25 for bh in range(8)])
+    assert torch.equal(keep, want.reshape(2, 4, 64, 96))
     rate = keep.float().mean().item()
     assert abs(rate - 0.75) < 0.01, rate  # 49152 draws: the standard deviation is 0.002
     q, k, v = rand(1, 2, 9, 16), rand(1, 2, 11, 16), rand(1, 2, 11, 16)
