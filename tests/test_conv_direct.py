@@ -132,8 +132,8 @@ def test_fma_kernels_in_half_precision(direction, gen):
     }[direction]
     p = _problem(direction, *(tensors.x, tensors.w, tensors.y), **conv)
     algo = ALGORITHMS["DIRECT"]
-    fma = [t for t in algo.tile_candidates(p) if not t.tensor_cores]
-    assert algo.tile_candidates(p)[0].tensor_cores and fma
+    fma = [t for t in algo.tile_candidates(p) if t.kernel == "fma"]
+    assert algo.tile_candidates(p)[0].kernel == "dot" and fma
     need = algo.workspace_bytes(p)
     algo.prepare(p, fma[0])(tensors, torch.empty(need, dtype=torch.uint8), 1.0, 0.0)
     ref = {
@@ -142,6 +142,93 @@ def test_fma_kernels_in_half_precision(direction, gen):
         "backward_filter": lambda: reference.conv_backward_filter(x, dy, w.shape, **conv),
     }[direction]()
     assert reference.rel_error(out, ref) <= TOL[dtype]
+
+
+#: Depthwise problems for the row kernels (kernels/depthwise.py): the forward ring at stride
+#: 1 along H (any stride and dilation along W and D), backward-data at stride 1, channel
+#: multipliers, 1-D and 3-D, padding wider than the filter, 1-pixel images, batch 1.
+ROWS_CASES = [
+    ("3x3", (2, 5, 7, 6), (5, 1, 3, 3), dict(groups=5, padding=1)),
+    ("5x3-pad-2-3", (1, 3, 9, 5), (3, 1, 5, 3), dict(groups=3, padding=(2, 3))),
+    ("even-dil-w-conv", (2, 4, 6, 5), (4, 1, 2, 2), dict(groups=4, dilation=(1, 2),
+                                                         mode="convolution")),
+    ("x2-stride-w", (2, 3, 6, 7), (6, 1, 3, 3), dict(groups=3, padding=1, stride=(1, 2))),
+    ("3d-stride-d", (1, 3, 4, 5, 3), (3, 1, 3, 3, 3), dict(groups=3, padding=1, stride=(2, 1, 1))),
+    ("1d", (2, 3, 9), (3, 1, 3), dict(groups=3, padding=1)),
+    ("one-pixel-widepad", (1, 2, 1, 1), (2, 1, 3, 3), dict(groups=2, padding=4)),
+    ("7x7-taller-than-image", (1, 2, 3, 4), (2, 1, 7, 7), dict(groups=2, padding=3)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize(
+    "x_shape,w_shape,conv", [c[1:] for c in ROWS_CASES], ids=[c[0] for c in ROWS_CASES]
+)
+def test_row_kernels(x_shape, w_shape, conv, direction, dtype, gen):
+    """The row kernels, which the tuner offers first for depthwise layers on a GPU, forced
+    here wherever they apply; the others fall to the packed-filter FMA tiles."""
+    x = make_tensor(x_shape, dtype, "channels_last", gen)
+    w = make_tensor(w_shape, dtype, "channels_last", gen)
+    dy = make_tensor(y_shape(x_shape, w_shape, conv), dtype, "channels_last", gen)
+    out = {"forward": poisoned_like(dy), "backward_data": poisoned_like(x)}.get(
+        direction, poisoned_like(w)
+    )
+    tensors = {
+        "forward": ConvTensors(x, w, out),
+        "backward_data": ConvTensors(out, w, dy),
+        "backward_filter": ConvTensors(x, out, dy),
+    }[direction]
+    p = _problem(direction, *(tensors.x, tensors.w, tensors.y), **conv)
+    algo = ALGORITHMS["DIRECT"]
+    kinds = [t.kernel for t in algo.tile_candidates(p)]
+    ring = conv.get("stride", 1) in (1, (1, 2), (2, 1, 1)) and direction != "backward_data"
+    ring = ring or (direction == "backward_data" and conv.get("stride", 1) == 1
+                    and w_shape[0] == x_shape[1])  # fmt: skip
+    assert ("rows" in kinds) == ring, kinds
+    tiles = next(t for t in algo.tile_candidates(p) if t.kernel == ("rows" if ring else "fma"))
+    workspace = torch.full((algo.workspace_bytes(p),), 255, dtype=torch.uint8)  # NaN floats
+    algo.prepare(p, tiles)(tensors, workspace, 1.0, 0.0)
+    ref = {
+        "forward": lambda: reference.conv_forward(x, w, **conv),
+        "backward_data": lambda: reference.conv_backward_data(dy, w, x.shape, **conv),
+        "backward_filter": lambda: reference.conv_backward_filter(x, dy, w.shape, **conv),
+    }[direction]()
+    assert reference.rel_error(out, ref) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_row_kernels_alpha_beta_strided(direction, gen):
+    """The row kernels' epilogues (alpha, beta, a strided out), through the public API."""
+    conv = dict(groups=3, padding=1)
+    x = make_tensor((2, 3, 5, 4), torch.float32, "strided", gen)
+    w = make_tensor((3, 1, 3, 3), torch.float32, "strided", gen)
+    dy = make_tensor((2, 3, 5, 4), torch.float32, "strided", gen)
+    run_direction(
+        direction, x, w, dy, dtype=torch.float32, layout="strided", alpha=0.5, beta=-0.75,
+        gen=gen, **conv,
+    )  # fmt: skip
+
+
+def test_row_kernels_bias_and_multiplier(gen):
+    x = make_tensor((2, 3, 6, 5), torch.float32, "channels_last", gen)
+    w = make_tensor((6, 1, 5, 3), torch.float32, "channels_last", gen)
+    b = make_tensor((6,), torch.float32, generator=gen)
+    y = rtdnn.conv_forward(x, w, b, groups=3, padding=(2, 1), algo="DIRECT", math="fp32")
+    ref = reference.conv_forward(x, w, b, groups=3, padding=(2, 1))
+    assert reference.rel_error(y, ref) <= TOL[torch.float32]
+
+
+def test_depthwise_filter_packed_in_workspace():
+    """Depthwise forward and backward-data read a float32 copy of the filter packed tap-major
+    (rows padded to 16 channels); backward-filter its partial sums; other problems nothing."""
+    algo = ALGORITHMS["DIRECT"]
+    x, w = torch.empty(2, 20, 6, 6), torch.empty(20, 1, 3, 5)
+    for direction in ("forward", "backward_data"):
+        p = _problem(direction, x, w, torch.empty(2, 20, 4, 2), groups=20)
+        assert algo.workspace_bytes(p) == 15 * 32 * 4
+    p = _problem("forward", x, torch.empty(10, 2, 3, 5), torch.empty(2, 10, 4, 2), groups=10)
+    assert algo.workspace_bytes(p) == 0
 
 
 def test_tensor_core_backward_filter_deterministic(gen):
@@ -200,10 +287,11 @@ def test_auto_chooses_direct_for_depthwise(direction):
     x, w = torch.empty(2, 32, 8, 8), torch.empty(32, 1, 3, 3)
     get = lambda **kw: rtdnn.get_conv_algorithm(x, w, direction=direction, groups=32, **kw)
     assert get() == "DIRECT"
-    # Without workspace, backward-filter falls back to a path that needs none.
-    expected = "IMPLICIT_GEMM" if direction == "backward_filter" else "DIRECT"
-    assert get(preference="no_workspace") == expected
-    assert get(workspace_limit=0) == expected
+    # DIRECT needs workspace for depthwise layers (the packed filter, or backward-filter's
+    # partial sums): without any, a path that needs none.
+    assert get(preference="no_workspace") == "IMPLICIT_GEMM"
+    assert get(workspace_limit=0) == "IMPLICIT_GEMM"
+    assert get(workspace_limit=9 * 32 * 4) == "DIRECT" or direction == "backward_filter"
 
 
 def test_auto_chooses_for_grouped_by_dtype():

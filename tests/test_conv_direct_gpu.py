@@ -122,8 +122,9 @@ def test_nn_depthwise_conv2d_autograd_bf16():
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
 @pytest.mark.parametrize("shape", SHAPES[:3] + SHAPES[4:6] + WIDE_GROUPS[:1])
 def test_every_tile_candidate(direction, shape):
-    """Each tile the tuner may pick (tensor-core and FMA kernels) compiles and is right."""
+    """Each tile the tuner may pick (row, FMA and tensor-core kernels) compiles and is right."""
     from rtdnn.algos import ALGORITHMS, ConvTensors
+    from rtdnn.algos.direct import _rows_apply
     from rtdnn.ops.conv import _problem_for_selection
 
     x, w, conv = _data("bf16", "channels_last", shape)
@@ -147,7 +148,11 @@ def test_every_tile_candidate(direction, shape):
         out = _channels_last(torch.full(w.shape, float("nan"), device="cuda", dtype=x.dtype))
         tensors = ConvTensors(x, out, dy)
     candidates = algo.tile_candidates(p)
-    assert any(getattr(t, "tensor_cores", False) for t in candidates)
+    kinds = {t.kernel for t in candidates}
+    if p.in_channels == p.groups:  # depthwise: the row kernels wherever they apply
+        assert "fma" in kinds and ("rows" in kinds) == _rows_apply(p), kinds
+    else:
+        assert "dot" in kinds, kinds
     for tiles in candidates:
         out.fill_(float("nan"))
         algo.prepare(p, tiles)(tensors, ws, 1.0, 0.0)

@@ -491,12 +491,12 @@ def test_tile_choices_survive_the_process(db_file, monkeypatch):
 
 
 def test_an_algorithms_own_tiles_survive_the_process(db_file, monkeypatch):
-    """Tiles of a TileConfig subclass (DIRECT's, with tensor_cores) come back as that class,
+    """Tiles of a TileConfig subclass (DIRECT's, with its kernel family) come back as that class,
     so a stored choice matches the candidates of the next process."""
     gpu = dataclasses.replace(database.environment("cpu"), device="NVIDIA H100 sm_90")
     monkeypatch.setattr(database, "environment", lambda device="cuda": gpu)
     choices = database.TileChoices()
-    own = DirectTiles(128, 16, 1, 1, 4, 3, tensor_cores=True)
+    own = DirectTiles(128, 16, 1, 1, 4, 3, kernel="dot")
     choices.save(("DIRECT", "forward|problem"), own)
     database.use(None)
     back = choices.load(("DIRECT", "forward|problem"))

@@ -24,8 +24,8 @@ LAYERS = [
     ("grouped", "resnext50.g512.14"),
 ]
 TILES = {
-    "dot": DirectTiles(128, 16, 1, 1, 4, 3, tensor_cores=True),
-    "dot64": DirectTiles(64, 16, 1, 1, 4, 3, tensor_cores=True),
+    "dot": DirectTiles(128, 16, 1, 1, 4, 3, kernel="dot"),
+    "dot64": DirectTiles(64, 16, 1, 1, 4, 3, kernel="dot"),
     "fma": DirectTiles(64, 64, 1, 1, 4, 1),
     "fma16": DirectTiles(16, 64, 1, 1, 4, 1),
 }
@@ -71,7 +71,7 @@ def main() -> None:
             ws = torch.empty(need, dtype=torch.uint8, device="cuda") if need else None
             for v in variants:
                 tiles = TILES[v]
-                if not tiles.tensor_cores and p.in_channels // p.groups > 8:
+                if tiles.kernel != "dot" and p.in_channels // p.groups > 8:
                     continue
                 try:
                     run = algo.prepare(p, tiles)

@@ -41,7 +41,7 @@ best = {}
 for line in open(os.environ["OUT"] + "/tiles.log"):
     m = re.search(r"\('DIRECT', (.*)\): DirectTiles\((.*)\) ([0-9.]+) ms", line)
     if m:
-        kind = "dot" if "tensor_cores=True" in m.group(2) else "fma"
+        kind = re.search(r"kernel='(\w+)'", m.group(2)).group(1)
         slot = best.setdefault(m.group(1), {})
         slot[kind] = min(slot.get(kind, 1e9), float(m.group(3)))
 wins = [v["fma"] / v["dot"] for v in best.values() if "dot" in v and "fma" in v]

@@ -1,19 +1,26 @@
 """DIRECT: convolution of few input channels per group (depthwise and narrow grouped
 convolutions) tap by tap on tiles of pixels x channels, every direction.
 
-Such layers are memory-bound (at most 8 x taps multiply-adds per output element). Two kernel
-families compute them, chosen per problem by the tile tuner (DirectTiles.tensor_cores):
+Such layers are memory-bound (at most 8 x taps multiply-adds per output element). Three kernel
+families compute them, chosen per problem by the tile tuner (DirectTiles.kernel):
 
-- float32 FMAs (kernels/direct.py), every dtype; float32 data is computed in strict float32
-  also under "tf32", which is at least as accurate as asked for;
+- "rows", depthwise only (kernels/depthwise.py): programs own bands of rows; forward rolls a
+  ring of output rows down the band so that each input row is converted once for all the
+  filter rows it meets; backward-data at stride 1 is that kernel on the flipped filter;
+- "fma": float32 FMAs on flat tiles of pixels x channels (kernels/direct.py), every dtype and
+  every case the others leave; float32 data is computed in strict float32 also under "tf32",
+  which is at least as accurate as asked for;
 - block-diagonal tensor-core tiles (kernels/direct_dot.py), float16 and bfloat16: several
   groups share one tile, the zeros off the diagonal cost tensor-core work the layer has to
   spare, and each tap costs a vector load and part of an MMA instead of a convert, an address
   and an FMA per element. Products are exact and sums float32, as in the FMA kernels.
 
-Forward and backward-data need no workspace. Backward-filter reduces over every output pixel
-in two deterministic stages; its workspace holds the float32 partial sums of each chunk of
-pixels, [chunks, K, C/groups, taps], exactly `workspace_bytes`.
+Depthwise forward and backward-data read the filter from a float32 copy packed tap-major
+(taps x K, rows padded to 16 channels) in the workspace, so that a thread's channels of a tap
+are one vector load; other forward and backward-data problems need no workspace.
+Backward-filter reduces over every output pixel in two deterministic stages; its workspace
+holds the float32 partial sums of each chunk of pixels (or rows), [chunks, K, C/groups, taps],
+exactly `workspace_bytes`.
 """
 
 from __future__ import annotations
@@ -26,6 +33,11 @@ import triton
 
 from ..core import INTERPRETED, ConvProblem, Direction
 from ..kernels.brgemm import identity
+from ..kernels.depthwise import (
+    depthwise_filter_rows_kernel,
+    depthwise_rows_kernel,
+    pack_filter_kernel,
+)
 from ..kernels.direct import (
     MAX_ROW_TAPS,
     direct_backward_data_kernel,
@@ -60,6 +72,8 @@ PREFER_UP_TO_KG = 16
 #: In float16 and bfloat16 the heuristic also prefers DIRECT for grouped layers of up to this
 #: many input channels per group (block-diagonal tensor-core tiles).
 PREFER_UP_TO_CG = 32
+#: Filter rows the forward ring of kernels/depthwise.py holds (an accumulator tile each).
+MAX_RING_ROWS = 8
 #: Channels a backward-filter program covers, as assumed when the pixels are divided into
 #: chunks (the chunk count, hence the workspace, must not depend on the tile chosen later).
 _NOMINAL_BLOCK_C = 64
@@ -120,12 +134,15 @@ def _channels_last(p: ConvProblem) -> bool:
 
 @dataclass(frozen=True)
 class DirectTiles(TileConfig):
-    """DIRECT's tiles. block_m: pixels per tile (per loop step in backward-filter);
-    block_n: channels per tile (FMA kernels) or channel lanes of a super-group (tensor cores);
-    block_k: pixels per loop step of the FMA backward-filter kernel over every tap;
-    tensor_cores: the block-diagonal kernels of kernels/direct_dot.py."""
+    """DIRECT's tiles. kernel: the family, "fma" (kernels/direct.py), "dot" (block-diagonal
+    tensor-core tiles, kernels/direct_dot.py) or "rows" (kernels/depthwise.py).
+    block_m: pixels per tile (columns per tile for "rows"; per loop step in backward-filter);
+    block_n: channels per tile ("fma", "rows") or channel lanes of a super-group ("dot");
+    block_k: pixels per loop step of the FMA backward-filter kernel over every tap, or rows
+    per band of the "rows" forward; step_rows: input rows per step of the "rows" forward."""
 
-    tensor_cores: bool = False
+    kernel: str = "fma"
+    step_rows: int = 1
 
 
 def _tensor_cores_apply(p: ConvProblem) -> bool:
@@ -144,9 +161,85 @@ def super_group(p: ConvProblem, lanes: int) -> tuple[int, int, int]:
     return sg, max(16, triton.next_power_of_2(sg * cg)), max(16, triton.next_power_of_2(sg * kg))
 
 
+def _depthwise(p: ConvProblem) -> bool:
+    return p.in_channels == p.groups
+
+
+def _packs_filter(p: ConvProblem) -> bool:
+    """Depthwise forward and backward-data read a packed float32 copy of the filter."""
+    return _depthwise(p) and p.direction != Direction.BACKWARD_FILTER
+
+
+def _packed_rows(p: ConvProblem) -> int:
+    """Row length (channels, padded to 16 so that every row starts 64-byte aligned)."""
+    return triton.cdiv(p.out_channels, 16) * 16
+
+
+def _rows_apply(p: ConvProblem) -> bool:
+    """Whether the "rows" kernels of kernels/depthwise.py run p: depthwise; forward with stride
+    and dilation 1 along H and a filter at most MAX_RING_ROWS tall; backward-data likewise, at
+    stride 1 along every dim, with one output channel per input channel; backward-filter with
+    a filter at most MAX_ROW_TAPS wide."""
+    if not _depthwise(p):
+        return False
+    geo = conv_geometry(p)
+    if p.direction == Direction.BACKWARD_FILTER:
+        return geo.kernel[2] <= MAX_ROW_TAPS
+    ring = geo.stride[1] == 1 and geo.dilation[1] == 1 and geo.kernel[1] <= MAX_RING_ROWS
+    if p.direction == Direction.FORWARD:
+        return ring
+    return ring and geo.stride == (1, 1, 1) and p.out_channels == p.groups
+
+
+def _row_chunks(p: ConvProblem) -> tuple[int, int]:
+    """(chunks, output rows per chunk) of the "rows" backward-filter: the rows (n, od, oh)
+    divided among at most filter_chunks(p) chunks, so the same workspace holds them."""
+    od, oh, _ = conv_geometry(p).out_size
+    rows = p.batch * od * oh
+    per_chunk = triton.cdiv(rows, filter_chunks(p)[0])
+    return triton.cdiv(rows, per_chunk), per_chunk
+
+
+def _rows_candidates(p: ConvProblem) -> list[TileConfig]:
+    """Tiles of the "rows" kernels, as (E, R, BLOCK_C): E elements of a tile per thread (8
+    channels of 16-bit data per pixel, so E / 8 pixels share each filter load), R input rows
+    per forward step (each filter load serves R rows too). The forward ring holds
+    (KH + R - 1) * E float32 accumulators and R converted input tiles; backward-filter KW
+    accumulators: both kept within registers."""
+    geo = conv_geometry(p)
+    _, kh, kw = geo.kernel
+    # The rows the kernel walks: y's, or dx's for backward-data (a forward convolution of dy).
+    _, height, width = geo.in_size if p.direction == Direction.BACKWARD_DATA else geo.out_size
+    channels = triton.next_power_of_2(p.out_channels)
+    if p.device != "cuda":
+        return [DirectTiles(4, 16, 4, 1, 1, 1, kernel="rows", step_rows=2)]
+    if p.direction == Direction.BACKWARD_FILTER:
+        e = 16 if kw <= 6 else 8
+        shapes = [(e, 1, 32), (e, 1, 64), (e // 2, 1, 64)]
+    # Candidates that stay within 255 registers without spilling in the sm_90 compile.
+    elif kh <= 3:
+        shapes = [(8, 2, 32), (8, 4, 32), (16, 2, 32), (8, 2, 64)]
+    elif kh <= 5:
+        shapes = [(8, 2, 32), (8, 4, 32), (8, 2, 64), (8, 1, 32)]
+    else:
+        shapes = [(8, 2, 32), (8, 2, 64), (8, 1, 32)]
+    out = []
+    for e, r, bc in shapes:
+        bc = min(bc, channels)
+        bw = max(1, min(e * 128 // bc, triton.next_power_of_2(width)))
+        warps = max(1, min(4, bw * bc // (32 * e)))
+        # Bands as tall as the image up to 32 rows: the ring's first KH - 1 steps and last
+        # rows feed slots outside the band, (KH - 1) / band of the work.
+        band = 1 if p.direction == Direction.BACKWARD_FILTER else min(32, height)
+        cfg = DirectTiles(bw, bc, band, 1, warps, 1, kernel="rows", step_rows=r)
+        if cfg not in out:
+            out.append(cfg)
+    return out
+
+
 def _dot_candidates(p: ConvProblem) -> list[TileConfig]:
     if p.device != "cuda":
-        return [DirectTiles(16, 16, 1, 1, 1, 1, tensor_cores=True)]
+        return [DirectTiles(16, 16, 1, 1, 1, 1, kernel="dot")]
     # A tile holds a filter row's taps side by side: wide lanes only for narrow filters.
     wide = 32 if triton.next_power_of_2(p.kernel[-1]) <= 4 else 16
     if p.direction == Direction.BACKWARD_FILTER:
@@ -157,9 +250,7 @@ def _dot_candidates(p: ConvProblem) -> list[TileConfig]:
     # One stage: three (the next row's loads as asynchronous copies) measured slower on an
     # H100, 0.39 -> 0.43 ms on convnext.dw96.56.k7 forward, 0.85 -> 1.04 ms backward-filter,
     # and no faster on the grouped layers.
-    return [
-        DirectTiles(bp, lanes, 1, 1, warps, 1, tensor_cores=True) for bp, lanes, warps in shapes
-    ]
+    return [DirectTiles(bp, lanes, 1, 1, warps, 1, kernel="dot") for bp, lanes, warps in shapes]
 
 
 def _fma_candidates(p: ConvProblem) -> list[TileConfig]:
@@ -227,7 +318,7 @@ class Direct(ConvAlgorithm):
 
     def workspace_bytes(self, p: ConvProblem) -> int:
         if p.direction != Direction.BACKWARD_FILTER:
-            return 0
+            return math.prod(p.kernel) * _packed_rows(p) * 4 if _packs_filter(p) else 0
         chunks, _ = filter_chunks(p)
         return chunks * p.out_channels * _filter_rows(p) * 4
 
@@ -235,119 +326,221 @@ class Direct(ConvAlgorithm):
         return True
 
     def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
-        """Block-diagonal tensor-core tiles first where they apply (16-bit data), then FMA
-        tiles; see DirectTiles for the fields."""
+        """The first candidate is what runs without tuning (RTDNN_AUTOTUNE=0); see DirectTiles
+        for the fields."""
+        rows = _rows_candidates(p) if _rows_apply(p) else []
         dot = _dot_candidates(p) if _tensor_cores_apply(p) else []
         fma = _fma_candidates(p) if p.in_channels // p.groups <= MAX_CHANNELS_PER_GROUP else []
-        # Measured on an H100 (bf16, depthwise and grouped suites): the FMA tiles beat the
-        # tensor-core ones on depthwise layers (by 1.1 to 2.5x, except stride-2 backward-data),
-        # the tensor-core tiles win with several channels per group. The first candidate is
-        # what runs without tuning (RTDNN_AUTOTUNE=0); the interpreter takes the tensor-core
-        # kernels first so that the tests cover them.
-        if p.in_channels == p.groups and p.device == "cuda":
-            return fma + dot
-        return dot + fma
+        if _depthwise(p) and p.device == "cuda":
+            # Measured on an H100 (bf16, depthwise suite): the FMA tiles beat the tensor-core
+            # ones on depthwise layers (by 1.1 to 2.5x), except stride-2 backward-data.
+            return rows + fma + (dot if p.direction == Direction.BACKWARD_DATA else [])
+        # Several channels per group: the tensor-core tiles win where they apply. The
+        # interpreter takes every family on the tests' shapes.
+        return dot + rows + fma
 
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
-        geo = conv_geometry(p)
-        g = p.groups
-        kd, kh, kw = geo.kernel
-        shape = dict(CG=p.in_channels // g, KG=p.out_channels // g, KD=kd, KH=kh, KW=kw)
-        warps = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages)
-        bp, bc = tiles.block_m, tiles.block_n
-        tensor_cores = getattr(tiles, "tensor_cores", False)
+        kernel = getattr(tiles, "kernel", "fma")
+        if kernel == "rows":
+            return _prepare_rows(p, tiles)
+        return _prepare_flat(p, tiles, kernel == "dot")
+
+
+def _packing(p: ConvProblem, geo, flip: bool):
+    """The launch that packs p's filter for the forward and backward-data kernels (see
+    Direct.workspace_bytes), and the geometry that reads the packed copy in place of w."""
+    k, kp = p.out_channels, _packed_rows(p)
+    taps = math.prod(geo.kernel)
+    pack = KernelLaunch(
+        pack_filter_kernel, (triton.cdiv(taps * k, 256),), dict(num_warps=4), geo=geo, K=k,
+        KP=kp, FLIP=flip, BLOCK=256,
+    )  # fmt: skip
+    _, kh, kw = geo.kernel
+    packed = geo._replace(
+        w_strides=(1, 0, kh * kw * kp, kw * kp, kp), offsets=(geo.offsets[0], 0, geo.offsets[2])
+    )
+    return pack, packed, taps * kp
+
+
+def _prepare_rows(p: ConvProblem, tiles: TileConfig) -> Runner:
+    """The "rows" kernels (kernels/depthwise.py)."""
+    geo = conv_geometry(p)
+    kd, kh, kw = geo.kernel
+    warps = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+    bw, bc = tiles.block_m, tiles.block_n
+    k = p.out_channels
+    kg = k // p.groups
+    launches: dict[tuple, KernelLaunch] = {}
+
+    if p.direction == Direction.BACKWARD_FILTER:
+        chunks, per_chunk = _row_chunks(p)
+        partial = KernelLaunch(
+            depthwise_filter_rows_kernel, (chunks * triton.cdiv(k, bc) * kd * kh,), warps,
+            geo=geo, K=k, rows_per_chunk=per_chunk, KG=kg, KD=kd, KH=kh, KW=kw, BLOCK_W=bw,
+            BLOCK_C=bc,
+        )  # fmt: skip
+        return _filter_runner(p, geo, partial, chunks, launches)
+
+    forward = p.direction == Direction.FORWARD
+    pack, _, packed_elements = _packing(p, geo, flip=not forward)
+    if forward:
+        run_geo = geo
+    else:
+        # dx = the forward convolution of dy with the flipped filter, padding mirrored.
+        mirrored = zip(geo.kernel, geo.dilation, geo.padding, strict=True)
+        run_geo = geo._replace(
+            in_size=geo.out_size, out_size=geo.in_size,
+            padding=tuple((r - 1) * d - q for r, d, q in mirrored),
+            x_strides=geo.y_strides, y_strides=geo.x_strides,
+            offsets=(geo.offsets[2], 0, geo.offsets[0]),
+        )  # fmt: skip
+    od, oh, ow = run_geo.out_size
+    rows = min(tiles.block_k, oh)
+    grid = (p.batch * od * triton.cdiv(oh, rows) * triton.cdiv(ow, bw) * triton.cdiv(k, bc),)
+
+    def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+        packed = workspace[: packed_elements * 4].view(torch.float32)
+        pack(W=t.w, P=packed)
+        key = (t.bias is not None, beta != 0)
+        launch = launches.get(key)
+        if launch is None:
+            launch = launches[key] = KernelLaunch(
+                depthwise_rows_kernel, grid, warps, geo=run_geo, K=k, KP=_packed_rows(p),
+                KG=kg if forward else 1, KD=kd, KH=kh, KW=kw, ACTIVATION=identity,
+                HAS_BIAS=key[0], BETA_NONZERO=key[1], ROWS=rows, R=tiles.step_rows,
+                BLOCK_W=bw, BLOCK_C=bc,
+            )  # fmt: skip
+        src, dst = (t.x, t.y) if forward else (t.y, t.x)
+        bias = t.bias if t.bias is not None else dst
+        launch(X=src, P=packed, Y=dst, BIAS=bias, alpha=float(alpha), beta=float(beta))
+
+    return run
+
+
+def _filter_runner(p: ConvProblem, geo, partial: KernelLaunch, chunks: int, launches) -> Runner:
+    """Backward-filter's two stages: `partial` writes the chunks' float32 partial sums into the
+    workspace, direct_filter_finish_kernel adds them in order into dw."""
+    elements = p.out_channels * _filter_rows(p)
+    kd, kh, kw = geo.kernel
+    # Enough programs over the filter's elements, each adding up to 64 chunks per step.
+    block_chunks = min(64, triton.next_power_of_2(chunks))
+    block_e = 32 if p.device == "cuda" else 16
+    grid = (triton.cdiv(elements, block_e),)
+    nbytes = chunks * elements * 4
+
+    def run_backward_filter(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+        ws = workspace[:nbytes].view(torch.float32)
+        partial(X=t.x, DY=t.y, WS=ws)
+        key = beta != 0
+        finish = launches.get(key)
+        if finish is None:
+            finish = launches[key] = KernelLaunch(
+                direct_filter_finish_kernel, grid, dict(num_warps=4), geo=geo, K=p.out_channels,
+                chunks=chunks, BETA_NONZERO=key, BLOCK_CHUNKS=block_chunks, BLOCK_E=block_e,
+                CG=p.in_channels // p.groups, KD=kd, KH=kh, KW=kw,
+            )  # fmt: skip
+        finish(WS=ws, DW=t.w, alpha=float(alpha), beta=float(beta))
+
+    return run_backward_filter
+
+
+def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runner:
+    """The flat-tile kernels: FMA (kernels/direct.py) or block-diagonal tensor-core tiles
+    (kernels/direct_dot.py)."""
+    geo = conv_geometry(p)
+    g = p.groups
+    kd, kh, kw = geo.kernel
+    shape = dict(CG=p.in_channels // g, KG=p.out_channels // g, KD=kd, KH=kh, KW=kw)
+    warps = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+    bp, bc = tiles.block_m, tiles.block_n
+    if tensor_cores:
+        sg, block_i, block_o = super_group(p, bc)
+        # Programs per pixel block: one per super-group of SG groups.
+        channel_blocks = triton.cdiv(g, sg)
+        sizes = dict(C=p.in_channels, K=p.out_channels, groups=g)
+        tiling = dict(
+            SG=sg, UPCAST=INTERPRETED, BLOCK_I=block_i, BLOCK_O=block_o,
+            KWP=triton.next_power_of_2(kw), **shape,
+        )  # fmt: skip
+    launches: dict[tuple, KernelLaunch] = {}
+
+    if p.direction != Direction.BACKWARD_FILTER:
+        # Depthwise FMA tiles read the packed filter; the tensor-core tiles read w itself.
+        pack = None
+        if _packs_filter(p) and not tensor_cores:
+            pack, geo, packed_elements = _packing(p, geo, flip=False)
+
+        def filter_for(t: ConvTensors, workspace) -> torch.Tensor:
+            if pack is None:
+                return t.w
+            packed = workspace[: packed_elements * 4].view(torch.float32)
+            pack(W=t.w, P=packed)
+            return packed
+
+    if p.direction == Direction.FORWARD:
+        pixels = p.batch * math.prod(p.out_spatial)
         if tensor_cores:
-            sg, block_i, block_o = super_group(p, bc)
-            # Programs per pixel block: one per super-group of SG groups.
-            channel_blocks = triton.cdiv(g, sg)
-            sizes = dict(C=p.in_channels, K=p.out_channels, groups=g)
-            tiling = dict(
-                SG=sg, UPCAST=INTERPRETED, BLOCK_I=block_i, BLOCK_O=block_o,
-                KWP=triton.next_power_of_2(kw), **shape,
-            )  # fmt: skip
-        launches: dict[tuple, KernelLaunch] = {}
-
-        if p.direction == Direction.FORWARD:
-            pixels = p.batch * math.prod(p.out_spatial)
-            if tensor_cores:
-                grid = (triton.cdiv(pixels, bp) * channel_blocks,)
-                kernel, fixed = direct_dot_forward_kernel, dict(**sizes, **tiling)
-            else:
-                grid = (triton.cdiv(pixels, bp) * triton.cdiv(p.out_channels, bc),)
-                kernel, fixed = direct_forward_kernel, dict(K=p.out_channels, BLOCK_C=bc, **shape)
-
-            def run_forward(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
-                key = (t.bias is not None, beta != 0)
-                launch = launches.get(key)
-                if launch is None:
-                    launch = launches[key] = KernelLaunch(
-                        kernel, grid, warps, geo=geo, ACTIVATION=identity, HAS_BIAS=key[0],
-                        BETA_NONZERO=key[1], BLOCK_P=bp, **fixed,
-                    )  # fmt: skip
-                bias = t.bias if t.bias is not None else t.y
-                launch(X=t.x, Wt=t.w, Y=t.y, BIAS=bias, alpha=float(alpha), beta=float(beta))
-
-            return run_forward
-
-        if p.direction == Direction.BACKWARD_DATA:
-            pixels = p.batch * math.prod(p.in_spatial)
-            if tensor_cores:
-                grid = (triton.cdiv(pixels, bp) * channel_blocks,)
-                kernel, fixed = direct_dot_backward_data_kernel, dict(**sizes, **tiling)
-            else:
-                grid = (triton.cdiv(pixels, bp) * triton.cdiv(p.in_channels, bc),)
-                kernel = direct_backward_data_kernel
-                fixed = dict(C=p.in_channels, BLOCK_C=bc, **shape)
-
-            def run_backward_data(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
-                key = beta != 0
-                launch = launches.get(key)
-                if launch is None:
-                    launch = launches[key] = KernelLaunch(
-                        kernel, grid, warps, geo=geo, BETA_NONZERO=key, BLOCK_P=bp, **fixed
-                    )
-                launch(DY=t.y, Wt=t.w, DX=t.x, alpha=float(alpha), beta=float(beta))
-
-            return run_backward_data
-
-        chunks, per_chunk = filter_chunks(p)
-        rows = _filter_rows(p)
-        block_r = triton.next_power_of_2(rows)
-        k = p.out_channels
-        if tensor_cores:
-            programs = chunks * channel_blocks * kd * kh
-            partial = KernelLaunch(
-                direct_dot_filter_rows_kernel, (programs,), warps, geo=geo,
-                pixels_per_chunk=per_chunk, BLOCK_P=bp, **sizes, **tiling,
-            )  # fmt: skip
-        elif _by_rows(p):
-            programs = chunks * triton.cdiv(k, bc) * _filter_row_programs(p)
-            partial = KernelLaunch(
-                direct_filter_rows_kernel, (programs,), warps, geo=geo, K=k,
-                pixels_per_chunk=per_chunk, BLOCK_P=bp, BLOCK_C=bc, **shape,
-            )  # fmt: skip
+            grid = (triton.cdiv(pixels, bp) * channel_blocks,)
+            kernel, fixed = direct_dot_forward_kernel, dict(**sizes, **tiling)
         else:
-            programs = chunks * triton.cdiv(k, bc)
-            partial = KernelLaunch(
-                direct_filter_partial_kernel, (programs,), warps, geo=geo, K=k,
-                pixels_per_chunk=per_chunk, BLOCK_R=block_r, BLOCK_C=bc, UNROLL=tiles.block_k,
-                **shape,
-            )  # fmt: skip
-        finish_k = max(1, min(64, 4096 // block_r)) if p.device == "cuda" else 16
-        finish_shape = {name: shape[name] for name in ("CG", "KD", "KH", "KW")}
-        nbytes = self.workspace_bytes(p)
+            grid = (triton.cdiv(pixels, bp) * triton.cdiv(p.out_channels, bc),)
+            kernel, fixed = direct_forward_kernel, dict(K=p.out_channels, BLOCK_C=bc, **shape)
 
-        def run_backward_filter(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
-            ws = workspace[:nbytes].view(torch.float32)
-            partial(X=t.x, DY=t.y, WS=ws)
-            key = beta != 0
-            finish = launches.get(key)
-            if finish is None:
-                finish = launches[key] = KernelLaunch(
-                    direct_filter_finish_kernel, (triton.cdiv(k, finish_k),), dict(num_warps=4),
-                    geo=geo, K=k, chunks=chunks, BETA_NONZERO=key, BLOCK_K=finish_k,
-                    BLOCK_R=block_r, **finish_shape,
+        def run_forward(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            w = filter_for(t, workspace)
+            key = (t.bias is not None, beta != 0)
+            launch = launches.get(key)
+            if launch is None:
+                launch = launches[key] = KernelLaunch(
+                    kernel, grid, warps, geo=geo, ACTIVATION=identity, HAS_BIAS=key[0],
+                    BETA_NONZERO=key[1], BLOCK_P=bp, **fixed,
                 )  # fmt: skip
-            finish(WS=ws, DW=t.w, alpha=float(alpha), beta=float(beta))
+            bias = t.bias if t.bias is not None else t.y
+            launch(X=t.x, Wt=w, Y=t.y, BIAS=bias, alpha=float(alpha), beta=float(beta))
 
-        return run_backward_filter
+        return run_forward
+
+    if p.direction == Direction.BACKWARD_DATA:
+        pixels = p.batch * math.prod(p.in_spatial)
+        if tensor_cores:
+            grid = (triton.cdiv(pixels, bp) * channel_blocks,)
+            kernel, fixed = direct_dot_backward_data_kernel, dict(**sizes, **tiling)
+        else:
+            grid = (triton.cdiv(pixels, bp) * triton.cdiv(p.in_channels, bc),)
+            kernel = direct_backward_data_kernel
+            fixed = dict(C=p.in_channels, BLOCK_C=bc, **shape)
+
+        def run_backward_data(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            w = filter_for(t, workspace)
+            key = beta != 0
+            launch = launches.get(key)
+            if launch is None:
+                launch = launches[key] = KernelLaunch(
+                    kernel, grid, warps, geo=geo, BETA_NONZERO=key, BLOCK_P=bp, **fixed
+                )
+            launch(DY=t.y, Wt=w, DX=t.x, alpha=float(alpha), beta=float(beta))
+
+        return run_backward_data
+
+    chunks, per_chunk = filter_chunks(p)
+    k = p.out_channels
+    if tensor_cores:
+        programs = chunks * channel_blocks * kd * kh
+        partial = KernelLaunch(
+            direct_dot_filter_rows_kernel, (programs,), warps, geo=geo,
+            pixels_per_chunk=per_chunk, BLOCK_P=bp, **sizes, **tiling,
+        )  # fmt: skip
+    elif _by_rows(p):
+        programs = chunks * triton.cdiv(k, bc) * _filter_row_programs(p)
+        partial = KernelLaunch(
+            direct_filter_rows_kernel, (programs,), warps, geo=geo, K=k,
+            pixels_per_chunk=per_chunk, BLOCK_P=bp, BLOCK_C=bc, **shape,
+        )  # fmt: skip
+    else:
+        programs = chunks * triton.cdiv(k, bc)
+        partial = KernelLaunch(
+            direct_filter_partial_kernel, (programs,), warps, geo=geo, K=k,
+            pixels_per_chunk=per_chunk, BLOCK_R=triton.next_power_of_2(_filter_rows(p)),
+            BLOCK_C=bc, UNROLL=tiles.block_k, **shape,
+        )  # fmt: skip
+    return _filter_runner(p, geo, partial, chunks, launches)

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from .brgemm import epilogue, identity
-from .conv_addressing import split_pixel
+from .conv_addressing import split_pixel, split_tap
 
 # -- shared with kernels/direct_dot.py: tiles, windows, the walk over filter rows -------------
 
@@ -494,28 +494,34 @@ def direct_filter_finish_kernel(
     KH: tl.constexpr,
     KW: tl.constexpr,
     BETA_NONZERO: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    BLOCK_R: tl.constexpr,
+    BLOCK_CHUNKS: tl.constexpr,
+    BLOCK_E: tl.constexpr,
 ):
-    """Stage 2 of backward-filter: dw[k, j, tap] = alpha * sum over chunks, in order, of
-    WS[chunk, k, j, tap] + beta * dw, written through dw's strides."""
+    """Stage 2 of backward-filter: dw[k, j, tap] = alpha * (the sum over chunks of
+    WS[chunk, k, j, tap]) + beta * dw, written through dw's strides.
+
+    A program owns BLOCK_E consecutive (k, j, tap) elements and reads BLOCK_CHUNKS chunks of
+    them per step, so that even a small filter (a few hundred elements) over hundreds of chunks
+    keeps many loads in flight. Lane c of the chunk axis adds chunks c, c + BLOCK_CHUNKS, ...
+    in order and the lanes are then added by tl.sum's fixed tree: the same sum on every run."""
     ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
     w_off = geo.offsets[1]
     TAPS: tl.constexpr = KD * KH * KW
-    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
-    r = tl.arange(0, BLOCK_R)
-    rows = CG * TAPS
-    mask = (offs_k < K)[:, None] & (r < rows)[None, :]
-    part = WS + offs_k[:, None].to(tl.int64) * rows + r[None, :]
-    acc = tl.zeros((BLOCK_K, BLOCK_R), dtype=tl.float32)
-    for _ in range(chunks):
-        acc += tl.load(part, mask=mask, other=0.0)
-        part += K * rows
+    total = K * (CG * TAPS)
+    e = tl.program_id(0) * BLOCK_E + tl.arange(0, BLOCK_E)
+    e_ok = e < total
+    lanes = tl.arange(0, BLOCK_CHUNKS)
+    acc = tl.zeros((BLOCK_CHUNKS, BLOCK_E), dtype=tl.float32)
+    for c0 in range(0, chunks, BLOCK_CHUNKS):
+        c = c0 + lanes
+        part = WS + (c.to(tl.int64) * total)[:, None] + e[None, :]
+        acc += tl.load(part, mask=(c < chunks)[:, None] & e_ok[None, :], other=0.0)
+    k = e // (CG * TAPS)
+    r = e % (CG * TAPS)
     j = r // TAPS
-    tap = r % TAPS
-    rw = tap % KW
-    rh = (tap // KW) % KH
-    rd = tap // (KW * KH)
-    col = j * ws_c + rd * ws_d + rh * ws_h + rw * ws_w
-    offs = w_off + (offs_k * ws_k)[:, None] + col[None, :]
-    epilogue(DW, offs, mask, acc, alpha, beta, DW, r, r < rows, False, BETA_NONZERO, identity)
+    rd, rh, rw = split_tap(r % TAPS, (KD, KH, KW))
+    offs = w_off + k * ws_k + j * ws_c + rd * ws_d + rh * ws_h + rw * ws_w
+    epilogue(
+        DW, offs, e_ok, tl.sum(acc, axis=0), alpha, beta, DW, e, e_ok, False, BETA_NONZERO,
+        identity,
+    )  # fmt: skip

@@ -1,0 +1,251 @@
+"""Depthwise convolution by rows: DIRECT's kernels for one input channel per group.
+
+A depthwise layer does a few multiply-adds per byte it moves (9 for a 3x3 filter), so its bar
+is bandwidth, and what keeps the flat-tile kernels of kernels/direct.py under it is instruction
+issue: every tap of every element costs a load, a convert to float32 and an FMA, plus a gather
+of the filter, whose channels lie KH*KW apart. These kernels cut that down three ways:
+
+- The filter is read from a float32 copy packed tap-major, P[tap, k] (pack_filter_kernel, into
+  DIRECT's workspace): a thread's channels of one tap are one vector load, not a gather with
+  a convert per channel.
+- Programs own rows: (one image, a band of ROWS output rows, BLOCK_W columns, BLOCK_C
+  channels), so pixel coordinates are counters, not divisions of a flat index, and the zero
+  padding above and below the image is skipped, not multiplied.
+- Forward rolls down the band (stride 1 and dilation 1 along H), R input rows per step: each
+  input row is loaded and converted once per filter column and feeds the KH output rows whose
+  windows hold it, in a ring of KH + R - 1 accumulators, and each filter element read serves
+  the R rows; finished output rows leave the ring through the epilogue. That is one convert
+  per KH multiply-adds, and one filter load per R * (pixels per thread), instead of one of
+  each per multiply-add.
+
+Backward-data at stride 1 is the forward kernel on dy with the filter flipped (packed with
+FLIP) and the padding mirrored, (R - 1) * dil - pad. Backward-filter
+(depthwise_filter_rows_kernel) walks the rows of a chunk for one filter row, reading dy once
+per tile and the KW input tiles of that filter row, and writes float32 partial sums that
+direct_filter_finish_kernel adds in a fixed order. Every problem is 3-D as in
+conv_addressing.ConvGeometry; the strides make any layout work, channels-last gives vectors.
+
+    forward          y[n, k, o]  = sum_r x[n, k // KG, o*s - p + r*d] * w[k, 0, r]
+    backward-filter  dw[k, 0, r] = sum_{n, o} dy[n, k, o] * x[n, k // KG, o*s - p + r*d]
+"""
+
+import triton
+import triton.language as tl
+
+from .brgemm import epilogue
+from .conv_addressing import split_tap
+from .direct import _input_channels
+
+
+@triton.jit
+def pack_filter_kernel(W, P, geo, K, KP, FLIP: tl.constexpr, BLOCK: tl.constexpr):
+    """P[tap, k] = float32(w[k, 0, tap]) for every tap of the (KD, KH, KW) filter, rows KP
+    apart, w read through geo's filter strides (a flipped view for true convolution). FLIP
+    reverses the taps: the filter of backward-data run as a forward convolution."""
+    kd, kh, kw = geo.kernel
+    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
+    w_off = geo.offsets[1]
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < kd * kh * kw * K
+    tap = offs // K
+    k = offs % K
+    rd, rh, rw = split_tap(tap, geo.kernel)
+    if FLIP:
+        rd, rh, rw = kd - 1 - rd, kh - 1 - rh, kw - 1 - rw
+    w = tl.load(W + w_off + k * ws_k + rd * ws_d + rh * ws_h + rw * ws_w, mask=ok)
+    tl.store(P + tap * KP + k, w.to(tl.float32), mask=ok)
+
+
+@triton.jit
+def _input_rows(accs, Xrow, P, live, w_ok, k_ok, dw, in_w, iw0, xs_h, xs_w,
+                KP: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, R: tl.constexpr):  # fmt: skip
+    """The ring accs plus the products of R consecutive input rows of one depth plane: input
+    row u meets ring slot j as filter row u + KH - 1 - j. Xrow: pointers into the first row at
+    each column's window corner; P: the packed filter's first tap of the plane, per channel;
+    live[u]: input row u is in the image (else it reads as zeros)."""
+    for rw in tl.static_range(KW):
+        i_w = iw0 + rw * dw
+        cols = (w_ok & (i_w >= 0) & (i_w < in_w))[:, None] & k_ok[None, :]
+        xs = ()
+        for u in tl.static_range(R):
+            xv = tl.load(Xrow + (u * xs_h + rw * dw * xs_w), mask=cols & live[u], other=0.0)
+            xs = xs + (xv.to(tl.float32),)
+        out = ()
+        for j in tl.static_range(KH + R - 1):
+            acc = accs[j]
+            # Each filter element read here serves every input row that meets slot j.
+            for u in tl.static_range(R):
+                if (u + KH - 1 - j >= 0) and (u + KH - 1 - j < KH):
+                    wv = tl.load(P + ((u + KH - 1 - j) * KW + rw) * KP)
+                    acc += xs[u] * wv[None, :]
+            out = out + (acc,)
+        accs = out
+    return accs
+
+
+@triton.jit
+def depthwise_rows_kernel(
+    X,
+    P,
+    Y,
+    BIAS,
+    geo,
+    K,
+    alpha,
+    beta,
+    KP: tl.constexpr,
+    KG: tl.constexpr,
+    KD: tl.constexpr,
+    KH: tl.constexpr,
+    KW: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BETA_NONZERO: tl.constexpr,
+    ROWS: tl.constexpr,
+    R: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """y = act(alpha * conv(x, w) + bias + beta * y) for a band of ROWS output rows of one
+    image (n, od), BLOCK_W columns and BLOCK_C channels, R input rows per step. Stride 1 and
+    dilation 1 along H; any along D and W. P: the filter packed by pack_filter_kernel, rows KP
+    apart (a constant, so that every tap's address is an immediate offset); K: output
+    channels."""
+    in_d, in_h, in_w = geo.in_size
+    od_n, oh_n, ow_n = geo.out_size
+    sd, sh, sw = geo.stride
+    pd, ph, pw = geo.padding
+    dd, dh, dw = geo.dilation
+    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
+    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    x_off, w_off, y_off = geo.offsets
+    SLOTS: tl.constexpr = KH + R - 1
+
+    # Channel blocks of one band are neighbours, then the band's column blocks.
+    pid = tl.program_id(0)
+    c_blocks = tl.cdiv(K, BLOCK_C)
+    w_blocks = tl.cdiv(ow_n, BLOCK_W)
+    pid_c = pid % c_blocks
+    pid_w = (pid // c_blocks) % w_blocks
+    band = pid // (c_blocks * w_blocks)
+    bands = tl.cdiv(oh_n, ROWS)
+    o0 = (band % bands) * ROWS
+    image = band // bands
+    n = image // od_n
+    od = image % od_n
+    rows = tl.minimum(ROWS, oh_n - o0)
+
+    offs_k = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    k_ok = offs_k < K
+    ow = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    w_ok = ow < ow_n
+    iw0 = ow * sw - pw
+    Xcols = X + (x_off + n * xs_n + iw0 * xs_w)[:, None]
+    Xcols += (_input_channels(offs_k, 0, 1, KG) * xs_c)[None, :]
+    Pk = P + offs_k
+    y_cols = (y_off + n * ys_n + od * ys_d + ow * ys_w)[:, None] + (offs_k * ys_k)[None, :]
+    y_mask = w_ok[:, None] & k_ok[None, :]
+
+    # Step s reads input rows i0 + u (u < R), i0 = o0 - ph + s * R. Ring slot j holds output
+    # row o0 + first + j, first = s * R - (KH - 1), which meets input row u as filter row
+    # u + KH - 1 - j. After the step, slots 0 .. R-1 have met all their filter rows. Slots of
+    # rows outside the band take products that are never stored: cheaper than branching.
+    accs = (tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32),) * SLOTS
+    for s in range(tl.cdiv(rows + KH - 1, R)):
+        i0 = o0 - ph + s * R
+        first = s * R - (KH - 1)
+        for rd in tl.static_range(KD):
+            i_d = od * sd - pd + rd * dd
+            live = ()
+            for u in tl.static_range(R):
+                live = live + ((i_d >= 0) & (i_d < in_d) & (i0 + u >= 0) & (i0 + u < in_h),)
+            # Rows of zero padding above and below the image are skipped.
+            if (i_d >= 0) & (i_d < in_d) & (i0 + R > 0) & (i0 < in_h):
+                Xrow = Xcols + (i_d * xs_d + i0 * xs_h)
+                accs = _input_rows(
+                    accs, Xrow, Pk + rd * (KH * KW) * KP, live, w_ok, k_ok, dw, in_w, iw0,
+                    xs_h, xs_w, KP, KH, KW, R,
+                )  # fmt: skip
+        for u in tl.static_range(R):
+            if (first + u >= 0) & (first + u < rows):
+                epilogue(
+                    Y, y_cols + (o0 + first + u) * ys_h, y_mask, accs[u], alpha, beta, BIAS,
+                    offs_k, k_ok, HAS_BIAS, BETA_NONZERO, ACTIVATION,
+                )  # fmt: skip
+        accs = accs[R:] + (tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32),) * R
+
+
+@triton.jit
+def depthwise_filter_rows_kernel(
+    X,
+    DY,
+    WS,
+    geo,
+    K,
+    rows_per_chunk,
+    KG: tl.constexpr,
+    KD: tl.constexpr,
+    KH: tl.constexpr,
+    KW: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """Stage 1 of backward-filter: WS[chunk, k, tap] (float32) = the sum over the chunk's
+    output rows (n, od, oh), every column, of dy * x at the tap, for the KW taps of one filter
+    row (rd, rh). The KD * KH programs of a chunk and channel block are neighbours: they share
+    its dy and x tiles in L2."""
+    in_d, in_h, in_w = geo.in_size
+    od_n, oh_n, ow_n = geo.out_size
+    sd, sh, sw = geo.stride
+    pd, ph, pw = geo.padding
+    dd, dh, dw = geo.dilation
+    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
+    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    x_off, w_off, y_off = geo.offsets
+    TAPS: tl.constexpr = KD * KH * KW
+
+    pid = tl.program_id(0)
+    frow = pid % (KD * KH)
+    rd = frow // KH
+    rh = frow % KH
+    c_blocks = tl.cdiv(K, BLOCK_C)
+    pid_c = (pid // (KD * KH)) % c_blocks
+    chunk = pid // (KD * KH * c_blocks)
+    offs_k = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    k_ok = offs_k < K
+    x_chan = (x_off + _input_channels(offs_k, 0, 1, KG) * xs_c)[None, :]
+    dy_chan = (y_off + offs_k * ys_k)[None, :]
+    cols = tl.arange(0, BLOCK_W)
+
+    accs = (tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32),) * KW
+    start = chunk * rows_per_chunk
+    end = tl.minimum(start + rows_per_chunk, geo.n * od_n * oh_n)
+    for row in range(start, end):
+        oh = row % oh_n
+        od = (row // oh_n) % od_n
+        n = row // (oh_n * od_n)
+        i_d = od * sd - pd + rd * dd
+        i_h = oh * sh - ph + rh * dh
+        # A row of the filter over the zero padding adds nothing.
+        if (i_d >= 0) & (i_d < in_d) & (i_h >= 0) & (i_h < in_h):
+            DYrow = DY + dy_chan + (n * ys_n + od * ys_d + oh * ys_h)
+            Xrow = X + x_chan + (n * xs_n + i_d * xs_d + i_h * xs_h)
+            for w0 in range(0, ow_n, BLOCK_W):
+                ow = w0 + cols
+                w_ok = ow < ow_n
+                dy_mask = w_ok[:, None] & k_ok[None, :]
+                dyv = tl.load(DYrow + (ow * ys_w)[:, None], mask=dy_mask, other=0.0)
+                dyv = dyv.to(tl.float32)
+                iw0 = ow * sw - pw
+                out = ()
+                for rw in tl.static_range(KW):
+                    i_w = iw0 + rw * dw
+                    mask = (w_ok & (i_w >= 0) & (i_w < in_w))[:, None] & k_ok[None, :]
+                    xv = tl.load(Xrow + (i_w * xs_w)[:, None], mask=mask, other=0.0)
+                    out = out + (accs[rw] + xv.to(tl.float32) * dyv,)
+                accs = out
+
+    # WS[chunk, k, tap] with tap = (rd * KH + rh) * KW + rw.
+    part = WS + (chunk * K + offs_k).to(tl.int64) * TAPS + (rd * KH + rh) * KW
+    for rw in tl.static_range(KW):
+        tl.store(part + rw, tl.sum(accs[rw], axis=0), mask=k_ok)
