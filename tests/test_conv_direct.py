@@ -14,7 +14,7 @@ from conftest import make_tensor, out_size, poisoned_like, run_conv_direction
 import rtdnn
 from rtdnn import reference
 from rtdnn.algos import ALGORITHMS, ConvTensors
-from rtdnn.algos.direct import filter_chunks
+from rtdnn.algos.direct import DirectTiles, filter_chunks
 from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
 
 DIRECTIONS = ["forward", "backward_data", "backward_filter"]
@@ -144,15 +144,17 @@ def test_fma_kernels_in_half_precision(direction, gen):
     assert reference.rel_error(out, ref) <= TOL[dtype]
 
 
-#: Depthwise problems for the row kernels (kernels/depthwise.py): the forward ring at stride
-#: 1 along H (any stride and dilation along W and D), backward-data at stride 1, channel
-#: multipliers, 1-D and 3-D, padding wider than the filter, 1-pixel images, batch 1.
+#: Depthwise problems for the row kernels (kernels/depthwise.py): the forward ring at any
+#: stride (dilation along W and D), backward-data at stride 1, channel multipliers, 1-D and
+#: 3-D, padding wider than the filter, 1-pixel images, batch 1.
 ROWS_CASES = [
     ("3x3", (2, 5, 7, 6), (5, 1, 3, 3), dict(groups=5, padding=1)),
     ("5x3-pad-2-3", (1, 3, 9, 5), (3, 1, 5, 3), dict(groups=3, padding=(2, 3))),
     ("even-dil-w-conv", (2, 4, 6, 5), (4, 1, 2, 2), dict(groups=4, dilation=(1, 2),
                                                          mode="convolution")),
     ("x2-stride-w", (2, 3, 6, 7), (6, 1, 3, 3), dict(groups=3, padding=1, stride=(1, 2))),
+    ("5x5-stride2", (2, 3, 9, 8), (3, 1, 5, 5), dict(groups=3, padding=2, stride=2)),
+    ("stride3-pad0", (1, 2, 10, 7), (2, 1, 4, 3), dict(groups=2, stride=(3, 2))),
     ("3d-stride-d", (1, 3, 4, 5, 3), (3, 1, 3, 3, 3), dict(groups=3, padding=1, stride=(2, 1, 1))),
     ("1d", (2, 3, 9), (3, 1, 3), dict(groups=3, padding=1)),
     ("one-pixel-widepad", (1, 2, 1, 1), (2, 1, 3, 3), dict(groups=2, padding=4)),
@@ -182,7 +184,7 @@ def test_row_kernels(x_shape, w_shape, conv, direction, dtype, gen):
     p = _problem(direction, *(tensors.x, tensors.w, tensors.y), **conv)
     algo = ALGORITHMS["DIRECT"]
     kinds = [t.kernel for t in algo.tile_candidates(p)]
-    ring = conv.get("stride", 1) in (1, (1, 2), (2, 1, 1)) and direction != "backward_data"
+    ring = direction != "backward_data"
     ring = ring or (direction == "backward_data" and conv.get("stride", 1) == 1
                     and w_shape[0] == x_shape[1])  # fmt: skip
     assert ("rows" in kinds) == ring, kinds
@@ -208,6 +210,35 @@ def test_row_kernels_alpha_beta_strided(direction, gen):
         direction, x, w, dy, dtype=torch.float32, layout="strided", alpha=0.5, beta=-0.75,
         gen=gen, **conv,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("direction,step_rows", [("forward", 1), ("forward", 3),
+                                                ("backward_data", 4)])  # fmt: skip
+def test_row_kernels_rows_per_step(direction, step_rows, gen):
+    """Forward's ring with 1 to 4 output rows per step, a band not divisible by it."""
+    conv = dict(groups=3, padding=(2, 1))
+    x = make_tensor((2, 3, 7, 5), torch.float32, "channels_last", gen)
+    w = make_tensor((3, 1, 5, 3), torch.float32, "channels_last", gen)
+    dy = make_tensor(y_shape(x.shape, w.shape, conv), torch.float32, "channels_last", gen)
+    out = {"forward": poisoned_like(dy), "backward_data": poisoned_like(x)}.get(
+        direction, poisoned_like(w)
+    )
+    tensors = {
+        "forward": ConvTensors(x, w, out),
+        "backward_data": ConvTensors(out, w, dy),
+        "backward_filter": ConvTensors(x, out, dy),
+    }[direction]
+    p = _problem(direction, *(tensors.x, tensors.w, tensors.y), **conv)
+    algo = ALGORITHMS["DIRECT"]
+    tiles = DirectTiles(4, 16, 5, 1, 1, 1, kernel="rows", step_rows=step_rows)
+    workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
+    algo.prepare(p, tiles)(tensors, workspace, 1.0, 0.0)
+    ref = {
+        "forward": lambda: reference.conv_forward(x, w, **conv),
+        "backward_data": lambda: reference.conv_backward_data(dy, w, x.shape, **conv),
+        "backward_filter": lambda: reference.conv_backward_filter(x, dy, w.shape, **conv),
+    }[direction]()
+    assert reference.rel_error(out, ref) <= TOL[torch.float32]
 
 
 def test_row_kernels_bias_and_multiplier(gen):

@@ -139,7 +139,7 @@ class DirectTiles(TileConfig):
     block_m: pixels per tile (columns per tile for "rows"; per loop step in backward-filter);
     block_n: channels per tile ("fma", "rows") or channel lanes of a super-group ("dot");
     block_k: pixels per loop step of the FMA backward-filter kernel over every tap, or rows
-    per band of the "rows" forward; step_rows: input rows per step of the "rows" forward."""
+    per band of the "rows" forward; step_rows: output rows per step of the "rows" forward."""
 
     kernel: str = "fma"
     step_rows: int = 1
@@ -176,16 +176,16 @@ def _packed_rows(p: ConvProblem) -> int:
 
 
 def _rows_apply(p: ConvProblem) -> bool:
-    """Whether the "rows" kernels of kernels/depthwise.py run p: depthwise; forward with stride
-    and dilation 1 along H and a filter at most MAX_RING_ROWS tall; backward-data likewise, at
-    stride 1 along every dim, with one output channel per input channel; backward-filter with
-    a filter at most MAX_ROW_TAPS wide."""
+    """Whether the "rows" kernels of kernels/depthwise.py run p: depthwise; forward with
+    dilation 1 along H and at most MAX_RING_ROWS output rows waiting on an input row (filter
+    height / stride); backward-data likewise, at stride 1 along every dim, with one output
+    channel per input channel; backward-filter with a filter at most MAX_ROW_TAPS wide."""
     if not _depthwise(p):
         return False
     geo = conv_geometry(p)
     if p.direction == Direction.BACKWARD_FILTER:
         return geo.kernel[2] <= MAX_ROW_TAPS
-    ring = geo.stride[1] == 1 and geo.dilation[1] == 1 and geo.kernel[1] <= MAX_RING_ROWS
+    ring = geo.dilation[1] == 1 and triton.cdiv(geo.kernel[1], geo.stride[1]) <= MAX_RING_ROWS
     if p.direction == Direction.FORWARD:
         return ring
     return ring and geo.stride == (1, 1, 1) and p.out_channels == p.groups
@@ -202,10 +202,10 @@ def _row_chunks(p: ConvProblem) -> tuple[int, int]:
 
 def _rows_candidates(p: ConvProblem) -> list[TileConfig]:
     """Tiles of the "rows" kernels, as (E, R, BLOCK_C): E elements of a tile per thread (8
-    channels of 16-bit data per pixel, so E / 8 pixels share each filter load), R input rows
+    channels of 16-bit data per pixel, so E / 8 pixels share each filter load), R output rows
     per forward step (each filter load serves R rows too). The forward ring holds
-    (KH + R - 1) * E float32 accumulators and R converted input tiles; backward-filter KW
-    accumulators: both kept within registers."""
+    (ceil(KH / stride) + R - 1) * E float32 accumulators and R * stride converted input tiles,
+    backward-filter KW accumulators: all kept within registers."""
     geo = conv_geometry(p)
     _, kh, kw = geo.kernel
     # The rows the kernel walks: y's, or dx's for backward-data (a forward convolution of dy).
@@ -216,8 +216,9 @@ def _rows_candidates(p: ConvProblem) -> list[TileConfig]:
     if p.direction == Direction.BACKWARD_FILTER:
         e = 16 if kw <= 6 else 8
         shapes = [(e, 1, 32), (e, 1, 64), (e // 2, 1, 64)]
-    # Candidates that stay within 255 registers without spilling in the sm_90 compile.
-    elif kh <= 3:
+    # Candidates that stay within 255 registers without spilling in the sm_90 compile; the
+    # ring holds ceil(KH / stride) + R - 1 rows.
+    elif triton.cdiv(kh, geo.stride[1]) <= 3:
         shapes = [(8, 2, 32), (8, 4, 32), (16, 2, 32), (8, 2, 64)]
     elif kh <= 5:
         shapes = [(8, 2, 32), (8, 4, 32), (8, 2, 64), (8, 1, 32)]
@@ -406,9 +407,9 @@ def _prepare_rows(p: ConvProblem, tiles: TileConfig) -> Runner:
         if launch is None:
             launch = launches[key] = KernelLaunch(
                 depthwise_rows_kernel, grid, warps, geo=run_geo, K=k, KP=_packed_rows(p),
-                KG=kg if forward else 1, KD=kd, KH=kh, KW=kw, ACTIVATION=identity,
-                HAS_BIAS=key[0], BETA_NONZERO=key[1], ROWS=rows, R=tiles.step_rows,
-                BLOCK_W=bw, BLOCK_C=bc,
+                KG=kg if forward else 1, KD=kd, KH=kh, KW=kw, S=run_geo.stride[1],
+                ACTIVATION=identity, HAS_BIAS=key[0], BETA_NONZERO=key[1], ROWS=rows,
+                R=tiles.step_rows, BLOCK_W=bw, BLOCK_C=bc,
             )  # fmt: skip
         src, dst = (t.x, t.y) if forward else (t.y, t.x)
         bias = t.bias if t.bias is not None else dst

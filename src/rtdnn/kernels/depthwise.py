@@ -11,12 +11,12 @@ of the filter, whose channels lie KH*KW apart. These kernels cut that down three
 - Programs own rows: (one image, a band of ROWS output rows, BLOCK_W columns, BLOCK_C
   channels), so pixel coordinates are counters, not divisions of a flat index, and the zero
   padding above and below the image is skipped, not multiplied.
-- Forward rolls down the band (stride 1 and dilation 1 along H), R input rows per step: each
-  input row is loaded and converted once per filter column and feeds the KH output rows whose
-  windows hold it, in a ring of KH + R - 1 accumulators, and each filter element read serves
-  the R rows; finished output rows leave the ring through the epilogue. That is one convert
-  per KH multiply-adds, and one filter load per R * (pixels per thread), instead of one of
-  each per multiply-add.
+- Forward rolls down the band (dilation 1 along H, any stride S), R output rows per step:
+  each input row is loaded and converted once per filter column and feeds the output rows
+  whose windows hold it (KH / S of them), in a ring of accumulators, and each filter element
+  read serves the R rows; finished output rows leave the ring through the epilogue. That is
+  one convert per KH / S multiply-adds, and one filter load per R * (pixels per thread),
+  instead of one of each per multiply-add.
 
 Backward-data at stride 1 is the forward kernel on dy with the filter flipped (packed with
 FLIP) and the padding mirrored, (R - 1) * dil - pad. Backward-filter
@@ -57,26 +57,29 @@ def pack_filter_kernel(W, P, geo, K, KP, FLIP: tl.constexpr, BLOCK: tl.constexpr
 
 
 @triton.jit
-def _input_rows(accs, Xrow, P, live, w_ok, k_ok, dw, in_w, iw0, xs_h, xs_w,
-                KP: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, R: tl.constexpr):  # fmt: skip
-    """The ring accs plus the products of R consecutive input rows of one depth plane: input
-    row u meets ring slot j as filter row u + KH - 1 - j. Xrow: pointers into the first row at
-    each column's window corner; P: the packed filter's first tap of the plane, per channel;
-    live[u]: input row u is in the image (else it reads as zeros)."""
+def _input_rows(accs, Xrow, P, live, w_ok, k_ok, dw, in_w, iw0, xs_h, xs_w, KP: tl.constexpr,
+                KH: tl.constexpr, KW: tl.constexpr, S: tl.constexpr, R: tl.constexpr):  # fmt: skip
+    """The ring accs plus the products of the R * S input rows of one step in one depth plane:
+    input row u meets ring slot j as filter row u + (D - j) * S (D = ceil(KH / S) - 1) where
+    that is a row of the filter. Xrow: pointers into the first row at each column's window
+    corner; P: the packed filter's first tap of the plane, per channel; live[u]: input row u
+    is in the image (else it reads as zeros)."""
+    D: tl.constexpr = (KH + S - 1) // S - 1
     for rw in tl.static_range(KW):
         i_w = iw0 + rw * dw
         cols = (w_ok & (i_w >= 0) & (i_w < in_w))[:, None] & k_ok[None, :]
         xs = ()
-        for u in tl.static_range(R):
+        for u in tl.static_range(R * S):
             xv = tl.load(Xrow + (u * xs_h + rw * dw * xs_w), mask=cols & live[u], other=0.0)
             xs = xs + (xv.to(tl.float32),)
         out = ()
-        for j in tl.static_range(KH + R - 1):
+        for j in tl.static_range(D + R):
             acc = accs[j]
-            # Each filter element read here serves every input row that meets slot j.
-            for u in tl.static_range(R):
-                if (u + KH - 1 - j >= 0) and (u + KH - 1 - j < KH):
-                    wv = tl.load(P + ((u + KH - 1 - j) * KW + rw) * KP)
+            # A filter element serves every input row that meets it in this step (the
+            # compiler reads it once).
+            for u in tl.static_range(R * S):
+                if (u + (D - j) * S >= 0) and (u + (D - j) * S < KH):
+                    wv = tl.load(P + ((u + (D - j) * S) * KW + rw) * KP)
                     acc += xs[u] * wv[None, :]
             out = out + (acc,)
         accs = out
@@ -98,6 +101,7 @@ def depthwise_rows_kernel(
     KD: tl.constexpr,
     KH: tl.constexpr,
     KW: tl.constexpr,
+    S: tl.constexpr,
     ACTIVATION: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     BETA_NONZERO: tl.constexpr,
@@ -107,7 +111,7 @@ def depthwise_rows_kernel(
     BLOCK_C: tl.constexpr,
 ):
     """y = act(alpha * conv(x, w) + bias + beta * y) for a band of ROWS output rows of one
-    image (n, od), BLOCK_W columns and BLOCK_C channels, R input rows per step. Stride 1 and
+    image (n, od), BLOCK_W columns and BLOCK_C channels, R output rows per step. Stride S and
     dilation 1 along H; any along D and W. P: the filter packed by pack_filter_kernel, rows KP
     apart (a constant, so that every tap's address is an immediate offset); K: output
     channels."""
@@ -119,7 +123,8 @@ def depthwise_rows_kernel(
     xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
     ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
     x_off, w_off, y_off = geo.offsets
-    SLOTS: tl.constexpr = KH + R - 1
+    # Output row o needs input rows o * S - ph + rh: a finished row waits for D more steps.
+    D: tl.constexpr = (KH + S - 1) // S - 1
 
     # Channel blocks of one band are neighbours, then the band's column blocks.
     pid = tl.program_id(0)
@@ -146,25 +151,26 @@ def depthwise_rows_kernel(
     y_cols = (y_off + n * ys_n + od * ys_d + ow * ys_w)[:, None] + (offs_k * ys_k)[None, :]
     y_mask = w_ok[:, None] & k_ok[None, :]
 
-    # Step s reads input rows i0 + u (u < R), i0 = o0 - ph + s * R. Ring slot j holds output
-    # row o0 + first + j, first = s * R - (KH - 1), which meets input row u as filter row
-    # u + KH - 1 - j. After the step, slots 0 .. R-1 have met all their filter rows. Slots of
-    # rows outside the band take products that are never stored: cheaper than branching.
-    accs = (tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32),) * SLOTS
-    for s in range(tl.cdiv(rows + KH - 1, R)):
-        i0 = o0 - ph + s * R
-        first = s * R - (KH - 1)
+    # Step s reads input rows i0 + u (u < R * S), i0 = (o0 + s * R) * S - ph. Ring slot j
+    # holds output row o0 + first + j, first = s * R - D, which meets input row u as filter
+    # row u + (D - j) * S. After the step, slots 0 .. R-1 have met all their filter rows.
+    # Slots of rows outside the band take products that are never stored: cheaper than
+    # branching.
+    accs = (tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32),) * (D + R)
+    for s in range(tl.cdiv(rows + D, R)):
+        i0 = (o0 + s * R) * S - ph
+        first = s * R - D
         for rd in tl.static_range(KD):
             i_d = od * sd - pd + rd * dd
             live = ()
-            for u in tl.static_range(R):
+            for u in tl.static_range(R * S):
                 live = live + ((i_d >= 0) & (i_d < in_d) & (i0 + u >= 0) & (i0 + u < in_h),)
             # Rows of zero padding above and below the image are skipped.
-            if (i_d >= 0) & (i_d < in_d) & (i0 + R > 0) & (i0 < in_h):
+            if (i_d >= 0) & (i_d < in_d) & (i0 + R * S > 0) & (i0 < in_h):
                 Xrow = Xcols + (i_d * xs_d + i0 * xs_h)
                 accs = _input_rows(
                     accs, Xrow, Pk + rd * (KH * KW) * KP, live, w_ok, k_ok, dw, in_w, iw0,
-                    xs_h, xs_w, KP, KH, KW, R,
+                    xs_h, xs_w, KP, KH, KW, S, R,
                 )  # fmt: skip
         for u in tl.static_range(R):
             if (first + u >= 0) & (first + u < rows):
