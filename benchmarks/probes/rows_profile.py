@@ -1,8 +1,9 @@
 """Run DIRECT on one suite layer with given tiles, a few times each, for a profiler (ncu).
 
-    PYTHONPATH=src python benchmarks/probes/rows_profile.py SUITE LAYER DIRECTION KIND:BM:BN:BK:WARPS ...
+    PYTHONPATH=src python benchmarks/probes/rows_profile.py SUITE LAYER DIRECTION SPEC ...
 
-Each tile spec runs twice (a warm-up, then the launch to profile); tiles are not tuned.
+SPEC is KIND:BLOCK_M:BLOCK_N:BLOCK_K:WARPS[:STEP_ROWS] (DirectTiles). Each tile spec runs
+twice (a warm-up, then the launch to profile); tiles are not tuned.
 """
 
 import sys
@@ -26,8 +27,17 @@ def main() -> None:
     need = algo.workspace_bytes(p)
     ws = torch.empty(max(need, 1), dtype=torch.uint8, device="cuda")
     for spec in specs:
-        kind, bm, bn, bk, warps = spec.split(":")
-        tiles = DirectTiles(int(bm), int(bn), int(bk), 1, int(warps), 1, kernel=kind)
+        kind, bm, bn, bk, warps, *r = spec.split(":")
+        tiles = DirectTiles(
+            int(bm),
+            int(bn),
+            int(bk),
+            1,
+            int(warps),
+            1,
+            kernel=kind,
+            step_rows=int(r[0]) if r else 1,
+        )
         run = algo.prepare(p, tiles)
         for _ in range(2):
             run(ConvTensors(scratch.x, scratch.w, scratch.y), ws, 1.0, 0.0)
