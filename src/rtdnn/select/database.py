@@ -278,6 +278,18 @@ class TuningDatabase:
         return conn
 
     def _connect(self, path: str) -> sqlite3.Connection:
+        """_connect_once, tried again while the file is locked, up to the timeout: switching a
+        file another process is creating to WAL can fail at once, without waiting for it."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return self._connect_once(path)
+            except sqlite3.Error as e:
+                if _kind(e) != _LOCKED or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+
+    def _connect_once(self, path: str) -> sqlite3.Connection:
         on_disk = path != ":memory:"
         if on_disk:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
