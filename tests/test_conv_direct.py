@@ -145,8 +145,9 @@ def test_fma_kernels_in_half_precision(direction, gen):
 
 
 #: Depthwise problems for the row kernels (kernels/depthwise.py): the forward ring at any
-#: stride (dilation along W and D), backward-data at stride 1, channel multipliers, 1-D and
-#: 3-D, padding wider than the filter, 1-pixel images, batch 1.
+#: stride (dilation along W and D), backward-data at stride 1 and by stride phases (stride 2
+#: and 3, a phase without dx pixels in a 1-pixel image), channel multipliers, 1-D and 3-D,
+#: padding wider than the filter, 1-pixel images, batch 1.
 ROWS_CASES = [
     ("3x3", (2, 5, 7, 6), (5, 1, 3, 3), dict(groups=5, padding=1)),
     ("5x3-pad-2-3", (1, 3, 9, 5), (3, 1, 5, 3), dict(groups=3, padding=(2, 3))),
@@ -155,6 +156,9 @@ ROWS_CASES = [
     ("x2-stride-w", (2, 3, 6, 7), (6, 1, 3, 3), dict(groups=3, padding=1, stride=(1, 2))),
     ("5x5-stride2", (2, 3, 9, 8), (3, 1, 5, 5), dict(groups=3, padding=2, stride=2)),
     ("stride3-pad0", (1, 2, 10, 7), (2, 1, 4, 3), dict(groups=2, stride=(3, 2))),
+    ("stride2-pad-even", (2, 3, 8, 7), (3, 1, 4, 2), dict(groups=3, stride=2, padding=(1, 0),
+                                                         mode="convolution")),
+    ("stride2-one-pixel", (1, 2, 1, 1), (2, 1, 3, 3), dict(groups=2, stride=2, padding=1)),
     ("3d-stride-d", (1, 3, 4, 5, 3), (3, 1, 3, 3, 3), dict(groups=3, padding=1, stride=(2, 1, 1))),
     ("1d", (2, 3, 9), (3, 1, 3), dict(groups=3, padding=1)),
     ("one-pixel-widepad", (1, 2, 1, 1), (2, 1, 3, 3), dict(groups=2, padding=4)),
@@ -184,9 +188,9 @@ def test_row_kernels(x_shape, w_shape, conv, direction, dtype, gen):
     p = _problem(direction, *(tensors.x, tensors.w, tensors.y), **conv)
     algo = ALGORITHMS["DIRECT"]
     kinds = [t.kernel for t in algo.tile_candidates(p)]
-    ring = direction != "backward_data"
-    ring = ring or (direction == "backward_data" and conv.get("stride", 1) == 1
-                    and w_shape[0] == x_shape[1])  # fmt: skip
+    # Backward-data runs the row kernels with one output channel per group, by stride phases
+    # (every case here but x2-stride-w).
+    ring = direction != "backward_data" or w_shape[0] == x_shape[1]
     assert ("rows" in kinds) == ring, kinds
     tiles = next(t for t in algo.tile_candidates(p) if t.kernel == ("rows" if ring else "fma"))
     workspace = torch.full((algo.workspace_bytes(p),), 255, dtype=torch.uint8)  # NaN floats

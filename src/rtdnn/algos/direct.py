@@ -25,6 +25,7 @@ exactly `workspace_bytes`.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -178,8 +179,9 @@ def _packed_rows(p: ConvProblem) -> int:
 def _rows_apply(p: ConvProblem) -> bool:
     """Whether the "rows" kernels of kernels/depthwise.py run p: depthwise; forward with
     dilation 1 along H and at most MAX_RING_ROWS output rows waiting on an input row (filter
-    height / stride); backward-data likewise, at stride 1 along every dim, with one output
-    channel per input channel; backward-filter with a filter at most MAX_ROW_TAPS wide."""
+    height / stride); backward-data likewise, with one output channel per input channel, at
+    stride 1 or (dilation 1, every stride at most the filter's size) by stride phases;
+    backward-filter with a filter at most MAX_ROW_TAPS wide."""
     if not _depthwise(p):
         return False
     geo = conv_geometry(p)
@@ -188,7 +190,10 @@ def _rows_apply(p: ConvProblem) -> bool:
     ring = geo.dilation[1] == 1 and triton.cdiv(geo.kernel[1], geo.stride[1]) <= MAX_RING_ROWS
     if p.direction == Direction.FORWARD:
         return ring
-    return ring and geo.stride == (1, 1, 1) and p.out_channels == p.groups
+    # Backward-data by stride phases (see _data_passes): each phase must hold a tap.
+    every_phase_has_taps = all(s <= r for s, r in zip(geo.stride, geo.kernel, strict=True))
+    phases = geo.stride == (1, 1, 1) or (geo.dilation == (1, 1, 1) and every_phase_has_taps)
+    return ring and phases and p.out_channels == p.groups
 
 
 def _row_chunks(p: ConvProblem) -> tuple[int, int]:
@@ -385,10 +390,51 @@ def _prepare_rows(p: ConvProblem, tiles: TileConfig) -> Runner:
 
     forward = p.direction == Direction.FORWARD
     pack, _, packed_elements = _packing(p, geo, flip=not forward)
-    if forward:
-        run_geo = geo
-    else:
-        # dx = the forward convolution of dy with the flipped filter, padding mirrored.
+    full = (kh * kw, kw, 1)  # the packed filter's strides, in taps
+    passes = [(geo, full, 0)] if forward else _data_passes(geo)
+    kp = _packed_rows(p)
+
+    def launch_for(run_geo, strides, first_tap, key) -> KernelLaunch:
+        od, oh, ow = run_geo.out_size
+        rows = min(tiles.block_k, oh)
+        grid = (p.batch * od * triton.cdiv(oh, rows) * triton.cdiv(ow, bw) * triton.cdiv(k, bc),)
+        pd, ph, pw = strides
+        rd, rh, rw = run_geo.kernel
+        return KernelLaunch(
+            depthwise_rows_kernel, grid, warps, geo=run_geo, K=k, KP=kp, PD=pd, PH=ph, PW=pw,
+            KG=kg if forward else 1, KD=rd, KH=rh, KW=rw, S=run_geo.stride[1],
+            ACTIVATION=identity, HAS_BIAS=key[0], BETA_NONZERO=key[1], ROWS=rows,
+            R=tiles.step_rows, BLOCK_W=bw, BLOCK_C=bc,
+        )  # fmt: skip
+
+    def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+        packed = workspace[: packed_elements * 4].view(torch.float32)
+        pack(W=t.w, P=packed)
+        key = (t.bias is not None, beta != 0)
+        if key not in launches:
+            launches[key] = [(launch_for(*ps, key), ps[2]) for ps in passes]
+        src, dst = (t.x, t.y) if forward else (t.y, t.x)
+        bias = t.bias if t.bias is not None else dst
+        for launch, first_tap in launches[key]:
+            launch(
+                X=src, P=packed[first_tap * kp :], Y=dst, BIAS=bias, alpha=float(alpha),
+                beta=float(beta),
+            )  # fmt: skip
+
+    return run
+
+
+def _data_passes(geo) -> list[tuple]:
+    """Backward-data as forward convolutions of dy with the filter packed flipped, each as
+    (its geometry, the packed filter's strides in taps, its first tap).
+
+    At stride 1, one: padding mirrored, (R - 1) * dil - pad. At stride s (dilation 1), one per
+    stride phase q = (q_d, q_h, q_w): the dx elements i with (i + pad) % s == q, s apart from
+    the first, take dy's rows m - t with the taps r = q + s * t, a stride-1 correlation with
+    those taps reversed, which in the flipped filter lie s apart from R - 1 - q - s * (T - 1)
+    (T taps). So no program meets a tap that cannot reach its pixel."""
+    kd, kh, kw = geo.kernel
+    if geo.stride == (1, 1, 1):
         mirrored = zip(geo.kernel, geo.dilation, geo.padding, strict=True)
         run_geo = geo._replace(
             in_size=geo.out_size, out_size=geo.in_size,
@@ -396,27 +442,33 @@ def _prepare_rows(p: ConvProblem, tiles: TileConfig) -> Runner:
             x_strides=geo.y_strides, y_strides=geo.x_strides,
             offsets=(geo.offsets[2], 0, geo.offsets[0]),
         )  # fmt: skip
-    od, oh, ow = run_geo.out_size
-    rows = min(tiles.block_k, oh)
-    grid = (p.batch * od * triton.cdiv(oh, rows) * triton.cdiv(ow, bw) * triton.cdiv(k, bc),)
-
-    def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
-        packed = workspace[: packed_elements * 4].view(torch.float32)
-        pack(W=t.w, P=packed)
-        key = (t.bias is not None, beta != 0)
-        launch = launches.get(key)
-        if launch is None:
-            launch = launches[key] = KernelLaunch(
-                depthwise_rows_kernel, grid, warps, geo=run_geo, K=k, KP=_packed_rows(p),
-                KG=kg if forward else 1, KD=kd, KH=kh, KW=kw, S=run_geo.stride[1],
-                ACTIVATION=identity, HAS_BIAS=key[0], BETA_NONZERO=key[1], ROWS=rows,
-                R=tiles.step_rows, BLOCK_W=bw, BLOCK_C=bc,
-            )  # fmt: skip
-        src, dst = (t.x, t.y) if forward else (t.y, t.x)
-        bias = t.bias if t.bias is not None else dst
-        launch(X=src, P=packed, Y=dst, BIAS=bias, alpha=float(alpha), beta=float(beta))
-
-    return run
+        return [(run_geo, (kh * kw, kw, 1), 0)]
+    per_dim = []
+    for size, r, s, pad in zip(geo.in_size, geo.kernel, geo.stride, geo.padding, strict=True):
+        options = []
+        for q in range(s):
+            taps = len(range(q, r, s))
+            first = (q - pad) % s  # the first dx index of the phase
+            count = max(0, triton.cdiv(size - first, s))
+            m0 = (first + pad - q) // s  # its dy row for tap q
+            options.append((taps, first, count, taps - 1 - m0, r - 1 - q - s * (taps - 1)))
+        per_dim.append(options)
+    xs_n, xs_c, *xs_spatial = geo.x_strides
+    passes = []
+    for combo in itertools.product(*per_dim):
+        taps, first, count, padding, base = zip(*combo, strict=True)
+        if 0 in count:
+            continue
+        run_geo = geo._replace(
+            in_size=geo.out_size, out_size=count, kernel=taps, stride=(1, 1, 1),
+            padding=padding, x_strides=geo.y_strides,
+            y_strides=(xs_n, xs_c, *(st * s for st, s in zip(xs_spatial, geo.stride, strict=True))),
+            offsets=(geo.offsets[2], 0,
+                     geo.offsets[0] + sum(f * st for f, st in zip(first, xs_spatial, strict=True))),
+        )  # fmt: skip
+        strides = (geo.stride[0] * kh * kw, geo.stride[1] * kw, geo.stride[2])
+        passes.append((run_geo, strides, base[0] * kh * kw + base[1] * kw + base[2]))
+    return passes
 
 
 def _filter_runner(p: ConvProblem, geo, partial: KernelLaunch, chunks: int, launches) -> Runner:

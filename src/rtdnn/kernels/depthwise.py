@@ -58,12 +58,14 @@ def pack_filter_kernel(W, P, geo, K, KP, FLIP: tl.constexpr, BLOCK: tl.constexpr
 
 @triton.jit
 def _input_rows(accs, Xrow, P, live, w_ok, k_ok, dw, in_w, iw0, xs_h, xs_w, KP: tl.constexpr,
-                KH: tl.constexpr, KW: tl.constexpr, S: tl.constexpr, R: tl.constexpr):  # fmt: skip
+                KH: tl.constexpr, KW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+                S: tl.constexpr, R: tl.constexpr):  # fmt: skip
     """The ring accs plus the products of the R * S input rows of one step in one depth plane:
     input row u meets ring slot j as filter row u + (D - j) * S (D = ceil(KH / S) - 1) where
     that is a row of the filter. Xrow: pointers into the first row at each column's window
-    corner; P: the packed filter's first tap of the plane, per channel; live[u]: input row u
-    is in the image (else it reads as zeros)."""
+    corner; P: the packed filter's first tap of the plane, per channel, filter row rh and
+    column rw PH * rh + PW * rw taps further; live[u]: input row u is in the image (else it
+    reads as zeros)."""
     D: tl.constexpr = (KH + S - 1) // S - 1
     for rw in tl.static_range(KW):
         i_w = iw0 + rw * dw
@@ -79,7 +81,7 @@ def _input_rows(accs, Xrow, P, live, w_ok, k_ok, dw, in_w, iw0, xs_h, xs_w, KP: 
             # compiler reads it once).
             for u in tl.static_range(R * S):
                 if (u + (D - j) * S >= 0) and (u + (D - j) * S < KH):
-                    wv = tl.load(P + ((u + (D - j) * S) * KW + rw) * KP)
+                    wv = tl.load(P + ((u + (D - j) * S) * PH + rw * PW) * KP)
                     acc += xs[u] * wv[None, :]
             out = out + (acc,)
         accs = out
@@ -97,6 +99,9 @@ def depthwise_rows_kernel(
     alpha,
     beta,
     KP: tl.constexpr,
+    PD: tl.constexpr,
+    PH: tl.constexpr,
+    PW: tl.constexpr,
     KG: tl.constexpr,
     KD: tl.constexpr,
     KH: tl.constexpr,
@@ -113,8 +118,9 @@ def depthwise_rows_kernel(
     """y = act(alpha * conv(x, w) + bias + beta * y) for a band of ROWS output rows of one
     image (n, od), BLOCK_W columns and BLOCK_C channels, R output rows per step. Stride S and
     dilation 1 along H; any along D and W. P: the filter packed by pack_filter_kernel, rows KP
-    apart (a constant, so that every tap's address is an immediate offset); K: output
-    channels."""
+    apart (a constant, so that every tap's address is an immediate offset), tap (rd, rh, rw)
+    at row PD * rd + PH * rh + PW * rw (a strided subset of a larger packed filter: a stride
+    phase of backward-data); K: output channels."""
     in_d, in_h, in_w = geo.in_size
     od_n, oh_n, ow_n = geo.out_size
     sd, sh, sw = geo.stride
@@ -169,8 +175,8 @@ def depthwise_rows_kernel(
             if (i_d >= 0) & (i_d < in_d) & (i0 + R * S > 0) & (i0 < in_h):
                 Xrow = Xcols + (i_d * xs_d + i0 * xs_h)
                 accs = _input_rows(
-                    accs, Xrow, Pk + rd * (KH * KW) * KP, live, w_ok, k_ok, dw, in_w, iw0,
-                    xs_h, xs_w, KP, KH, KW, S, R,
+                    accs, Xrow, Pk + rd * PD * KP, live, w_ok, k_ok, dw, in_w, iw0, xs_h,
+                    xs_w, KP, KH, KW, PH, PW, S, R,
                 )  # fmt: skip
         for u in tl.static_range(R):
             if (first + u >= 0) & (first + u < rows):
