@@ -114,14 +114,13 @@ def test_tensor_core_kernels_strided_alpha_beta(gen):
           beta=-0.75, gen=gen, groups=4, stride=(1, 2), padding=1)  # fmt: skip
 
 
-@pytest.mark.parametrize("direction", DIRECTIONS)
-def test_fma_kernels_in_half_precision(direction, gen):
-    """The FMA tiles, which the tuner may pick for 16-bit data on a GPU, run here by hand."""
-    conv = dict(groups=3, padding=1, stride=(1, 2))
-    dtype = torch.bfloat16
-    x = make_tensor((2, 6, 5, 5), dtype, "channels_last", gen)
-    w = make_tensor((6, 2, 3, 3), dtype, "channels_last", gen)
-    dy = make_tensor(y_shape(x.shape, w.shape, conv), dtype, "channels_last", gen)
+def check_with_tiles(direction, x_shape, w_shape, conv, dtype, gen, choose) -> None:
+    """One direction of DIRECT with the tiles `choose(problem, candidates)` returns, on fresh
+    channels-last data, into a NaN-poisoned output with a NaN-poisoned workspace, against the
+    float64 reference."""
+    x = make_tensor(x_shape, dtype, "channels_last", gen)
+    w = make_tensor(w_shape, dtype, "channels_last", gen)
+    dy = make_tensor(y_shape(x_shape, w_shape, conv), dtype, "channels_last", gen)
     out = {"forward": poisoned_like(dy), "backward_data": poisoned_like(x)}.get(
         direction, poisoned_like(w)
     )
@@ -132,16 +131,27 @@ def test_fma_kernels_in_half_precision(direction, gen):
     }[direction]
     p = _problem(direction, *(tensors.x, tensors.w, tensors.y), **conv)
     algo = ALGORITHMS["DIRECT"]
-    fma = [t for t in algo.tile_candidates(p) if t.kernel == "fma"]
-    assert algo.tile_candidates(p)[0].kernel == "dot" and fma
-    need = algo.workspace_bytes(p)
-    algo.prepare(p, fma[0])(tensors, torch.empty(need, dtype=torch.uint8), 1.0, 0.0)
+    tiles = choose(p, algo.tile_candidates(p))
+    workspace = torch.full((algo.workspace_bytes(p),), 255, dtype=torch.uint8)  # NaN floats
+    algo.prepare(p, tiles)(tensors, workspace, 1.0, 0.0)
     ref = {
         "forward": lambda: reference.conv_forward(x, w, **conv),
         "backward_data": lambda: reference.conv_backward_data(dy, w, x.shape, **conv),
         "backward_filter": lambda: reference.conv_backward_filter(x, dy, w.shape, **conv),
     }[direction]()
     assert reference.rel_error(out, ref) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_fma_kernels_in_half_precision(direction, gen):
+    """The FMA tiles, which the tuner may pick for 16-bit data on a GPU, run here by hand."""
+
+    def first_fma(p, candidates):
+        assert candidates[0].kernel == "dot", candidates
+        return next(t for t in candidates if t.kernel == "fma")
+
+    conv = dict(groups=3, padding=1, stride=(1, 2))
+    check_with_tiles(direction, (2, 6, 5, 5), (6, 2, 3, 3), conv, torch.bfloat16, gen, first_fma)
 
 
 #: Depthwise problems for the row kernels (kernels/depthwise.py): the forward ring at any
@@ -174,33 +184,15 @@ ROWS_CASES = [
 def test_row_kernels(x_shape, w_shape, conv, direction, dtype, gen):
     """The row kernels, which the tuner offers first for depthwise layers on a GPU, forced
     here wherever they apply; the others fall to the packed-filter FMA tiles."""
-    x = make_tensor(x_shape, dtype, "channels_last", gen)
-    w = make_tensor(w_shape, dtype, "channels_last", gen)
-    dy = make_tensor(y_shape(x_shape, w_shape, conv), dtype, "channels_last", gen)
-    out = {"forward": poisoned_like(dy), "backward_data": poisoned_like(x)}.get(
-        direction, poisoned_like(w)
-    )
-    tensors = {
-        "forward": ConvTensors(x, w, out),
-        "backward_data": ConvTensors(out, w, dy),
-        "backward_filter": ConvTensors(x, out, dy),
-    }[direction]
-    p = _problem(direction, *(tensors.x, tensors.w, tensors.y), **conv)
-    algo = ALGORITHMS["DIRECT"]
-    kinds = [t.kernel for t in algo.tile_candidates(p)]
     # Backward-data runs the row kernels with one output channel per group, by stride phases
     # (every case here but x2-stride-w).
     ring = direction != "backward_data" or w_shape[0] == x_shape[1]
-    assert ("rows" in kinds) == ring, kinds
-    tiles = next(t for t in algo.tile_candidates(p) if t.kernel == ("rows" if ring else "fma"))
-    workspace = torch.full((algo.workspace_bytes(p),), 255, dtype=torch.uint8)  # NaN floats
-    algo.prepare(p, tiles)(tensors, workspace, 1.0, 0.0)
-    ref = {
-        "forward": lambda: reference.conv_forward(x, w, **conv),
-        "backward_data": lambda: reference.conv_backward_data(dy, w, x.shape, **conv),
-        "backward_filter": lambda: reference.conv_backward_filter(x, dy, w.shape, **conv),
-    }[direction]()
-    assert reference.rel_error(out, ref) <= TOL[dtype]
+
+    def rows_or_fma(p, candidates):
+        assert ("rows" in [t.kernel for t in candidates]) == ring, candidates
+        return next(t for t in candidates if t.kernel == ("rows" if ring else "fma"))
+
+    check_with_tiles(direction, x_shape, w_shape, conv, dtype, gen, rows_or_fma)
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
@@ -220,29 +212,11 @@ def test_row_kernels_alpha_beta_strided(direction, gen):
                                                 ("backward_data", 4)])  # fmt: skip
 def test_row_kernels_rows_per_step(direction, step_rows, gen):
     """Forward's ring with 1 to 4 output rows per step, a band not divisible by it."""
-    conv = dict(groups=3, padding=(2, 1))
-    x = make_tensor((2, 3, 7, 5), torch.float32, "channels_last", gen)
-    w = make_tensor((3, 1, 5, 3), torch.float32, "channels_last", gen)
-    dy = make_tensor(y_shape(x.shape, w.shape, conv), torch.float32, "channels_last", gen)
-    out = {"forward": poisoned_like(dy), "backward_data": poisoned_like(x)}.get(
-        direction, poisoned_like(w)
-    )
-    tensors = {
-        "forward": ConvTensors(x, w, out),
-        "backward_data": ConvTensors(out, w, dy),
-        "backward_filter": ConvTensors(x, out, dy),
-    }[direction]
-    p = _problem(direction, *(tensors.x, tensors.w, tensors.y), **conv)
-    algo = ALGORITHMS["DIRECT"]
     tiles = DirectTiles(4, 16, 5, 1, 1, 1, kernel="rows", step_rows=step_rows)
-    workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
-    algo.prepare(p, tiles)(tensors, workspace, 1.0, 0.0)
-    ref = {
-        "forward": lambda: reference.conv_forward(x, w, **conv),
-        "backward_data": lambda: reference.conv_backward_data(dy, w, x.shape, **conv),
-        "backward_filter": lambda: reference.conv_backward_filter(x, dy, w.shape, **conv),
-    }[direction]()
-    assert reference.rel_error(out, ref) <= TOL[torch.float32]
+    conv = dict(groups=3, padding=(2, 1))
+    check_with_tiles(
+        direction, (2, 3, 7, 5), (3, 1, 5, 3), conv, torch.float32, gen, lambda p, c: tiles
+    )
 
 
 def test_row_kernels_bias_and_multiplier(gen):
