@@ -339,9 +339,11 @@ class Direct(ConvAlgorithm):
         dot = _dot_candidates(p) if _tensor_cores_apply(p) else []
         fma = _fma_candidates(p) if p.in_channels // p.groups <= MAX_CHANNELS_PER_GROUP else []
         if _depthwise(p) and p.device == "cuda":
-            # Measured on an H100 (bf16, depthwise suite): the FMA tiles beat the tensor-core
-            # ones on depthwise layers (by 1.1 to 2.5x), except stride-2 backward-data.
-            return rows + fma + (dot if p.direction == Direction.BACKWARD_DATA else [])
+            # Measured on an H100 (bf16, depthwise suite): the row and FMA tiles beat the
+            # tensor-core ones on every depthwise layer and direction (the FMA tiles by 1.1 to
+            # 2.5x; the last wins of the tensor-core tiles, stride-2 backward-data, went to the
+            # row kernels' stride phases).
+            return rows + fma
         # Several channels per group: the tensor-core tiles win where they apply. The
         # interpreter takes every family on the tests' shapes.
         return dot + rows + fma
