@@ -6,7 +6,8 @@ families compute them, chosen per problem by the tile tuner (DirectTiles.kernel)
 
 - "rows", depthwise only (kernels/depthwise.py): programs own bands of rows; forward rolls a
   ring of output rows down the band so that each input row is converted once for all the
-  filter rows it meets; backward-data at stride 1 is that kernel on the flipped filter;
+  filter rows it meets; backward-data is that kernel on the flipped filter, once per stride
+  phase at strides above 1; backward-filter walks rows, one filter row per program;
 - "fma": float32 FMAs on flat tiles of pixels x channels (kernels/direct.py), every dtype and
   every case the others leave; float32 data is computed in strict float32 also under "tf32",
   which is at least as accurate as asked for;
@@ -418,10 +419,8 @@ def _prepare_rows(p: ConvProblem, tiles: TileConfig) -> Runner:
         src, dst = (t.x, t.y) if forward else (t.y, t.x)
         bias = t.bias if t.bias is not None else dst
         for launch, first_tap in launches[key]:
-            launch(
-                X=src, P=packed[first_tap * kp :], Y=dst, BIAS=bias, alpha=float(alpha),
-                beta=float(beta),
-            )  # fmt: skip
+            taps = packed[first_tap * kp :] if first_tap else packed
+            launch(X=src, P=taps, Y=dst, BIAS=bias, alpha=float(alpha), beta=float(beta))
 
     return run
 

@@ -18,8 +18,10 @@ of the filter, whose channels lie KH*KW apart. These kernels cut that down three
   one convert per KH / S multiply-adds, and one filter load per R * (pixels per thread),
   instead of one of each per multiply-add.
 
-Backward-data at stride 1 is the forward kernel on dy with the filter flipped (packed with
-FLIP) and the padding mirrored, (R - 1) * dil - pad. Backward-filter
+Backward-data is the forward kernel on dy with the filter flipped (packed with FLIP): at
+stride 1 with the padding mirrored, (R - 1) * dil - pad; at a larger stride once per stride
+phase, each a stride-1 pass over a strided subset of the packed taps (PD, PH, PW) writing every
+stride-th dx element (algos/direct.py, _data_passes). Backward-filter
 (depthwise_filter_rows_kernel) walks the rows of a chunk for one filter row, reading dy once
 per tile and the KW input tiles of that filter row, and writes float32 partial sums that
 direct_filter_finish_kernel adds in a fixed order. Every problem is 3-D as in
@@ -34,7 +36,7 @@ import triton.language as tl
 
 from .brgemm import epilogue
 from .conv_addressing import split_tap
-from .direct import _input_channels
+from .direct import input_channels
 
 
 @triton.jit
@@ -152,7 +154,7 @@ def depthwise_rows_kernel(
     w_ok = ow < ow_n
     iw0 = ow * sw - pw
     Xcols = X + (x_off + n * xs_n + iw0 * xs_w)[:, None]
-    Xcols += (_input_channels(offs_k, 0, 1, KG) * xs_c)[None, :]
+    Xcols += (input_channels(offs_k, 0, 1, KG) * xs_c)[None, :]
     Pk = P + offs_k
     y_cols = (y_off + n * ys_n + od * ys_d + ow * ys_w)[:, None] + (offs_k * ys_k)[None, :]
     y_mask = w_ok[:, None] & k_ok[None, :]
@@ -225,7 +227,7 @@ def depthwise_filter_rows_kernel(
     chunk = pid // (KD * KH * c_blocks)
     offs_k = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
     k_ok = offs_k < K
-    x_chan = (x_off + _input_channels(offs_k, 0, 1, KG) * xs_c)[None, :]
+    x_chan = (x_off + input_channels(offs_k, 0, 1, KG) * xs_c)[None, :]
     dy_chan = (y_off + offs_k * ys_k)[None, :]
     cols = tl.arange(0, BLOCK_W)
 

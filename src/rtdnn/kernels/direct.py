@@ -111,9 +111,10 @@ def over_filter_rows(
 
 
 @triton.jit
-def _input_channels(offs_k, j, CG: tl.constexpr, KG: tl.constexpr):
-    """Input channel j of each output channel's group. Depthwise (CG == KG == 1) is the
-    identity, spelled out so that the compiler sees contiguous channels (vector loads)."""
+def input_channels(offs_k, j, CG: tl.constexpr, KG: tl.constexpr):
+    """Input channel j of each output channel's group (kernels/depthwise.py uses it too).
+    Depthwise (CG == KG == 1) is the identity, spelled out so that the compiler sees
+    contiguous channels (vector loads)."""
     if CG == 1 and KG == 1:
         return offs_k
     else:
@@ -184,7 +185,7 @@ def direct_forward_kernel(
     k_ok = offs_k < K
     id0, ih0, iw0 = window_corner(od, oh, ow, geo.stride, geo.padding)
     corner = pixel_offset(x_off, n, id0, ih0, iw0, x_strides)
-    Xc = X + corner[:, None] + (_input_channels(offs_k, 0, CG, KG) * x_strides[1])[None, :]
+    Xc = X + corner[:, None] + (input_channels(offs_k, 0, CG, KG) * x_strides[1])[None, :]
     Wk = Wt + w_off + offs_k * w_strides[0]
 
     acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
@@ -421,7 +422,7 @@ def direct_filter_rows_kernel(
     rh = row % KH
     offs_k = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
     k_ok = offs_k < K
-    cx = _input_channels(offs_k, j, CG, KG)
+    cx = input_channels(offs_k, j, CG, KG)
     x_chan = (cx * x_strides[1])[None, :]
     dy_chan = (y_off + offs_k * y_strides[1])[None, :]
 
