@@ -75,15 +75,16 @@ def profile_steps(step, path: str, steps: int = 5, lines: int = 70) -> None:
         st.sort_stats("cumulative").print_stats(lines)
 
 
-def resnet50_pair(batch: int = 128):
-    """(torchvision's ResNet-50, its fused rtdnn conversion, input, target) on the GPU, as
-    `rtdnn bench --model resnet50` builds them: channels-last, cuDNN in benchmark mode."""
+def resnet50_pair(batch: int = 128, name: str = "resnet50"):
+    """(a torchvision model, ResNet-50 by default, its fused rtdnn conversion, input, target) on
+    the GPU, as `rtdnn bench --model NAME` builds them: channels-last, cuDNN in benchmark
+    mode."""
     import rtdnn
     from rtdnn.bench.model import build
 
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
-    model, size = build("resnet50")
+    model, size = build(name)
     model = model.cuda().to(memory_format=torch.channels_last)
     converted, _ = rtdnn.convert(model, fuse=True)
     x = torch.randn(batch, 3, size, size, device="cuda").to(memory_format=torch.channels_last)

@@ -1,7 +1,9 @@
-"""Where a ResNet-50 training step's wall time goes: host time per step (one step issued with the
-GPU drained, so the launch queue never fills), wall time per step, GPU idle time, allocator
-traffic, a Python profile of the rtdnn step and a profiler trace of one step of each model.
-    PYTHONPATH=src python benchmarks/probes/model_host.py OUT_DIR [BATCH]
+"""Where a training step's wall time goes (ResNet-50 unless MODEL is given): host time per
+step (one step issued with the GPU drained, so the launch queue never fills), wall time per
+step, GPU idle time, allocator traffic, a Python profile of the rtdnn step and a profiler
+trace of one step of each model.
+    PYTHONPATH=src python benchmarks/probes/model_host.py OUT_DIR [BATCH] [MODEL]
+TRACES=0 leaves the profiler traces out (they are tens of MB for the mobile networks).
 """
 
 import gc
@@ -19,7 +21,9 @@ import rtdnn
 out_dir = sys.argv[1]
 batch = int(sys.argv[2]) if len(sys.argv) > 2 else 128
 os.makedirs(out_dir, exist_ok=True)
-model, converted, x, target = resnet50_pair(batch)
+model_name = sys.argv[3] if len(sys.argv) > 3 else "resnet50"
+traces = os.environ.get("TRACES", "1") != "0"
+model, converted, x, target = resnet50_pair(batch, model_name)
 
 
 steps = {
@@ -80,7 +84,10 @@ for name, step in steps.items():
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
-    prof.export_chrome_trace(os.path.join(out_dir, f"trace_{name}.json"))
+    if traces:
+        prof.export_chrome_trace(os.path.join(out_dir, f"trace_{name}.json"))
+    with open(os.path.join(out_dir, f"cpu_ops_{name}.txt"), "w") as f:
+        f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     results[name]["kernels_per_step"] = len(kernels)
     results[name]["kernel_ms"] = sum(e.device_time_total for e in kernels) / 1e3
@@ -130,7 +137,8 @@ for name, step in steps.items():
         for _ in range(3):
             step()
         torch.cuda.synchronize()
-    prof.export_chrome_trace(os.path.join(out_dir, f"trace_{name}_loop.json"))
+    if traces:
+        prof.export_chrome_trace(os.path.join(out_dir, f"trace_{name}_loop.json"))
 
 profile_steps(steps["rtdnn"], os.path.join(out_dir, "rtdnn_step_profile.txt"))
 with open(os.path.join(out_dir, "model_host.json"), "w") as f:

@@ -3,10 +3,13 @@ ConvNeXt-T (or a small CNN) converted with rtdnn.convert, beside the unconverted
 (cuDNN, benchmark mode), in one process.
 
 Measures inference and training-step throughput (images/s; SGD with momentum, autocast,
-channels-last), the converted model's output difference from PyTorch's, and where the GPU time
-of a training step goes by layer type (convolution, normalization, pooling, activation, other),
-from the profiler's kernel names. Without a GPU it runs a smoke version: the small CNN for two
-steps through the interpreter, checking that conversion, forward and backward run.
+channels-last), issued eagerly from Python and, on a GPU, replayed from a CUDA graph of the
+whole step (forward, backward and optimizer step captured once), which takes the host's cost of
+issuing each layer out of both sides; the converted model's output difference from PyTorch's;
+and where the GPU time of a training step goes by layer type (convolution, normalization,
+pooling, activation, other), from the profiler's kernel names. Without a GPU it runs a smoke
+version: the small CNN for two steps through the interpreter, checking that conversion, forward
+and backward run.
 """
 
 from __future__ import annotations
@@ -101,6 +104,26 @@ def _images_per_s(step, batch: int, steps: int, warmup: int, device: torch.devic
     return batch * steps / (time.perf_counter() - start)
 
 
+def _graphed(step, device: torch.device):
+    """`step` captured once in a CUDA graph (after warm-up on a side stream, as torch's
+    whole-network capture does) and returned as its replay; None if the capture fails."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            step()
+    except RuntimeError as e:
+        print(f"CUDA graph capture failed: {e}")
+        _sync(device)
+        return None
+    return graph.replay
+
+
 def _breakdown(step, device: torch.device) -> dict[str, float]:
     """GPU milliseconds per layer type over one call of `step`."""
     from torch.profiler import ProfilerActivity, profile
@@ -139,8 +162,10 @@ def run_model(
     x = torch.randn(batch, 3, size, size, device=device).to(memory_format=torch.channels_last)
     target = torch.randint(0, 10, (batch,), device=device)
 
-    def autocast():
-        return torch.autocast(device.type, dtype=amp, enabled=amp is not None)
+    def autocast(cache: bool = True):
+        # A captured step must not keep autocast's cast weights between calls (torch's CUDA
+        # graph notes): the cache would outlive the graph's memory pool.
+        return torch.autocast(device.type, dtype=amp, enabled=amp is not None, cache_enabled=cache)
 
     results: dict = {"model": name, "batch": batch, "dtype": dtype if cuda else "float32",
                      "device": torch.cuda.get_device_name() if cuda else "cpu (interpreter)",
@@ -158,12 +183,12 @@ def run_model(
     ):
         opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
 
-        def infer(net=net):
-            with torch.no_grad(), autocast():
+        def infer(net=net, cache=True):
+            with torch.no_grad(), autocast(cache):
                 net(x)
 
-        def train(net=net, opt=opt, loss_fn=loss_fn):
-            with autocast():
+        def train(net=net, opt=opt, loss_fn=loss_fn, cache=True):
+            with autocast(cache):
                 loss = loss_fn(net(x).float(), target)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -182,17 +207,28 @@ def run_model(
             net.train()
             rate = _images_per_s(train, batch, steps, 2, device)
             samples.setdefault(f"{label}_training_img_s", []).append(rate)
+    if cuda:  # the same steps replayed from CUDA graphs, each side captured once per kind
+        for label, (net, infer, train) in steps_fns.items():
+            for kind, fn, mode in (("inference", infer, False), ("training", train, True)):
+                net.train(mode)
+                replay = _graphed(lambda fn=fn: fn(cache=False), device)
+                if replay is None:
+                    continue
+                for _ in range(rounds):
+                    rate = _images_per_s(replay, batch, steps, 2, device)
+                    samples.setdefault(f"{label}_graph_{kind}_img_s", []).append(rate)
     for key, values in samples.items():
         results[key] = sorted(values)[len(values) // 2]
         results[key + "_rounds"] = values
     if cuda:
-        for label, (_, _, train) in steps_fns.items():
+        for label, (net, _, train) in steps_fns.items():
+            net.train()
             results[f"{label}_training_ms_by_type"] = _breakdown(train, device)
-    if cuda:
-        for kind in ("inference", "training"):
-            results[f"{kind}_ratio"] = (
-                results[f"rtdnn_{kind}_img_s"] / results[f"pytorch_{kind}_img_s"]
-            )
+        for kind in KINDS:
+            if f"rtdnn_{kind}_img_s" in results and f"pytorch_{kind}_img_s" in results:
+                results[f"{kind}_ratio"] = (
+                    results[f"rtdnn_{kind}_img_s"] / results[f"pytorch_{kind}_img_s"]
+                )
     md = markdown(results)
     print(md)
     if out_dir:
@@ -204,6 +240,10 @@ def run_model(
     return results
 
 
+#: The throughput rows: eager steps, then the same steps replayed from CUDA graphs.
+KINDS = ("inference", "training", "graph_inference", "graph_training")
+
+
 def markdown(r: dict) -> str:
     lines = [
         f"### {r['model']}, batch {r['batch']}, {r['dtype']}, {r['device']}, "
@@ -212,9 +252,15 @@ def markdown(r: dict) -> str:
         "| | PyTorch img/s | rtdnn img/s | ratio |",
         "|---|---:|---:|---:|",
     ]
-    for kind in ("inference", "training"):
-        a, b = r[f"pytorch_{kind}_img_s"], r[f"rtdnn_{kind}_img_s"]
-        lines.append(f"| {kind} | {a:.1f} | {b:.1f} | {b / a:.2f} |")
+    for kind in KINDS:
+        a, b = r.get(f"pytorch_{kind}_img_s"), r.get(f"rtdnn_{kind}_img_s")
+        label = kind.replace("graph_", "") + (", CUDA graph" if kind.startswith("graph") else "")
+        if a is None or b is None:  # no graph rows without a GPU, or a capture that failed
+            if not r["device"].startswith("cpu"):
+                cells = [f"{v:.1f}" if v is not None else "capture failed" for v in (a, b)]
+                lines.append(f"| {label} | {cells[0]} | {cells[1]} | |")
+            continue
+        lines.append(f"| {label} | {a:.1f} | {b:.1f} | {b / a:.2f} |")
     lines += ["", f"converted output vs PyTorch: relative difference {r['output_rel_diff']:.1e}"]
     if r["device"].startswith("cpu"):
         lines += [
