@@ -60,7 +60,7 @@ def test_every_tma_candidate(direction, algo_name, case, shape, monkeypatch):
     xs, ws, conv = SHAPES[shape]
     x = _channels_last(torch.randn(xs, device="cuda", dtype=dtype))
     w = _channels_last(torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * 9) ** 0.5)
-    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", **conv)
+    args = {**dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation"), **conv}
     p, scratch = _problem_for_selection(direction, x, w, math=math_mode, **args)
     dy = scratch.y  # channels-last like x, random
     bias = torch.randn(ws[0], device="cuda", dtype=dtype) if direction == "forward" else None

@@ -25,9 +25,17 @@ def default_math_mode() -> str:
     return "tf32" if torch.backends.cudnn.allow_tf32 else "fp32"
 
 
-def resolve_math_mode(math: str | None) -> str:
+def default_matmul_math_mode() -> str:
+    """The math mode of a matrix product (linear layers) when a caller gives none: PyTorch's
+    matmul TF32 switch decides, as it does for torch.nn.Linear (off by default)."""
+    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
+
+
+def resolve_math_mode(math: str | None, matmul: bool = False) -> str:
+    """`math` checked, or the default when None: cuDNN's TF32 switch for convolutions, the
+    matmul switch (`matmul=True`) for matrix products."""
     if math is None:
-        return default_math_mode()
+        return default_matmul_math_mode() if matmul else default_math_mode()
     if math not in MATH_MODES:
         raise bad_param("math", math, f"one of {MATH_MODES} or None")
     return math

@@ -30,7 +30,13 @@ import math
 import torch
 import triton
 
-from ..core import INTERPRETED, bad_param, check_tensor, not_supported
+from ..core import (
+    INTERPRETED,
+    bad_param,
+    check_tensor,
+    default_matmul_math_mode,
+    not_supported,
+)
 from ..kernels import attention as K
 from ._common import check_real
 
@@ -119,7 +125,7 @@ def _config(q: torch.Tensor, e: int, ev: int) -> dict:
         block = 16
     else:
         block = 64 if max(block_d, block_dv) <= 128 else 32
-    if q.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32 and not INTERPRETED:
+    if q.dtype == torch.float32 and default_matmul_math_mode() == "tf32" and not INTERPRETED:
         precision = "tf32"
     else:
         precision = "ieee"

@@ -8,7 +8,9 @@
 x: (*, in_features), w: (out_features, in_features), bias: (out_features,); any strides (the
 leading dims of x and dy are flattened, copying only if they cannot be viewed as one). All
 three are the same kernel as the convolutions with plain strided addressing. `activation` is
-None (identity) or "relu", fused into the epilogue.
+None (identity) or "relu", fused into the epilogue. `math` is "fp32" (strict) or "tf32" for
+float32 data; None follows `torch.backends.cuda.matmul.allow_tf32`, as torch.nn.Linear does
+(strict by default; convolutions follow cuDNN's switch instead).
 
 `out` must share no memory with x, w, dy or bias (BadParamError): every output element reads
 a whole row and column, so nothing runs in place.
@@ -84,7 +86,8 @@ def _gemm(a, a_geo, b, b_geo, c, alpha, beta, bias=None, activation=None, math=N
     m, n, depth = a_geo.rows, b_geo.cols, a_geo.cols
     c_geo = _matrix(c)
     device = c.device.type
-    precision = "tf32" if c.dtype == torch.float32 and resolve_math_mode(math) == "tf32" else "ieee"
+    tf32 = resolve_math_mode(math, matmul=True) == "tf32"
+    precision = "tf32" if c.dtype == torch.float32 and tf32 else "ieee"
     act = ACTIVATIONS[activation]
     splits = _splits(m, n, depth, device)
     candidates = tile_candidates(device, c.dtype, m, n, depth)
@@ -157,7 +160,7 @@ def linear(
     if activation not in ACTIVATIONS:
         raise bad_param("activation", activation, f"one of {sorted(map(str, ACTIVATIONS))}")
     check_scaling(alpha, beta, out)
-    resolve_math_mode(math)
+    resolve_math_mode(math, matmul=True)
     check_runnable(x.device)
     y = _out(out, (*x.shape[:-1], w.shape[0]), x, x=x, w=w, bias=bias)
     if y.numel() == 0:  # no rows
@@ -182,7 +185,7 @@ def linear_backward_data(
     if dy.shape[-1] != w.shape[0]:
         raise bad_param("dy.shape[-1]", dy.shape[-1], f"w.shape[0] = {w.shape[0]}")
     check_scaling(alpha, beta, out)
-    resolve_math_mode(math)
+    resolve_math_mode(math, matmul=True)
     check_runnable(dy.device)
     dx = _out(out, (*dy.shape[:-1], w.shape[1]), dy, dy=dy, w=w)
     if dx.numel() == 0:  # no rows
@@ -210,7 +213,7 @@ def linear_backward_weight(
     if dy.shape[:-1] != x.shape[:-1]:
         raise bad_param("dy.shape", tuple(dy.shape), f"(*{tuple(x.shape[:-1])}, out_features)")
     check_scaling(alpha, beta, out)
-    resolve_math_mode(math)
+    resolve_math_mode(math, matmul=True)
     check_runnable(x.device)
     dw = _out(out, (dy.shape[-1], x.shape[-1]), x, x=x, dy=dy)
     if x.numel() == 0:  # a sum over no rows
