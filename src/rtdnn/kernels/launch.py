@@ -178,6 +178,27 @@ class SlotLaunch:
                 compiled.kernel[self.grid](*args)
 
 
+_launches: dict[tuple, SlotLaunch] = {}
+
+
+def launch_cached(fn, grid: tuple[int, ...], slots: dict, num_warps: int = 4, **fixed) -> None:
+    """fn[grid](**slots, **fixed, num_warps=num_warps) through a SlotLaunch kept per (kernel,
+    grid, warps, fixed arguments): for ops that keep no prepared call of their own. Triton's
+    own launch path costs tens of microseconds per call, more than many small kernels run;
+    this costs a dictionary lookup. `fixed` holds what is the same from call to call for a
+    problem (sizes, strides, compile-time constants; all hashable), `slots` the tensors and
+    scalars that change (alpha, beta)."""
+    key = (fn, grid, num_warps, *slots, *fixed.items())
+    launch = _launches.get(key)
+    if launch is None:
+        if len(_launches) >= 4096:  # a bound on what many distinct problems keep alive
+            _launches.clear()
+        launch = _launches[key] = SlotLaunch(
+            fn, grid, dict(num_warps=num_warps), tuple(slots), **fixed
+        )
+    launch(*slots.values())
+
+
 class KernelLaunch(SlotLaunch):
     """A SlotLaunch whose changing arguments are given by name: the names of the first call's
     keyword arguments become the slots, and every later call must name the same ones."""

@@ -28,7 +28,6 @@ import torch.nn.functional as F
 
 from .. import select
 from ..algos import ConvAlgorithm, ConvTensors
-from ..algos.geometry import output_geometry, parallel_slots
 from ..core import (
     ConvDesc,
     ConvProblem,
@@ -48,10 +47,10 @@ from ..core import (
     resolve_math_mode,
 )
 from ..core.handle import stream_workspace
-from ..kernels.reduce import channel_partial_sum_kernel, channel_sum_finish_kernel
 from ..select.plan import Plan, check_bytes, check_policy
 from ._common import finish_empty
 from .conv_plan import check_micro_batch, observing, plan_for, run_micro_batched
+from .tensor_ops import reduce_tensor
 
 IntOrSeq = int | Sequence[int]
 
@@ -417,25 +416,13 @@ def conv_backward_bias(
     """
     dy = check_tensor("dy", dy, ndim=(3, 4, 5), empty=True)
     check_scaling(alpha, beta, out)
-    k = dy.shape[1]
-    db = _output(out, (k,), dy)
     check_out_disjoint(out, dy=dy)
-    if dy.numel() == 0:  # a sum over no elements
-        return finish_empty(db, beta)
     check_runnable(dy.device)
-    geo = output_geometry(TensorDesc.of(dy))
-    pixels = dy.numel() // k
-    block_k, block_p = 32, 64
-    slices = max(1, min(parallel_slots(dy.device.type), pixels // (4 * block_p)))
-    per_slice = -(-pixels // slices)
-    partial = torch.empty((slices, k), dtype=torch.float32, device=dy.device)
-    grid = (-(-k // block_k), slices)
-    channel_partial_sum_kernel[grid](dy, partial, geo, per_slice, BLOCK_P=block_p, BLOCK_K=block_k)
-    channel_sum_finish_kernel[(-(-k // block_k),)](
-        partial, db, db.stride(0), k, slices, float(alpha), float(beta),
-        BETA_NONZERO=beta != 0, BLOCK_K=block_k,
-    )  # fmt: skip
-    return db
+    # The per-channel sum is a reduction like any other: float32 partial sums over slices of
+    # the pixels and a fixed-order finish (deterministic), its launches prepared per shape.
+    return reduce_tensor(
+        dy, "add", (0, *range(2, dy.dim())), keepdim=False, alpha=alpha, beta=beta, out=out
+    )
 
 
 def _problem_for_selection(

@@ -26,6 +26,7 @@ import torch
 
 from ..core import bad_param, channels_last, check_tensor
 from ..kernels import pooling as K
+from ..kernels.launch import launch_cached
 from ._common import check_batch, check_span, int_tuple, output, spatial5
 
 MODES = tuple(K.MODES)
@@ -130,11 +131,11 @@ def pooling_forward(
     tiles = K.pool_tiles(shape5[0], shape5[1], out5[2:], cl, x.element_size())
     geo = _geometry(p, shape5, x_st, y_st, (0,) * 5, out5[2:], tiles)
     kd, kh, kw = _window3(p)
-    K.pool_fwd_kernel[tiles.grid](
-        x, y, y, geo, float(alpha), float(beta), MODE=K.MODES[mode], KD=kd, KH=kh, KW=kw,
-        CL=cl, STORE_Y=True, STORE_IDX=False, BETA_NONZERO=beta != 0,
-        BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
-        num_warps=tiles.num_warps,
+    launch_cached(
+        K.pool_fwd_kernel, tiles.grid, dict(X=x, Y=y, IDX=y, alpha=float(alpha), beta=float(beta)),
+        tiles.num_warps, geo=geo, MODE=K.MODES[mode], KD=kd, KH=kh, KW=kw, CL=cl, STORE_Y=True,
+        STORE_IDX=False, BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i,
+        STEPS=tiles.steps,
     )  # fmt: skip
     return y
 
@@ -195,11 +196,11 @@ def pooling_backward(
             tap_st = taps.stride()
         tiles = K.pool_tiles(n, c, out5[2:], cl, x.element_size())
         geo = _geometry(p, shape5, x_st, (0,) * 5, tap_st, out5[2:], tiles)
-        K.pool_fwd_kernel[tiles.grid](
-            x, taps, taps, geo, 1.0, 0.0, MODE=mode_id, KD=kd, KH=kh, KW=kw, CL=cl,
-            STORE_Y=False, STORE_IDX=True, BETA_NONZERO=False,
-            BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
-            num_warps=tiles.num_warps,
+        launch_cached(
+            K.pool_fwd_kernel, tiles.grid, dict(X=x, Y=taps, IDX=taps), tiles.num_warps,
+            geo=geo, alpha=1.0, beta=0.0, MODE=mode_id, KD=kd, KH=kh, KW=kw, CL=cl,
+            STORE_Y=False, STORE_IDX=True, BETA_NONZERO=False, BLOCK_R=tiles.block_r,
+            BLOCK_I=tiles.block_i, STEPS=tiles.steps,
         )  # fmt: skip
     cl = _is_cl(dx)
     tiles = K.pool_tiles(shape5[0], shape5[1], shape5[2:], cl, dx.element_size())
@@ -210,11 +211,12 @@ def pooling_backward(
         K.windows_per_input(k, s, d, o)
         for k, s, d, o in zip((kd, kh, kw), stride3, dil3, out5[2:], strict=True)
     )
-    K.pool_bwd_kernel[tiles.grid](
-        dy, taps if taps is not None else dy, dx, geo, float(alpha), float(beta),
-        MODE=mode_id, KD=kd, KH=kh, KW=kw, MD=md, MH=mh, MW=mw, CL=cl,
-        BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
-        num_warps=tiles.num_warps,
+    slots = dict(DY=dy, IDX=taps if taps is not None else dy, DX=dx, alpha=float(alpha),
+                 beta=float(beta))  # fmt: skip
+    launch_cached(
+        K.pool_bwd_kernel, tiles.grid, slots, tiles.num_warps, geo=geo, MODE=mode_id, KD=kd,
+        KH=kh, KW=kw, MD=md, MH=mh, MW=mw, CL=cl, BETA_NONZERO=beta != 0,
+        BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
     )  # fmt: skip
     return dx
 
@@ -257,10 +259,10 @@ def adaptive_avg_pool(
     tiles = K.pool_tiles(shape5[0], shape5[1], out5[2:], cl, x.element_size())
     geo = _geometry(None, shape5, x_st, y_st, (0,) * 5, out5[2:], tiles)
     kd, kh, kw = (K.adaptive_max_window(i, o) for i, o in zip(shape5[2:], out5[2:], strict=True))
-    K.adaptive_fwd_kernel[tiles.grid](
-        x, y, geo, float(alpha), float(beta), KD=kd, KH=kh, KW=kw, CL=cl,
-        BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
-        num_warps=tiles.num_warps,
+    launch_cached(
+        K.adaptive_fwd_kernel, tiles.grid, dict(X=x, Y=y, alpha=float(alpha), beta=float(beta)),
+        tiles.num_warps, geo=geo, KD=kd, KH=kh, KW=kw, CL=cl, BETA_NONZERO=beta != 0,
+        BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
     )  # fmt: skip
     return y
 
@@ -296,9 +298,9 @@ def adaptive_avg_pool_backward(
     tiles = K.pool_tiles(shape5[0], shape5[1], shape5[2:], cl, dx.element_size())
     geo = _geometry(None, shape5, dx_st, dy_st, (0,) * 5, out5[2:], tiles)
     md, mh, mw = (K.adaptive_max_window(o, i) for i, o in zip(shape5[2:], out5[2:], strict=True))
-    K.adaptive_bwd_kernel[tiles.grid](
-        dy, dx, geo, float(alpha), float(beta), MD=md, MH=mh, MW=mw, CL=cl,
-        BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
-        num_warps=tiles.num_warps,
+    launch_cached(
+        K.adaptive_bwd_kernel, tiles.grid, dict(DY=dy, DX=dx, alpha=float(alpha), beta=float(beta)),
+        tiles.num_warps, geo=geo, MD=md, MH=mh, MW=mw, CL=cl, BETA_NONZERO=beta != 0,
+        BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
     )  # fmt: skip
     return dx
