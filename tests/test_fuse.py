@@ -141,3 +141,46 @@ def test_residual_the_fused_op_cannot_take_is_added_as_before():
         model.train(train)
         fused.train(train)
         assert_close(fused(x), model(x).detach().double())
+
+
+class MobileBlock(torch.nn.Module):
+    """EfficientNet's and MobileNetV3's patterns: batch norm then SiLU or Hardswish (modules,
+    in place, and functions), and a residual add before a SiLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 4, 1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(4)
+        self.act1 = torch.nn.SiLU(inplace=True)
+        self.conv2 = torch.nn.Conv2d(4, 4, 3, padding=1, groups=4, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(4)
+        self.act2 = torch.nn.Hardswish(inplace=True)
+        self.bn3 = torch.nn.BatchNorm2d(4)
+        self.bn4 = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        y = self.act1(self.bn1(self.conv1(x)))
+        y = self.act2(self.bn2(self.conv2(y)))
+        y = torch.nn.functional.hardswish(self.bn3(y))
+        return torch.nn.functional.silu(self.bn4(y) + y)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_silu_and_hardswish_fused(train):
+    torch.manual_seed(3)
+    model = MobileBlock()
+    fused, report = rtdnn.convert(model, fuse=True)
+    assert report.fused == [
+        "bn1 + silu", "bn2 + hardswish", "bn3 + hardswish", "bn4 + add + silu"
+    ]  # fmt: skip
+    assert [fused.get_submodule(f"bn{i}").activation for i in range(1, 5)] == [
+        "silu", "hardswish", "hardswish", "silu"
+    ]  # fmt: skip
+    x = torch.randn(2, 3, 5, 5)
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        ref = _run(model, x, train)
+        out = _run(fused, x, train)
+    assert_close(out[0], ref[0].detach().double())
+    assert_close(out[1], ref[1].double())
+    for g, g_ref in zip(out[2], ref[2], strict=True):
+        assert_close(g, g_ref.double())

@@ -33,7 +33,7 @@ def bn_problems(draw):
         layout=draw(st.sampled_from(LAYOUTS)),
         affine=draw(st.sampled_from(["both", "weight", "none"])),
         residual=draw(st.booleans()),
-        activation=draw(st.sampled_from(["identity", "relu"])),
+        activation=draw(st.sampled_from(["identity", "relu", "silu", "hardswish"])),
         scale=draw(st.sampled_from(["plain", "nan_out", "alpha_beta"])),
     )
 
@@ -207,16 +207,18 @@ def test_results_are_deterministic():
         assert torch.equal(a, b)
 
 
-def test_fused_add_relu_against_torch_autograd():
+@pytest.mark.parametrize("activation", ["relu", "silu", "hardswish"])
+def test_fused_add_activation_against_torch_autograd(activation):
     x = make((2, 3, 4, 4), layout="channels_last").requires_grad_()
     z = make((2, 3, 4, 4), seed=1).requires_grad_()
     w = make((3,), seed=2).requires_grad_()
     b = make((3,), seed=3).requires_grad_()
-    y = rtdnn.batch_norm(x, None, None, w, b, True, z=z, activation="relu")
+    y = rtdnn.batch_norm(x, None, None, w, b, True, z=z, activation=activation)
     dy = make(y.shape, seed=4)
     y.backward(dy)
     leaves = [t.detach().double().requires_grad_() for t in (x, z, w, b)]
-    ref = F.relu(F.batch_norm(leaves[0], None, None, leaves[2], leaves[3], True) + leaves[1])
+    act = {"relu": F.relu, "silu": F.silu, "hardswish": F.hardswish}[activation]
+    ref = act(F.batch_norm(leaves[0], None, None, leaves[2], leaves[3], True) + leaves[1])
     ref.backward(dy.double())
     check(y, ref.detach())
     for ours, theirs in zip((x, z, w, b), leaves, strict=True):

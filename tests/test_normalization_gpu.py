@@ -84,18 +84,20 @@ def test_batch_norm(dtype, shape, channels_last):
     check(got[2], want[2], torch.float32, factor=50, what="dbias")
 
 
+@pytest.mark.parametrize("activation", ["relu", "silu", "hardswish"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_batch_norm_add_relu(dtype):
+def test_batch_norm_add_activation(dtype, activation):
     shape = (16, 128, 14, 14)
     x = rand(shape, dtype, channels_last=True)
     z = rand(shape, dtype, channels_last=True, seed=1)
     w, b = rand((128,), torch.float32, seed=2), rand((128,), torch.float32, seed=3)
-    y, mean, invstd = rtdnn.batch_norm_forward_training(x, w, b, z=z, activation="relu")
-    ref = R.batch_norm_forward_training(x, w, b, z=z, activation="relu")
+    args = dict(z=z, activation=activation)
+    y, mean, invstd = rtdnn.batch_norm_forward_training(x, w, b, **args)
+    ref = R.batch_norm_forward_training(x, w, b, **args)
     check(y, ref[0], dtype, what="y")
     dy = rand(shape, dtype, channels_last=True, seed=4)
-    got = rtdnn.batch_norm_backward(dy, x, mean, invstd, w, b, z=z, activation="relu")
-    want = R.batch_norm_backward(dy, x, mean, invstd, w, b, z=z, activation="relu")
+    got = rtdnn.batch_norm_backward(dy, x, mean, invstd, w, b, **args)
+    want = R.batch_norm_backward(dy, x, mean, invstd, w, b, **args)
     # Where the pre-activation is within rounding of 0 the two sides may pick different
     # sides of the relu: a few elements, hence the wider bound.
     check(got[0], want[0], dtype, factor=5, floor=term_size(dy, invstd, w), what="dx")
@@ -103,8 +105,7 @@ def test_batch_norm_add_relu(dtype):
     check(got[2], want[2], torch.float32, factor=100, what="dbias")
     check(got[3], want[3], dtype, factor=5, what="dz")
     # eps must be > 0; 1e-30 vanishes next to the variance in float32.
-    yi = rtdnn.batch_norm_forward_inference(x, w, b, mean, invstd**-2, eps=1e-30, z=z,
-                                            activation="relu")  # fmt: skip
+    yi = rtdnn.batch_norm_forward_inference(x, w, b, mean, invstd**-2, eps=1e-30, **args)
     check(yi, y, dtype, factor=2, what="inference with the batch statistics")
 
 

@@ -4,7 +4,8 @@ do: in a traced model, each
     y = relu(batch_norm(x))            becomes one call  batch_norm(x, activation="relu")
     y = relu(batch_norm(x) + z)        becomes one call  batch_norm(x, z, activation="relu")
 
-so the activation (and the residual add of a ResNet block) costs no separate pass over memory
+and the same with SiLU (EfficientNet) or Hardswish (MobileNetV3) in place of the ReLU, so
+the activation (and the residual add of a ResNet block) costs no separate pass over memory
 and no separate launch, forward or backward.
 
 The model is traced with torch.fx; a pattern is fused only where nothing
@@ -24,7 +25,13 @@ from torch import fx
 from .nn.normalization import _RtdnnBatchNorm
 
 _ADDS = (operator.add, operator.iadd, torch.add)
-_RELUS = (torch.relu, torch.relu_, torch.nn.functional.relu)
+F = torch.nn.functional
+#: What the fused batch norm can apply after itself, as modules (torch's classes or rtdnn's
+#: twins, by class name), functions and tensor methods.
+_MODULES = {"ReLU": "relu", "SiLU": "silu", "Hardswish": "hardswish"}
+_FUNCTIONS = {torch.relu: "relu", torch.relu_: "relu", F.relu: "relu", F.silu: "silu",
+              F.hardswish: "hardswish"}  # fmt: skip
+_METHODS = {"relu": "relu", "relu_": "relu"}
 
 
 def _only_user(node: fx.Node) -> fx.Node | None:
@@ -32,14 +39,17 @@ def _only_user(node: fx.Node) -> fx.Node | None:
     return users[0] if len(users) == 1 else None
 
 
-def _is_relu(node: fx.Node | None, modules: dict[str, torch.nn.Module]) -> bool:
+def _activation(node: fx.Node | None, modules: dict[str, torch.nn.Module]) -> str | None:
+    """The fusable activation `node` applies to its one input, or None."""
     if node is None:
-        return False
+        return None
     if node.op == "call_module":
-        return type(modules[node.target]).__name__ == "ReLU"  # torch's or rtdnn's twin
+        return _MODULES.get(type(modules[node.target]).__name__)
+    if len(node.args) != 1 or any(k != "inplace" for k in node.kwargs):
+        return None
     if node.op == "call_function":
-        return node.target in _RELUS and len(node.args) == 1
-    return node.op == "call_method" and node.target in ("relu", "relu_") and len(node.args) == 1
+        return _FUNCTIONS.get(node.target)
+    return _METHODS.get(node.target) if node.op == "call_method" else None
 
 
 def _residual(add: fx.Node | None, bn: fx.Node) -> fx.Node | None:
@@ -67,7 +77,8 @@ def trace(model: torch.nn.Module) -> fx.GraphModule:
 
 def fuse_batch_norm(gm: fx.GraphModule) -> list[str]:
     """Fuse, in place, every rtdnn batch norm of a traced model (see `trace`) that
-    feeds a ReLU, directly or through a residual add. Returns one line per fusion. Parameters,
+    feeds a ReLU, SiLU or Hardswish, directly or through a residual add. Returns one line per
+    fusion. Parameters,
     buffers and state_dict keys are unchanged."""
     modules = dict(gm.named_modules())
     calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
@@ -83,22 +94,23 @@ def fuse_batch_norm(gm: fx.GraphModule) -> list[str]:
         after = _only_user(node)
         z = _residual(after, node)
         if z is not None:
-            relu = _only_user(after)
+            act = _only_user(after)
         else:
-            relu, after = after, None
-        if not _is_relu(relu, modules):
+            act, after = after, None
+        activation = _activation(act, modules)
+        if activation is None:
             continue
         # z may be computed after the batch norm (torchvision's Bottleneck runs its downsample
         # branch there), so the fused call goes where the add was.
         with gm.graph.inserting_before(after or node):
             args = node.args if z is None else (node.args[0], z)
             call = gm.graph.call_module(node.target, args)
-        relu.replace_all_uses_with(call)
-        for dead in (relu, after, node):
+        act.replace_all_uses_with(call)
+        for dead in (act, after, node):
             if dead is not None:
                 gm.graph.erase_node(dead)
-        bn.activation = "relu"
-        fused.append(f"{node.target}{' + add' if z is not None else ''} + relu")
+        bn.activation = activation
+        fused.append(f"{node.target}{' + add' if z is not None else ''} + {activation}")
     gm.graph.lint()
     gm.recompile()
     return fused

@@ -384,7 +384,21 @@ def _bcast(t, dims, ndim):
 
 
 def _act(v, activation):
-    return torch.relu(v) if activation == "relu" else v
+    """The normalizations' fused activation (kernels.norm_addressing.ACTIVATIONS)."""
+    fn = {"relu": torch.relu, "silu": F.silu, "hardswish": F.hardswish}.get(activation)
+    return fn(v) if fn is not None else v
+
+
+def _act_grad(pre, dy, activation):
+    """dy * act'(pre), with torch's values at the kinks."""
+    if activation == "relu":
+        return dy * (pre > 0)
+    if activation == "silu":
+        s = torch.sigmoid(pre)
+        return dy * s * (1 + pre * (1 - s))
+    if activation == "hardswish":
+        return torch.where(pre < -3, 0.0, torch.where(pre <= 3, dy * (pre / 3 + 0.5), dy))
+    return dy
 
 
 def _scaled(y, alpha, beta, out):
@@ -412,9 +426,9 @@ def _norm_backward(dy, x, mean, rstd, w, b, z, reduced, training, rms, activatio
     x, dy = _f64(x), _f64(dy)
     xhat = (x - mean) * rstd
     wv = w if w is not None else 1.0
-    if activation == "relu":
+    if activation != "identity":
         pre = xhat * wv + (b if b is not None else 0.0) + (_f64(z) if z is not None else 0.0)
-        dy = dy * (pre > 0)
+        dy = _act_grad(pre, dy, activation)
     g = dy * wv
     if not training:
         return rstd * g, dy

@@ -36,8 +36,11 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
-#: Activations that the fused kernels apply after the normalization (and the residual add).
-ACTIVATIONS = ("identity", "relu")
+from .mathfn import sigmoid
+
+#: Activations that the fused kernels apply after the normalization (and the residual add):
+#: torch's ReLU, SiLU (x * sigmoid(x)) and Hardswish (x * relu6(x + 3) / 6).
+ACTIVATIONS = ("identity", "relu", "silu", "hardswish")
 
 
 class NormGeometry(NamedTuple):
@@ -176,14 +179,24 @@ def activate(v, ACT: tl.constexpr):
     """ACT indexes ACTIVATIONS."""
     if ACT == 1:
         v = tl.maximum(v, 0.0)
+    elif ACT == 2:
+        v = v * sigmoid(v)
+    elif ACT == 3:
+        v = v * (tl.minimum(tl.maximum(v + 3.0, 0.0), 6.0) / 6.0)
     return v
 
 
 @triton.jit
 def activation_grad(pre, dy, ACT: tl.constexpr):
-    """dy * act'(pre), the gradient at the activation's input."""
+    """dy * act'(pre), the gradient at the activation's input (torch's formulas, also at the
+    kinks: relu' = 0 at 0; hardswish' = x / 3 + 1/2 on [-3, 3])."""
     if ACT == 1:
         dy = tl.where(pre > 0.0, dy, 0.0)
+    elif ACT == 2:
+        s = sigmoid(pre)
+        dy = dy * (s * (1.0 + pre * (1.0 - s)))
+    elif ACT == 3:
+        dy = tl.where(pre < -3.0, 0.0, tl.where(pre <= 3.0, dy * (pre / 3.0 + 0.5), dy))
     return dy
 
 

@@ -15,15 +15,23 @@ from torch import Tensor
 from .. import autograd
 from ._inputs import check_dtype
 
+#: The fused activations (kernels.norm_addressing.ACTIVATIONS) as torch computes them.
+TORCH_ACTIVATIONS = {
+    "identity": lambda y: y,
+    "relu": torch.relu,
+    "silu": torch.nn.functional.silu,
+    "hardswish": torch.nn.functional.hardswish,
+}
+
 
 class _RtdnnBatchNorm:
     """Replaces torch's _BatchNorm.forward; everything else is inherited.
 
-    `activation` ("identity" or "relu") and the optional residual `z` of forward are cuDNN's
-    fused BN_ACTIVATION / BN_ADD_ACTIVATION: y = activation(bn(input) + z). rtdnn.fuse sets
-    the activation on modules whose output feeds a ReLU. A z that the fused op cannot take
-    (another shape, to broadcast, or another dtype or device) is added after the batch norm
-    with torch's own rules, as the unfused model did.
+    `activation` ("identity", "relu", "silu" or "hardswish") and the optional residual `z` of
+    forward are cuDNN's fused BN_ACTIVATION / BN_ADD_ACTIVATION: y = activation(bn(input) + z).
+    rtdnn.fuse sets the activation on modules whose output feeds a ReLU, SiLU or Hardswish. A
+    z that the fused op cannot take (another shape, to broadcast, or another dtype or device)
+    is added after the batch norm with torch's own rules, as the unfused model did.
     """
 
     activation = "identity"
@@ -37,7 +45,7 @@ class _RtdnnBatchNorm:
             z.shape != input.shape or z.dtype != input.dtype or z.device != input.device
         ):
             y = self._batch_norm(input, None, "identity") + z
-            return torch.relu(y) if self.activation == "relu" else y
+            return TORCH_ACTIVATIONS[self.activation](y)
         return self._batch_norm(input, z, self.activation)
 
     def _batch_norm(self, input: Tensor, z: Tensor | None, activation: str) -> Tensor:
