@@ -67,8 +67,9 @@ def test_every_tma_candidate(direction, algo_name, case, shape, monkeypatch):
     algo = ALGORITHMS[algo_name]
     workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8, device="cuda")
     candidates = [t for t in algo.tile_candidates(p) if getattr(t, "tma", False)]
-    if not candidates:  # backward-data needs K/groups a multiple of the channel chunk
-        assert direction == "backward_data" and ig.tma_unsupported(p, 16) is not None
+    if not candidates:  # backward-data needs K/groups a multiple of every tile's chunk
+        assert direction == "backward_data"
+        assert all(ig.tma_unsupported(p, t.block_k) for t in algo.tile_candidates(p))
         return
     written = {"forward": dy, "backward_data": x, "backward_filter": w}[direction]
     for tiles in candidates:
