@@ -188,3 +188,9 @@ def test_offered_to_the_tuner_only_when_asked(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (8, 0))
     assert ig._tma_candidates(p, candidates) == []
     assert ig._tma_candidates(dataclasses.replace(p, device="cpu"), candidates) == []
+    # The tile measured wrong on 1x1 layers (tma_notes.md) is not offered for them.
+    w1 = make_tensor((64, 64, 1, 1), torch.float16, "channels_last")
+    p1 = dataclasses.replace(_problem("forward", x, w1, y), device="cuda")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (9, 0))
+    assert ig.tma_unsupported(p1, 64) is None
+    assert ig._tma_candidates(p1, candidates) == []
