@@ -27,7 +27,7 @@ def test_model_names_and_direct_kernels_counted_as_convolution():
     from rtdnn.bench.model import MODELS, build, category
 
     assert {"efficientnet_b0", "mobilenet_v3_large", "convnext_tiny"} <= set(MODELS)
-    for kernel in ("direct_forward_kernel", "direct_filter_rows_kernel"):
+    for kernel in ("direct_forward_kernel", "depthwise_rows_kernel", "pack_filter_kernel"):
         assert category(kernel) == "convolution"
     with pytest.raises(ValueError, match="convnext_tiny"):
         build("vgg11")

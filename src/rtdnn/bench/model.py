@@ -26,7 +26,7 @@ from ..convert import convert
 #: Kernel-name fragments -> layer type, for both cuDNN/ATen kernels and rtdnn's Triton kernels.
 CATEGORIES = {
     "convolution": ("conv", "brgemm", "im2col", "col2im", "wgrad", "dgrad", "fprop", "gemm",
-                    "sm90_xmma", "cutlass", "direct_"),
+                    "sm90_xmma", "cutlass", "direct_", "depthwise", "pack_filter"),
     "normalization": ("batch_norm", "batchnorm", "bn_", "norm", "welford"),
     "pooling": ("pool",),
     "activation": ("relu", "elementwise", "threshold", "activation"),

@@ -191,9 +191,12 @@ def check_out_disjoint(out: torch.Tensor | None, **inputs: torch.Tensor | None) 
 
 def _address_range(t: torch.Tensor) -> tuple[int, int]:
     """[first, last + 1) byte addresses a view touches (torch strides are never negative)."""
-    if t.numel() == 0:
+    n = t.numel()
+    if n == 0:
         return 0, 0
     start = t.data_ptr()
+    if t.is_contiguous():  # an attribute read: most parameters and statistics
+        return start, start + n * t.element_size()
     return start, start + memory_span(tuple(t.shape), tuple(t.stride())) * t.element_size()
 
 
