@@ -34,6 +34,7 @@ from ..core import (
     resolve_math_mode,
 )
 from ..kernels import rnn as kernels
+from ..kernels.launch import launch_cached
 from ._common import check_real
 from .dropout import dropout_backward, dropout_forward
 from .linear import _gemm, _matrix, linear_backward_bias
@@ -234,11 +235,14 @@ def _forward_direction(layer, d, layer_in, y, h0, c0, h_n, c_n, weights, spec, b
         _mm(h_prev, w_hh, gh[:n], tb=True, bias=b_hh, math=math)
         y_rows = y[s : s + n, d * p : (d + 1) * p]
         h_out = hraw[s : s + n] if spec.proj_size else h
-        kernels.cell_forward_kernel[kernels.grid(n, hid, block_b, block_h)](
-            gx[s : s + n], gh, c, h_prev, h_out, h_out.stride(0), y_rows, y_rows.stride(0),
-            gates[s : s + n], _rows(save, s, n, gx), _rows(save2, s, n, gx), n, hid,
-            MODE=mode, NGATES=ngates, WRITE_Y=not spec.proj_size,
-            BLOCK_B=block_b, BLOCK_H=block_h,
+        slots = dict(
+            GX=gx[s : s + n], GH=gh, C=c, HPREV=h_prev, HOUT=h_out, Y=y_rows,
+            GATES=gates[s : s + n], SAVE=_rows(save, s, n, gx), SAVE2=_rows(save2, s, n, gx),
+        )  # fmt: skip
+        launch_cached(
+            kernels.cell_forward_kernel, kernels.grid(n, hid, block_b, block_h), slots,
+            ho_stride=h_out.stride(0), y_stride=y_rows.stride(0), rows=n, H=hid, MODE=mode,
+            NGATES=ngates, WRITE_Y=not spec.proj_size, BLOCK_B=block_b, BLOCK_H=block_h,
         )  # fmt: skip
         if spec.proj_size:
             _mm(hraw[s : s + n], w_hr, h[:n], tb=True, math=math)
@@ -323,19 +327,25 @@ def _backward_direction(layer, d, layer_in, d_out, dx, dh_n, dc_n, dh0, dc0, wei
         n, s = batch_sizes[t], starts[t]
         dy_rows = d_out[s : s + n, d * p : (d + 1) * p]
         if spec.proj_size:
-            kernels.add_rows_kernel[kernels.grid(n, p, block_b, block_p)](
-                dh, p, dy_rows, dy_rows.stride(0), dht[s : s + n], p, n, p,
-                BLOCK_B=block_b, BLOCK_H=block_p,
+            launch_cached(
+                kernels.add_rows_kernel, kernels.grid(n, p, block_b, block_p),
+                dict(A=dh, B=dy_rows, OUT=dht[s : s + n]), a_stride=p,
+                b_stride=dy_rows.stride(0), out_stride=p, rows=n, H=p, BLOCK_B=block_b,
+                BLOCK_H=block_p,
             )  # fmt: skip
             _mm(dht[s : s + n], w_hr, dh_raw[:n], math=math)
             dh_in, dh_stride, has_dy = dh_raw, hid, False
         else:
             dh_in, dh_stride, has_dy = dh, hid, True
-        kernels.cell_backward_kernel[kernels.grid(n, hid, block_b, block_h)](
-            dh_in, dh_stride, dy_rows, dy_rows.stride(0), dc, gates[s : s + n],
-            _rows(save, s, n, gates), _rows(save2, s, n, gates), hprev[s : s + n],
-            dgx[s : s + n], dgh[s : s + n], n, hid,
-            MODE=mode, NGATES=ngates, HAS_DY=has_dy, BLOCK_B=block_b, BLOCK_H=block_h,
+        slots = dict(
+            DH=dh_in, DY=dy_rows, DC=dc, GATES=gates[s : s + n], SAVE=_rows(save, s, n, gates),
+            SAVE2=_rows(save2, s, n, gates), HPREV=hprev[s : s + n], DGX=dgx[s : s + n],
+            DGH=dgh[s : s + n],
+        )  # fmt: skip
+        launch_cached(
+            kernels.cell_backward_kernel, kernels.grid(n, hid, block_b, block_h), slots,
+            dh_stride=dh_stride, dy_stride=dy_rows.stride(0), rows=n, H=hid, MODE=mode,
+            NGATES=ngates, HAS_DY=has_dy, BLOCK_B=block_b, BLOCK_H=block_h,
         )  # fmt: skip
         # gru's cell left z * dh in dh, h_prev's direct share: the product adds to it.
         _mm(dgh[s : s + n], w_hh, dh[:n], beta=1.0 if gru else 0.0, math=math)
