@@ -187,3 +187,34 @@ def test_custom_op_passes_opcheck():
     lp = torch.randn(5, 2, 4).log_softmax(-1).requires_grad_()
     args = ctc.prepare(lp, torch.tensor([[1, 2], [3, 3]]), (5, 5), (2, 2), 0)[:5]
     torch.library.opcheck(ag.ctc_loss_forward.op, (*args, 0, 2, False))
+
+
+@pytest.mark.parametrize(
+    "targets",
+    ([2, 1, 2, 2, 3, 2, 1], [4, 4, 4, 4], [1, 2, 3, 4, 1, 2, 3]),
+    ids=("one-label-often", "all-the-same", "no-neighbours-repeated"),
+)
+def test_labels_repeated_many_times(targets):
+    """The backward sums each label's positions along links between them: labels repeated
+    up to the whole target, next to each other or apart."""
+    lp = _log_probs(t=20, n=2, c=5)
+    tgt = torch.tensor([targets, targets[::-1]])
+    loss, ref, grad, grad_ref = _check(lp, tgt, (20, 17), (len(targets), len(targets) - 1), "sum")
+    assert_close(loss, ref)
+    assert_close(grad, grad_ref)
+
+
+def test_log_prob_of_minus_infinity_gives_torchs_gradient():
+    """A class with probability 0 at a step: torch's gradient formula gives NaN there for a
+    class of the target (-inf + inf) and a finite value elsewhere; rtdnn gives the same."""
+    lp = _log_probs(t=10, n=1, c=5)
+    lp[3, 0, 2] = float("-inf")  # class 2 (in the target) at step 3
+    lp[5, 0, 4] = float("-inf")  # class 4 (not in it)
+    target = torch.tensor([[1, 2, 3]])
+    x = lp.clone().requires_grad_()
+    rtdnn.ctc_loss(x, target, (10,), (3,), reduction="sum").backward()
+    x64 = lp.double().requires_grad_()
+    torch.nn.functional.ctc_loss(x64, target, (10,), (3,), reduction="sum").backward()
+    assert torch.equal(x.grad.isnan(), x64.grad.isnan())
+    finite = ~x64.grad.isnan()
+    assert_close(x.grad[finite], x64.grad[finite])

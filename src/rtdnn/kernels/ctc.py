@@ -79,14 +79,46 @@ def ctc_alpha_kernel(
 
 
 @triton.jit
+def _label_groups(targets, off, s, L, lab, BLOCK_L: tl.constexpr, CHUNK: tl.constexpr):
+    """For each label position s (odd s < L): the first position holding the same label
+    (`head`) and the next one after s (`nxt`, L after the last), and the largest number of
+    positions sharing a label, less one. Once per sequence, over [BLOCK_L, CHUNK] tiles."""
+    is_lab = (s % 2 == 1) & (s < L)
+    head = s
+    nxt = tl.full([BLOCK_L], L, tl.int32)
+    count = tl.zeros([BLOCK_L], tl.int32)
+    for j0 in range(0, L, CHUNK):
+        j = j0 + tl.arange(0, CHUNK)
+        j_lab = (j % 2 == 1) & (j < L)
+        lab_j = tl.load(targets + off + (j - 1) // 2, mask=j_lab, other=-1).to(tl.int32)
+        same = (lab[:, None] == lab_j[None, :]) & is_lab[:, None] & j_lab[None, :]
+        jj = tl.broadcast_to(j[None, :], [BLOCK_L, CHUNK])
+        head = tl.minimum(head, tl.min(tl.where(same, jj, BLOCK_L), 1))
+        later = same & (jj > s[:, None])
+        nxt = tl.minimum(nxt, tl.min(tl.where(later, jj, BLOCK_L), 1))
+        count += tl.sum(same.to(tl.int32), 1)
+    return head, nxt, tl.max(tl.where(is_lab, count, 1), 0) - 1
+
+
+@triton.jit
 def ctc_beta_grad_kernel(
-    lp, s_t, s_n, s_c, targets, offsets, in_len, tgt_len, alpha, nll, grad_nll, beta, grad,
-    g_t, g_n, g_c, T, C, BLANK,
+    lp, s_t, s_n, s_c, targets, offsets, in_len, tgt_len, alpha, nll, grad_nll, beta, links,
+    grad, g_t, g_n, g_c, T, C, BLANK,
     ZERO_INFINITY: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_C: tl.constexpr,
     CHUNK: tl.constexpr,
 ):  # fmt: skip
     """grad (T, N, C) of the loss vector's dot with grad_nll (N,); beta: float32
-    (N, 3, BLOCK_L) workspace (two beta rows, then alpha + beta of the current step)."""
+    (N, 4, BLOCK_L) workspace (two beta rows, the current step's posterior weights, their
+    sums over later positions of the same label); links: int32 (N, BLOCK_L), each label
+    position's next position of the same label.
+
+    Per step, the gradient needs for each class c the sum over the positions s holding c of
+    alpha_t(s) + beta_t(s), in log space. All of a class's positions share log_probs[t, c],
+    so the sum is taken over q(s) = alpha + beta - log_probs, whose largest value is the most
+    likely position's log posterior (about -nll): exp(q - max q) loses only weights below
+    1e-38 of the largest, whose share of the gradient is as small. The blank's positions are
+    every even one (a vector sum); a label's are linked in order, and a walk along the links,
+    as long as the most repeated label, sums them: O(L x repeats) per step, not O(L^2)."""
     n = tl.program_id(0)
     s, L, valid, lab, _, skip_out = _labels(targets, offsets, tgt_len, n, BLANK, BLOCK_L)
     Tn = tl.load(in_len + n).to(tl.int32)
@@ -101,45 +133,47 @@ def ctc_beta_grad_kernel(
     for t in range(Tn, T):
         for c0 in range(0, C, BLOCK_C):
             tl.store(out + t * g_t + (c0 + cs) * g_c, zeros, mask=c0 + cs < C)
-    brow = beta + n * 3 * BLOCK_L + s
+    brow = beta + n * 4 * BLOCK_L + s
     tl.store(brow, tl.full([BLOCK_L], NEG_INF, tl.float32))
     tl.store(brow + BLOCK_L, tl.full([BLOCK_L], NEG_INF, tl.float32))
+    wrow = beta + (n * 4 + 2) * BLOCK_L  # posterior weights of the step
+    srow = beta + (n * 4 + 3) * BLOCK_L  # their sums along each label's later positions
+    lrow = links + n * BLOCK_L
     off = tl.load(offsets + n)
+    is_lab = (s % 2 == 1) & valid
+    head, nxt, repeats = _label_groups(targets, off, s, L, lab, BLOCK_L, CHUNK)
+    tl.store(lrow + s, nxt)
     for i in range(0, Tn):
         t = Tn - 1 - i
         tl.debug_barrier()
-        nxt = brow + (t + 1) % 2 * BLOCK_L
-        b0 = tl.load(nxt, mask=valid, other=NEG_INF)
-        b1 = tl.load(nxt + 1, mask=s + 1 < L, other=NEG_INF)
-        b2 = tl.load(nxt + 2, mask=skip_out, other=NEG_INF)
+        nxt_row = brow + (t + 1) % 2 * BLOCK_L
+        b0 = tl.load(nxt_row, mask=valid, other=NEG_INF)
+        b1 = tl.load(nxt_row + 1, mask=s + 1 < L, other=NEG_INF)
+        b2 = tl.load(nxt_row + 2, mask=skip_out, other=NEG_INF)
         x = tl.load(lp + t * s_t + n * s_n + lab * s_c, mask=valid, other=NEG_INF).to(tl.float32)
         start = tl.where(s >= L - 2, x, NEG_INF)
         b = tl.where(i == 0, start, _lse3(b0, b1, b2) + x)
         b = tl.where(valid, b, NEG_INF)
         tl.store(brow + t % 2 * BLOCK_L, b)
-        ab = tl.load(alpha + (n * T + t) * BLOCK_L + s) + b
-        # lse over the positions holding the same label as s (per label, the alignments'
-        # posterior mass at step t), by an online lse over chunks of CHUNK positions read back
-        # from memory: a [BLOCK_L, CHUNK] tile, not [BLOCK_L, BLOCK_L].
-        abrow = beta + (n * 3 + 2) * BLOCK_L
-        tl.store(abrow + s, ab)
+        q = tl.load(alpha + (n * T + t) * BLOCK_L + s) + b - x
+        q = tl.where(valid & (q > NEG_INF), q, NEG_INF)
+        m = tl.max(q, 0)
+        m = tl.where(m == NEG_INF, 0.0, m)
+        w = tl.where(q > NEG_INF, tl.exp(q - m), 0.0)
+        tl.store(wrow + s, w)
         tl.debug_barrier()
-        m = tl.full([BLOCK_L], NEG_INF, tl.float32)
-        acc = tl.zeros([BLOCK_L], tl.float32)
-        for j0 in range(0, L, CHUNK):
-            j = j0 + tl.arange(0, CHUNK)
-            in_j = j < L
-            lab_j = tl.load(targets + off + (j - 1) // 2, mask=in_j & (j % 2 == 1), other=BLANK)
-            ab_j = tl.load(abrow + j, mask=in_j, other=NEG_INF)
-            same = (lab[:, None] == lab_j.to(tl.int32)[None, :]) & in_j[None, :]
-            pair = tl.where(same, ab_j[None, :], NEG_INF)
-            new_m = tl.maximum(m, tl.max(pair, 1))
-            safe = tl.where(new_m == NEG_INF, 0.0, new_m)
-            acc = acc * tl.exp(m - safe) + tl.sum(tl.exp(pair - safe[:, None]), 1)
-            m = new_m
-        lcab = tl.where(m == NEG_INF, NEG_INF, m + tl.log(acc))
-        # The row first, as for a class in no alignment (lse over no positions: -inf, which
-        # with an infinite loss gives NaN, as torch's); then the labels' entries overwrite theirs.
+        acc = w
+        cur = nxt
+        for _ in range(repeats):
+            acc += tl.load(wrow + cur, mask=cur < L, other=0.0)
+            cur = tl.load(lrow + cur, mask=cur < L, other=L)
+        tl.store(srow + s, acc)
+        tl.debug_barrier()
+        blank_sum = tl.sum(tl.where(s % 2 == 0, w, 0.0), 0)
+        group = tl.where(is_lab, tl.load(srow + head, mask=is_lab, other=0.0), blank_sum)
+        # The row first, as for a class in no alignment (a sum over no positions: -inf in log
+        # space, which with an infinite loss gives NaN, as torch's); then the labels' entries
+        # overwrite theirs.
         row_lp = lp + t * s_t + n * s_n
         for c0 in range(0, C, BLOCK_C):
             c = c0 + cs
@@ -149,7 +183,10 @@ def ctc_beta_grad_kernel(
                 other = tl.where(loss == float("inf"), 0.0, other)
             tl.store(out + t * g_t + c * g_c, other.to(grad.dtype.element_ty), mask=c < C)
         tl.debug_barrier()
-        val = (tl.exp(x) - tl.exp(lcab + loss - x)) * g
+        # exp(lse over the class's positions of alpha + beta, + nll - lp) = group * e^(m + nll);
+        # where lp is -inf, torch's formula gives -inf + inf: NaN, and so does this.
+        posterior = tl.where(x == NEG_INF, float("nan"), group * tl.exp(m + loss))
+        val = (tl.exp(x) - posterior) * g
         if ZERO_INFINITY:
             val = tl.where(loss == float("inf"), 0.0, val)
         tl.store(out + t * g_t + lab * g_c, val.to(grad.dtype.element_ty), mask=valid)

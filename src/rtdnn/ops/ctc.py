@@ -137,11 +137,12 @@ def ctc_backward(
     T, N, C = lp.shape
     block_l = alpha.shape[2]
     grad = torch.empty((T, N, C), dtype=lp.dtype, device=lp.device)
-    beta = torch.empty((N, 3, block_l), dtype=torch.float32, device=lp.device)
+    beta = torch.empty((N, 4, block_l), dtype=torch.float32, device=lp.device)
+    links = torch.empty((N, block_l), dtype=torch.int32, device=lp.device)
     check_runnable(lp.device)
     ctc_beta_grad_kernel[(N,)](
         lp, *lp.stride(), targets, offsets, in_len, tgt_len, alpha, nll,
-        grad_nll.float().contiguous(), beta, grad, *grad.stride(), T, C, blank,
+        grad_nll.float().contiguous(), beta, links, grad, *grad.stride(), T, C, blank,
         ZERO_INFINITY=zero_infinity, BLOCK_L=block_l,
         BLOCK_C=min(_BLOCK_C, triton.next_power_of_2(C)), CHUNK=min(16, block_l),
     )  # fmt: skip
