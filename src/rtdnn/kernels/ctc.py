@@ -120,7 +120,7 @@ def ctc_beta_grad_kernel(
     every even one (a vector sum); a label's are linked in order, and a walk along the links,
     as long as the most repeated label, sums them: O(L x repeats) per step, not O(L^2)."""
     n = tl.program_id(0)
-    s, L, valid, lab, _, skip_out = _labels(targets, offsets, tgt_len, n, BLANK, BLOCK_L)
+    s, L, valid, lab, skip_in, skip_out = _labels(targets, offsets, tgt_len, n, BLANK, BLOCK_L)
     Tn = tl.load(in_len + n).to(tl.int32)
     g = tl.load(grad_nll + n).to(tl.float32)
     loss = tl.load(nll + n)
@@ -164,7 +164,7 @@ def ctc_beta_grad_kernel(
         tl.debug_barrier()
         acc = w
         cur = nxt
-        for _ in range(repeats):
+        for _r in range(repeats):
             acc += tl.load(wrow + cur, mask=cur < L, other=0.0)
             cur = tl.load(lrow + cur, mask=cur < L, other=L)
         tl.store(srow + s, acc)
