@@ -219,3 +219,19 @@ def test_custom_ops_pass_opcheck():
     torch.library.opcheck(ag.grid_sample_op.op, (x, grid, "bilinear", "border", False))
     theta = torch.randn(1, 2, 3, requires_grad=True)
     torch.library.opcheck(ag.affine_grid_op.op, (theta, [1, 2, 3, 4], False))
+
+
+def test_theta_gradient_of_a_large_grid_keeps_its_digits():
+    """dtheta sums dgrid x base point over every point: 64^3 of them, of both signs, whose
+    total is far smaller than their magnitudes. Summed in float32 lane by lane it lost two
+    digits (1.4e-2); float64 sums keep it at float32's rounding of the result."""
+    size = (1, 1, 64, 64, 64)
+    dgrid = torch.randn(1, 64, 64, 64, 3, generator=torch.Generator().manual_seed(0))
+    for align in (False, True):
+        got = st.affine_grid_backward(dgrid, size, align)
+        base = torch.nn.functional.affine_grid(
+            torch.eye(3, 4, dtype=torch.float64)[None], size, align_corners=align
+        ).reshape(-1, 3)  # the base points: the identity map's grid
+        base = torch.cat([base, torch.ones(len(base), 1, dtype=torch.float64)], 1)
+        want = (dgrid.double().reshape(-1, 3).T @ base)[None]
+        assert ((got.double() - want).norm() / want.norm()).item() < 1e-6

@@ -1,0 +1,42 @@
+"""Which gradient of the trilinear spatial transformer strays at 8 x 32 x 64^3 (the bench's
+3-D case): the output, d input, d grid and d theta of rtdnn and of torch's float32, each against
+torch in float64 on the same data and the same float32 grid.
+    PYTHONPATH=src python benchmarks/probes/grid3d_probe.py
+"""
+
+import torch
+import torch.nn.functional as F
+
+import rtdnn
+from rtdnn.bench.grid_sample import make_theta
+from rtdnn.ops import spatial_transformer as st
+
+
+def rel(a, b):
+    return ((a.double() - b).norm() / b.norm()).item()
+
+
+torch.manual_seed(0)
+shape = (8, 32, 64, 64, 64)
+kw = dict(mode="bilinear", padding_mode="zeros", align_corners=False)
+x = torch.randn(shape, device="cuda")
+dy = torch.randn(shape, device="cuda")
+theta = make_theta(8, 3, torch.Generator().manual_seed(0)).cuda()
+grid = F.affine_grid(theta, list(shape), align_corners=False)  # one float32 grid for all
+x64, g64 = x.double().requires_grad_(), grid.double().requires_grad_()
+y64 = F.grid_sample(x64, g64, **kw)
+y64.backward(dy.double())
+x32, g32 = x.clone().requires_grad_(), grid.clone().requires_grad_()
+F.grid_sample(x32, g32, **kw).backward(dy)
+y = rtdnn.grid_sample(x, grid, **kw)
+for det in (False, True):
+    dx, dgrid = st.grid_sample_backward(dy, x, grid, "bilinear", "zeros", False, deterministic=det)
+    print(
+        f"deterministic={det}: dx rtdnn {rel(dx, x64.grad):.1e} torch {rel(x32.grad, x64.grad):.1e}"
+        f"; dgrid rtdnn {rel(dgrid, g64.grad):.1e} torch {rel(g32.grad, g64.grad):.1e}"
+    )
+print(f"y rtdnn {rel(y, y64):.1e}")
+got = st.affine_grid_backward(g64.grad.float(), list(shape), False)
+t64 = theta.double().requires_grad_()
+F.affine_grid(t64, list(shape), align_corners=False).backward(g64.grad)
+print(f"dtheta from the exact dgrid (rounded to float32): rtdnn {rel(got, t64.grad):.1e}")
