@@ -40,3 +40,20 @@ got = st.affine_grid_backward(g64.grad.float(), list(shape), False)
 t64 = theta.double().requires_grad_()
 F.affine_grid(t64, list(shape), align_corners=False).backward(g64.grad)
 print(f"dtheta from the exact dgrid (rounded to float32): rtdnn {rel(got, t64.grad):.1e}")
+
+# The bench's path: theta -> affine_grid -> grid_sample through autograd, each op from rtdnn or
+# torch, against the float64 chain.
+t64 = theta.double().requires_grad_()
+x64 = x.double().requires_grad_()
+F.grid_sample(x64, F.affine_grid(t64, list(shape), align_corners=False), **kw).backward(dy.double())
+for grid_op in ("rtdnn", "torch"):
+    for sample_op in ("rtdnn", "torch"):
+        t = theta.clone().requires_grad_()
+        xs = x.clone().requires_grad_()
+        make = rtdnn.affine_grid if grid_op == "rtdnn" else F.affine_grid
+        sample = rtdnn.grid_sample if sample_op == "rtdnn" else F.grid_sample
+        sample(xs, make(t, list(shape), align_corners=False), **kw).backward(dy)
+        print(
+            f"affine_grid {grid_op}, grid_sample {sample_op}: dx {rel(xs.grad, x64.grad):.1e}, "
+            f"dtheta {rel(t.grad, t64.grad):.1e}"
+        )
