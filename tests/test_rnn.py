@@ -7,6 +7,7 @@ modules, rtdnn.convert and bad input. Tiny sizes: every step is a few interprete
 from __future__ import annotations
 
 import copy
+import importlib
 
 import pytest
 import torch
@@ -475,3 +476,22 @@ def test_autocast_runs_in_the_autocast_dtype():
     assert out.dtype == h.dtype == torch.bfloat16
     ref, ref_h = torch.nn.GRU.forward(copy.deepcopy(m).double(), x.double())
     assert_close(out.float(), ref.detach(), torch.bfloat16)
+
+
+@pytest.mark.parametrize("allow_tf32", [True, False])
+def test_float32_math_follows_cudnns_switch(monkeypatch, allow_tf32):
+    """math=None: TF32 products exactly when cuDNN's switch allows them, as torch's cuDNN RNN
+    (not the matmul switch, which the linear layers follow)."""
+    rnn_ops = importlib.import_module("rtdnn.ops.rnn")  # rtdnn.ops.rnn is also a function
+    seen = []
+    real = rnn_ops._gemm
+    monkeypatch.setattr(rnn_ops, "_gemm", lambda *a: seen.append(a[-1]) or real(*a))
+    lstm = torch.nn.LSTM(3, 4)
+    x = torch.randn(2, 1, 3)
+    with torch.backends.cudnn.flags(allow_tf32=allow_tf32):
+        torch.backends.cuda.matmul.allow_tf32 = not allow_tf32
+        try:
+            rtdnn.ops.rnn(x, None, lstm._flat_weights, mode="lstm")
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = False
+    assert seen and set(seen) == {"tf32" if allow_tf32 else "fp32"}

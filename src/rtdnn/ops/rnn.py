@@ -147,7 +147,9 @@ class _Reserve:
 def _mm(a, b, c, *, ta=False, tb=False, beta=0.0, bias=None, math=None) -> None:
     """c = op(a) @ op(b) (+ bias) + beta * c on the GEMM building block (float32 accumulation;
     c may be float32 whatever a and b are)."""
-    math = math if a.dtype == torch.float32 else "fp32"  # TF32 is a float32 mode only
+    # TF32 is a float32 mode only. None follows cuDNN's switch, as torch's cuDNN RNN does (the
+    # linear layers' GEMM would follow the matmul switch).
+    math = resolve_math_mode(math) if a.dtype == torch.float32 else "fp32"
     _gemm(a, _matrix(a, ta), b, _matrix(b, tb), c, 1.0, beta, bias, None, math)
 
 
