@@ -205,8 +205,9 @@ def test_labels_repeated_many_times(targets):
 
 
 def test_log_prob_of_minus_infinity_gives_torchs_gradient():
-    """A class with probability 0 at a step: torch's gradient formula gives NaN there for a
-    class of the target (-inf + inf) and a finite value elsewhere; rtdnn gives the same."""
+    """A class with probability 0 at a step: torch's gradient formula gives NaN there (-inf +
+    inf), for a class of the target and for one outside it alike; rtdnn gives the same NaNs
+    and torch's values everywhere else."""
     lp = _log_probs(t=10, n=1, c=5)
     lp[3, 0, 2] = float("-inf")  # class 2 (in the target) at step 3
     lp[5, 0, 4] = float("-inf")  # class 4 (not in it)

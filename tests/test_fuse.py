@@ -184,3 +184,38 @@ def test_silu_and_hardswish_fused(train):
     assert_close(out[1], ref[1].double())
     for g, g_ref in zip(out[2], ref[2], strict=True):
         assert_close(g, g_ref.double())
+
+
+def test_activation_patterns_and_lookalikes():
+    """Fused: F.silu with its inplace keyword, the relu_ method. Not fused: a user's module
+    named SiLU that is not torch's, and a subclass of torch's with its own forward."""
+
+    class SiLU(torch.nn.Module):  # a user's module that only shares the name
+        def forward(self, x):
+            return x * 2
+
+    class LeakySiLU(torch.nn.SiLU):
+        def forward(self, x):
+            return torch.nn.functional.silu(x) + 0.1 * x
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bns = torch.nn.ModuleList(torch.nn.BatchNorm2d(3) for _ in range(4))
+            self.own, self.leaky = SiLU(), LeakySiLU()
+
+        def forward(self, x):
+            x = torch.nn.functional.silu(self.bns[0](x), inplace=True)
+            x = self.bns[1](x).relu_()
+            x = self.own(self.bns[2](x))
+            return self.leaky(self.bns[3](x))
+
+    torch.manual_seed(1)
+    model = Net()
+    fused, report = rtdnn.convert(model, fuse=True)
+    assert report.fused == ["bns.0 + silu", "bns.1 + relu"]
+    x = torch.randn(2, 3, 4, 4)
+    for train in (True, False):
+        model.train(train)
+        fused.train(train)
+        assert_close(fused(x), model(x).detach().double())

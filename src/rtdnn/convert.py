@@ -137,15 +137,15 @@ def convert(
     so converted runs its convolutions eagerly: torch.compile breaks its graph around them.
 
     fuse=True also traces the converted model with torch.fx and fuses each batch norm with the
-    ReLU (and residual add) after it (see rtdnn.fuse); the model returned is then a
-    torch.fx.GraphModule with the same submodules and state_dict keys. A model that cannot be
-    traced is returned unfused, with the reason in `report.not_fused`.
+    ReLU, SiLU or Hardswish (and residual add) after it (see rtdnn.fuse); the model returned is
+    then a torch.fx.GraphModule with the same submodules and state_dict keys. A model that
+    cannot be traced is returned unfused, with the reason in `report.not_fused`.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if fuse and inplace:
-        # The fused batch norms apply the ReLU themselves: the input's own forward, which
-        # still calls the ReLU and the add, would then compute something else.
+        # The fused batch norms apply the activation themselves: the input's own forward,
+        # which still calls the activation and the add, would then compute something else.
         raise ValueError("convert: fuse=True needs inplace=False")
     tuning = None
     if workspace_limit is not None or micro_batch != "undivided" or workspace_policy != "reuse":

@@ -20,15 +20,15 @@ import operator
 from collections import Counter
 
 import torch
+import torch.nn.functional as F
 from torch import fx
 
 from .nn.normalization import _RtdnnBatchNorm
 
 _ADDS = (operator.add, operator.iadd, torch.add)
-F = torch.nn.functional
-#: What the fused batch norm can apply after itself, as modules (torch's classes or rtdnn's
-#: twins, by class name), functions and tensor methods.
-_MODULES = {"ReLU": "relu", "SiLU": "silu", "Hardswish": "hardswish"}
+#: What the fused batch norm can apply after itself, as modules (torch's classes, or rtdnn's
+#: twins of them), functions and tensor methods.
+_MODULES = {torch.nn.ReLU: "relu", torch.nn.SiLU: "silu", torch.nn.Hardswish: "hardswish"}
 _FUNCTIONS = {torch.relu: "relu", torch.relu_: "relu", F.relu: "relu", F.silu: "silu",
               F.hardswish: "hardswish"}  # fmt: skip
 _METHODS = {"relu": "relu", "relu_": "relu"}
@@ -44,7 +44,12 @@ def _activation(node: fx.Node | None, modules: dict[str, torch.nn.Module]) -> st
     if node is None:
         return None
     if node.op == "call_module":
-        return _MODULES.get(type(modules[node.target]).__name__)
+        kind = type(modules[node.target])
+        # Exactly torch's class or rtdnn's twin: a user's subclass may compute something else.
+        for cls, name in _MODULES.items():
+            if kind is cls or (issubclass(kind, cls) and kind.__module__.startswith("rtdnn.nn")):
+                return name
+        return None
     if len(node.args) != 1 or any(k != "inplace" for k in node.kwargs):
         return None
     if node.op == "call_function":
@@ -76,10 +81,9 @@ def trace(model: torch.nn.Module) -> fx.GraphModule:
 
 
 def fuse_batch_norm(gm: fx.GraphModule) -> list[str]:
-    """Fuse, in place, every rtdnn batch norm of a traced model (see `trace`) that
-    feeds a ReLU, SiLU or Hardswish, directly or through a residual add. Returns one line per
-    fusion. Parameters,
-    buffers and state_dict keys are unchanged."""
+    """Fuse, in place, every rtdnn batch norm of a traced model (see `trace`) that feeds a
+    ReLU, SiLU or Hardswish, directly or through a residual add. Returns one line per fusion.
+    Parameters, buffers and state_dict keys are unchanged."""
     modules = dict(gm.named_modules())
     calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
     fused = []

@@ -11,7 +11,8 @@ Forward (training and inference) computes
 
     out = alpha * act(weight * (x - mean) / sqrt(var + eps) + bias + z) + beta * out
 
-where z (optional) is the residual of BN_ADD_ACTIVATION and act is "identity" or "relu".
+where z (optional) is the residual of BN_ADD_ACTIVATION and act is "identity", "relu",
+"silu" or "hardswish".
 Statistics are float32 whatever the data type. Results are deterministic: every reduction runs
 in a fixed order (atomics only count arrivals, never add values).
 
