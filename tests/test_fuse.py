@@ -69,6 +69,17 @@ def _run(model, x, train: bool):
     return out, xg.grad, [p.grad for p in model.parameters()]
 
 
+def _assert_same_step(model, fused, x, train: bool) -> None:
+    """The fused model's output and every gradient match the unfused PyTorch model's."""
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        ref = _run(model, x, train)
+        out = _run(fused, x, train)
+    assert_close(out[0], ref[0].detach().double())
+    assert_close(out[1], ref[1].double())
+    for g, g_ref in zip(out[2], ref[2], strict=True):
+        assert_close(g, g_ref.double())
+
+
 @pytest.mark.parametrize("train", [True, False])
 def test_fused_model_matches_pytorch(train):
     torch.manual_seed(0)
@@ -83,13 +94,7 @@ def test_fused_model_matches_pytorch(train):
     calls = [n.target for n in fused.graph.nodes if n.op == "call_module"]
     assert "block.relu" not in calls
     x = torch.randn(2, 3, 6, 6)
-    with torch.backends.cudnn.flags(allow_tf32=False):
-        ref = _run(model, x, train)
-        out = _run(fused, x, train)
-    assert_close(out[0], ref[0].detach().double())
-    assert_close(out[1], ref[1].double())
-    for g, g_ref in zip(out[2], ref[2], strict=True):
-        assert_close(g, g_ref.double())
+    _assert_same_step(model, fused, x, train)
     for a, b in zip(model.buffers(), fused.buffers(), strict=True):
         if a.is_floating_point():
             assert_close(b, a.double())
@@ -177,13 +182,7 @@ def test_silu_and_hardswish_fused(train):
         "silu", "hardswish", "hardswish", "silu"
     ]  # fmt: skip
     x = torch.randn(2, 3, 5, 5)
-    with torch.backends.cudnn.flags(allow_tf32=False):
-        ref = _run(model, x, train)
-        out = _run(fused, x, train)
-    assert_close(out[0], ref[0].detach().double())
-    assert_close(out[1], ref[1].double())
-    for g, g_ref in zip(out[2], ref[2], strict=True):
-        assert_close(g, g_ref.double())
+    _assert_same_step(model, fused, x, train)
 
 
 def test_activation_patterns_and_lookalikes():
