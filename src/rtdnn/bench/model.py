@@ -14,6 +14,7 @@ and backward run.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -22,6 +23,7 @@ import torch
 
 from .. import nn as rnn
 from ..convert import convert
+from ..core.timing import capture
 
 #: Kernel-name fragments -> layer type, for both cuDNN/ATen kernels and rtdnn's Triton kernels.
 CATEGORIES = {
@@ -102,26 +104,6 @@ def _images_per_s(step, batch: int, steps: int, warmup: int, device: torch.devic
         step()
     _sync(device)
     return batch * steps / (time.perf_counter() - start)
-
-
-def _graphed(step, device: torch.device):
-    """`step` captured once in a CUDA graph (after warm-up on a side stream, as torch's
-    whole-network capture does) and returned as its replay; None if the capture fails."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            step()
-    except RuntimeError as e:
-        print(f"CUDA graph capture failed: {e}")
-        _sync(device)
-        return None
-    return graph.replay
 
 
 def _breakdown(step, device: torch.device) -> dict[str, float]:
@@ -211,8 +193,9 @@ def run_model(
         for label, (net, infer, train) in steps_fns.items():
             for kind, fn, mode in (("inference", infer, False), ("training", train, True)):
                 net.train(mode)
-                replay = _graphed(lambda fn=fn: fn(cache=False), device)
-                if replay is None:
+                step = functools.partial(fn, cache=False)
+                replay = capture(step)  # warm-up on a side stream, then one capture
+                if replay is step:  # the capture failed (capture warned): no graph row
                     continue
                 for _ in range(rounds):
                     rate = _images_per_s(replay, batch, steps, 2, device)
