@@ -271,7 +271,9 @@ def grid_sample_backward_kernel(
             xi, yi, zi, inb, w, fx, fy, fz = _tap(cx, cy, cz, x0, y0, z0, ID, IH, IW, mask, t, MODE)
             if INPUT_GRAD:
                 dst = dx + (n * C + c) * volume + (zi * IH + yi) * IW + xi
-                tl.atomic_add(dst, g * w, mask=inb)
+                # Relaxed: only the sum matters, not the order other threads see it in; the
+                # default (acquire-release) fences every add.
+                tl.atomic_add(dst, g * w, mask=inb, sem="relaxed")
             if MODE == 1:
                 v = tl.load(
                     x + n * sxn + c * sxc + zi * sxd + yi * sxh + xi * sxw, mask=inb, other=0.0

@@ -188,7 +188,16 @@ def grid_sample_backward(
     _, OH, OW = _spatial(out_sp)
     P = _numel(out_sp)
     dgrid = torch.empty(grid.shape, dtype=grid.dtype, device=grid.device)
-    acc = torch.zeros((N, C, ID * IH * IW), dtype=torch.float32, device=x.device)
+    dx = empty_like_layout(x.shape, x) if input_grad else None
+    # The input gradient's sums run in a zeroed float32 (N, C, volume) buffer: dx itself when
+    # it is one. Without an input gradient the kernel never touches it (dgrid stands in).
+    direct = dx is not None and dx.dtype == torch.float32 and dx.is_contiguous()
+    if dx is None:
+        acc = dgrid
+    elif direct:
+        acc = dx.zero_()
+    else:
+        acc = torch.zeros((N, C, ID * IH * IW), dtype=torch.float32, device=x.device)
     common = dict(
         MODE=MODES[mode], PADDING=PADDINGS[padding_mode], ALIGN=align, THREE_D=x.dim() == 5
     )
@@ -205,6 +214,6 @@ def grid_sample_backward(
             dy, grid, acc, C, P, OH, OW, ID, IH, IW,
             *_strides5(dy), *_grid_strides(grid), BLOCK_C=block_c, **common,
         )  # fmt: skip
-    dx = empty_like_layout(x.shape, x)
-    dx.copy_(acc.view(x.shape))
+    if not direct:
+        dx.copy_(acc.view(x.shape))
     return dx, dgrid
