@@ -219,3 +219,18 @@ def test_log_prob_of_minus_infinity_gives_torchs_gradient():
     assert torch.equal(x.grad.isnan(), x64.grad.isnan())
     finite = ~x64.grad.isnan()
     assert_close(x.grad[finite], x64.grad[finite])
+
+
+def test_backward_twice_gives_the_same_gradient():
+    """The backward reads the forward's saved alpha and must leave it as it was."""
+    torch.manual_seed(3)
+    lp = torch.randn(12, 2, 6).log_softmax(2).requires_grad_()
+    targets = torch.tensor([[1, 1, 2, 3], [4, 5, 0, 0]])
+    loss = rtdnn.ctc_loss(lp, targets, (12, 9), (4, 2))
+    (first,) = torch.autograd.grad(loss, lp, retain_graph=True)
+    (second,) = torch.autograd.grad(loss, lp)
+    assert torch.equal(first, second)
+    lp64 = lp.detach().double().requires_grad_()
+    want = torch.nn.functional.ctc_loss(lp64, targets, (12, 9), (4, 2))
+    (ref,) = torch.autograd.grad(want, lp64)
+    assert reference.rel_error(first, ref) < 1e-5

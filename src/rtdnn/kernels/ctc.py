@@ -1,14 +1,17 @@
-"""CTC loss kernels: the alpha (forward) and beta (backward) recursions in log space.
+"""CTC loss kernels: the alpha (forward) and beta (backward) recursions in log space, and the
+gradient.
 
-One program per batch element walks its T_n time steps; the extended label sequence
-(blank, l1, blank, l2, ..., blank) of length 2 S_n + 1 lies along a vector of BLOCK_L lanes.
-Each step reads the previous step's row back from memory shifted by one and two lanes, so the
-steps are separated by a barrier. The forward keeps every alpha row (the backward needs them);
-the backward keeps two beta rows and writes the gradient row of each step.
+The recursions: one program per batch element walks its T_n time steps; the extended label
+sequence (blank, l1, blank, l2, ..., blank) of length 2 S_n + 1 lies along a vector of BLOCK_L
+lanes. Each step reads the previous step's row back from memory shifted by one and two lanes,
+so the steps are separated by a barrier; the step's log_probs gather does not depend on the
+recursion, so each step loads the next step's while its row is computed. The forward keeps
+every alpha row; the backward keeps two beta rows and writes every step's alpha + beta - lp.
 
 The gradient is torch's: d loss / d log_probs[t, c] = exp(lp) - exp(lse_{s: l'(s) = c}
 (alpha_t(s) + beta_t(s)) + nll - lp), the gradient with respect to the logits of a log_softmax
-that produced log_probs, times the incoming gradient. Steps at or after T_n get 0.
+that produced log_probs, times the incoming gradient. Steps at or after T_n get 0. No step
+depends on another, so it runs after the recursion with one program per (step, element).
 """
 
 from __future__ import annotations
@@ -59,14 +62,17 @@ def ctc_alpha_kernel(
     row = alpha + n * T * BLOCK_L + s
     a = tl.load(base, mask=valid & (s < 2), other=NEG_INF).to(tl.float32)
     tl.store(row, a)
+    x = tl.load(base + s_t, mask=valid & (Tn > 1), other=NEG_INF).to(tl.float32)
     for t in range(1, Tn):
         tl.debug_barrier()
         prev = row + (t - 1) * BLOCK_L
         a0 = tl.load(prev, mask=valid, other=NEG_INF)
         a1 = tl.load(prev - 1, mask=valid & (s >= 1), other=NEG_INF)
         a2 = tl.load(prev - 2, mask=skip_in, other=NEG_INF)
-        x = tl.load(base + t * s_t, mask=valid, other=NEG_INF).to(tl.float32)
+        # The next step's gather, issued before this step's arithmetic waits on its loads.
+        x_next = tl.load(base + (t + 1) * s_t, mask=valid & (t + 1 < Tn), other=NEG_INF)
         tl.store(row + t * BLOCK_L, tl.where(valid, _lse3(a0, a1, a2) + x, NEG_INF))
+        x = x_next.to(tl.float32)
     tl.debug_barrier()
     last = row + (tl.maximum(Tn, 1) - 1) * BLOCK_L
     ends = tl.load(last, mask=(s == L - 1) | (s == L - 2), other=NEG_INF)
@@ -101,48 +107,28 @@ def _label_groups(targets, off, s, L, lab, BLOCK_L: tl.constexpr, CHUNK: tl.cons
 
 
 @triton.jit
-def ctc_beta_grad_kernel(
-    lp, s_t, s_n, s_c, targets, offsets, in_len, tgt_len, alpha, nll, grad_nll, beta, links,
-    grad, g_t, g_n, g_c, T, C, BLANK,
-    ZERO_INFINITY: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_C: tl.constexpr,
-    CHUNK: tl.constexpr,
+def ctc_beta_kernel(
+    lp, s_t, s_n, s_c, targets, offsets, in_len, tgt_len, alpha, post, beta, links, heads,
+    repeats, T, BLANK, BLOCK_L: tl.constexpr, CHUNK: tl.constexpr,
 ):  # fmt: skip
-    """grad (T, N, C) of the loss vector's dot with grad_nll (N,); beta: float32
-    (N, 4, BLOCK_L) workspace (two beta rows, the current step's posterior weights, their
-    sums over later positions of the same label); links: int32 (N, BLOCK_L), each label
-    position's next position of the same label.
-
-    Per step, the gradient needs for each class c the sum over the positions s holding c of
-    alpha_t(s) + beta_t(s), in log space. All of a class's positions share log_probs[t, c],
-    so the sum is taken over q(s) = alpha + beta - log_probs, whose largest value is the most
-    likely position's log posterior (about -nll): exp(q - max q) loses only weights below
-    1e-38 of the largest, whose share of the gradient is as small. The blank's positions are
-    every even one (a vector sum); a label's are linked in order, and a walk along the links,
-    as long as the most repeated label, sums them: O(L x repeats) per step, not O(L^2)."""
+    """The beta recursion. post: float32 (N, T, BLOCK_L), each step's q = alpha + beta - lp
+    (-inf outside the sequence and where it is NaN); beta: float32 (N, 2, BLOCK_L) workspace
+    (two rows); links, heads: int32 (N, BLOCK_L), each label position's next position of the
+    same label (L after the last) and its first; repeats: int32 (N,), the most positions
+    sharing a label, less one (what the gradient's walk along the links needs)."""
     n = tl.program_id(0)
     s, L, valid, lab, skip_in, skip_out = _labels(targets, offsets, tgt_len, n, BLANK, BLOCK_L)
     Tn = tl.load(in_len + n).to(tl.int32)
-    g = tl.load(grad_nll + n).to(tl.float32)
-    loss = tl.load(nll + n)
-    if ZERO_INFINITY:
-        g = tl.where(loss == float("inf"), 0.0, g)
-    cs = tl.arange(0, BLOCK_C)
-    out = grad + n * g_n
-    # Steps past this element's input length take no gradient.
-    zeros = tl.zeros([BLOCK_C], tl.float32).to(grad.dtype.element_ty)
-    for t in range(Tn, T):
-        for c0 in range(0, C, BLOCK_C):
-            tl.store(out + t * g_t + (c0 + cs) * g_c, zeros, mask=c0 + cs < C)
-    brow = beta + n * 4 * BLOCK_L + s
+    off = tl.load(offsets + n)
+    head, nxt, most = _label_groups(targets, off, s, L, lab, BLOCK_L, CHUNK)
+    tl.store(links + n * BLOCK_L + s, nxt)
+    tl.store(heads + n * BLOCK_L + s, head)
+    tl.store(repeats + n, most)
+    brow = beta + n * 2 * BLOCK_L + s
     tl.store(brow, tl.full([BLOCK_L], NEG_INF, tl.float32))
     tl.store(brow + BLOCK_L, tl.full([BLOCK_L], NEG_INF, tl.float32))
-    wrow = beta + (n * 4 + 2) * BLOCK_L  # posterior weights of the step
-    srow = beta + (n * 4 + 3) * BLOCK_L  # their sums along each label's later positions
-    lrow = links + n * BLOCK_L
-    off = tl.load(offsets + n)
-    is_lab = (s % 2 == 1) & valid
-    head, nxt, repeats = _label_groups(targets, off, s, L, lab, BLOCK_L, CHUNK)
-    tl.store(lrow + s, nxt)
+    base = lp + n * s_n + lab * s_c
+    x = tl.load(base + (Tn - 1) * s_t, mask=valid & (Tn > 0), other=NEG_INF).to(tl.float32)
     for i in range(0, Tn):
         t = Tn - 1 - i
         tl.debug_barrier()
@@ -150,30 +136,70 @@ def ctc_beta_grad_kernel(
         b0 = tl.load(nxt_row, mask=valid, other=NEG_INF)
         b1 = tl.load(nxt_row + 1, mask=s + 1 < L, other=NEG_INF)
         b2 = tl.load(nxt_row + 2, mask=skip_out, other=NEG_INF)
-        x = tl.load(lp + t * s_t + n * s_n + lab * s_c, mask=valid, other=NEG_INF).to(tl.float32)
+        a = tl.load(alpha + (n * T + t) * BLOCK_L + s)
+        x_next = tl.load(base + (t - 1) * s_t, mask=valid & (t > 0), other=NEG_INF)
         start = tl.where(s >= L - 2, x, NEG_INF)
         b = tl.where(i == 0, start, _lse3(b0, b1, b2) + x)
         b = tl.where(valid, b, NEG_INF)
         tl.store(brow + t % 2 * BLOCK_L, b)
-        q = tl.load(alpha + (n * T + t) * BLOCK_L + s) + b - x
-        q = tl.where(valid & (q > NEG_INF), q, NEG_INF)
+        q = a + b - x
+        tl.store(post + (n * T + t) * BLOCK_L + s, tl.where(valid & (q > NEG_INF), q, NEG_INF))
+        x = x_next.to(tl.float32)
+
+
+@triton.jit
+def ctc_grad_kernel(
+    lp, s_t, s_n, s_c, targets, offsets, in_len, tgt_len, post, links, heads, repeats, nll,
+    grad_nll, grad, g_t, g_n, g_c, T, C, BLANK,
+    ZERO_INFINITY: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_C: tl.constexpr,
+):  # fmt: skip
+    """grad (T, N, C) of the loss vector's dot with grad_nll (N,): one program per (step t,
+    element n; program t * N + n), from the beta kernel's post, links, heads and repeats.
+
+    The gradient of class c needs the sum over the positions s holding c of alpha_t(s) +
+    beta_t(s), in log space. All of a class's positions share log_probs[t, c], so the sum is
+    taken over q(s) = alpha + beta - log_probs, whose largest value is the most likely
+    position's log posterior (about -nll): exp(q - max q) loses only weights below 1e-38 of
+    the largest, whose share of the gradient is as small. The blank's positions are every even
+    one (a vector sum); a label's first position walks the links to the others, as many steps
+    as the most repeated label has repeats: O(L x repeats) per step, not O(L^2)."""
+    N = tl.num_programs(0) // T
+    t = tl.program_id(0) // N
+    n = tl.program_id(0) % N
+    cs = tl.arange(0, BLOCK_C)
+    out = grad + t * g_t + n * g_n
+    Tn = tl.load(in_len + n).to(tl.int32)
+    if t >= Tn:  # steps past this element's input length take no gradient
+        zeros = tl.zeros([BLOCK_C], tl.float32).to(grad.dtype.element_ty)
+        for c0 in range(0, C, BLOCK_C):
+            tl.store(out + (c0 + cs) * g_c, zeros, mask=c0 + cs < C)
+    else:
+        s, L, valid, lab, _, _ = _labels(targets, offsets, tgt_len, n, BLANK, BLOCK_L)
+        g = tl.load(grad_nll + n).to(tl.float32)
+        loss = tl.load(nll + n)
+        if ZERO_INFINITY:
+            g = tl.where(loss == float("inf"), 0.0, g)
+        qrow = post + (n * T + t) * BLOCK_L
+        q = tl.load(qrow + s)
         m = tl.max(q, 0)
         m = tl.where(m == NEG_INF, 0.0, m)
         w = tl.where(q > NEG_INF, tl.exp(q - m), 0.0)
-        tl.store(wrow + s, w)
-        tl.debug_barrier()
+        is_lab = (s % 2 == 1) & valid
+        # Each label's first position sums its group; the blank's sum is every even lane's.
+        first = is_lab & (tl.load(heads + n * BLOCK_L + s) == s)
+        lrow = links + n * BLOCK_L
         acc = w
-        cur = nxt
-        for _r in range(repeats):
-            acc += tl.load(wrow + cur, mask=cur < L, other=0.0)
+        cur = tl.load(lrow + s, mask=first, other=L)
+        for _r in range(tl.load(repeats + n)):
+            qc = tl.load(qrow + cur, mask=cur < L, other=NEG_INF)
+            acc += tl.where(qc > NEG_INF, tl.exp(qc - m), 0.0)
             cur = tl.load(lrow + cur, mask=cur < L, other=L)
-        tl.store(srow + s, acc)
-        tl.debug_barrier()
         blank_sum = tl.sum(tl.where(s % 2 == 0, w, 0.0), 0)
-        group = tl.where(is_lab, tl.load(srow + head, mask=is_lab, other=0.0), blank_sum)
+        group = tl.where(is_lab, acc, blank_sum)
         # The row first, as for a class in no alignment (a sum over no positions: -inf in log
-        # space, which with an infinite loss gives NaN, as torch's); then the labels' entries
-        # overwrite theirs.
+        # space, which with an infinite loss gives NaN, as torch's); then the classes of the
+        # target overwrite theirs, each written by one lane (its first position; the blank's
+        # by lane 0).
         row_lp = lp + t * s_t + n * s_n
         for c0 in range(0, C, BLOCK_C):
             c = c0 + cs
@@ -181,12 +207,13 @@ def ctc_beta_grad_kernel(
             other = (tl.exp(v) - tl.exp(NEG_INF + loss - v)) * g
             if ZERO_INFINITY:
                 other = tl.where(loss == float("inf"), 0.0, other)
-            tl.store(out + t * g_t + c * g_c, other.to(grad.dtype.element_ty), mask=c < C)
+            tl.store(out + c * g_c, other.to(grad.dtype.element_ty), mask=c < C)
         tl.debug_barrier()
+        x = tl.load(row_lp + lab * s_c, mask=valid, other=NEG_INF).to(tl.float32)
         # exp(lse over the class's positions of alpha + beta, + nll - lp) = group * e^(m + nll);
         # where lp is -inf, torch's formula gives -inf + inf: NaN, and so does this.
         posterior = tl.where(x == NEG_INF, float("nan"), group * tl.exp(m + loss))
         val = (tl.exp(x) - posterior) * g
         if ZERO_INFINITY:
             val = tl.where(loss == float("inf"), 0.0, val)
-        tl.store(out + t * g_t + lab * g_c, val.to(grad.dtype.element_ty), mask=valid)
+        tl.store(out + lab * g_c, val.to(grad.dtype.element_ty), mask=first | (s == 0))

@@ -20,7 +20,7 @@ import torch
 import triton
 
 from ..core import bad_param, check_runnable, check_tensor
-from ..kernels.ctc import ctc_alpha_kernel, ctc_beta_grad_kernel
+from ..kernels.ctc import ctc_alpha_kernel, ctc_beta_kernel, ctc_grad_kernel
 from ._common import check_span
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -136,15 +136,23 @@ def ctc_backward(
     kernels/ctc.py)."""
     T, N, C = lp.shape
     block_l = alpha.shape[2]
-    grad = torch.empty((T, N, C), dtype=lp.dtype, device=lp.device)
-    beta = torch.empty((N, 4, block_l), dtype=torch.float32, device=lp.device)
-    links = torch.empty((N, block_l), dtype=torch.int32, device=lp.device)
-    check_runnable(lp.device)
-    ctc_beta_grad_kernel[(N,)](
-        lp, *lp.stride(), targets, offsets, in_len, tgt_len, alpha, nll,
-        grad_nll.float().contiguous(), beta, links, grad, *grad.stride(), T, C, blank,
+    dev = lp.device
+    grad = torch.empty((T, N, C), dtype=lp.dtype, device=dev)
+    post = torch.empty((N, T, block_l), dtype=torch.float32, device=dev)
+    beta = torch.empty((N, 2, block_l), dtype=torch.float32, device=dev)
+    links = torch.empty((2, N, block_l), dtype=torch.int32, device=dev)
+    repeats = torch.empty((N,), dtype=torch.int32, device=dev)
+    check_runnable(dev)
+    labels = (targets, offsets, in_len, tgt_len)
+    ctc_beta_kernel[(N,)](
+        lp, *lp.stride(), *labels, alpha, post, beta, links[0], links[1], repeats, T, blank,
+        BLOCK_L=block_l, CHUNK=min(16, block_l),
+    )  # fmt: skip
+    ctc_grad_kernel[(T * N,)](
+        lp, *lp.stride(), *labels, post, links[0], links[1], repeats, nll,
+        grad_nll.float().contiguous(), grad, *grad.stride(), T, C, blank,
         ZERO_INFINITY=zero_infinity, BLOCK_L=block_l,
-        BLOCK_C=min(_BLOCK_C, triton.next_power_of_2(C)), CHUNK=min(16, block_l),
+        BLOCK_C=min(_BLOCK_C, triton.next_power_of_2(C)),
     )  # fmt: skip
     return grad
 
