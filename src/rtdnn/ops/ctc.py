@@ -140,16 +140,17 @@ def ctc_backward(
     grad = torch.empty((T, N, C), dtype=lp.dtype, device=dev)
     post = torch.empty((N, T, block_l), dtype=torch.float32, device=dev)
     beta = torch.empty((N, 2, block_l), dtype=torch.float32, device=dev)
-    links = torch.empty((2, N, block_l), dtype=torch.int32, device=dev)
+    links = torch.empty((N, block_l), dtype=torch.int32, device=dev)
+    heads = torch.empty_like(links)
     repeats = torch.empty((N,), dtype=torch.int32, device=dev)
     check_runnable(dev)
     labels = (targets, offsets, in_len, tgt_len)
     ctc_beta_kernel[(N,)](
-        lp, *lp.stride(), *labels, alpha, post, beta, links[0], links[1], repeats, T, blank,
+        lp, *lp.stride(), *labels, alpha, post, beta, links, heads, repeats, T, blank,
         BLOCK_L=block_l, CHUNK=min(16, block_l),
     )  # fmt: skip
     ctc_grad_kernel[(T * N,)](
-        lp, *lp.stride(), *labels, post, links[0], links[1], repeats, nll,
+        lp, *lp.stride(), *labels, post, links, heads, repeats, nll,
         grad_nll.float().contiguous(), grad, *grad.stride(), T, C, blank,
         ZERO_INFINITY=zero_infinity, BLOCK_L=block_l,
         BLOCK_C=min(_BLOCK_C, triton.next_power_of_2(C)),
