@@ -4,16 +4,12 @@ the CPU (rtdnn's grid through the interpreter: TRITON_INTERPRET=1, about a minut
     TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/probes/grid3d_flips.py
 """
 
-import torch
 import torch.nn.functional as F
 
 import rtdnn
-from rtdnn.bench.grid_sample import make_theta
+from rtdnn.bench.grid_sample import case_theta, cases
 
-gen = torch.Generator().manual_seed(0)
-for _ in range(12):  # the bench's generator after the twelve 2-D cases
-    make_theta(64, 2, gen)
-theta = make_theta(8, 3, gen)
+theta = case_theta(len(cases()) - 1)  # the bench's trilinear case
 size = [8, 32, 64, 64, 64]
 exact = F.affine_grid(theta.double(), size, align_corners=False)
 exact_src = ((exact + 1) * 64 - 1) / 2

@@ -118,6 +118,18 @@ def make_theta(n: int, dims: int, gen: torch.Generator | None = None) -> torch.T
     return theta
 
 
+THETA_SEED = 0
+
+
+def case_theta(index: int) -> torch.Tensor:
+    """theta as run_grid_sample draws it for cases()[index] (one generator, seeded THETA_SEED,
+    drawn from case by case), for probes that look at one case alone."""
+    gen = torch.Generator().manual_seed(THETA_SEED)
+    for case in cases()[: index + 1]:
+        theta = make_theta(case.shape[0], len(case.shape) - 2, gen)
+    return theta
+
+
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
@@ -209,7 +221,7 @@ def run_grid_sample(out_dir: str | None = None, limit: int | None = None) -> lis
     if not torch.cuda.is_available():
         raise RuntimeError("rtdnn.bench.grid_sample needs a CUDA GPU")
     torch.manual_seed(0)
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(THETA_SEED)
     copy_gbs = copy_bandwidth()
     rows: list[GridRow] = []
     for case in cases()[:limit]:
