@@ -240,6 +240,21 @@ def test_depthwise_filter_packed_in_workspace():
     assert algo.workspace_bytes(p) == 0
 
 
+def test_block_diagonal_tiles_packed_in_workspace():
+    """16-bit grouped forward and backward-data read their block-diagonal tiles from the
+    workspace: one [KWP x BLOCK_I, BLOCK_O] tile per super-group and filter row, for the
+    widest lanes among the tensor-core candidates (16 on the CPU: 4 groups of 2 channels in
+    one super-group, the filter row's 3 taps padded to 4)."""
+    algo = ALGORITHMS["DIRECT"]
+    x, w = (
+        torch.empty(2, 8, 6, 5, dtype=torch.float16),
+        torch.empty(8, 2, 3, 3, dtype=torch.float16),
+    )
+    for direction in ("forward", "backward_data"):
+        p = _problem(direction, x, w, torch.empty(2, 8, 4, 3, dtype=torch.float16), groups=4)
+        assert algo.workspace_bytes(p) == 1 * 3 * (4 * 16 * 16) * 2
+
+
 def test_tensor_core_backward_filter_deterministic(gen):
     conv = dict(groups=2, padding=1)
     x = make_tensor((2, 8, 6, 5), torch.float16, "channels_last", gen)

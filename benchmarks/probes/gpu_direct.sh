@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One GPU run for DIRECT: its GPU tests (TEST_FILES to run others), then `rtdnn bench
-# --suite depthwise` and `--suite grouped` in bf16 beside cuDNN (tiles tuned on first use).
+# --suite depthwise` and `--suite grouped` in bf16 beside cuDNN (tiles tuned on first use;
+# SUITES to run fewer), then, with BREAKDOWN=1, each grouped layer's kernels one by one
+# (benchmarks/probes/kernel_breakdown.py).
 # Everything lands under $OUT (default gpu-results) as it finishes; a short summary is printed
 # last. The tests run with pytest-xdist (-n 14).
 set -u
@@ -17,7 +19,8 @@ if [ "${TESTS:-1}" = 1 ]; then
   echo "== tests: $(( $(date +%s) - start )) s"
 fi
 # Compile the suites' DIRECT kernels in parallel first (Triton's disk cache keeps them).
-timeout "${PRE_LIMIT:-100}" python3 benchmarks/probes/precompile_direct.py depthwise grouped 2>&1 \
+SUITES=${SUITES:-depthwise grouped}
+timeout "${PRE_LIMIT:-100}" python3 benchmarks/probes/precompile_direct.py $SUITES 2>&1 \
   | tail -3 | cut -c1-300
 echo "== precompile: $(( $(date +%s) - start )) s"
 bench() {  # suite, time limit
@@ -31,8 +34,13 @@ sys.exit(main(['bench', '--suite', '$1', '--dtype', 'bf16', '--out', '$OUT']))
   rc=$?
   echo "== $1: $(( $(date +%s) - start )) s, exit $rc"
 }
-bench depthwise "${DW_LIMIT:-150}"
-bench grouped "${GR_LIMIT:-70}"
+case " $SUITES " in *" depthwise "*) bench depthwise "${DW_LIMIT:-150}" ;; esac
+case " $SUITES " in *" grouped "*) bench grouped "${GR_LIMIT:-70}" ;; esac
+if [ "${BREAKDOWN:-0}" = 1 ]; then
+  timeout "${BD_LIMIT:-90}" python3 benchmarks/probes/kernel_breakdown.py grouped \
+    > "$OUT/breakdown_grouped.txt" 2>&1
+  echo "== breakdown: $(( $(date +%s) - start )) s, exit $?"
+fi
 rm -f "$OUT"/*.md  # the JSON holds the same rows (at most 8 files come back)
 # Per tuned problem: the best tensor-core tile and the best FMA tile (from the tuner's log).
 python3 - <<'PY'

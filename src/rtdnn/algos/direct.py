@@ -16,9 +16,11 @@ families compute them, chosen per problem by the tile tuner (DirectTiles.kernel)
   spare, and each tap costs a vector load and part of an MMA instead of a convert, an address
   and an FMA per element. Products are exact and sums float32, as in the FMA kernels.
 
-Depthwise forward and backward-data read the filter from a float32 copy packed tap-major
-(taps x K, rows padded to 16 channels) in the workspace, so that a thread's channels of a tap
-are one vector load; other forward and backward-data problems need no workspace.
+Forward and backward-data read the filter from a copy packed in the workspace at each call:
+the row and FMA kernels of depthwise layers a float32 copy tap-major (taps x K, rows padded
+to 16 channels), so that a thread's channels of a tap are one vector load; the tensor-core
+tiles their block-diagonal tiles, zeros included, each filter row's one contiguous block.
+The FMA kernels of grouped layers read w itself.
 Backward-filter reduces over every output pixel in two deterministic stages; its workspace
 holds the float32 partial sums of each chunk of pixels (or rows), [chunks, K, C/groups, taps],
 exactly `workspace_bytes`.
@@ -52,6 +54,7 @@ from ..kernels.direct_dot import (
     direct_dot_backward_data_kernel,
     direct_dot_filter_rows_kernel,
     direct_dot_forward_kernel,
+    pack_block_diagonal_kernel,
 )
 from ..kernels.launch import KernelLaunch, TileConfig
 from .base import ConvAlgorithm, ConvTensors, Runner
@@ -161,6 +164,15 @@ def super_group(p: ConvProblem, lanes: int) -> tuple[int, int, int]:
     cg, kg = p.in_channels // g, p.out_channels // g
     sg = max(1, min(g, lanes // max(cg, kg)))
     return sg, max(16, triton.next_power_of_2(sg * cg)), max(16, triton.next_power_of_2(sg * kg))
+
+
+def _block_diagonal_elements(p: ConvProblem, lanes: tuple[int, int, int]) -> int:
+    """Elements of the packed block-diagonal tiles (kernels/direct_dot.py) for super-groups
+    `lanes` = (SG, BLOCK_I, BLOCK_O): one [KWP x BLOCK_I, BLOCK_O] tile per super-group and
+    filter row."""
+    sg, block_i, block_o = lanes
+    tile = triton.next_power_of_2(p.kernel[-1]) * block_i * block_o
+    return triton.cdiv(p.groups, sg) * math.prod(p.kernel[:-1]) * tile
 
 
 def _depthwise(p: ConvProblem) -> bool:
@@ -325,8 +337,15 @@ class Direct(ConvAlgorithm):
         return None
 
     def workspace_bytes(self, p: ConvProblem) -> int:
+        """Forward and backward-data: the packed filter of the tile that needs the most (the
+        tile is chosen after the workspace is sized); backward-filter: the partial sums."""
         if p.direction != Direction.BACKWARD_FILTER:
-            return math.prod(p.kernel) * _packed_rows(p) * 4 if _packs_filter(p) else 0
+            packed = math.prod(p.kernel) * _packed_rows(p) * 4 if _packs_filter(p) else 0
+            if _tensor_cores_apply(p):
+                lanes = {t.block_n for t in _dot_candidates(p)}
+                tiles = max(_block_diagonal_elements(p, super_group(p, n)) for n in lanes)
+                packed = max(packed, tiles * p.dtype.itemsize)
+            return packed
         chunks, _ = filter_chunks(p)
         return chunks * p.out_channels * _filter_rows(p) * 4
 
@@ -520,15 +539,27 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
     launches: dict[tuple, KernelLaunch] = {}
 
     if p.direction != Direction.BACKWARD_FILTER:
-        # Depthwise FMA tiles read the packed filter; the tensor-core tiles read w itself.
+        # The tensor-core tiles and the depthwise FMA tiles read a packed filter (see the
+        # module docstring); the FMA tiles of grouped layers read w itself.
         pack = None
-        if _packs_filter(p) and not tensor_cores:
+        if tensor_cores:
+            packed_dtype = p.dtype
+            packed_elements = _block_diagonal_elements(p, (sg, block_i, block_o))
+            pack = KernelLaunch(
+                pack_block_diagonal_kernel, (triton.cdiv(packed_elements, 1024),),
+                dict(num_warps=4), geo=geo, total=packed_elements, ROWS=kd * kh,
+                TRANSPOSED=p.direction == Direction.BACKWARD_DATA, BLOCK=1024,
+                **{k: v for k, v in tiling.items() if k != "UPCAST"}, **sizes,
+            )  # fmt: skip
+        elif _packs_filter(p):
+            packed_dtype = torch.float32
             pack, geo, packed_elements = _packing(p, geo, flip=False)
 
         def filter_for(t: ConvTensors, workspace) -> torch.Tensor:
             if pack is None:
                 return t.w
-            packed = workspace[: packed_elements * 4].view(torch.float32)
+            nbytes = packed_elements * packed_dtype.itemsize
+            packed = workspace[:nbytes].view(packed_dtype)
             pack(W=t.w, P=packed)
             return packed
 

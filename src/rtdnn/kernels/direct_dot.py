@@ -10,6 +10,12 @@ memory-bound layers, and save what limits the FMA kernels (kernels/direct.py): o
 address and FMA per tap and element. The activation tiles are read as in the FMA kernels
 (contiguous lanes in channels-last, any strides), the taps are a batch-reduce over filter taps.
 
+Forward and backward-data read the block-diagonal tiles from a copy packed once per call
+(pack_block_diagonal_kernel), zeros included, in the order the products read them: a filter
+row's tile is one contiguous, unmasked block, read with vector loads. Gathered from w itself
+it took a masked 2-byte load and a shared-memory store per element, and the L1 unit was the
+bottleneck of the whole kernel (ncu, H200: 93% busy at 13% of DRAM bandwidth).
+
 Lanes of super-group s: input channel c = s * SG * CG + a for lane a < SG * CG, output channel
 k = s * SG * KG + b for lane b < SG * KG; lane a and lane b meet on the diagonal when
 a // CG == b // KG, where the filter element is w[k, a - (b // KG) * CG, tap].
@@ -56,24 +62,47 @@ def _lanes(s, C, K, CG: tl.constexpr, KG: tl.constexpr, SG: tl.constexpr,
 
 
 @triton.jit
-def _filter_tile(Wb, Wk, w_ok, k_ok, w_tap, tap_ok, CG: tl.constexpr, TRANSPOSED: tl.constexpr):
-    """The block-diagonal filter tiles of a row's taps: [KWP] + Wb's shape. Wb: pointers of
-    the tile at tap 0, valid where w_ok; Wk: pointers to w[k, 0, tap 0] per output lane, valid
-    where k_ok. With one input channel per group (CG == 1) an output lane's column (row when
-    TRANSPOSED) holds one filter element per tap, so that element is read once and put on the
-    diagonal instead of gathering the whole tile through a mask."""
-    if CG == 1:
-        wk = tl.load(Wk[None, :] + w_tap[:, None], mask=tap_ok[:, None] & k_ok[None, :], other=0.0)
-        if TRANSPOSED:
-            return tl.where(w_ok[None, :, :], wk[:, :, None], 0.0)
-        else:
-            return tl.where(w_ok[None, :, :], wk[:, None, :], 0.0)
+def pack_block_diagonal_kernel(
+    W, P, geo, C, K, total,
+    CG: tl.constexpr, KG: tl.constexpr, SG: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+    KWP: tl.constexpr, ROWS: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
+    TRANSPOSED: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """P[s, t, rw, a, b] = the block-diagonal filter tile of super-group s at filter row t =
+    (rd, rh) and column rw (see the module docstring), zero off the diagonal, past the filter
+    (rw >= KW) and past the channels; P[s, t, rw, b, a] when TRANSPOSED (backward-data). w is
+    read through geo's filter strides, so any view (a flipped one in convolution mode) packs."""
+    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
+    TILE: tl.constexpr = KWP * BLOCK_I * BLOCK_O
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    in_p = offs < total
+    st = offs // TILE
+    e = offs % TILE
+    s = st // ROWS
+    t = st % ROWS
+    rw = e // (BLOCK_I * BLOCK_O)
+    if TRANSPOSED:
+        b = e // BLOCK_I % BLOCK_O
+        a = e % BLOCK_I
     else:
-        return tl.load(
-            Wb[None, :, :] + w_tap[:, None, None],
-            mask=w_ok[None, :, :] & tap_ok[:, None, None],
-            other=0.0,
-        )
+        a = e // BLOCK_O % BLOCK_I
+        b = e % BLOCK_O
+    c = s * (SG * CG) + a
+    k = s * (SG * KG) + b
+    ok = in_p & (a < SG * CG) & (b < SG * KG) & (c < C) & (k < K) & (rw < KW)
+    ok &= a // CG == b // KG
+    j = a - b // KG * CG
+    w_at = k * ws_k + j * ws_c + t // KH * ws_d + t % KH * ws_h + rw * ws_w
+    w = tl.load(W + geo.offsets[1] + w_at, mask=ok, other=0.0)
+    tl.store(P + offs, w, mask=in_p)
+
+
+@triton.jit
+def _row_tile(Ps, t, ROWS_IN: tl.constexpr, COLS: tl.constexpr):
+    """Filter row t's packed tile [ROWS_IN, COLS] of one super-group (Ps: its first tile)."""
+    r = tl.arange(0, ROWS_IN)
+    q = tl.arange(0, COLS)
+    return tl.load(Ps + t * (ROWS_IN * COLS) + r[:, None] * COLS + q[None, :])
 
 
 @triton.jit
@@ -81,21 +110,18 @@ def _forward_row(acc, t, args, consts: tl.constexpr):
     """acc += the taps of filter row t = (rd, rh) as one product: the row's KW input tiles side
     by side ([BLOCK_P, KWP * BLOCK_I], taps past KW zero) times their filter tiles stacked.
     Xc: x at each output pixel's window corner and each lane's input channel [BLOCK_P,
-    BLOCK_I]; Wb: the block-diagonal filter tile at tap 0 [BLOCK_I, BLOCK_O]."""
-    (Xc, Wb, Wk, w_ok, k_ok, id0, ih0, iw0, p_ok, a_ok, in_size, dilation, x_strides,
-     w_strides) = args  # fmt: skip
-    CG: tl.constexpr = consts[0]
-    KH: tl.constexpr = consts[1]
-    KW: tl.constexpr = consts[2]
-    KWP: tl.constexpr = consts[3]
-    BLOCK_P: tl.constexpr = consts[4]
-    BLOCK_I: tl.constexpr = consts[5]
-    BLOCK_O: tl.constexpr = consts[6]
-    UPCAST: tl.constexpr = consts[7]
+    BLOCK_I]; Ps: the super-group's packed filter tiles."""
+    (Xc, Ps, id0, ih0, iw0, p_ok, a_ok, in_size, dilation, x_strides) = args  # fmt: skip
+    KH: tl.constexpr = consts[0]
+    KW: tl.constexpr = consts[1]
+    KWP: tl.constexpr = consts[2]
+    BLOCK_P: tl.constexpr = consts[3]
+    BLOCK_I: tl.constexpr = consts[4]
+    BLOCK_O: tl.constexpr = consts[5]
+    UPCAST: tl.constexpr = consts[6]
     dd, dh, dw = dilation
     in_w = in_size[2]
     xs_n, xs_c, xs_d, xs_h, xs_w = x_strides
-    ws_k, ws_c, ws_d, ws_h, ws_w = w_strides
     rd = t // KH
     rh = t % KH
     i_d, i_h, row_ok = input_row(id0, ih0, rd, rh, dilation, in_size, p_ok)
@@ -106,10 +132,8 @@ def _forward_row(acc, t, args, consts: tl.constexpr):
     xv = tl.load(
         Xc[:, None, :] + x_tap[None, :, None], mask=ok[:, :, None] & a_ok[None, None, :], other=0.0
     )
-    w_tap = rd * ws_d + rh * ws_h + rw * ws_w
-    wv = _filter_tile(Wb, Wk, w_ok, k_ok, w_tap, rw < KW, CG, False)
+    wv = _row_tile(Ps, t, KWP * BLOCK_I, BLOCK_O)
     xv = tl.reshape(xv, (BLOCK_P, KWP * BLOCK_I))
-    wv = tl.reshape(wv, (KWP * BLOCK_I, BLOCK_O))
     if UPCAST:
         xv = xv.to(tl.float32)
         wv = wv.to(tl.float32)
@@ -125,27 +149,24 @@ def direct_dot_forward_kernel(
     BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
 ):  # fmt: skip
     """y = act(alpha * conv(x, w) + bias + beta * y) on BLOCK_P output pixels x the output
-    lanes of one super-group of SG groups."""
+    lanes of one super-group of SG groups; Wt: w's tiles from pack_block_diagonal_kernel."""
     # Geometry fields are read into locals first (Triton 3.6 loses a NamedTuple leaf
     # specialized to 1 when it is read inside or after a loop).
     in_size, dilation = geo.in_size, geo.dilation
-    x_strides, w_strides, y_strides = geo.x_strides, geo.w_strides, geo.y_strides
-    x_off, w_off, y_off = geo.offsets
+    x_strides, y_strides = geo.x_strides, geo.y_strides
+    x_off, _, y_off = geo.offsets
 
     pid_p, s = tile_coords(tl.program_id(0), groups, SG)
-    c, k, a_ok, b_ok, diag, j = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
+    c, k, a_ok, b_ok, _, _ = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
     n, od, oh, ow, p_ok = pixel_block(pid_p, geo.n, geo.out_size, BLOCK_P)
     id0, ih0, iw0 = window_corner(od, oh, ow, geo.stride, geo.padding)
     corner = pixel_offset(x_off, n, id0, ih0, iw0, x_strides)
     Xc = X + corner[:, None] + (c * x_strides[1])[None, :]
-    Wk = Wt + w_off + k * w_strides[0]
-    Wb = Wk[None, :] + j * w_strides[1]
+    Ps = Wt + s * (KD * KH * KWP * BLOCK_I * BLOCK_O)
 
     acc = tl.zeros((BLOCK_P, BLOCK_O), dtype=tl.float32)
-    row_args = (
-        Xc, Wb, Wk, diag, b_ok, id0, ih0, iw0, p_ok, a_ok, in_size, dilation, x_strides, w_strides,
-    )  # fmt: skip
-    consts: tl.constexpr = (CG, KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O, UPCAST)
+    row_args = (Xc, Ps, id0, ih0, iw0, p_ok, a_ok, in_size, dilation, x_strides)
+    consts: tl.constexpr = (KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O, UPCAST)
     acc = over_filter_rows(acc, _forward_row, row_args, consts, KD * KH, KD * KH * KW <= 9)
 
     y_pix = pixel_offset(y_off, n, od, oh, ow, y_strides)
@@ -158,23 +179,20 @@ def direct_dot_forward_kernel(
 def _backward_data_row(acc, t, args, consts: tl.constexpr):
     """acc += the taps of filter row t = (rd, rh) as one product ([BLOCK_P, KWP * BLOCK_O] dy
     tiles side by side times the transposed filter tiles stacked). DYn: dy at each pixel's
-    image and each output lane's channel; Wb: the transposed block-diagonal filter tile at
-    tap 0 [BLOCK_O, BLOCK_I]; (t_d0, t_h0, t_w0): padded input indices."""
-    (DYn, Wb, Wk, w_ok, t_d0, t_h0, t_w0, p_ok, b_ok, out_size, stride, dilation, y_strides,
-     w_strides) = args  # fmt: skip
-    CG: tl.constexpr = consts[0]
-    KH: tl.constexpr = consts[1]
-    KW: tl.constexpr = consts[2]
-    KWP: tl.constexpr = consts[3]
-    BLOCK_P: tl.constexpr = consts[4]
-    BLOCK_I: tl.constexpr = consts[5]
-    BLOCK_O: tl.constexpr = consts[6]
-    UPCAST: tl.constexpr = consts[7]
+    image and each output lane's channel; Ps: the super-group's packed transposed tiles;
+    (t_d0, t_h0, t_w0): padded input indices."""
+    (DYn, Ps, t_d0, t_h0, t_w0, p_ok, b_ok, out_size, stride, dilation, y_strides) = args
+    KH: tl.constexpr = consts[0]
+    KW: tl.constexpr = consts[1]
+    KWP: tl.constexpr = consts[2]
+    BLOCK_P: tl.constexpr = consts[3]
+    BLOCK_I: tl.constexpr = consts[4]
+    BLOCK_O: tl.constexpr = consts[5]
+    UPCAST: tl.constexpr = consts[6]
     dw = dilation[2]
     sw = stride[2]
     ow_n = out_size[2]
     ys_n, ys_k, ys_d, ys_h, ys_w = y_strides
-    ws_k, ws_c, ws_d, ws_h, ws_w = w_strides
     rd = t // KH
     rh = t % KH
     o_d, o_h, row_ok = output_row(t_d0, t_h0, rd, rh, dilation, stride, out_size, p_ok)
@@ -186,10 +204,8 @@ def _backward_data_row(acc, t, args, consts: tl.constexpr):
     dyv = tl.load(
         DYn[:, None, :] + pix[:, :, None], mask=ok[:, :, None] & b_ok[None, None, :], other=0.0
     )
-    w_tap = rd * ws_d + rh * ws_h + rw * ws_w
-    wv = _filter_tile(Wb, Wk, w_ok, b_ok, w_tap, rw < KW, CG, True)
+    wv = _row_tile(Ps, t, KWP * BLOCK_O, BLOCK_I)
     dyv = tl.reshape(dyv, (BLOCK_P, KWP * BLOCK_O))
-    wv = tl.reshape(wv, (KWP * BLOCK_O, BLOCK_I))
     if UPCAST:
         dyv = dyv.to(tl.float32)
         wv = wv.to(tl.float32)
@@ -205,28 +221,25 @@ def direct_dot_backward_data_kernel(
     BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
 ):  # fmt: skip
     """dx = alpha * (gradient w.r.t. x) + beta * dx on BLOCK_P input pixels x the input lanes
-    of one super-group. A tap reaches input pixel i when i + pad - r * dil is a multiple of the
-    stride and lands inside the output; other taps load zeros."""
+    of one super-group; Wt: w's transposed tiles from pack_block_diagonal_kernel. A tap reaches
+    input pixel i when i + pad - r * dil is a multiple of the stride and lands inside the
+    output; other taps load zeros."""
     in_size, out_size, stride, dilation = geo.in_size, geo.out_size, geo.stride, geo.dilation
-    x_strides, w_strides, y_strides = geo.x_strides, geo.w_strides, geo.y_strides
+    x_strides, y_strides = geo.x_strides, geo.y_strides
     pd, ph, pw = geo.padding
-    x_off, w_off, y_off = geo.offsets
+    x_off, _, y_off = geo.offsets
 
     pid_p, s = tile_coords(tl.program_id(0), groups, SG)
-    c, k, a_ok, b_ok, diag, j = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
+    c, k, a_ok, b_ok, _, _ = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
     n, i_d, i_h, i_w, p_ok = pixel_block(pid_p, geo.n, in_size, BLOCK_P)
     DYn = DY + (y_off + n * y_strides[0])[:, None] + (k * y_strides[1])[None, :]
-    # [BLOCK_O, BLOCK_I]: the forward's block-diagonal tile, transposed.
-    Wk = Wt + w_off + k * w_strides[0]
-    Wb = tl.trans(Wk[None, :] + j * w_strides[1])
-    w_ok = tl.trans(diag)
+    Ps = Wt + s * (KD * KH * KWP * BLOCK_O * BLOCK_I)
 
     acc = tl.zeros((BLOCK_P, BLOCK_I), dtype=tl.float32)
     row_args = (
-        DYn, Wb, Wk, w_ok, i_d + pd, i_h + ph, i_w + pw, p_ok, b_ok, out_size, stride, dilation,
-        y_strides, w_strides,
+        DYn, Ps, i_d + pd, i_h + ph, i_w + pw, p_ok, b_ok, out_size, stride, dilation, y_strides,
     )  # fmt: skip
-    consts: tl.constexpr = (CG, KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O, UPCAST)
+    consts: tl.constexpr = (KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O, UPCAST)
     acc = over_filter_rows(acc, _backward_data_row, row_args, consts, KD * KH, KD * KH * KW <= 9)
 
     x_pix = pixel_offset(x_off, n, i_d, i_h, i_w, x_strides)
