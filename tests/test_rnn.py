@@ -24,6 +24,14 @@ TORCH = {
     "gru": (torch.nn.GRU, {}),
 }
 MODES = tuple(TORCH)
+RNN_OPS = importlib.import_module("rtdnn.ops.rnn")
+
+
+@pytest.fixture(autouse=True, params=["persistent", "per_step"])
+def recurrence(request, monkeypatch):
+    """Every test runs both ways of running the time steps (ops/rnn.py's PERSISTENT): one
+    persistent launch per layer and direction, or launches per step."""
+    monkeypatch.setattr(RNN_OPS, "PERSISTENT", request.param == "persistent")
 
 
 def make_module(mode: str, input_size: int = 3, hidden: int = 4, **kw) -> torch.nn.RNNBase:

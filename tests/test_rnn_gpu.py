@@ -7,6 +7,7 @@ Run in its own process, without TRITON_INTERPRET:  RTDNN_GPU_TESTS=1 pytest test
 from __future__ import annotations
 
 import copy
+import importlib
 
 import pytest
 import torch
@@ -127,3 +128,13 @@ def test_torch_compile_bf16():
     assert torch.equal(eager, compiled)
     compiled.float().sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "per_step"])
+@pytest.mark.parametrize("mode", ["gru", "rnn_tanh", "lstm"])
+def test_both_recurrence_paths_on_uneven_sizes(mode, persistent, monkeypatch):
+    """Hidden and batch sizes that no tile divides, several programs of the persistent kernel
+    waiting on each other every step, packed variable lengths; and the per-step launches."""
+    monkeypatch.setattr(importlib.import_module("rtdnn.ops.rnn"), "PERSISTENT", persistent)
+    lengths = [7, 3, 7, 1, 5] * 8
+    compare(mode, torch.bfloat16, T=7, B=40, In=24, H=300, lengths=lengths, bidirectional=True)

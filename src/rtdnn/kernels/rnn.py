@@ -40,6 +40,48 @@ def _tile(rows, H, BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr):
 
 
 @triton.jit
+def _cell(GX, gate, gh, c_prev, h_prev, H, mask, MODE: tl.constexpr):
+    """The cell's arithmetic on one tile: GX + gate: the tile's gx pointers at gate 0 (gate k
+    k * H columns further); gh: the NGATES tiles of h_prev W_hh^T + b_hh (float32); c_prev
+    (lstm) and h_prev (gru) float32. Returns (h, c, the gate activations as a 4-tuple, what
+    SAVE and SAVE2 keep); unused entries are h."""
+    if MODE == LSTM:
+        i = sigmoid(tl.load(GX + gate, mask=mask) + gh[0])
+        f = sigmoid(tl.load(GX + gate + H, mask=mask) + gh[1])
+        g = tanh(tl.load(GX + gate + 2 * H, mask=mask) + gh[2])
+        o = sigmoid(tl.load(GX + gate + 3 * H, mask=mask) + gh[3])
+        c = f * c_prev + i * g
+        h = o * tanh(c)
+        return h, c, (i, f, g, o), c, c_prev
+    elif MODE == GRU:
+        r = sigmoid(tl.load(GX + gate, mask=mask) + gh[0])
+        z = sigmoid(tl.load(GX + gate + H, mask=mask) + gh[1])
+        n = tanh(tl.load(GX + gate + 2 * H, mask=mask) + r * gh[2])
+        h = (1.0 - z) * n + z * h_prev
+        return h, h, (r, z, n, h), gh[2], h
+    else:
+        pre = tl.load(GX + gate, mask=mask) + gh[0]
+        if MODE == RNN_TANH:
+            h = tanh(pre)
+        else:
+            h = tl.maximum(pre, 0.0)
+        return h, h, (h, h, h, h), h, h
+
+
+@triton.jit
+def _save(GATES, SAVE, SAVE2, gate, row, H, mask, acts, save, save2, MODE: tl.constexpr,
+          NGATES: tl.constexpr):  # fmt: skip
+    """Store what the backward reads: the gate activations (h for plain RNNs), lstm's c and
+    c_prev, gru's gh_n."""
+    for k in tl.static_range(NGATES):
+        tl.store(GATES + gate + k * H, acts[k], mask=mask)
+    if MODE == LSTM or MODE == GRU:
+        tl.store(SAVE + row, save, mask=mask)
+    if MODE == LSTM:
+        tl.store(SAVE2 + row, save2, mask=mask)
+
+
+@triton.jit
 def cell_forward_kernel(
     GX, GH, C, HPREV, HOUT, ho_stride, Y, y_stride, GATES, SAVE, SAVE2, rows, H,
     MODE: tl.constexpr, NGATES: tl.constexpr, WRITE_Y: tl.constexpr,
@@ -56,42 +98,124 @@ def cell_forward_kernel(
     rb, rh, mask = _tile(rows, H, BLOCK_B, BLOCK_H)
     gate = rb[:, None] * (NGATES * H) + rh[None, :]
     row = rb[:, None] * H + rh[None, :]
-    if MODE == LSTM:
-        i = sigmoid(tl.load(GX + gate, mask=mask) + tl.load(GH + gate, mask=mask))
-        f = sigmoid(tl.load(GX + gate + H, mask=mask) + tl.load(GH + gate + H, mask=mask))
-        g = tanh(tl.load(GX + gate + 2 * H, mask=mask) + tl.load(GH + gate + 2 * H, mask=mask))
-        o = sigmoid(tl.load(GX + gate + 3 * H, mask=mask) + tl.load(GH + gate + 3 * H, mask=mask))
-        c_prev = tl.load(C + row, mask=mask)
-        c = f * c_prev + i * g
-        h = o * tanh(c)
-        tl.store(C + row, c, mask=mask)
-        tl.store(GATES + gate, i, mask=mask)
-        tl.store(GATES + gate + H, f, mask=mask)
-        tl.store(GATES + gate + 2 * H, g, mask=mask)
-        tl.store(GATES + gate + 3 * H, o, mask=mask)
-        tl.store(SAVE + row, c, mask=mask)
-        tl.store(SAVE2 + row, c_prev, mask=mask)
-    elif MODE == GRU:
-        r = sigmoid(tl.load(GX + gate, mask=mask) + tl.load(GH + gate, mask=mask))
-        z = sigmoid(tl.load(GX + gate + H, mask=mask) + tl.load(GH + gate + H, mask=mask))
-        gh_n = tl.load(GH + gate + 2 * H, mask=mask)
-        n = tanh(tl.load(GX + gate + 2 * H, mask=mask) + r * gh_n)
-        h_prev = tl.load(HPREV + row, mask=mask).to(tl.float32)
-        h = (1.0 - z) * n + z * h_prev
-        tl.store(GATES + gate, r, mask=mask)
-        tl.store(GATES + gate + H, z, mask=mask)
-        tl.store(GATES + gate + 2 * H, n, mask=mask)
-        tl.store(SAVE + row, gh_n, mask=mask)
-    else:
-        pre = tl.load(GX + gate, mask=mask) + tl.load(GH + gate, mask=mask)
-        if MODE == RNN_TANH:
-            h = tanh(pre)
+    gh = ()
+    for k in tl.static_range(4):
+        if k < NGATES:
+            gh = gh + (tl.load(GH + gate + k * H, mask=mask),)
         else:
-            h = tl.maximum(pre, 0.0)
-        tl.store(GATES + gate, h, mask=mask)
+            gh = gh + (gh[0],)
+    c_prev = tl.load(C + row, mask=mask) if MODE == LSTM else gh[0]
+    h_prev = tl.load(HPREV + row, mask=mask).to(tl.float32) if MODE == GRU else gh[0]
+    h, c, acts, save, save2 = _cell(GX, gate, gh, c_prev, h_prev, H, mask, MODE)
+    if MODE == LSTM:
+        tl.store(C + row, c, mask=mask)
+    _save(GATES, SAVE, SAVE2, gate, row, H, mask, acts, save, save2, MODE, NGATES)
     tl.store(HOUT + rb[:, None] * ho_stride + rh[None, :], h.to(HOUT.dtype.element_ty), mask=mask)
     if WRITE_Y:
         tl.store(Y + rb[:, None] * y_stride + rh[None, :], h.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _grid_barrier(SYNC, target):
+    """Wait until every program of the grid has arrived here as often as `target` says (the
+    counter SYNC is raised once per program per barrier). Every program must be resident at
+    once: the grid is at most one program per multiprocessor. The release orders this
+    program's stores before its arrival, the acquire the others' before what follows."""
+    tl.debug_barrier()
+    tl.atomic_add(SYNC, 1, sem="release", scope="gpu")
+    while tl.atomic_add(SYNC, 0, sem="acquire", scope="gpu") < target:
+        pass
+    tl.debug_barrier()
+
+
+@triton.jit
+def persistent_forward_kernel(
+    GX, W, B_HH, HBUF, C, Y, y_stride, GATES, SAVE, SAVE2, HPREV, BATCH_SIZES, STARTS, SYNC,
+    steps, batch, H, w_stride,
+    MODE: tl.constexpr, NGATES: tl.constexpr, REVERSE: tl.constexpr, HAS_BIAS: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, BLOCK_B: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """Every time step of one layer and direction in one launch (cuDNN's persistent RNN): a
+    program owns BLOCK_B rows of the batch x BLOCK_H hidden units for the whole sequence and
+    computes, per step, its tiles of gh = h_prev W_hh^T + b_hh (NGATES products over K = H)
+    and the cell; then the grid waits for every program (_grid_barrier) before the next step
+    reads the new h. Launch at most one program per multiprocessor.
+
+    GX: packed rows (rows, NGATES*H) float32, x W_ih^T + b_ih; W: W_hh (NGATES*H, H), row
+    stride w_stride; B_HH: (NGATES*H,). HBUF: (2, batch, H) in the data dtype, h double
+    buffered: step i reads half i % 2 and writes the other (half 0 holds h0 at the start,
+    half steps % 2 holds h_n at the end; rows past a step's batch carry h over). C: (batch,
+    H) float32, c0 in, c_n out (lstm). Y: the direction's output columns of the packed rows,
+    row stride y_stride. GATES, SAVE, SAVE2 as in cell_forward_kernel and HPREV (rows, H):
+    the h each row read, over the packed rows. BATCH_SIZES, STARTS: (steps,) int32, the rows
+    running at each step and where they start. SYNC: int32, zero.
+    """
+    pid = tl.program_id(0)
+    h_blocks = tl.cdiv(H, BLOCK_H)
+    rb = pid // h_blocks * BLOCK_B + tl.arange(0, BLOCK_B)
+    rh = pid % h_blocks * BLOCK_H + tl.arange(0, BLOCK_H)
+    rk = tl.arange(0, BLOCK_K)
+    h_ok = rh < H
+    in_batch = (rb < batch)[:, None] & h_ok[None, :]
+    row = rb[:, None] * H + rh[None, :]
+    # W_hh's rows of this program's units, gate k at k * H: [BLOCK_K, BLOCK_H] per K step.
+    w_cols = W + rh[None, :] * w_stride + rk[:, None]
+    bias = ()
+    for k in tl.static_range(4):
+        if HAS_BIAS and k < NGATES:
+            bias = bias + (tl.load(B_HH + k * H + rh, mask=h_ok, other=0.0).to(tl.float32),)
+        else:
+            bias = bias + (tl.zeros((BLOCK_H,), dtype=tl.float32),)
+    programs = tl.num_programs(0)
+
+    for i in range(steps):
+        t = steps - 1 - i if REVERSE else i
+        n = tl.load(BATCH_SIZES + t)
+        start = tl.load(STARTS + t)
+        CUR = HBUF + (i % 2) * batch * H
+        NXT = HBUF + ((i + 1) % 2) * batch * H
+        gh = (tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32),) * 4
+        for k0 in range(0, H, BLOCK_K):
+            k_ok = k0 + rk < H
+            # h was written by other programs: read it from L2 (.cg), never a stale L1 line.
+            hk = tl.load(
+                CUR + rb[:, None] * H + (k0 + rk)[None, :],
+                mask=(rb < n)[:, None] & k_ok[None, :], other=0.0, cache_modifier=".cg",
+            )  # fmt: skip
+            w_ok = k_ok[:, None] & h_ok[None, :]
+            if UPCAST:
+                hk = hk.to(tl.float32)
+            out = ()
+            for k in tl.static_range(4):
+                if k < NGATES:
+                    wk = tl.load(w_cols + (k * H) * w_stride + k0, mask=w_ok, other=0.0)
+                    if UPCAST:
+                        wk = wk.to(tl.float32)
+                    out = out + (tl.dot(hk, wk, gh[k], input_precision=PRECISION),)
+                else:
+                    out = out + (gh[k],)
+            gh = out
+        gh = (gh[0] + bias[0][None, :], gh[1] + bias[1][None, :], gh[2] + bias[2][None, :],
+              gh[3] + bias[3][None, :])  # fmt: skip
+
+        running = (rb < n)[:, None] & h_ok[None, :]
+        packed = start + rb
+        gate = packed[:, None] * (NGATES * H) + rh[None, :]
+        h_prev = tl.load(CUR + row, mask=in_batch, other=0.0, cache_modifier=".cg")
+        c_prev = tl.load(C + row, mask=running, other=0.0) if MODE == LSTM else gh[0]
+        h, c, acts, save, save2 = _cell(
+            GX, gate, gh, c_prev, h_prev.to(tl.float32), H, running, MODE
+        )
+        p_row = packed[:, None] * H + rh[None, :]
+        _save(GATES, SAVE, SAVE2, gate, p_row, H, running, acts, save, save2, MODE, NGATES)
+        tl.store(HPREV + p_row, h_prev, mask=running)
+        if MODE == LSTM:
+            tl.store(C + row, c, mask=running)
+        h_out = h.to(HBUF.dtype.element_ty)
+        tl.store(Y + packed[:, None] * y_stride + rh[None, :], h_out, mask=running)
+        tl.store(NXT + row, tl.where(running, h_out, h_prev), mask=in_batch)
+        _grid_barrier(SYNC, (i + 1) * programs)
 
 
 @triton.jit

@@ -6,9 +6,14 @@ inter-layer dropout from a seed, and variable-length batches.
 
 Each layer and direction runs as:
   * the input projection of every time step at once: gx = X W_ih^T + b_ih, one GEMM;
-  * per time step, the recurrent product gh = h W_hh^T + b_hh (a GEMM over the rows of the
-    batch still running) and the cell kernel (gates, state update, output);
-  * lstm with proj_size: h = h_raw W_hr^T, one more GEMM per step.
+  * the recurrence, in one of two ways (cuDNN's persistent and standard algorithms):
+    - persistent (the default where it applies, see `PERSISTENT`): one launch runs every
+      step; each program owns a tile of (batch rows, hidden units), computes its share of
+      gh = h W_hh^T + b_hh and the cell, and waits for the whole grid before the next step
+      (kernels/rnn.py's persistent_forward_kernel);
+    - standard: per time step, the recurrent product gh = h W_hh^T + b_hh (a GEMM over the
+      rows of the batch still running) and the cell kernel (gates, state update, output);
+      lstm with proj_size: h = h_raw W_hr^T, one more GEMM per step.
 The backward runs the steps in reverse with the cell backward kernel, then takes each weight's
 gradient as one GEMM over all time steps and the input's as one more.
 
@@ -20,13 +25,16 @@ padded or packed input of a caller to that and back.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import torch
+import triton
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from ..core import (
+    INTERPRETED,
     bad_param,
     check_runnable,
     check_tensor,
@@ -40,6 +48,11 @@ from .dropout import dropout_backward, dropout_forward
 from .linear import _gemm, _matrix, linear_backward_bias
 
 MODES = tuple(kernels.MODES)
+
+#: Run the recurrence of a layer and direction as one persistent launch where it applies
+#: (no proj_size; on a GPU, at most one program per multiprocessor; on the CPU, one program
+#: of at most 64 x 64); False runs every step as its own launches, as with proj_size.
+PERSISTENT = True
 
 
 @dataclass(frozen=True)
@@ -144,13 +157,51 @@ class _Reserve:
 # -- the core, on packed sequences -----------------------------------------------------------
 
 
+def _mm_math(a: torch.Tensor, math: str | None) -> str:
+    """The GEMMs' math mode for data like a: TF32 is a float32 mode only; None follows
+    cuDNN's switch, as torch's cuDNN RNN does (the linear layers' GEMM would follow the matmul
+    switch)."""
+    return resolve_math_mode(math) if a.dtype == torch.float32 else "fp32"
+
+
 def _mm(a, b, c, *, ta=False, tb=False, beta=0.0, bias=None, math=None) -> None:
     """c = op(a) @ op(b) (+ bias) + beta * c on the GEMM building block (float32 accumulation;
     c may be float32 whatever a and b are)."""
-    # TF32 is a float32 mode only. None follows cuDNN's switch, as torch's cuDNN RNN does (the
-    # linear layers' GEMM would follow the matmul switch).
-    math = resolve_math_mode(math) if a.dtype == torch.float32 else "fp32"
-    _gemm(a, _matrix(a, ta), b, _matrix(b, tb), c, 1.0, beta, bias, None, math)
+    _gemm(a, _matrix(a, ta), b, _matrix(b, tb), c, 1.0, beta, bias, None, _mm_math(a, math))
+
+
+def _persistent_tiles(spec: RnnSpec, batch: int, device: torch.device):
+    """(BLOCK_B, BLOCK_H, programs) of the persistent recurrence, or None where it does not
+    apply (see PERSISTENT). On a GPU: among tiles whose programs fit one per multiprocessor
+    (they wait on each other), the least data per program per step (its BLOCK_B rows of h and
+    its units' gate rows of W_hh), then the most programs."""
+    if not PERSISTENT or spec.proj_size:
+        return None
+    hid = spec.hidden_size
+    fit_b, fit_h = max(16, triton.next_power_of_2(batch)), max(16, triton.next_power_of_2(hid))
+    if device.type != "cuda":
+        # The interpreter runs programs one after another: one program does everything.
+        return (fit_b, fit_h, 1) if fit_b * fit_h <= 64 * 64 else None
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    best = None
+    for block_h in (16, 32, 64):
+        for block_b in (16, 32, 64, 128):
+            # Up to 4 gate accumulators of BLOCK_B x BLOCK_H float32 stay within registers.
+            if block_b > fit_b or block_h > fit_h or block_b * block_h > 4096:
+                continue
+            programs = triton.cdiv(hid, block_h) * triton.cdiv(batch, block_b)
+            if programs > sms:
+                continue
+            key = (block_b * hid + spec.gates * block_h * hid, -programs)
+            if best is None or key < best[0]:
+                best = (key, (block_b, block_h, programs))
+    return None if best is None else best[1]
+
+
+@functools.lru_cache(maxsize=64)
+def _schedule(batch_sizes: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """(2, steps) int32 on `device`: each step's running rows and its first packed row."""
+    return torch.tensor([batch_sizes, _starts(batch_sizes)], dtype=torch.int32, device=device)
 
 
 def _starts(batch_sizes) -> list[int]:
@@ -224,9 +275,36 @@ def _forward_direction(layer, d, layer_in, y, h0, c0, h_n, c_n, weights, spec, b
 
     gx = torch.empty((rows, g * hid), dtype=torch.float32, device=y.device)
     _mm(layer_in, w_ih, gx, tb=True, bias=b_ih, math=math)
+    c = c0[idx].to(torch.float32, copy=True).contiguous() if spec.mode == "lstm" else gx
+    tiles = _persistent_tiles(spec, batch, y.device)
+    if tiles is not None:
+        # h double-buffered (see persistent_forward_kernel): h0 in half 0.
+        hbuf = y.new_empty((2, batch, hid))
+        hbuf[0] = h0[idx]
+        block_b, block_h, programs = tiles
+        precision = "tf32" if _mm_math(y, math) == "tf32" else "ieee"
+        schedule = _schedule(tuple(batch_sizes), y.device)
+        slots = dict(
+            GX=gx, W=w_hh if w_hh.stride(1) == 1 else w_hh.contiguous(),
+            B_HH=b_hh if b_hh is not None else gx, HBUF=hbuf, C=c, Y=y[:, d * p :],
+            GATES=gates, SAVE=_rows(save, 0, rows, gx), SAVE2=_rows(save2, 0, rows, gx),
+            HPREV=hprev, BATCH_SIZES=schedule[0], STARTS=schedule[1],
+            SYNC=torch.zeros(1, dtype=torch.int32, device=y.device),
+        )  # fmt: skip
+        launch_cached(
+            kernels.persistent_forward_kernel, (programs,), slots, y_stride=y.stride(0),
+            steps=len(batch_sizes), batch=batch, H=hid, w_stride=slots["W"].stride(0),
+            MODE=mode, NGATES=ngates, REVERSE=d == 1, HAS_BIAS=b_hh is not None,
+            PRECISION=precision, UPCAST=INTERPRETED and y.element_size() == 2, BLOCK_B=block_b,
+            BLOCK_H=block_h,
+            BLOCK_K=max(16, min(64, triton.next_power_of_2(hid))),
+        )  # fmt: skip
+        h_n[idx] = hbuf[len(batch_sizes) % 2]
+        if spec.mode == "lstm":
+            c_n[idx] = c
+        return
     gh = torch.empty((batch, g * hid), dtype=torch.float32, device=y.device)
     h = h0[idx].clone(memory_format=torch.contiguous_format)
-    c = c0[idx].to(torch.float32, copy=True).contiguous() if spec.mode == "lstm" else gx
     block_b, block_h = kernels.blocks(batch, hid)
     starts = _starts(batch_sizes)
     steps = range(len(batch_sizes)) if d == 0 else reversed(range(len(batch_sizes)))
