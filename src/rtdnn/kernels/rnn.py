@@ -219,6 +219,55 @@ def persistent_forward_kernel(
 
 
 @triton.jit
+def _cell_grad(dh, dc, GATES, SAVE, SAVE2, HPREV, gate, row, H, mask, MODE: tl.constexpr):
+    """The gradients of the gate pre-activations on one tile from dh (and lstm's dc), float32.
+    GATES + gate, SAVE + row, ...: what the forward saved for the tile's rows. Returns (the
+    gradients of gx as a 4-tuple, that of gru's gh_n (r times that of gx_n), what dh passes to
+    h_prev directly (gru: z * dh), the gradient of c_prev (lstm)); unused entries are dh."""
+    if MODE == LSTM:
+        i = tl.load(GATES + gate, mask=mask)
+        f = tl.load(GATES + gate + H, mask=mask)
+        g = tl.load(GATES + gate + 2 * H, mask=mask)
+        o = tl.load(GATES + gate + 3 * H, mask=mask)
+        tc = tanh(tl.load(SAVE + row, mask=mask))
+        c_prev = tl.load(SAVE2 + row, mask=mask)
+        dc = dc + dh * o * (1.0 - tc * tc)
+        dgx = (dc * g * i * (1.0 - i), dc * c_prev * f * (1.0 - f), dc * i * (1.0 - g * g),
+               dh * tc * o * (1.0 - o))  # fmt: skip
+        return dgx, dh, dh, dc * f
+    elif MODE == GRU:
+        r = tl.load(GATES + gate, mask=mask)
+        z = tl.load(GATES + gate + H, mask=mask)
+        n = tl.load(GATES + gate + 2 * H, mask=mask)
+        gh_n = tl.load(SAVE + row, mask=mask)
+        h_prev = tl.load(HPREV + row, mask=mask).to(tl.float32)
+        dn = dh * (1.0 - z) * (1.0 - n * n)
+        dz = dh * (h_prev - n) * z * (1.0 - z)
+        dr = dn * gh_n * r * (1.0 - r)
+        return (dr, dz, dn, dh), dn * r, dh * z, dh
+    else:
+        h = tl.load(GATES + gate, mask=mask)
+        if MODE == RNN_TANH:
+            dpre = dh * (1.0 - h * h)
+        else:
+            dpre = tl.where(h > 0.0, dh, 0.0)
+        return (dpre, dh, dh, dh), dh, dh, dh
+
+
+@triton.jit
+def _store_grads(DGX, DGH, gate, H, mask, dgx, dgh_n, MODE: tl.constexpr, NGATES: tl.constexpr):
+    """Store the gate gradients: DGX's NGATES gates; gru's DGH (its r and z gates as DGX's,
+    its n gate r times DGX's)."""
+    out_ty = DGX.dtype.element_ty
+    for k in tl.static_range(NGATES):
+        tl.store(DGX + gate + k * H, dgx[k].to(out_ty), mask=mask)
+    if MODE == GRU:
+        tl.store(DGH + gate, dgx[0].to(out_ty), mask=mask)
+        tl.store(DGH + gate + H, dgx[1].to(out_ty), mask=mask)
+        tl.store(DGH + gate + 2 * H, dgh_n.to(out_ty), mask=mask)
+
+
+@triton.jit
 def cell_backward_kernel(
     DH, dh_stride, DY, dy_stride, DC, GATES, SAVE, SAVE2, HPREV, DGX, DGH, rows, H,
     MODE: tl.constexpr, NGATES: tl.constexpr, HAS_DY: tl.constexpr,
@@ -239,43 +288,92 @@ def cell_backward_kernel(
     dh = tl.load(dh_ptrs, mask=mask)
     if HAS_DY:
         dh += tl.load(DY + rb[:, None] * dy_stride + rh[None, :], mask=mask).to(tl.float32)
-    out_ty = DGX.dtype.element_ty
+    dc = tl.load(DC + row, mask=mask) if MODE == LSTM else dh
+    dgx, dgh_n, dh_direct, dc_prev = _cell_grad(
+        dh, dc, GATES, SAVE, SAVE2, HPREV, gate, row, H, mask, MODE
+    )
+    _store_grads(DGX, DGH, gate, H, mask, dgx, dgh_n, MODE, NGATES)
     if MODE == LSTM:
-        i = tl.load(GATES + gate, mask=mask)
-        f = tl.load(GATES + gate + H, mask=mask)
-        g = tl.load(GATES + gate + 2 * H, mask=mask)
-        o = tl.load(GATES + gate + 3 * H, mask=mask)
-        tc = tanh(tl.load(SAVE + row, mask=mask))
-        c_prev = tl.load(SAVE2 + row, mask=mask)
-        dc = tl.load(DC + row, mask=mask) + dh * o * (1.0 - tc * tc)
-        tl.store(DGX + gate, (dc * g * i * (1.0 - i)).to(out_ty), mask=mask)
-        tl.store(DGX + gate + H, (dc * c_prev * f * (1.0 - f)).to(out_ty), mask=mask)
-        tl.store(DGX + gate + 2 * H, (dc * i * (1.0 - g * g)).to(out_ty), mask=mask)
-        tl.store(DGX + gate + 3 * H, (dh * tc * o * (1.0 - o)).to(out_ty), mask=mask)
-        tl.store(DC + row, dc * f, mask=mask)
-    elif MODE == GRU:
-        r = tl.load(GATES + gate, mask=mask)
-        z = tl.load(GATES + gate + H, mask=mask)
-        n = tl.load(GATES + gate + 2 * H, mask=mask)
-        gh_n = tl.load(SAVE + row, mask=mask)
-        h_prev = tl.load(HPREV + row, mask=mask).to(tl.float32)
-        dn = dh * (1.0 - z) * (1.0 - n * n)
-        dz = dh * (h_prev - n) * z * (1.0 - z)
-        dr = dn * gh_n * r * (1.0 - r)
-        tl.store(DGX + gate, dr.to(out_ty), mask=mask)
-        tl.store(DGX + gate + H, dz.to(out_ty), mask=mask)
-        tl.store(DGX + gate + 2 * H, dn.to(out_ty), mask=mask)
-        tl.store(DGH + gate, dr.to(out_ty), mask=mask)
-        tl.store(DGH + gate + H, dz.to(out_ty), mask=mask)
-        tl.store(DGH + gate + 2 * H, (dn * r).to(out_ty), mask=mask)
-        tl.store(dh_ptrs, dh * z, mask=mask)
-    else:
-        h = tl.load(GATES + gate, mask=mask)
-        if MODE == RNN_TANH:
-            dpre = dh * (1.0 - h * h)
-        else:
-            dpre = tl.where(h > 0.0, dh, 0.0)
-        tl.store(DGX + gate, dpre.to(out_ty), mask=mask)
+        tl.store(DC + row, dc_prev, mask=mask)
+    if MODE == GRU:
+        tl.store(dh_ptrs, dh_direct, mask=mask)
+
+
+@triton.jit
+def persistent_backward_kernel(
+    DY, dy_stride, DH, DC, GATES, SAVE, SAVE2, HPREV, W, DGX, DGH, BATCH_SIZES, STARTS, SYNC,
+    steps, batch, H, w_stride,
+    MODE: tl.constexpr, NGATES: tl.constexpr, REVERSE: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """The backward of persistent_forward_kernel's recurrence in one launch, the steps in
+    reverse: per step, each program takes the gate gradients of its tile (cell_backward_kernel's
+    arithmetic, dh and lstm's dc kept in registers from step to step), the grid waits, then
+    each program takes its tile of the gradient reaching h_prev, dgh W_hh over every gate
+    column (plus gru's z * dh). Rows past a step's batch carry dh over.
+
+    DY: the direction's columns of the output gradient rows (packed), row stride dy_stride.
+    DH, DC: (batch, H) float32, the gradients of h_n and c_n in, those of h0 and c0 out. W:
+    W_hh (NGATES*H, H), row stride w_stride. DGX, DGH: (rows, NGATES*H) out (DGH is DGX
+    except for gru). REVERSE: the direction ran its steps in reverse. The rest as in
+    persistent_forward_kernel.
+    """
+    pid = tl.program_id(0)
+    h_blocks = tl.cdiv(H, BLOCK_H)
+    rb = pid // h_blocks * BLOCK_B + tl.arange(0, BLOCK_B)
+    rh = pid % h_blocks * BLOCK_H + tl.arange(0, BLOCK_H)
+    rk = tl.arange(0, BLOCK_K)
+    h_ok = rh < H
+    in_batch = (rb < batch)[:, None] & h_ok[None, :]
+    row = rb[:, None] * H + rh[None, :]
+    dh = tl.load(DH + row, mask=in_batch, other=0.0)
+    dc = tl.load(DC + row, mask=in_batch, other=0.0) if MODE == LSTM else dh
+    GH: tl.constexpr = NGATES * H
+    programs = tl.num_programs(0)
+
+    for i in range(steps):
+        # The forward's last step first.
+        t = i if REVERSE else steps - 1 - i
+        n = tl.load(BATCH_SIZES + t)
+        start = tl.load(STARTS + t)
+        running = (rb < n)[:, None] & h_ok[None, :]
+        packed = start + rb
+        gate = packed[:, None] * GH + rh[None, :]
+        p_row = packed[:, None] * H + rh[None, :]
+        dh_total = dh + tl.load(
+            DY + packed[:, None] * dy_stride + rh[None, :], mask=running, other=0.0
+        ).to(tl.float32)
+        dgx, dgh_n, dh_direct, dc_prev = _cell_grad(
+            dh_total, dc, GATES, SAVE, SAVE2, HPREV, gate, p_row, H, running, MODE
+        )
+        _store_grads(DGX, DGH, gate, H, running, dgx, dgh_n, MODE, NGATES)
+        if MODE == LSTM:
+            dc = tl.where(running, dc_prev, dc)
+        _grid_barrier(SYNC, (i + 1) * programs)
+
+        # dh_prev = dgh W_hh over every gate column, written by every program.
+        acc = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+        for k0 in range(0, GH, BLOCK_K):
+            k_ok = k0 + rk < GH
+            a = tl.load(
+                DGH + packed[:, None] * GH + (k0 + rk)[None, :],
+                mask=(rb < n)[:, None] & k_ok[None, :], other=0.0, cache_modifier=".cg",
+            )  # fmt: skip
+            w = tl.load(
+                W + (k0 + rk)[:, None] * w_stride + rh[None, :],
+                mask=k_ok[:, None] & h_ok[None, :], other=0.0,
+            )  # fmt: skip
+            if UPCAST:
+                a = a.to(tl.float32)
+                w = w.to(tl.float32)
+            acc = tl.dot(a, w, acc, input_precision=PRECISION)
+        if MODE == GRU:
+            acc += dh_direct
+        dh = tl.where(running, acc, dh)
+
+    tl.store(DH + row, dh, mask=in_batch)
+    if MODE == LSTM:
+        tl.store(DC + row, dc, mask=in_batch)
 
 
 @triton.jit

@@ -14,7 +14,9 @@ Each layer and direction runs as:
     - standard: per time step, the recurrent product gh = h W_hh^T + b_hh (a GEMM over the
       rows of the batch still running) and the cell kernel (gates, state update, output);
       lstm with proj_size: h = h_raw W_hr^T, one more GEMM per step.
-The backward runs the steps in reverse with the cell backward kernel, then takes each weight's
+The backward runs the steps in reverse, persistent (persistent_backward_kernel: per step the
+gate gradients of each program's tile, a wait for the grid, then its tile of dh_prev = dgh
+W_hh) or standard (the cell backward kernel and a GEMM per step), then takes each weight's
 gradient as one GEMM over all time steps and the input's as one more.
 
 The core works on packed sequences (PyTorch's PackedSequence layout): the rows of every time
@@ -198,6 +200,16 @@ def _persistent_tiles(spec: RnnSpec, batch: int, device: torch.device):
     return None if best is None else best[1]
 
 
+def _dot_precision(a: torch.Tensor, math: str | None) -> str:
+    """tl.dot's input precision for the persistent kernels: as the GEMMs' math mode."""
+    return "tf32" if _mm_math(a, math) == "tf32" else "ieee"
+
+
+def _block_k(k: int) -> int:
+    """The persistent kernels' reduction step over k columns: 16 to 64."""
+    return max(16, min(64, triton.next_power_of_2(k)))
+
+
 @functools.lru_cache(maxsize=64)
 def _schedule(batch_sizes: tuple[int, ...], device: torch.device) -> torch.Tensor:
     """(2, steps) int32 on `device`: each step's running rows and its first packed row."""
@@ -282,7 +294,6 @@ def _forward_direction(layer, d, layer_in, y, h0, c0, h_n, c_n, weights, spec, b
         hbuf = y.new_empty((2, batch, hid))
         hbuf[0] = h0[idx]
         block_b, block_h, programs = tiles
-        precision = "tf32" if _mm_math(y, math) == "tf32" else "ieee"
         schedule = _schedule(tuple(batch_sizes), y.device)
         slots = dict(
             GX=gx, W=w_hh if w_hh.stride(1) == 1 else w_hh.contiguous(),
@@ -295,9 +306,8 @@ def _forward_direction(layer, d, layer_in, y, h0, c0, h_n, c_n, weights, spec, b
             kernels.persistent_forward_kernel, (programs,), slots, y_stride=y.stride(0),
             steps=len(batch_sizes), batch=batch, H=hid, w_stride=slots["W"].stride(0),
             MODE=mode, NGATES=ngates, REVERSE=d == 1, HAS_BIAS=b_hh is not None,
-            PRECISION=precision, UPCAST=INTERPRETED and y.element_size() == 2, BLOCK_B=block_b,
-            BLOCK_H=block_h,
-            BLOCK_K=max(16, min(64, triton.next_power_of_2(hid))),
+            PRECISION=_dot_precision(y, math), UPCAST=INTERPRETED and y.element_size() == 2,
+            BLOCK_B=block_b, BLOCK_H=block_h, BLOCK_K=_block_k(hid),
         )  # fmt: skip
         h_n[idx] = hbuf[len(batch_sizes) % 2]
         if spec.mode == "lstm":
@@ -391,14 +401,64 @@ def _backward_direction(layer, d, layer_in, d_out, dx, dh_n, dc_n, dh0, dc0, wei
     hprev = reserve.get(layer, d, "hprev")
     save, save2, hraw = (reserve.get(layer, d, k) for k in ("save", "save2", "hraw"))
     lstm, gru = spec.mode == "lstm", spec.mode == "gru"
-
     dh = dh_n[idx].to(torch.float32, copy=True).contiguous()
     dc = dc_n[idx].to(torch.float32, copy=True).contiguous() if lstm else dh
     dgx = d_out.new_empty((rows, g * hid))
     dgh = d_out.new_empty((rows, g * hid)) if gru else dgx
+    dht = None  # the gradient reaching the projected h (proj_size)
+    tiles = _persistent_tiles(spec, batch, dx.device)
+    if tiles is not None:
+        block_b, block_h, programs = tiles
+        schedule = _schedule(tuple(batch_sizes), dx.device)
+        slots = dict(
+            DY=d_out[:, d * p :], DH=dh, DC=dc, GATES=gates, SAVE=_rows(save, 0, rows, gates),
+            SAVE2=_rows(save2, 0, rows, gates), HPREV=hprev,
+            W=w_hh if w_hh.stride(1) == 1 else w_hh.contiguous(), DGX=dgx, DGH=dgh,
+            BATCH_SIZES=schedule[0], STARTS=schedule[1],
+            SYNC=torch.zeros(1, dtype=torch.int32, device=dx.device),
+        )  # fmt: skip
+        launch_cached(
+            kernels.persistent_backward_kernel, (programs,), slots, dy_stride=d_out.stride(0),
+            steps=len(batch_sizes), batch=batch, H=hid, w_stride=slots["W"].stride(0),
+            MODE=mode, NGATES=ngates, REVERSE=d == 1, PRECISION=_dot_precision(d_out, math),
+            UPCAST=INTERPRETED and d_out.element_size() == 2, BLOCK_B=block_b,
+            BLOCK_H=block_h, BLOCK_K=_block_k(g * hid),
+        )  # fmt: skip
+    else:
+        dht = _backward_steps(
+            d, d_out, dh, dc, dgx, dgh, w_hh, w_hr, gates, save, save2, hprev, spec,
+            batch_sizes, math,
+        )  # fmt: skip
+    dh0[idx] = dh
+    if lstm:
+        dc0[idx] = dc
+
+    dweights[first] = w_ih.new_empty(w_ih.shape)
+    _mm(dgx, layer_in, dweights[first], ta=True, math=math)
+    dweights[first + 1] = w_hh.new_empty(w_hh.shape)
+    _mm(dgh, hprev, dweights[first + 1], ta=True, math=math)
+    if spec.bias:
+        dweights[first + 2] = linear_backward_bias(dgx)
+        dweights[first + 3] = linear_backward_bias(dgh)
+    if spec.proj_size:
+        dweights[first + spec.per_direction - 1] = w_hr.new_empty(w_hr.shape)
+        _mm(dht, hraw, dweights[first + spec.per_direction - 1], ta=True, math=math)
+    _mm(dgx, w_ih, dx, beta=1.0 if d else 0.0, math=math)
+
+
+def _backward_steps(d, d_out, dh, dc, dgx, dgh, w_hh, w_hr, gates, save, save2, hprev, spec,
+                    batch_sizes, math):  # fmt: skip
+    """The standard algorithm's backward recurrence: launches per time step. dh, dc: the
+    gradients of h_n and c_n in, those of h0 and c0 out. Returns the gradient reaching the
+    projected h of every row (proj_size), else None."""
+    mode, ngates = kernels.MODES[spec.mode]
+    hid, p = spec.hidden_size, spec.out_size
+    rows, batch = dgx.shape[0], batch_sizes[0]
+    gru = spec.mode == "gru"
+    dht = None
     if spec.proj_size:
         dht = d_out.new_empty((rows, p))  # the gradient reaching the projected h
-        dh_raw = torch.empty((batch, hid), dtype=torch.float32, device=dx.device)
+        dh_raw = torch.empty((batch, hid), dtype=torch.float32, device=dh.device)
     block_b, block_h = kernels.blocks(batch, hid)
     block_p = kernels.blocks(batch, p)[1]
     starts = _starts(batch_sizes)
@@ -429,21 +489,7 @@ def _backward_direction(layer, d, layer_in, d_out, dx, dh_n, dc_n, dh0, dc0, wei
         )  # fmt: skip
         # gru's cell left z * dh in dh, h_prev's direct share: the product adds to it.
         _mm(dgh[s : s + n], w_hh, dh[:n], beta=1.0 if gru else 0.0, math=math)
-    dh0[idx] = dh
-    if lstm:
-        dc0[idx] = dc
-
-    dweights[first] = w_ih.new_empty(w_ih.shape)
-    _mm(dgx, layer_in, dweights[first], ta=True, math=math)
-    dweights[first + 1] = w_hh.new_empty(w_hh.shape)
-    _mm(dgh, hprev, dweights[first + 1], ta=True, math=math)
-    if spec.bias:
-        dweights[first + 2] = linear_backward_bias(dgx)
-        dweights[first + 3] = linear_backward_bias(dgh)
-    if spec.proj_size:
-        dweights[first + spec.per_direction - 1] = w_hr.new_empty(w_hr.shape)
-        _mm(dht, hraw, dweights[first + spec.per_direction - 1], ta=True, math=math)
-    _mm(dgx, w_ih, dx, beta=1.0 if d else 0.0, math=math)
+    return dht
 
 
 # -- the public function: checks, and the caller's layout to packed and back -----------------
