@@ -181,21 +181,26 @@ class SlotLaunch:
 _launches: dict[tuple, SlotLaunch] = {}
 
 
-def launch_cached(fn, grid: tuple[int, ...], slots: dict, num_warps: int = 4, **fixed) -> None:
+def launch_cached(
+    fn, grid: tuple[int, ...], slots: dict, num_warps: int = 4, cooperative: bool = False, **fixed
+) -> None:
     """fn[grid](**slots, **fixed, num_warps=num_warps) through a SlotLaunch kept per (kernel,
     grid, warps, fixed arguments): for ops that keep no prepared call of their own. Triton's
     own launch path costs tens of microseconds per call, more than many small kernels run;
     this costs a dictionary lookup. `fixed` holds what is the same from call to call for a
     problem (sizes, strides, compile-time constants; all hashable), `slots` the tensors and
-    scalars that change (alpha, beta)."""
-    key = (fn, grid, num_warps, *slots, *fixed.items())
+    scalars that change (alpha, beta). cooperative: a cooperative launch, for kernels whose
+    programs wait on each other: CUDA runs every program at once or refuses the launch
+    (an error, never a hang)."""
+    key = (fn, grid, num_warps, cooperative, *slots, *fixed.items())
     launch = _launches.get(key)
     if launch is None:
         if len(_launches) >= 4096:  # a bound on what many distinct problems keep alive
             _launches.clear()
-        launch = _launches[key] = SlotLaunch(
-            fn, grid, dict(num_warps=num_warps), tuple(slots), **fixed
-        )
+        options = dict(num_warps=num_warps)
+        if cooperative and not INTERPRETED:
+            options["launch_cooperative_grid"] = True
+        launch = _launches[key] = SlotLaunch(fn, grid, options, tuple(slots), **fixed)
     launch(*slots.values())
 
 

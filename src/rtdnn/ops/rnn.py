@@ -303,7 +303,8 @@ def _forward_direction(layer, d, layer_in, y, h0, c0, h_n, c_n, weights, spec, b
             SYNC=torch.zeros(1, dtype=torch.int32, device=y.device),
         )  # fmt: skip
         launch_cached(
-            kernels.persistent_forward_kernel, (programs,), slots, y_stride=y.stride(0),
+            kernels.persistent_forward_kernel, (programs,), slots, cooperative=True,
+            y_stride=y.stride(0),
             steps=len(batch_sizes), batch=batch, H=hid, w_stride=slots["W"].stride(0),
             MODE=mode, NGATES=ngates, REVERSE=d == 1, HAS_BIAS=b_hh is not None,
             PRECISION=_dot_precision(y, math), UPCAST=INTERPRETED and y.element_size() == 2,
@@ -418,7 +419,8 @@ def _backward_direction(layer, d, layer_in, d_out, dx, dh_n, dc_n, dh0, dc0, wei
             SYNC=torch.zeros(1, dtype=torch.int32, device=dx.device),
         )  # fmt: skip
         launch_cached(
-            kernels.persistent_backward_kernel, (programs,), slots, dy_stride=d_out.stride(0),
+            kernels.persistent_backward_kernel, (programs,), slots, cooperative=True,
+            dy_stride=d_out.stride(0),
             steps=len(batch_sizes), batch=batch, H=hid, w_stride=slots["W"].stride(0),
             MODE=mode, NGATES=ngates, REVERSE=d == 1, PRECISION=_dot_precision(d_out, math),
             UPCAST=INTERPRETED and d_out.element_size() == 2, BLOCK_B=block_b,
