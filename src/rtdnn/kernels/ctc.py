@@ -3,10 +3,10 @@ gradient.
 
 The recursions: one program per batch element walks its T_n time steps; the extended label
 sequence (blank, l1, blank, l2, ..., blank) of length 2 S_n + 1 lies along a vector of BLOCK_L
-lanes. Each step reads the previous step's row back from memory shifted by one and two lanes,
-so the steps are separated by a barrier; the step's log_probs gather does not depend on the
-recursion, so each step loads the next step's while its row is computed. The forward keeps
-every alpha row; the backward keeps two beta rows and writes every step's alpha + beta - lp.
+lanes. The row stays on chip from step to step; its shifts by one and two lanes are gathers
+between lanes (tl.gather), not a round trip through memory. The step's log_probs gather does
+not depend on the recursion, so each step loads the next step's while its row is computed.
+The forward writes every alpha row; the backward every step's alpha + beta - lp.
 
 The gradient is torch's: d loss / d log_probs[t, c] = exp(lp) - exp(lse_{s: l'(s) = c}
 (alpha_t(s) + beta_t(s)) + nll - lp), the gradient with respect to the logits of a log_softmax
@@ -28,6 +28,13 @@ def _lse3(a, b, c):
     safe = tl.where(m == NEG_INF, 0.0, m)
     r = safe + tl.log(tl.exp(a - safe) + tl.exp(b - safe) + tl.exp(c - safe))
     return tl.where(m == NEG_INF, NEG_INF, r)
+
+
+@triton.jit
+def _shifted(v, s, by: tl.constexpr, BLOCK_L: tl.constexpr):
+    """v[s + by] for each lane s (clamped into the row; the caller masks the lanes it took
+    from outside), exchanged between lanes on chip, not through memory."""
+    return tl.gather(v, tl.minimum(tl.maximum(s + by, 0), BLOCK_L - 1), 0)
 
 
 @triton.jit
@@ -64,18 +71,15 @@ def ctc_alpha_kernel(
     tl.store(row, a)
     x = tl.load(base + s_t, mask=valid & (Tn > 1), other=NEG_INF).to(tl.float32)
     for t in range(1, Tn):
-        tl.debug_barrier()
-        prev = row + (t - 1) * BLOCK_L
-        a0 = tl.load(prev, mask=valid, other=NEG_INF)
-        a1 = tl.load(prev - 1, mask=valid & (s >= 1), other=NEG_INF)
-        a2 = tl.load(prev - 2, mask=skip_in, other=NEG_INF)
-        # The next step's gather, issued before this step's arithmetic waits on its loads.
+        a1 = tl.where(s >= 1, _shifted(a, s, -1, BLOCK_L), NEG_INF)
+        a2 = tl.where(skip_in, _shifted(a, s, -2, BLOCK_L), NEG_INF)
+        # The next step's gather, issued before this step's arithmetic.
         x_next = tl.load(base + (t + 1) * s_t, mask=valid & (t + 1 < Tn), other=NEG_INF)
-        tl.store(row + t * BLOCK_L, tl.where(valid, _lse3(a0, a1, a2) + x, NEG_INF))
+        a = tl.where(valid, _lse3(a, a1, a2) + x, NEG_INF)
+        tl.store(row + t * BLOCK_L, a)
         x = x_next.to(tl.float32)
-    tl.debug_barrier()
-    last = row + (tl.maximum(Tn, 1) - 1) * BLOCK_L
-    ends = tl.load(last, mask=(s == L - 1) | (s == L - 2), other=NEG_INF)
+    # a holds the last step's row (step 0's when Tn <= 1).
+    ends = tl.where((s == L - 1) | (s == L - 2), a, NEG_INF)
     m = tl.max(ends, 0)
     safe = tl.where(m == NEG_INF, 0.0, m)
     total = tl.where(m == NEG_INF, NEG_INF, safe + tl.log(tl.sum(tl.exp(ends - safe), 0)))
@@ -108,14 +112,14 @@ def _label_groups(targets, off, s, L, lab, BLOCK_L: tl.constexpr, CHUNK: tl.cons
 
 @triton.jit
 def ctc_beta_kernel(
-    lp, s_t, s_n, s_c, targets, offsets, in_len, tgt_len, alpha, post, beta, links, heads,
+    lp, s_t, s_n, s_c, targets, offsets, in_len, tgt_len, alpha, post, links, heads,
     repeats, T, BLANK, BLOCK_L: tl.constexpr, CHUNK: tl.constexpr,
 ):  # fmt: skip
     """The beta recursion. post: float32 (N, T, BLOCK_L), each step's q = alpha + beta - lp
-    (-inf outside the sequence and where it is NaN); beta: float32 (N, 2, BLOCK_L) workspace
-    (two rows); links, heads: int32 (N, BLOCK_L), each label position's next position of the
-    same label (L after the last) and its first; repeats: int32 (N,), the most positions
-    sharing a label, less one (what the gradient's walk along the links needs)."""
+    (-inf outside the sequence and where it is NaN); links, heads: int32 (N, BLOCK_L), each
+    label position's next position of the same label (L after the last) and its first;
+    repeats: int32 (N,), the most positions sharing a label, less one (what the gradient's
+    walk along the links needs)."""
     n = tl.program_id(0)
     s, L, valid, lab, skip_in, skip_out = _labels(targets, offsets, tgt_len, n, BLANK, BLOCK_L)
     Tn = tl.load(in_len + n).to(tl.int32)
@@ -124,24 +128,17 @@ def ctc_beta_kernel(
     tl.store(links + n * BLOCK_L + s, nxt)
     tl.store(heads + n * BLOCK_L + s, head)
     tl.store(repeats + n, most)
-    brow = beta + n * 2 * BLOCK_L + s
-    tl.store(brow, tl.full([BLOCK_L], NEG_INF, tl.float32))
-    tl.store(brow + BLOCK_L, tl.full([BLOCK_L], NEG_INF, tl.float32))
     base = lp + n * s_n + lab * s_c
     x = tl.load(base + (Tn - 1) * s_t, mask=valid & (Tn > 0), other=NEG_INF).to(tl.float32)
+    b = tl.where(valid & (s >= L - 2), x, NEG_INF)  # the last step's row
     for i in range(0, Tn):
         t = Tn - 1 - i
-        tl.debug_barrier()
-        nxt_row = brow + (t + 1) % 2 * BLOCK_L
-        b0 = tl.load(nxt_row, mask=valid, other=NEG_INF)
-        b1 = tl.load(nxt_row + 1, mask=s + 1 < L, other=NEG_INF)
-        b2 = tl.load(nxt_row + 2, mask=skip_out, other=NEG_INF)
+        if i > 0:
+            b1 = tl.where(s + 1 < L, _shifted(b, s, 1, BLOCK_L), NEG_INF)
+            b2 = tl.where(skip_out, _shifted(b, s, 2, BLOCK_L), NEG_INF)
+            b = tl.where(valid, _lse3(b, b1, b2) + x, NEG_INF)
         a = tl.load(alpha + (n * T + t) * BLOCK_L + s)
         x_next = tl.load(base + (t - 1) * s_t, mask=valid & (t > 0), other=NEG_INF)
-        start = tl.where(s >= L - 2, x, NEG_INF)
-        b = tl.where(i == 0, start, _lse3(b0, b1, b2) + x)
-        b = tl.where(valid, b, NEG_INF)
-        tl.store(brow + t % 2 * BLOCK_L, b)
         q = a + b - x
         tl.store(post + (n * T + t) * BLOCK_L + s, tl.where(valid & (q > NEG_INF), q, NEG_INF))
         x = x_next.to(tl.float32)

@@ -139,14 +139,13 @@ def ctc_backward(
     dev = lp.device
     grad = torch.empty((T, N, C), dtype=lp.dtype, device=dev)
     post = torch.empty((N, T, block_l), dtype=torch.float32, device=dev)
-    beta = torch.empty((N, 2, block_l), dtype=torch.float32, device=dev)
     links = torch.empty((N, block_l), dtype=torch.int32, device=dev)
     heads = torch.empty_like(links)
     repeats = torch.empty((N,), dtype=torch.int32, device=dev)
     check_runnable(dev)
     labels = (targets, offsets, in_len, tgt_len)
     ctc_beta_kernel[(N,)](
-        lp, *lp.stride(), *labels, alpha, post, beta, links, heads, repeats, T, blank,
+        lp, *lp.stride(), *labels, alpha, post, links, heads, repeats, T, blank,
         BLOCK_L=block_l, CHUNK=min(16, block_l),
     )  # fmt: skip
     ctc_grad_kernel[(T * N,)](
