@@ -115,7 +115,7 @@ def test_module_and_convert():
     assert_close(x.grad, x64.grad)
 
 
-# -- bad input: refused on the host, before any launch -----------------------------------
+# -- bad input: refused before any launch -----------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -124,6 +124,7 @@ def test_module_and_convert():
         (dict(targets=torch.tensor([[1, 0, 2], [3, 4, 0]])), "targets"),  # blank in length
         (dict(targets=torch.tensor([[1, 5, 2], [3, 4, 0]])), "targets"),  # >= C
         (dict(targets=torch.tensor([[1, -1, 2], [3, 4, 0]])), "targets"),
+        (dict(targets=torch.tensor([1, 2, 2, 3, 0], dtype=torch.int32)), "targets"),  # 1-D
         (dict(input_lengths=(9, 6)), "input_lengths"),
         (dict(input_lengths=(-1, 6)), "input_lengths"),
         (dict(input_lengths=(8,)), "input_lengths"),

@@ -94,13 +94,12 @@ def ctc_loss(
     sequences of ints; reduction "mean" (each loss over its target length, then the batch
     mean), "sum" or "none" ((N,)). An impossible alignment gives inf (0 with zero_infinity,
     its gradient then 0). Differentiable with respect to log_probs, with torch's gradient (that
-    of the logits of the log_softmax that made log_probs). Targets and lengths are checked on
-    the host before any launch (see rtdnn.ops.ctc)."""
+    of the logits of the log_softmax that made log_probs). Targets and lengths are checked
+    before any launch (see rtdnn.ops.ctc)."""
     ctc.check_reduction(reduction, zero_infinity)
-    lp, flat, offsets, in_len, tgt_len, unbatched = ctc.prepare(
+    lp, flat, offsets, in_len, tgt_len, max_target, unbatched = ctc.prepare(
         log_probs, targets, input_lengths, target_lengths, blank
     )
-    max_target = int(tgt_len.max())
     loss, _, _ = ctc_loss_forward(
         lp, flat, offsets, in_len, tgt_len, blank, max_target, zero_infinity
     )

@@ -7,8 +7,8 @@ input_lengths and target_lengths as tensors or sequences of ints. The per-elemen
 impossible alignment gives inf, or 0 with zero_infinity. reduction "mean" divides each loss by
 its target length (at least 1) and averages over the batch; "sum"; "none" gives (N,).
 
-Bad input is refused on the host before any launch (one synchronization on a GPU): lengths
-outside [0, T] and [0, S], targets equal to blank or outside [0, C) within their lengths
+Bad input is refused before any launch: lengths outside [0, T] and [0, S] on the host, targets
+equal to blank or outside [0, C) within their lengths on the device with one synchronization
 (padding beyond a length is ignored, as torch does). The kernels never read past a length.
 """
 
@@ -21,6 +21,7 @@ import triton
 
 from ..core import bad_param, check_runnable, check_tensor
 from ..kernels.ctc import ctc_alpha_kernel, ctc_beta_kernel, ctc_grad_kernel
+from ..kernels.launch import launch_cached
 from ._common import check_span
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -49,9 +50,10 @@ def prepare(
     input_lengths,
     target_lengths,
     blank: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool]:
-    """Validate; return (log_probs (T, N, C), flat int64 targets, per-element offsets into them,
-    input lengths, target lengths (int64 on log_probs' device), unbatched)."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, bool]:
+    """Validate; return (log_probs (T, N, C), the targets flat (their own dtype, contiguous),
+    per-element offsets into them, input lengths, target lengths (int64, all on log_probs'
+    device), the longest target length, unbatched)."""
     lp = check_tensor("log_probs", log_probs, ndim=(2, 3), empty=True)
     unbatched = lp.dim() == 2
     if unbatched:
@@ -73,15 +75,17 @@ def prepare(
         raise bad_param("input_lengths", tuple(in_len.tolist()), f"lengths in [0, {T}]")
     if (tgt_len < 0).any():
         raise bad_param("target_lengths", tuple(tgt_len.tolist()), "non-negative lengths")
-    host = targets.to("cpu", torch.int64)
     if targets.dim() == 2 and not unbatched:
         if targets.shape[0] != N:
             raise bad_param("targets.shape", tuple(targets.shape), f"({N}, S)")
         S = targets.shape[1]
         if (tgt_len > S).any():
             raise bad_param("target_lengths", tuple(tgt_len.tolist()), f"lengths in [0, {S}]")
-        flat = host.reshape(-1)
+        flat = targets.reshape(-1)
         offsets = torch.arange(N, dtype=torch.int64) * S
+        # The positions within each length (padding past a length is never read).
+        used = torch.arange(S, device=lp.device)[None, :] < tgt_len.to(lp.device)[:, None]
+        used = used.reshape(-1)
     elif targets.dim() == 1:
         total = int(tgt_len.sum())
         if unbatched and targets.numel() < total:
@@ -91,24 +95,23 @@ def prepare(
                 "targets.shape", tuple(targets.shape),
                 f"at least sum(target_lengths) = {total} concatenated labels",
             )  # fmt: skip
-        flat = host
+        flat = targets.contiguous()
         offsets = torch.cumsum(tgt_len, 0) - tgt_len
+        used = torch.arange(targets.numel(), device=lp.device) < total
     else:
         raise bad_param("targets.dim()", targets.dim(), "2 (padded) or 1 (concatenated)")
-    # The labels within each length: a class, never the blank.
-    used = torch.cat(
-        [flat[o : o + n] for o, n in zip(offsets.tolist(), tgt_len.tolist(), strict=True)]
-    )
-    bad = (used < 0) | (used >= C) | (used == blank)
+    # The labels within each length: a class, never the blank. Checked where they are, with
+    # one synchronization (a copy to the host and a loop there cost far more).
+    bad = used & ((flat < 0) | (flat >= C) | (flat == blank))
     if bad.any():
-        v = int(used[bad][0])
+        v = int(flat[bad][0])
         raise bad_param(
             "targets", v, f"labels in [0, {C}) other than blank={blank} within target_lengths"
         )
-    dev = lp.device
-    return (
-        lp, flat.to(dev), offsets.to(dev), in_len.to(dev), tgt_len.to(dev), unbatched
-    )  # fmt: skip
+    # One copy of the per-element integers to the device.
+    offsets, in_len_d, tgt_len_d = torch.stack([offsets, in_len, tgt_len]).to(lp.device)
+    max_target = int(tgt_len.max())
+    return lp, flat, offsets, in_len_d, tgt_len_d, max_target, unbatched
 
 
 def ctc_forward(
@@ -121,8 +124,10 @@ def ctc_forward(
     alpha = torch.empty((N, T, block_l), dtype=torch.float32, device=lp.device)
     nll = torch.empty((N,), dtype=torch.float32, device=lp.device)
     check_runnable(lp.device)
-    ctc_alpha_kernel[(N,)](
-        lp, *lp.stride(), targets, offsets, in_len, tgt_len, alpha, nll, T, blank,
+    s_t, s_n, s_c = lp.stride()
+    launch_cached(
+        ctc_alpha_kernel, (N,), dict(lp=lp, targets=targets, offsets=offsets, in_len=in_len,
+        tgt_len=tgt_len, alpha=alpha, nll=nll), s_t=s_t, s_n=s_n, s_c=s_c, T=T, BLANK=blank,
         BLOCK_L=block_l,
     )  # fmt: skip
     return nll, alpha
@@ -143,16 +148,19 @@ def ctc_backward(
     heads = torch.empty_like(links)
     repeats = torch.empty((N,), dtype=torch.int32, device=dev)
     check_runnable(dev)
-    labels = (targets, offsets, in_len, tgt_len)
-    ctc_beta_kernel[(N,)](
-        lp, *lp.stride(), *labels, alpha, post, links, heads, repeats, T, blank,
-        BLOCK_L=block_l, CHUNK=min(16, block_l),
+    labels = dict(lp=lp, targets=targets, offsets=offsets, in_len=in_len, tgt_len=tgt_len)
+    s_t, s_n, s_c = lp.stride()
+    strides = dict(s_t=s_t, s_n=s_n, s_c=s_c, T=T, BLANK=blank, BLOCK_L=block_l)
+    launch_cached(
+        ctc_beta_kernel, (N,), dict(**labels, alpha=alpha, post=post, links=links, heads=heads,
+        repeats=repeats), CHUNK=min(16, block_l), **strides,
     )  # fmt: skip
-    ctc_grad_kernel[(T * N,)](
-        lp, *lp.stride(), *labels, post, links, heads, repeats, nll,
-        grad_nll.float().contiguous(), grad, *grad.stride(), T, C, blank,
-        ZERO_INFINITY=zero_infinity, BLOCK_L=block_l,
-        BLOCK_C=min(_BLOCK_C, triton.next_power_of_2(C)),
+    g_t, g_n, g_c = grad.stride()
+    launch_cached(
+        ctc_grad_kernel, (T * N,), dict(**labels, post=post, links=links, heads=heads,
+        repeats=repeats, nll=nll, grad_nll=grad_nll.float().contiguous(), grad=grad),
+        g_t=g_t, g_n=g_n, g_c=g_c, C=C, ZERO_INFINITY=zero_infinity,
+        BLOCK_C=min(_BLOCK_C, triton.next_power_of_2(C)), **strides,
     )  # fmt: skip
     return grad
 
