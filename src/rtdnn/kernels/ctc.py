@@ -131,17 +131,21 @@ def ctc_beta_kernel(
     base = lp + n * s_n + lab * s_c
     x = tl.load(base + (Tn - 1) * s_t, mask=valid & (Tn > 0), other=NEG_INF).to(tl.float32)
     b = tl.where(valid & (s >= L - 2), x, NEG_INF)  # the last step's row
+    arow = alpha + n * T * BLOCK_L + s
+    a = tl.load(arow + (Tn - 1) * BLOCK_L, mask=Tn > 0)
     for i in range(0, Tn):
         t = Tn - 1 - i
         if i > 0:
             b1 = tl.where(s + 1 < L, _shifted(b, s, 1, BLOCK_L), NEG_INF)
             b2 = tl.where(skip_out, _shifted(b, s, 2, BLOCK_L), NEG_INF)
             b = tl.where(valid, _lse3(b, b1, b2) + x, NEG_INF)
-        a = tl.load(alpha + (n * T + t) * BLOCK_L + s)
+        # The next step's loads (log_probs and alpha), issued before this step's arithmetic.
         x_next = tl.load(base + (t - 1) * s_t, mask=valid & (t > 0), other=NEG_INF)
+        a_next = tl.load(arow + (t - 1) * BLOCK_L, mask=t > 0)
         q = a + b - x
         tl.store(post + (n * T + t) * BLOCK_L + s, tl.where(valid & (q > NEG_INF), q, NEG_INF))
         x = x_next.to(tl.float32)
+        a = a_next
 
 
 @triton.jit

@@ -28,6 +28,14 @@ REDUCTIONS = ("mean", "sum", "none")
 _BLOCK_C = 128
 
 
+def _recursion_warps(block_l: int) -> int:
+    """Warps of the alpha and beta recursions: each step's exps and logs over the row are the
+    step's latency, so wide rows take 8 (measured on an H100 with
+    benchmarks/probes/ctc_warps.py: 504 against 591 us for alpha and 821 against 1219 us for
+    beta at 512 lanes; 1 and 2 warps were 2 to 4 times slower; equal at 128 lanes)."""
+    return 8 if block_l >= 256 else 4
+
+
 def _lengths(name: str, v: object, n: int, device) -> torch.Tensor:
     if isinstance(v, torch.Tensor):
         if v.dtype not in (torch.int32, torch.int64) or v.dim() > 1:
@@ -127,8 +135,8 @@ def ctc_forward(
     s_t, s_n, s_c = lp.stride()
     launch_cached(
         ctc_alpha_kernel, (N,), dict(lp=lp, targets=targets, offsets=offsets, in_len=in_len,
-        tgt_len=tgt_len, alpha=alpha, nll=nll), s_t=s_t, s_n=s_n, s_c=s_c, T=T, BLANK=blank,
-        BLOCK_L=block_l,
+        tgt_len=tgt_len, alpha=alpha, nll=nll), num_warps=_recursion_warps(block_l), s_t=s_t,
+        s_n=s_n, s_c=s_c, T=T, BLANK=blank, BLOCK_L=block_l,
     )  # fmt: skip
     return nll, alpha
 
@@ -153,7 +161,8 @@ def ctc_backward(
     strides = dict(s_t=s_t, s_n=s_n, s_c=s_c, T=T, BLANK=blank, BLOCK_L=block_l)
     launch_cached(
         ctc_beta_kernel, (N,), dict(**labels, alpha=alpha, post=post, links=links, heads=heads,
-        repeats=repeats), CHUNK=min(16, block_l), **strides,
+        repeats=repeats), num_warps=_recursion_warps(block_l), CHUNK=min(16, block_l),
+        **strides,
     )  # fmt: skip
     g_t, g_n, g_c = grad.stride()
     launch_cached(
