@@ -52,3 +52,27 @@ def test_ctc_matches_torch(T, N, C, S, reduction):
     note += f"grad {grad_err:.1e} (torch {their_grad_err:.1e})"
     assert loss_err <= max(1e-5, 2 * their_loss_err), note
     assert grad_err <= max(1e-4, 2 * their_grad_err), note
+
+
+@pytest.mark.parametrize("layout", ["padded", "concatenated"])
+def test_targets_on_the_host_and_bad_labels(layout):
+    """Targets may stay on the host (torch's cuDNN path wants them there): the same loss as
+    with targets on the GPU; a blank inside a length is refused either way, nothing run."""
+    T, N, C, S = 60, 4, 29, 12
+    lp = torch.randn(T, N, C, device="cuda").log_softmax(-1)
+    tgt_len = [12, 7, 9, 3]
+    padded = torch.randint(1, C, (N, S), dtype=torch.int32)
+    targets = (
+        padded if layout == "padded" else torch.cat([padded[i, :n] for i, n in enumerate(tgt_len)])
+    )
+    in_len = [T] * N
+    on_host = rtdnn.ctc_loss(lp, targets, in_len, tgt_len, reduction="none")
+    on_gpu = rtdnn.ctc_loss(lp, targets.cuda(), in_len, tgt_len, reduction="none")
+    ref = reference.ctc_loss(lp.double(), targets, in_len, tgt_len, reduction="none")
+    assert rel(on_host, ref) <= 1e-5
+    assert torch.equal(on_host, on_gpu)
+    bad = targets.clone()
+    bad[1] = 0  # the blank, inside element 0's (or 1's) target
+    for where in ("cpu", "cuda"):
+        with pytest.raises(rtdnn.BadParamError, match="targets"):
+            rtdnn.ctc_loss(lp, bad.to(where), in_len, tgt_len)

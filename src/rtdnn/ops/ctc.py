@@ -7,9 +7,11 @@ input_lengths and target_lengths as tensors or sequences of ints. The per-elemen
 impossible alignment gives inf, or 0 with zero_infinity. reduction "mean" divides each loss by
 its target length (at least 1) and averages over the batch; "sum"; "none" gives (N,).
 
-Bad input is refused before any launch: lengths outside [0, T] and [0, S] on the host, targets
-equal to blank or outside [0, C) within their lengths on the device with one synchronization
-(padding beyond a length is ignored, as torch does). The kernels never read past a length.
+Targets may be on log_probs' device or on the host (as torch's cuDNN path wants them). Bad
+input is refused before any launch: lengths outside [0, T] and [0, S], and targets equal to
+blank or outside [0, C) within their lengths, checked where the targets are (on a GPU, with
+one synchronization; padding beyond a length is ignored, as torch does). The kernels never
+read past a length.
 """
 
 from __future__ import annotations
@@ -75,8 +77,8 @@ def prepare(
     if not isinstance(targets, torch.Tensor) or targets.dtype not in (torch.int32, torch.int64):
         raise bad_param("targets.dtype", getattr(targets, "dtype", type(targets).__name__),
                         "int32 or int64")  # fmt: skip
-    if targets.device != lp.device:
-        raise bad_param("targets.device", targets.device, f"{lp.device}")
+    if targets.device not in (lp.device, torch.device("cpu")):
+        raise bad_param("targets.device", targets.device, f"{lp.device} or cpu")
     in_len = _lengths("input_lengths", input_lengths, N, lp.device)
     tgt_len = _lengths("target_lengths", target_lengths, N, lp.device)
     if (in_len < 0).any() or (in_len > T).any():
@@ -92,7 +94,7 @@ def prepare(
         flat = targets.reshape(-1)
         offsets = torch.arange(N, dtype=torch.int64) * S
         # The positions within each length (padding past a length is never read).
-        used = torch.arange(S, device=lp.device)[None, :] < tgt_len.to(lp.device)[:, None]
+        used = torch.arange(S, device=flat.device)[None, :] < tgt_len.to(flat.device)[:, None]
         used = used.reshape(-1)
     elif targets.dim() == 1:
         total = int(tgt_len.sum())
@@ -105,17 +107,19 @@ def prepare(
             )  # fmt: skip
         flat = targets.contiguous()
         offsets = torch.cumsum(tgt_len, 0) - tgt_len
-        used = torch.arange(targets.numel(), device=lp.device) < total
+        used = torch.arange(targets.numel(), device=flat.device) < total
     else:
         raise bad_param("targets.dim()", targets.dim(), "2 (padded) or 1 (concatenated)")
-    # The labels within each length: a class, never the blank. Checked where they are, with
-    # one synchronization (a copy to the host and a loop there cost far more).
+    # The labels within each length: a class, never the blank. Checked where they are: on
+    # the host for free, on the GPU with one synchronization (torch's own cuDNN path takes
+    # targets on the host).
     bad = used & ((flat < 0) | (flat >= C) | (flat == blank))
     if bad.any():
         v = int(flat[bad][0])
         raise bad_param(
             "targets", v, f"labels in [0, {C}) other than blank={blank} within target_lengths"
         )
+    flat = flat.to(lp.device)
     # One copy of the per-element integers to the device.
     offsets, in_len_d, tgt_len_d = torch.stack([offsets, in_len, tgt_len]).to(lp.device)
     max_target = int(tgt_len.max())
