@@ -68,7 +68,7 @@ def test_targets_on_the_host_and_bad_labels(layout):
     in_len = [T] * N
     on_host = rtdnn.ctc_loss(lp, targets, in_len, tgt_len, reduction="none")
     on_gpu = rtdnn.ctc_loss(lp, targets.cuda(), in_len, tgt_len, reduction="none")
-    ref = reference.ctc_loss(lp.double(), targets, in_len, tgt_len, reduction="none")
+    ref = reference.ctc_loss(lp.double(), targets.cuda(), in_len, tgt_len, reduction="none")
     assert rel(on_host, ref) <= 1e-5
     assert torch.equal(on_host, on_gpu)
     bad = targets.clone()
