@@ -210,10 +210,21 @@ def _block_k(k: int) -> int:
     return max(16, min(64, triton.next_power_of_2(k)))
 
 
-@functools.lru_cache(maxsize=64)
 def _schedule(batch_sizes: tuple[int, ...], device: torch.device) -> torch.Tensor:
     """(2, steps) int32 on `device`: each step's running rows and its first packed row."""
-    return torch.tensor([batch_sizes, _starts(batch_sizes)], dtype=torch.int32, device=device)
+    return _cached_schedule(batch_sizes, device)[1]
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_schedule(batch_sizes: tuple[int, ...], device: torch.device) -> tuple:
+    """(host copy, device copy) of the schedule. On a GPU the host copy is pinned and kept
+    with the device one, so that a first call inside a CUDA graph capture is recorded as a
+    copy (which reads the host copy at each replay) instead of failing."""
+    host = torch.tensor([batch_sizes, _starts(batch_sizes)], dtype=torch.int32)
+    if device.type != "cuda":
+        return host, host
+    host = host.pin_memory()
+    return host, host.to(device, non_blocking=True)
 
 
 def _starts(batch_sizes) -> list[int]:
