@@ -129,6 +129,18 @@ def _grid_barrier(SYNC, target):
 
 
 @triton.jit
+def _program_tile(batch, H, BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr):
+    """A persistent program's tile for the whole sequence: its batch rows rb and hidden units
+    rh, which units exist, which (row, unit) pairs exist, and their offsets in a (batch, H)
+    matrix."""
+    h_blocks = tl.cdiv(H, BLOCK_H)
+    rb = tl.program_id(0) // h_blocks * BLOCK_B + tl.arange(0, BLOCK_B)
+    rh = tl.program_id(0) % h_blocks * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_ok = rh < H
+    return rb, rh, h_ok, (rb < batch)[:, None] & h_ok[None, :], rb[:, None] * H + rh[None, :]
+
+
+@triton.jit
 def persistent_forward_kernel(
     GX, W, B_HH, HBUF, C, Y, y_stride, GATES, SAVE, SAVE2, HPREV, BATCH_SIZES, STARTS, SYNC,
     steps, batch, H, w_stride,
@@ -151,14 +163,8 @@ def persistent_forward_kernel(
     the h each row read, over the packed rows. BATCH_SIZES, STARTS: (steps,) int32, the rows
     running at each step and where they start. SYNC: int32, zero.
     """
-    pid = tl.program_id(0)
-    h_blocks = tl.cdiv(H, BLOCK_H)
-    rb = pid // h_blocks * BLOCK_B + tl.arange(0, BLOCK_B)
-    rh = pid % h_blocks * BLOCK_H + tl.arange(0, BLOCK_H)
+    rb, rh, h_ok, in_batch, row = _program_tile(batch, H, BLOCK_B, BLOCK_H)
     rk = tl.arange(0, BLOCK_K)
-    h_ok = rh < H
-    in_batch = (rb < batch)[:, None] & h_ok[None, :]
-    row = rb[:, None] * H + rh[None, :]
     # W_hh's rows of this program's units, gate k at k * H: [BLOCK_K, BLOCK_H] per K step.
     w_cols = W + rh[None, :] * w_stride + rk[:, None]
     bias = ()
@@ -318,14 +324,8 @@ def persistent_backward_kernel(
     except for gru). REVERSE: the direction ran its steps in reverse. The rest as in
     persistent_forward_kernel.
     """
-    pid = tl.program_id(0)
-    h_blocks = tl.cdiv(H, BLOCK_H)
-    rb = pid // h_blocks * BLOCK_B + tl.arange(0, BLOCK_B)
-    rh = pid % h_blocks * BLOCK_H + tl.arange(0, BLOCK_H)
+    rb, rh, h_ok, in_batch, row = _program_tile(batch, H, BLOCK_B, BLOCK_H)
     rk = tl.arange(0, BLOCK_K)
-    h_ok = rh < H
-    in_batch = (rb < batch)[:, None] & h_ok[None, :]
-    row = rb[:, None] * H + rh[None, :]
     dh = tl.load(DH + row, mask=in_batch, other=0.0)
     dc = tl.load(DC + row, mask=in_batch, other=0.0) if MODE == LSTM else dh
     GH: tl.constexpr = NGATES * H

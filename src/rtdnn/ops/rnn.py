@@ -200,6 +200,29 @@ def _persistent_tiles(spec: RnnSpec, batch: int, device: torch.device):
     return None if best is None else best[1]
 
 
+def _launch_persistent(kernel, tiles, slots: dict, w_hh, batch_sizes, spec: RnnSpec, d: int,
+                       data: torch.Tensor, math, k: int, **fixed) -> None:  # fmt: skip
+    """Launch a persistent recurrence kernel (kernels/rnn.py) of direction d over `tiles` =
+    (BLOCK_B, BLOCK_H, programs): `slots` its tensors, W_hh (unit stride along its rows), the
+    step schedule and a zeroed counter for the grid's waits added here; k: the length of its
+    products' reduction (H forward, NGATES * H backward); data: a tensor in the data dtype."""
+    block_b, block_h, programs = tiles
+    schedule = _schedule(tuple(batch_sizes), data.device)
+    w = w_hh if w_hh.stride(1) == 1 else w_hh.contiguous()
+    slots = dict(
+        slots, W=w, BATCH_SIZES=schedule[0], STARTS=schedule[1],
+        SYNC=torch.zeros(1, dtype=torch.int32, device=data.device),
+    )  # fmt: skip
+    mode, ngates = kernels.MODES[spec.mode]
+    launch_cached(
+        kernel, (programs,), slots, cooperative=True, steps=len(batch_sizes),
+        batch=batch_sizes[0], H=spec.hidden_size, w_stride=w.stride(0), MODE=mode,
+        NGATES=ngates, REVERSE=d == 1, PRECISION=_dot_precision(data, math),
+        UPCAST=INTERPRETED and data.element_size() == 2, BLOCK_B=block_b, BLOCK_H=block_h,
+        BLOCK_K=_block_k(k), **fixed,
+    )  # fmt: skip
+
+
 def _dot_precision(a: torch.Tensor, math: str | None) -> str:
     """tl.dot's input precision for the persistent kernels: as the GEMMs' math mode."""
     return "tf32" if _mm_math(a, math) == "tf32" else "ieee"
@@ -304,22 +327,14 @@ def _forward_direction(layer, d, layer_in, y, h0, c0, h_n, c_n, weights, spec, b
         # h double-buffered (see persistent_forward_kernel): h0 in half 0.
         hbuf = y.new_empty((2, batch, hid))
         hbuf[0] = h0[idx]
-        block_b, block_h, programs = tiles
-        schedule = _schedule(tuple(batch_sizes), y.device)
         slots = dict(
-            GX=gx, W=w_hh if w_hh.stride(1) == 1 else w_hh.contiguous(),
-            B_HH=b_hh if b_hh is not None else gx, HBUF=hbuf, C=c, Y=y[:, d * p :],
+            GX=gx, B_HH=b_hh if b_hh is not None else gx, HBUF=hbuf, C=c, Y=y[:, d * p :],
             GATES=gates, SAVE=_rows(save, 0, rows, gx), SAVE2=_rows(save2, 0, rows, gx),
-            HPREV=hprev, BATCH_SIZES=schedule[0], STARTS=schedule[1],
-            SYNC=torch.zeros(1, dtype=torch.int32, device=y.device),
+            HPREV=hprev,
         )  # fmt: skip
-        launch_cached(
-            kernels.persistent_forward_kernel, (programs,), slots, cooperative=True,
-            y_stride=y.stride(0),
-            steps=len(batch_sizes), batch=batch, H=hid, w_stride=slots["W"].stride(0),
-            MODE=mode, NGATES=ngates, REVERSE=d == 1, HAS_BIAS=b_hh is not None,
-            PRECISION=_dot_precision(y, math), UPCAST=INTERPRETED and y.element_size() == 2,
-            BLOCK_B=block_b, BLOCK_H=block_h, BLOCK_K=_block_k(hid),
+        _launch_persistent(
+            kernels.persistent_forward_kernel, tiles, slots, w_hh, batch_sizes, spec, d, y,
+            math, hid, y_stride=y.stride(0), HAS_BIAS=b_hh is not None,
         )  # fmt: skip
         h_n[idx] = hbuf[len(batch_sizes) % 2]
         if spec.mode == "lstm":
@@ -420,22 +435,13 @@ def _backward_direction(layer, d, layer_in, d_out, dx, dh_n, dc_n, dh0, dc0, wei
     dht = None  # the gradient reaching the projected h (proj_size)
     tiles = _persistent_tiles(spec, batch, dx.device)
     if tiles is not None:
-        block_b, block_h, programs = tiles
-        schedule = _schedule(tuple(batch_sizes), dx.device)
         slots = dict(
             DY=d_out[:, d * p :], DH=dh, DC=dc, GATES=gates, SAVE=_rows(save, 0, rows, gates),
-            SAVE2=_rows(save2, 0, rows, gates), HPREV=hprev,
-            W=w_hh if w_hh.stride(1) == 1 else w_hh.contiguous(), DGX=dgx, DGH=dgh,
-            BATCH_SIZES=schedule[0], STARTS=schedule[1],
-            SYNC=torch.zeros(1, dtype=torch.int32, device=dx.device),
+            SAVE2=_rows(save2, 0, rows, gates), HPREV=hprev, DGX=dgx, DGH=dgh,
         )  # fmt: skip
-        launch_cached(
-            kernels.persistent_backward_kernel, (programs,), slots, cooperative=True,
-            dy_stride=d_out.stride(0),
-            steps=len(batch_sizes), batch=batch, H=hid, w_stride=slots["W"].stride(0),
-            MODE=mode, NGATES=ngates, REVERSE=d == 1, PRECISION=_dot_precision(d_out, math),
-            UPCAST=INTERPRETED and d_out.element_size() == 2, BLOCK_B=block_b,
-            BLOCK_H=block_h, BLOCK_K=_block_k(g * hid),
+        _launch_persistent(
+            kernels.persistent_backward_kernel, tiles, slots, w_hh, batch_sizes, spec, d, d_out,
+            math, g * hid, dy_stride=d_out.stride(0),
         )  # fmt: skip
     else:
         dht = _backward_steps(
