@@ -503,3 +503,24 @@ def test_float32_math_follows_cudnns_switch(monkeypatch, allow_tf32):
         finally:
             torch.backends.cuda.matmul.allow_tf32 = False
     assert seen and set(seen) == {"tf32" if allow_tf32 else "fp32"}
+
+
+def test_a_refused_cooperative_launch_falls_back_to_the_steps(monkeypatch):
+    """Where CUDA refuses the persistent kernels' cooperative launch (as under MPS limits), the
+    call runs the per-step path instead, with the same results, and the device keeps to it."""
+    if not RNN_OPS.PERSISTENT:
+        pytest.skip("the per-step run of this module's tests")
+    launch = RNN_OPS.launch_cached
+    refused = []
+
+    def refusing(fn, *args, **kwargs):
+        if kwargs.get("cooperative"):
+            refused.append(fn)
+            raise RuntimeError("Triton Error [CUDA]: too many blocks in cooperative launch")
+        return launch(fn, *args, **kwargs)
+
+    monkeypatch.setattr(RNN_OPS, "launch_cached", refusing)
+    monkeypatch.setattr(RNN_OPS, "_refused", set())
+    check_against_torch("lstm", num_layers=2, bidirectional=True)
+    assert len(refused) == 1  # the first refusal marks the device; no persistent try after it
+    assert torch.device("cpu") in RNN_OPS._refused

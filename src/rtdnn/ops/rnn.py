@@ -52,8 +52,9 @@ from .linear import _gemm, _matrix, linear_backward_bias
 MODES = tuple(kernels.MODES)
 
 #: Run the recurrence of a layer and direction as one persistent launch where it applies
-#: (no proj_size; on a GPU, at most one program per multiprocessor; on the CPU, one program
-#: of at most 64 x 64); False runs every step as its own launches, as with proj_size.
+#: (no proj_size; on a GPU, at most one program per multiprocessor, and the device has not
+#: refused a cooperative launch; on the CPU, one program of at most 64 x 64); False runs
+#: every step as its own launches, as with proj_size.
 PERSISTENT = True
 
 
@@ -177,7 +178,7 @@ def _persistent_tiles(spec: RnnSpec, batch: int, device: torch.device):
     apply (see PERSISTENT). On a GPU: among tiles whose programs fit one per multiprocessor
     (they wait on each other), the least data per program per step (its BLOCK_B rows of h and
     its units' gate rows of W_hh), then the most programs."""
-    if not PERSISTENT or spec.proj_size:
+    if not PERSISTENT or spec.proj_size or device in _refused:
         return None
     hid = spec.hidden_size
     fit_b, fit_h = max(16, triton.next_power_of_2(batch)), max(16, triton.next_power_of_2(hid))
@@ -201,11 +202,15 @@ def _persistent_tiles(spec: RnnSpec, batch: int, device: torch.device):
 
 
 def _launch_persistent(kernel, tiles, slots: dict, w_hh, batch_sizes, spec: RnnSpec, d: int,
-                       data: torch.Tensor, math, k: int, **fixed) -> None:  # fmt: skip
+                       data: torch.Tensor, math, k: int, **fixed) -> bool:  # fmt: skip
     """Launch a persistent recurrence kernel (kernels/rnn.py) of direction d over `tiles` =
     (BLOCK_B, BLOCK_H, programs): `slots` its tensors, W_hh (unit stride along its rows), the
     step schedule and a zeroed counter for the grid's waits added here; k: the length of its
-    products' reduction (H forward, NGATES * H backward); data: a tensor in the data dtype."""
+    products' reduction (H forward, NGATES * H backward); data: a tensor in the data dtype.
+
+    Returns False, having run nothing, where CUDA refuses the cooperative launch (fewer
+    multiprocessors available than the device reports, as under MPS limits); the device then
+    runs the per-step path from then on."""
     block_b, block_h, programs = tiles
     schedule = _schedule(tuple(batch_sizes), data.device)
     w = w_hh if w_hh.stride(1) == 1 else w_hh.contiguous()
@@ -214,13 +219,24 @@ def _launch_persistent(kernel, tiles, slots: dict, w_hh, batch_sizes, spec: RnnS
         SYNC=torch.zeros(1, dtype=torch.int32, device=data.device),
     )  # fmt: skip
     mode, ngates = kernels.MODES[spec.mode]
-    launch_cached(
-        kernel, (programs,), slots, cooperative=True, steps=len(batch_sizes),
-        batch=batch_sizes[0], H=spec.hidden_size, w_stride=w.stride(0), MODE=mode,
-        NGATES=ngates, REVERSE=d == 1, PRECISION=_dot_precision(data, math),
-        UPCAST=INTERPRETED and data.element_size() == 2, BLOCK_B=block_b, BLOCK_H=block_h,
-        BLOCK_K=_block_k(k), **fixed,
-    )  # fmt: skip
+    try:
+        launch_cached(
+            kernel, (programs,), slots, cooperative=True, steps=len(batch_sizes),
+            batch=batch_sizes[0], H=spec.hidden_size, w_stride=w.stride(0), MODE=mode,
+            NGATES=ngates, REVERSE=d == 1, PRECISION=_dot_precision(data, math),
+            UPCAST=INTERPRETED and data.element_size() == 2, BLOCK_B=block_b, BLOCK_H=block_h,
+            BLOCK_K=_block_k(k), **fixed,
+        )  # fmt: skip
+    except RuntimeError as error:
+        if "cooperative launch" not in str(error):
+            raise
+        _refused.add(data.device)
+        return False
+    return True
+
+
+#: Devices that refused a cooperative launch: they take the per-step path.
+_refused: set[torch.device] = set()
 
 
 def _dot_precision(a: torch.Tensor, math: str | None) -> str:
@@ -332,14 +348,14 @@ def _forward_direction(layer, d, layer_in, y, h0, c0, h_n, c_n, weights, spec, b
             GATES=gates, SAVE=_rows(save, 0, rows, gx), SAVE2=_rows(save2, 0, rows, gx),
             HPREV=hprev,
         )  # fmt: skip
-        _launch_persistent(
+        if _launch_persistent(
             kernels.persistent_forward_kernel, tiles, slots, w_hh, batch_sizes, spec, d, y,
             math, hid, y_stride=y.stride(0), HAS_BIAS=b_hh is not None,
-        )  # fmt: skip
-        h_n[idx] = hbuf[len(batch_sizes) % 2]
-        if spec.mode == "lstm":
-            c_n[idx] = c
-        return
+        ):  # fmt: skip
+            h_n[idx] = hbuf[len(batch_sizes) % 2]
+            if spec.mode == "lstm":
+                c_n[idx] = c
+            return
     gh = torch.empty((batch, g * hid), dtype=torch.float32, device=y.device)
     h = h0[idx].clone(memory_format=torch.contiguous_format)
     block_b, block_h = kernels.blocks(batch, hid)
@@ -434,16 +450,14 @@ def _backward_direction(layer, d, layer_in, d_out, dx, dh_n, dc_n, dh0, dc0, wei
     dgh = d_out.new_empty((rows, g * hid)) if gru else dgx
     dht = None  # the gradient reaching the projected h (proj_size)
     tiles = _persistent_tiles(spec, batch, dx.device)
-    if tiles is not None:
-        slots = dict(
-            DY=d_out[:, d * p :], DH=dh, DC=dc, GATES=gates, SAVE=_rows(save, 0, rows, gates),
-            SAVE2=_rows(save2, 0, rows, gates), HPREV=hprev, DGX=dgx, DGH=dgh,
-        )  # fmt: skip
-        _launch_persistent(
-            kernels.persistent_backward_kernel, tiles, slots, w_hh, batch_sizes, spec, d, d_out,
-            math, g * hid, dy_stride=d_out.stride(0),
-        )  # fmt: skip
-    else:
+    slots = dict(
+        DY=d_out[:, d * p :], DH=dh, DC=dc, GATES=gates, SAVE=_rows(save, 0, rows, gates),
+        SAVE2=_rows(save2, 0, rows, gates), HPREV=hprev, DGX=dgx, DGH=dgh,
+    )  # fmt: skip
+    if tiles is None or not _launch_persistent(
+        kernels.persistent_backward_kernel, tiles, slots, w_hh, batch_sizes, spec, d, d_out,
+        math, g * hid, dy_stride=d_out.stride(0),
+    ):  # fmt: skip
         dht = _backward_steps(
             d, d_out, dh, dc, dgx, dgh, w_hh, w_hr, gates, save, save2, hprev, spec,
             batch_sizes, math,
