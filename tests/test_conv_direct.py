@@ -5,6 +5,7 @@ determinism and exact workspace of backward-filter; selection and forced-DIRECT 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -253,6 +254,15 @@ def test_block_diagonal_tiles_packed_in_workspace():
     for direction in ("forward", "backward_data"):
         p = _problem(direction, x, w, torch.empty(2, 8, 4, 3, dtype=torch.float16), groups=4)
         assert algo.workspace_bytes(p) == 1 * 3 * (4 * 16 * 16) * 2
+    # A GPU offers no tensor-core tiles for depthwise layers: only the float32 copy counts.
+    x, w = (
+        torch.empty(2, 20, 6, 6, dtype=torch.float16),
+        torch.empty(20, 1, 3, 5, dtype=torch.float16),
+    )
+    y = torch.empty(2, 20, 4, 2, dtype=torch.float16)
+    on_gpu = dataclasses.replace(_problem("forward", x, w, y, groups=20), device="cuda")
+    assert all(t.kernel != "dot" for t in algo.tile_candidates(on_gpu))
+    assert algo.workspace_bytes(on_gpu) == 15 * 32 * 4
 
 
 def test_tensor_core_backward_filter_deterministic(gen):

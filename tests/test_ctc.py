@@ -235,3 +235,13 @@ def test_backward_twice_gives_the_same_gradient():
     want = torch.nn.functional.ctc_loss(lp64, targets, (12, 9), (4, 2))
     (ref,) = torch.autograd.grad(want, lp64)
     assert reference.rel_error(first, ref) < 1e-5
+
+
+def test_strided_targets():
+    """Targets as a strided view (every other column of a wider tensor): read through their
+    strides, not as if contiguous."""
+    wide = torch.randint(1, C, (N, 6), generator=torch.Generator().manual_seed(3))
+    lp = _log_probs()
+    loss, ref, grad, grad_ref = _check(lp, wide[:, ::2], (8, 6), LENGTHS, "none")
+    assert_close(loss, ref)
+    assert_close(grad, grad_ref)

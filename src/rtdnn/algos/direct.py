@@ -156,6 +156,15 @@ def _tensor_cores_apply(p: ConvProblem) -> bool:
     return p.dtype in (torch.float16, torch.bfloat16) and _by_rows(p)
 
 
+def _dot_tiles_offered(p: ConvProblem) -> bool:
+    """Whether the tensor-core tiles are among p's candidates: where they apply, except for
+    depthwise layers on a GPU. Measured on an H100 (bf16, depthwise suite): the row and FMA
+    tiles beat them on every depthwise layer and direction (the FMA tiles by 1.1 to 2.5x; the
+    last wins of the tensor-core tiles, stride-2 backward-data, went to the row kernels'
+    stride phases). The interpreter takes every family on the tests' shapes."""
+    return _tensor_cores_apply(p) and not (_depthwise(p) and p.device == "cuda")
+
+
 def super_group(p: ConvProblem, lanes: int) -> tuple[int, int, int]:
     """(groups per program SG, input lanes BLOCK_I, output lanes BLOCK_O) for tiles of about
     `lanes` channels: SG groups side by side, each tile side a power of two of at least 16
@@ -341,7 +350,7 @@ class Direct(ConvAlgorithm):
         tile is chosen after the workspace is sized); backward-filter: the partial sums."""
         if p.direction != Direction.BACKWARD_FILTER:
             packed = math.prod(p.kernel) * _packed_rows(p) * 4 if _packs_filter(p) else 0
-            if _tensor_cores_apply(p):
+            if _dot_tiles_offered(p):
                 lanes = {t.block_n for t in _dot_candidates(p)}
                 tiles = max(_block_diagonal_elements(p, super_group(p, n)) for n in lanes)
                 packed = max(packed, tiles * p.dtype.itemsize)
@@ -356,16 +365,9 @@ class Direct(ConvAlgorithm):
         """The first candidate is what runs without tuning (RTDNN_AUTOTUNE=0); see DirectTiles
         for the fields."""
         rows = _rows_candidates(p) if _rows_apply(p) else []
-        dot = _dot_candidates(p) if _tensor_cores_apply(p) else []
+        dot = _dot_candidates(p) if _dot_tiles_offered(p) else []
         fma = _fma_candidates(p) if p.in_channels // p.groups <= MAX_CHANNELS_PER_GROUP else []
-        if _depthwise(p) and p.device == "cuda":
-            # Measured on an H100 (bf16, depthwise suite): the row and FMA tiles beat the
-            # tensor-core ones on every depthwise layer and direction (the FMA tiles by 1.1 to
-            # 2.5x; the last wins of the tensor-core tiles, stride-2 backward-data, went to the
-            # row kernels' stride phases).
-            return rows + fma
-        # Several channels per group: the tensor-core tiles win where they apply. The
-        # interpreter takes every family on the tests' shapes.
+        # Several channels per group: the tensor-core tiles win where they apply.
         return dot + rows + fma
 
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:

@@ -91,7 +91,7 @@ def prepare(
         S = targets.shape[1]
         if (tgt_len > S).any():
             raise bad_param("target_lengths", tuple(tgt_len.tolist()), f"lengths in [0, {S}]")
-        flat = targets.reshape(-1)
+        flat = targets.reshape(-1).contiguous()  # a reshape of a strided view may keep strides
         offsets = torch.arange(N, dtype=torch.int64) * S
         # The positions within each length (padding past a length is never read).
         used = torch.arange(S, device=flat.device)[None, :] < tgt_len.to(flat.device)[:, None]

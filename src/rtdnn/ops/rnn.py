@@ -173,16 +173,23 @@ def _mm(a, b, c, *, ta=False, tb=False, beta=0.0, bias=None, math=None) -> None:
     _gemm(a, _matrix(a, ta), b, _matrix(b, tb), c, 1.0, beta, bias, None, _mm_math(a, math))
 
 
-def _persistent_tiles(spec: RnnSpec, batch: int, device: torch.device):
+def _persistent_tiles(spec: RnnSpec, batch_sizes, device: torch.device):
     """(BLOCK_B, BLOCK_H, programs) of the persistent recurrence, or None where it does not
     apply (see PERSISTENT). On a GPU: among tiles whose programs fit one per multiprocessor
     (they wait on each other), the least data per program per step (its BLOCK_B rows of h and
     its units' gate rows of W_hh), then the most programs."""
     if not PERSISTENT or spec.proj_size or device in _refused:
         return None
+    if len(set(batch_sizes)) > 1 and device.type == "cuda":
+        # Variable lengths read a step schedule from a cache a CUDA graph must not rely on
+        # (an entry may be evicted and freed, or be recorded but never run): captured, they
+        # take the per-step path.
+        if torch.cuda.is_current_stream_capturing():
+            return None
     hid = spec.hidden_size
+    batch = batch_sizes[0]
     fit_b, fit_h = max(16, triton.next_power_of_2(batch)), max(16, triton.next_power_of_2(hid))
-    if device.type != "cuda":
+    if INTERPRETED:
         # The interpreter runs programs one after another: one program does everything.
         return (fit_b, fit_h, 1) if fit_b * fit_h <= 64 * 64 else None
     sms = torch.cuda.get_device_properties(device).multi_processor_count
@@ -212,20 +219,20 @@ def _launch_persistent(kernel, tiles, slots: dict, w_hh, batch_sizes, spec: RnnS
     multiprocessors available than the device reports, as under MPS limits); the device then
     runs the per-step path from then on."""
     block_b, block_h, programs = tiles
-    schedule = _schedule(tuple(batch_sizes), data.device)
+    sync = torch.zeros(1, dtype=torch.int32, device=data.device)
+    uniform = len(set(batch_sizes)) == 1
+    # Every step runs the whole batch: no schedule to read (the counter stands in, unread).
+    schedule = sync.expand(2, 1) if uniform else _schedule(tuple(batch_sizes), data.device)
     w = w_hh if w_hh.stride(1) == 1 else w_hh.contiguous()
-    slots = dict(
-        slots, W=w, BATCH_SIZES=schedule[0], STARTS=schedule[1],
-        SYNC=torch.zeros(1, dtype=torch.int32, device=data.device),
-    )  # fmt: skip
+    slots = dict(slots, W=w, BATCH_SIZES=schedule[0], STARTS=schedule[1], SYNC=sync)
     mode, ngates = kernels.MODES[spec.mode]
     try:
         launch_cached(
             kernel, (programs,), slots, cooperative=True, steps=len(batch_sizes),
             batch=batch_sizes[0], H=spec.hidden_size, w_stride=w.stride(0), MODE=mode,
             NGATES=ngates, REVERSE=d == 1, PRECISION=_dot_precision(data, math),
-            UPCAST=INTERPRETED and data.element_size() == 2, BLOCK_B=block_b, BLOCK_H=block_h,
-            BLOCK_K=_block_k(k), **fixed,
+            UPCAST=INTERPRETED and data.element_size() == 2, UNIFORM=uniform, BLOCK_B=block_b,
+            BLOCK_H=block_h, BLOCK_K=_block_k(k), **fixed,
         )  # fmt: skip
     except RuntimeError as error:
         if "cooperative launch" not in str(error):
@@ -249,21 +256,11 @@ def _block_k(k: int) -> int:
     return max(16, min(64, triton.next_power_of_2(k)))
 
 
-def _schedule(batch_sizes: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """(2, steps) int32 on `device`: each step's running rows and its first packed row."""
-    return _cached_schedule(batch_sizes, device)[1]
-
-
 @functools.lru_cache(maxsize=64)
-def _cached_schedule(batch_sizes: tuple[int, ...], device: torch.device) -> tuple:
-    """(host copy, device copy) of the schedule. On a GPU the host copy is pinned and kept
-    with the device one, so that a first call inside a CUDA graph capture is recorded as a
-    copy (which reads the host copy at each replay) instead of failing."""
-    host = torch.tensor([batch_sizes, _starts(batch_sizes)], dtype=torch.int32)
-    if device.type != "cuda":
-        return host, host
-    host = host.pin_memory()
-    return host, host.to(device, non_blocking=True)
+def _schedule(batch_sizes: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """(2, steps) int32 on `device`: each step's running rows and its first packed row (for
+    variable lengths; see _persistent_tiles on CUDA graphs)."""
+    return torch.tensor([batch_sizes, _starts(batch_sizes)], dtype=torch.int32, device=device)
 
 
 def _starts(batch_sizes) -> list[int]:
@@ -338,7 +335,7 @@ def _forward_direction(layer, d, layer_in, y, h0, c0, h_n, c_n, weights, spec, b
     gx = torch.empty((rows, g * hid), dtype=torch.float32, device=y.device)
     _mm(layer_in, w_ih, gx, tb=True, bias=b_ih, math=math)
     c = c0[idx].to(torch.float32, copy=True).contiguous() if spec.mode == "lstm" else gx
-    tiles = _persistent_tiles(spec, batch, y.device)
+    tiles = _persistent_tiles(spec, batch_sizes, y.device)
     if tiles is not None:
         # h double-buffered (see persistent_forward_kernel): h0 in half 0.
         hbuf = y.new_empty((2, batch, hid))
@@ -439,7 +436,7 @@ def _backward_direction(layer, d, layer_in, d_out, dx, dh_n, dc_n, dh0, dc0, wei
     g, hid, p = spec.gates, spec.hidden_size, spec.out_size
     idx = layer * spec.directions + d
     w_ih, w_hh, b_ih, b_hh, w_hr, first = spec.weights_of(weights, layer, d)
-    rows, batch = layer_in.shape[0], batch_sizes[0]
+    rows = layer_in.shape[0]
     gates = reserve.get(layer, d, "gates")
     hprev = reserve.get(layer, d, "hprev")
     save, save2, hraw = (reserve.get(layer, d, k) for k in ("save", "save2", "hraw"))
@@ -449,7 +446,7 @@ def _backward_direction(layer, d, layer_in, d_out, dx, dh_n, dc_n, dh0, dc0, wei
     dgx = d_out.new_empty((rows, g * hid))
     dgh = d_out.new_empty((rows, g * hid)) if gru else dgx
     dht = None  # the gradient reaching the projected h (proj_size)
-    tiles = _persistent_tiles(spec, batch, dx.device)
+    tiles = _persistent_tiles(spec, batch_sizes, dx.device)
     slots = dict(
         DY=d_out[:, d * p :], DH=dh, DC=dc, GATES=gates, SAVE=_rows(save, 0, rows, gates),
         SAVE2=_rows(save2, 0, rows, gates), HPREV=hprev, DGX=dgx, DGH=dgh,
