@@ -129,36 +129,11 @@ def _grid_barrier(SYNC, target):
 
 
 @triton.jit
-def _step_rows(BATCH_SIZES, STARTS, t, batch, UNIFORM: tl.constexpr):
-    """(rows running at step t, its first packed row as int64). UNIFORM: every step runs the
-    whole batch (no schedule to read)."""
-    if UNIFORM:
-        n = batch
-        start = t.to(tl.int64) * batch
-    else:
-        n = tl.load(BATCH_SIZES + t)
-        start = tl.load(STARTS + t).to(tl.int64)
-    return n, start
-
-
-@triton.jit
-def _program_tile(batch, H, BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr):
-    """A persistent program's tile for the whole sequence: its batch rows rb and hidden units
-    rh, which units exist, which (row, unit) pairs exist, and their offsets in a (batch, H)
-    matrix."""
-    h_blocks = tl.cdiv(H, BLOCK_H)
-    rb = tl.program_id(0) // h_blocks * BLOCK_B + tl.arange(0, BLOCK_B)
-    rh = tl.program_id(0) % h_blocks * BLOCK_H + tl.arange(0, BLOCK_H)
-    h_ok = rh < H
-    return rb, rh, h_ok, (rb < batch)[:, None] & h_ok[None, :], rb[:, None] * H + rh[None, :]
-
-
-@triton.jit
 def persistent_forward_kernel(
     GX, W, B_HH, HBUF, C, Y, y_stride, GATES, SAVE, SAVE2, HPREV, BATCH_SIZES, STARTS, SYNC,
     steps, batch, H, w_stride,
     MODE: tl.constexpr, NGATES: tl.constexpr, REVERSE: tl.constexpr, HAS_BIAS: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr, UNIFORM: tl.constexpr, BLOCK_B: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, BLOCK_B: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Every time step of one layer and direction in one launch (cuDNN's persistent RNN): a
@@ -174,11 +149,16 @@ def persistent_forward_kernel(
     H) float32, c0 in, c_n out (lstm). Y: the direction's output columns of the packed rows,
     row stride y_stride. GATES, SAVE, SAVE2 as in cell_forward_kernel and HPREV (rows, H):
     the h each row read, over the packed rows. BATCH_SIZES, STARTS: (steps,) int32, the rows
-    running at each step and where they start (not read when UNIFORM: every step runs the
-    whole batch). SYNC: int32, zero.
+    running at each step and where they start. SYNC: int32, zero.
     """
-    rb, rh, h_ok, in_batch, row = _program_tile(batch, H, BLOCK_B, BLOCK_H)
+    pid = tl.program_id(0)
+    h_blocks = tl.cdiv(H, BLOCK_H)
+    rb = pid // h_blocks * BLOCK_B + tl.arange(0, BLOCK_B)
+    rh = pid % h_blocks * BLOCK_H + tl.arange(0, BLOCK_H)
     rk = tl.arange(0, BLOCK_K)
+    h_ok = rh < H
+    in_batch = (rb < batch)[:, None] & h_ok[None, :]
+    row = rb[:, None] * H + rh[None, :]
     # W_hh's rows of this program's units, gate k at k * H: [BLOCK_K, BLOCK_H] per K step.
     w_cols = W + rh[None, :] * w_stride + rk[:, None]
     bias = ()
@@ -191,7 +171,8 @@ def persistent_forward_kernel(
 
     for i in range(steps):
         t = steps - 1 - i if REVERSE else i
-        n, start = _step_rows(BATCH_SIZES, STARTS, t, batch, UNIFORM)
+        n = tl.load(BATCH_SIZES + t)
+        start = tl.load(STARTS + t)
         CUR = HBUF + (i % 2) * batch * H
         NXT = HBUF + ((i + 1) % 2) * batch * H
         gh = (tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32),) * 4
@@ -219,7 +200,7 @@ def persistent_forward_kernel(
               gh[3] + bias[3][None, :])  # fmt: skip
 
         running = (rb < n)[:, None] & h_ok[None, :]
-        packed = start + rb  # int64: rows x gates x H may pass 2^31
+        packed = start + rb
         gate = packed[:, None] * (NGATES * H) + rh[None, :]
         h_prev = tl.load(CUR + row, mask=in_batch, other=0.0, cache_modifier=".cg")
         c_prev = tl.load(C + row, mask=running, other=0.0) if MODE == LSTM else gh[0]
@@ -323,8 +304,7 @@ def persistent_backward_kernel(
     DY, dy_stride, DH, DC, GATES, SAVE, SAVE2, HPREV, W, DGX, DGH, BATCH_SIZES, STARTS, SYNC,
     steps, batch, H, w_stride,
     MODE: tl.constexpr, NGATES: tl.constexpr, REVERSE: tl.constexpr, PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr, UNIFORM: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    UPCAST: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """The backward of persistent_forward_kernel's recurrence in one launch, the steps in
     reverse: per step, each program takes the gate gradients of its tile (cell_backward_kernel's
@@ -338,8 +318,14 @@ def persistent_backward_kernel(
     except for gru). REVERSE: the direction ran its steps in reverse. The rest as in
     persistent_forward_kernel.
     """
-    rb, rh, h_ok, in_batch, row = _program_tile(batch, H, BLOCK_B, BLOCK_H)
+    pid = tl.program_id(0)
+    h_blocks = tl.cdiv(H, BLOCK_H)
+    rb = pid // h_blocks * BLOCK_B + tl.arange(0, BLOCK_B)
+    rh = pid % h_blocks * BLOCK_H + tl.arange(0, BLOCK_H)
     rk = tl.arange(0, BLOCK_K)
+    h_ok = rh < H
+    in_batch = (rb < batch)[:, None] & h_ok[None, :]
+    row = rb[:, None] * H + rh[None, :]
     dh = tl.load(DH + row, mask=in_batch, other=0.0)
     dc = tl.load(DC + row, mask=in_batch, other=0.0) if MODE == LSTM else dh
     GH: tl.constexpr = NGATES * H
@@ -348,9 +334,10 @@ def persistent_backward_kernel(
     for i in range(steps):
         # The forward's last step first.
         t = i if REVERSE else steps - 1 - i
-        n, start = _step_rows(BATCH_SIZES, STARTS, t, batch, UNIFORM)
+        n = tl.load(BATCH_SIZES + t)
+        start = tl.load(STARTS + t)
         running = (rb < n)[:, None] & h_ok[None, :]
-        packed = start + rb  # int64: rows x gates x H may pass 2^31
+        packed = start + rb
         gate = packed[:, None] * GH + rh[None, :]
         p_row = packed[:, None] * H + rh[None, :]
         dh_total = dh + tl.load(

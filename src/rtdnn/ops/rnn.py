@@ -180,13 +180,13 @@ def _persistent_tiles(spec: RnnSpec, batch_sizes, device: torch.device):
     its units' gate rows of W_hh), then the most programs."""
     if not PERSISTENT or spec.proj_size or device in _refused:
         return None
-    if len(set(batch_sizes)) > 1 and device.type == "cuda":
-        # Variable lengths read a step schedule from a cache a CUDA graph must not rely on
-        # (an entry may be evicted and freed, or be recorded but never run): captured, they
-        # take the per-step path.
-        if torch.cuda.is_current_stream_capturing():
-            return None
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        # The kernels read a step schedule from a cache that a CUDA graph must not rely on
+        # (an entry may be evicted and freed, or be recorded but never run).
+        return None
     hid = spec.hidden_size
+    if sum(batch_sizes) * spec.gates * hid >= 2**31:
+        return None  # the kernels' offsets into the gate matrices are 32-bit
     batch = batch_sizes[0]
     fit_b, fit_h = max(16, triton.next_power_of_2(batch)), max(16, triton.next_power_of_2(hid))
     if INTERPRETED:
@@ -219,20 +219,20 @@ def _launch_persistent(kernel, tiles, slots: dict, w_hh, batch_sizes, spec: RnnS
     multiprocessors available than the device reports, as under MPS limits); the device then
     runs the per-step path from then on."""
     block_b, block_h, programs = tiles
-    sync = torch.zeros(1, dtype=torch.int32, device=data.device)
-    uniform = len(set(batch_sizes)) == 1
-    # Every step runs the whole batch: no schedule to read (the counter stands in, unread).
-    schedule = sync.expand(2, 1) if uniform else _schedule(tuple(batch_sizes), data.device)
+    schedule = _schedule(tuple(batch_sizes), data.device)
     w = w_hh if w_hh.stride(1) == 1 else w_hh.contiguous()
-    slots = dict(slots, W=w, BATCH_SIZES=schedule[0], STARTS=schedule[1], SYNC=sync)
+    slots = dict(
+        slots, W=w, BATCH_SIZES=schedule[0], STARTS=schedule[1],
+        SYNC=torch.zeros(1, dtype=torch.int32, device=data.device),
+    )  # fmt: skip
     mode, ngates = kernels.MODES[spec.mode]
     try:
         launch_cached(
             kernel, (programs,), slots, cooperative=True, steps=len(batch_sizes),
             batch=batch_sizes[0], H=spec.hidden_size, w_stride=w.stride(0), MODE=mode,
             NGATES=ngates, REVERSE=d == 1, PRECISION=_dot_precision(data, math),
-            UPCAST=INTERPRETED and data.element_size() == 2, UNIFORM=uniform, BLOCK_B=block_b,
-            BLOCK_H=block_h, BLOCK_K=_block_k(k), **fixed,
+            UPCAST=INTERPRETED and data.element_size() == 2, BLOCK_B=block_b, BLOCK_H=block_h,
+            BLOCK_K=_block_k(k), **fixed,
         )  # fmt: skip
     except RuntimeError as error:
         if "cooperative launch" not in str(error):
@@ -258,8 +258,8 @@ def _block_k(k: int) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _schedule(batch_sizes: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """(2, steps) int32 on `device`: each step's running rows and its first packed row (for
-    variable lengths; see _persistent_tiles on CUDA graphs)."""
+    """(2, steps) int32 on `device`: each step's running rows and its first packed row (see
+    _persistent_tiles on CUDA graphs)."""
     return torch.tensor([batch_sizes, _starts(batch_sizes)], dtype=torch.int32, device=device)
 
 
