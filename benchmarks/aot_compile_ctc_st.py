@@ -40,9 +40,16 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     lp = torch.randn(T, N, C).log_softmax(-1).to(dtype)
     targets = torch.randint(1, C, (N, max_target))
     args = ctc.prepare(lp, targets, (T, T), (max_target, max_target // 2), 0)[:5]
-    nll, alpha = ctc.ctc_forward(*args, 0, max_target)
-    for zero_infinity in (False, True):
-        ctc.ctc_backward(torch.ones(N), *args, nll, alpha, 0, zero_infinity)
+    for reduction in ctc.REDUCTIONS:
+        for zero_infinity in (False, True):
+            _, nll, alpha = ctc.ctc_forward(*args, 0, max_target, reduction, zero_infinity)
+            grad_loss = torch.ones(N if reduction == "none" else ())
+            ctc.ctc_backward(grad_loss, *args, nll, alpha, 0, reduction, zero_infinity)
+# The check that runs where targets or lengths are on the GPU: both layouts, both int types.
+for int_type in (torch.int32, torch.int64):
+    lengths = torch.tensor([3, 2], dtype=int_type)
+    ctc._summary_on_device(targets.to(int_type).reshape(-1), lengths, lengths, max_target, 29, 0)
+    ctc._summary_on_device(targets.to(int_type)[0], lengths, lengths, 0, 29, 0)
 
 print(f"{len(compiled)} kernels compiled for sm_90:")
 for name, _ in sorted(compiled):

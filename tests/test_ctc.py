@@ -138,8 +138,12 @@ def test_module_and_convert():
         (dict(zero_infinity=1), "zero_infinity"),
     ],
 )
-def test_bad_input(change, name, monkeypatch):
+@pytest.mark.parametrize("checked_on", ("host", "device"))
+def test_bad_input(change, name, checked_on, monkeypatch):
     from rtdnn.ops import ctc
+
+    if checked_on == "device":  # as when targets or lengths are on a GPU
+        monkeypatch.setattr(ctc, "_summary_on_host", ctc._summary_on_device)
 
     def no_launch(*args, **kwargs):
         raise AssertionError("a kernel ran on bad input")
@@ -187,7 +191,8 @@ def test_custom_op_passes_opcheck():
 
     lp = torch.randn(5, 2, 4).log_softmax(-1).requires_grad_()
     args = ctc.prepare(lp, torch.tensor([[1, 2], [3, 3]]), (5, 5), (2, 2), 0)[:5]
-    torch.library.opcheck(ag.ctc_loss_forward.op, (*args, 0, 2, False))
+    for reduction in ("mean", "none"):
+        torch.library.opcheck(ag.ctc_loss_forward.op, (*args, 0, 2, reduction, False))
 
 
 @pytest.mark.parametrize(
@@ -243,5 +248,49 @@ def test_strided_targets():
     wide = torch.randint(1, C, (N, 6), generator=torch.Generator().manual_seed(3))
     lp = _log_probs()
     loss, ref, grad, grad_ref = _check(lp, wide[:, ::2], (8, 6), LENGTHS, "none")
+    assert_close(loss, ref)
+    assert_close(grad, grad_ref)
+
+
+@pytest.mark.parametrize("layout", ("padded", "concatenated"))
+@pytest.mark.parametrize("dtype", (torch.int32, torch.int64))
+def test_check_kernel_agrees_with_the_host(layout, dtype):
+    """The kernel that checks targets and lengths on a GPU: the same offsets, lengths and
+    summary as the host's check, for good and bad labels, lengths out of range and lengths
+    read through strides."""
+    from rtdnn.ops import ctc
+
+    gen = torch.Generator().manual_seed(5)
+    n, width, classes = 9, 7, 6
+    for trial in range(4):
+        tgt_len = torch.randint(0, width + 1, (n,), generator=gen)
+        in_len = torch.randint(0, 30, (2 * n,), generator=gen)[::2]  # strided
+        if trial == 1:
+            tgt_len[3], in_len[4] = -2, -1
+        if trial == 2:
+            tgt_len[5] = width + 3
+        padded = torch.randint(1, classes, (n, width), generator=gen)
+        if trial == 3:
+            padded[6, int(tgt_len[6]) - 1 if tgt_len[6] > 0 else 0] = 0  # the blank
+            padded[2, width - 1] = classes  # padding or a label past the classes
+        if layout == "padded":
+            flat, w = padded.reshape(-1).to(dtype), width
+        else:
+            flat = torch.cat([padded[i, : max(int(k), 0)] for i, k in enumerate(tgt_len)])
+            flat, w = flat.to(dtype), 0
+        want = ctc._summary_on_host(flat, in_len, tgt_len.to(dtype), w, classes, 0)
+        got = ctc._summary_on_device(flat, in_len, tgt_len.to(dtype), w, classes, 0)
+        assert got[1] == want[1], (trial, got[1], want[1])
+        if min(want[1][:4]) >= 0:  # offsets are only read once the lengths pass
+            assert torch.equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("reduction", ("mean", "sum", "none"))
+def test_values_with_the_check_on_the_device(reduction, monkeypatch):
+    from rtdnn.ops import ctc
+
+    monkeypatch.setattr(ctc, "_summary_on_host", ctc._summary_on_device)
+    lengths = torch.tensor([8, 6]), torch.tensor(LENGTHS)
+    loss, ref, grad, grad_ref = _check(_log_probs(), PADDED, *lengths, reduction)
     assert_close(loss, ref)
     assert_close(grad, grad_ref)

@@ -18,22 +18,23 @@ def ctc_loss_forward(
     target_lengths: Tensor,
     blank: int,
     max_target: int,
+    reduction: str,
     zero_infinity: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    nll, alpha = ctc.ctc_forward(
-        log_probs, targets, offsets, input_lengths, target_lengths, blank, max_target
-    )
-    loss = torch.where(nll == float("inf"), 0.0, nll) if zero_infinity else nll.clone()
-    return loss, nll, alpha
+    return ctc.ctc_forward(
+        log_probs, targets, offsets, input_lengths, target_lengths, blank, max_target,
+        reduction, zero_infinity,
+    )  # fmt: skip
 
 
 @ctc_loss_forward.register_fake
-def _(log_probs, targets, offsets, input_lengths, target_lengths, blank, max_target,
+def _(log_probs, targets, offsets, input_lengths, target_lengths, blank, max_target, reduction,
       zero_infinity):  # fmt: skip
     T, N, _ = log_probs.shape
     lanes = 1 << (2 * max_target).bit_length()  # next power of two >= 2 * max_target + 1
     nll = log_probs.new_empty((N,), dtype=torch.float32)
-    return nll, torch.empty_like(nll), log_probs.new_empty((N, T, lanes), dtype=torch.float32)
+    loss = nll.new_empty((N,) if reduction == "none" else ())
+    return loss, torch.empty_like(nll), log_probs.new_empty((N, T, lanes), dtype=torch.float32)
 
 
 @custom_op("rtdnn::ctc_loss_backward")
@@ -47,25 +48,26 @@ def ctc_loss_backward(
     nll: Tensor,
     alpha: Tensor,
     blank: int,
+    reduction: str,
     zero_infinity: bool,
 ) -> Tensor:
     return ctc.ctc_backward(
         grad_loss, log_probs, targets, offsets, input_lengths, target_lengths, nll, alpha,
-        blank, zero_infinity,
+        blank, reduction, zero_infinity,
     )  # fmt: skip
 
 
 @ctc_loss_backward.register_fake
 def _(grad_loss, log_probs, targets, offsets, input_lengths, target_lengths, nll, alpha, blank,
-      zero_infinity):  # fmt: skip
+      reduction, zero_infinity):  # fmt: skip
     return log_probs.new_empty(log_probs.shape)
 
 
 def _setup(ctx, inputs, output):
-    lp, targets, offsets, in_len, tgt_len, blank, _max_target, zero_infinity = inputs
+    lp, targets, offsets, in_len, tgt_len, blank, _max_target, reduction, zero_infinity = inputs
     _, nll, alpha = output
     ctx.save_for_backward(lp, targets, offsets, in_len, tgt_len, nll, alpha)
-    ctx.args = (blank, zero_infinity)
+    ctx.args = (blank, reduction, zero_infinity)
     ctx.mark_non_differentiable(nll, alpha)
 
 
@@ -74,7 +76,7 @@ def _backward(ctx, grad_loss, _nll, _alpha):
     grad = ctc_loss_backward(
         grad_loss, lp, targets, offsets, in_len, tgt_len, nll, alpha, *ctx.args
     )
-    return grad, None, None, None, None, None, None, None
+    return grad, None, None, None, None, None, None, None, None
 
 
 ctc_loss_forward.register_autograd(_backward, setup_context=_setup)
@@ -101,7 +103,7 @@ def ctc_loss(
         log_probs, targets, input_lengths, target_lengths, blank
     )
     loss, _, _ = ctc_loss_forward(
-        lp, flat, offsets, in_len, tgt_len, blank, max_target, zero_infinity
+        lp, flat, offsets, in_len, tgt_len, blank, max_target, reduction, zero_infinity
     )
-    out = ctc.reduce(loss, tgt_len, reduction).to(log_probs.dtype)
+    out = loss.to(log_probs.dtype)
     return out.squeeze(0) if unbatched and reduction == "none" else out

@@ -8,6 +8,11 @@ between lanes (tl.gather), not a round trip through memory. The step's log_probs
 not depend on the recursion, so each step loads the next step's while its row is computed.
 The forward writes every alpha row; the backward every step's alpha + beta - lp.
 
+The loss is reduced in the alpha launch: the last program to arrive sums the elements' losses in
+a fixed order (kernels/arrival.py), so a mean or sum costs no launch of its own and stays
+deterministic. The inputs are checked by one small kernel before anything else runs: its
+summary of the lengths and of the first bad label is the one value the host reads back.
+
 The gradient is torch's: d loss / d log_probs[t, c] = exp(lp) - exp(lse_{s: l'(s) = c}
 (alpha_t(s) + beta_t(s)) + nll - lp), the gradient with respect to the logits of a log_softmax
 that produced log_probs, times the incoming gradient. Steps at or after T_n get 0. No step
@@ -19,7 +24,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .arrival import last_to_arrive
+
 NEG_INF = tl.constexpr(float("-inf"))
+#: Reductions of the per-element losses, as the kernels' REDUCTION constant.
+NONE, SUM, MEAN = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 
 
 @triton.jit
@@ -57,11 +66,73 @@ def _labels(targets, offsets, tgt_len, n, BLANK, BLOCK_L: tl.constexpr):
 
 
 @triton.jit
-def ctc_alpha_kernel(
-    lp, s_t, s_n, s_c, targets, offsets, in_len, tgt_len, alpha, nll, T, BLANK,
-    BLOCK_L: tl.constexpr,
+def ctc_check_kernel(
+    targets, n_targets, in_len, in_stride, tgt_len, tgt_stride, lengths, summary, N, S, C,
+    BLANK, PADDED: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """alpha: float32 (N, T, BLOCK_L) workspace; nll: float32 (N,), -log p(target | input)."""
+    """One program: what the host must know before it launches the recursions, in one read.
+
+    lengths: int64 (3, N), each element's offset into the flat targets, its input length and
+    its target length. summary: int64 (7,), the least and largest input length, the least and
+    largest target length, their sum, and the flat position of the first label within the
+    target lengths that is not a class other than BLANK (n_targets if none) with its value.
+    targets: flat, n_targets labels; padded (PADDED, S per element) or concatenated. Reads
+    only within n_targets, whatever the lengths hold (the host refuses bad ones after)."""
+    i = tl.arange(0, BLOCK)
+    big = tl.full([BLOCK], 2**62, tl.int64)
+    least_in, most_in, least_tgt, most_tgt = big, -big, big, -big
+    total = tl.zeros([1], tl.int64)
+    for n0 in range(0, N, BLOCK):
+        n = n0 + i
+        inside = n < N
+        a = tl.load(in_len + n * in_stride, mask=inside, other=0).to(tl.int64)
+        b = tl.load(tgt_len + n * tgt_stride, mask=inside, other=0).to(tl.int64)
+        if PADDED:
+            offset = n.to(tl.int64) * S
+        else:  # concatenated: the exclusive prefix sum of the target lengths
+            offset = total + tl.cumsum(b, 0) - b
+        tl.store(lengths + n, offset, mask=inside)
+        tl.store(lengths + N + n, a, mask=inside)
+        tl.store(lengths + 2 * N + n, b, mask=inside)
+        least_in = tl.minimum(least_in, tl.where(inside, a, big))
+        most_in = tl.maximum(most_in, tl.where(inside, a, -big))
+        least_tgt = tl.minimum(least_tgt, tl.where(inside, b, big))
+        most_tgt = tl.maximum(most_tgt, tl.where(inside, b, -big))
+        total += tl.sum(b, 0)
+    first = tl.full([BLOCK], n_targets, tl.int64)
+    for p0 in range(0, n_targets, BLOCK):
+        p = p0 + i
+        if PADDED:  # position s of element p // S, used below its length
+            length = tl.load(tgt_len + (p // S) * tgt_stride, mask=p < n_targets, other=0)
+            used = (p < n_targets) & (p % S < length)
+        else:
+            used = (p < n_targets) & (p < total)
+        label = tl.load(targets + p, mask=used, other=0)
+        bad = used & ((label < 0) | (label >= C) | (label == BLANK))
+        first = tl.minimum(first, tl.where(bad, p.to(tl.int64), n_targets))
+    first_bad = tl.min(first, 0)
+    value = tl.load(
+        targets + tl.minimum(first_bad, n_targets - 1), mask=first_bad < n_targets, other=0
+    )
+    tl.store(summary + 0, tl.min(least_in, 0))
+    tl.store(summary + 1, tl.max(most_in, 0))
+    tl.store(summary + 2, tl.min(least_tgt, 0))
+    tl.store(summary + 3, tl.max(most_tgt, 0))
+    tl.store(summary + 4 + tl.arange(0, 1), total)
+    tl.store(summary + 5, first_bad)
+    tl.store(summary + 6, value.to(tl.int64))
+
+
+@triton.jit
+def ctc_alpha_kernel(
+    lp, s_t, s_n, s_c, targets, offsets, in_len, tgt_len, alpha, nll, loss, counter, T, BLANK,
+    BLOCK_L: tl.constexpr, REDUCTION: tl.constexpr, ZERO_INFINITY: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """alpha: float32 (N, T, BLOCK_L) workspace; nll: float32 (N,), -log p(target | input);
+    loss: float32, (N,) for NONE (nll, 0 where infinite with ZERO_INFINITY), else one value
+    (their SUM or MEAN, torch's: each over its target length, then the batch mean), written
+    by the last program to arrive at `counter` (int32, zero)."""
     n = tl.program_id(0)
     s, L, valid, lab, skip_in, _ = _labels(targets, offsets, tgt_len, n, BLANK, BLOCK_L)
     Tn = tl.load(in_len + n).to(tl.int32)
@@ -86,6 +157,30 @@ def ctc_alpha_kernel(
     # No input at all: only the empty target has an alignment (probability 1).
     total = tl.where(Tn == 0, tl.where(L == 1, 0.0, NEG_INF), total)
     tl.store(nll + n, -total)
+    if REDUCTION == NONE:
+        tl.store(loss + n, _finite_if(-total, ZERO_INFINITY))
+    elif last_to_arrive(counter, tl.num_programs(0)):
+        N = tl.num_programs(0)
+        acc = tl.zeros([BLOCK_N], tl.float32)
+        for n0 in range(0, N, BLOCK_N):
+            e = n0 + tl.arange(0, BLOCK_N)
+            v = _finite_if(tl.load(nll + e, mask=e < N, other=0.0, cache_modifier=".cg"),
+                           ZERO_INFINITY)  # fmt: skip
+            if REDUCTION == MEAN:
+                v = v / tl.maximum(tl.load(tgt_len + e, mask=e < N, other=1), 1).to(tl.float32)
+            acc += v
+        result = tl.sum(acc, 0)
+        if REDUCTION == MEAN:
+            result = result / N
+        tl.store(loss, result)
+
+
+@triton.jit
+def _finite_if(nll, ZERO_INFINITY: tl.constexpr):
+    """zero_infinity: an impossible alignment's infinite loss counts as 0."""
+    if ZERO_INFINITY:
+        nll = tl.where(nll == float("inf"), 0.0, nll)
+    return nll
 
 
 @triton.jit
@@ -151,11 +246,13 @@ def ctc_beta_kernel(
 @triton.jit
 def ctc_grad_kernel(
     lp, s_t, s_n, s_c, targets, offsets, in_len, tgt_len, post, links, heads, repeats, nll,
-    grad_nll, grad, g_t, g_n, g_c, T, C, BLANK,
+    grad_loss, grad_stride, grad, g_t, g_n, g_c, T, C, BLANK, REDUCTION: tl.constexpr,
     ZERO_INFINITY: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
-    """grad (T, N, C) of the loss vector's dot with grad_nll (N,): one program per (step t,
-    element n; program t * N + n), from the beta kernel's post, links, heads and repeats.
+    """grad (T, N, C): the gradient of the forward's loss (REDUCTION as there) given its
+    gradient grad_loss (float32; (N,) with grad_stride for NONE, else one value): one program
+    per (step t, element n; program t * N + n), from the beta kernel's post, links, heads
+    and repeats.
 
     The gradient of class c needs the sum over the positions s holding c of alpha_t(s) +
     beta_t(s), in log space. All of a class's positions share log_probs[t, c], so the sum is
@@ -176,7 +273,9 @@ def ctc_grad_kernel(
             tl.store(out + (c0 + cs) * g_c, zeros, mask=c0 + cs < C)
     else:
         s, L, valid, lab, _, _ = _labels(targets, offsets, tgt_len, n, BLANK, BLOCK_L)
-        g = tl.load(grad_nll + n).to(tl.float32)
+        g = tl.load(grad_loss + n * grad_stride)
+        if REDUCTION == MEAN:
+            g = g / (tl.maximum(tl.load(tgt_len + n), 1).to(tl.float32) * N)
         loss = tl.load(nll + n)
         if ZERO_INFINITY:
             g = tl.where(loss == float("inf"), 0.0, g)
