@@ -31,7 +31,9 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
         theta = torch.randn(2, dims, dims + 1, dtype=dtype)
         grid = st.affine_grid(theta, x.shape, False)
         st.affine_grid_backward(grid, x.shape, True)
+        last = x.to(memory_format=torch.channels_last if dims == 2 else torch.channels_last_3d)
         for mode in ("bilinear", "nearest"):
+            st.grid_sample(last, grid, mode, "zeros", False)  # a block of channels per gather
             for padding in ("zeros", "border", "reflection"):
                 y = st.grid_sample(x, grid, mode, padding, True)
                 st.grid_sample_backward(y, x, grid, mode, padding, True)

@@ -235,3 +235,15 @@ def test_theta_gradient_of_a_large_grid_keeps_its_digits():
         base = torch.cat([base, torch.ones(len(base), 1, dtype=torch.float64)], 1)
         want = (dgrid.double().reshape(-1, 3).T @ base)[None]
         assert ((got.double() - want).norm() / want.norm()).item() < 1e-6
+
+
+@pytest.mark.parametrize("mode", ("bilinear", "nearest"))
+@pytest.mark.parametrize("channels", (5, 2))
+def test_channels_last_blocks_of_channels(mode, channels):
+    """Channels-last: the forward's block of channels is masked past the last channel, and
+    the output keeps the layout."""
+    x = make_tensor((2, channels, 5, 6), torch.float32, "channels_last")
+    grid = _grid(2, (7, 3), 2)
+    y = st.grid_sample(x, grid, mode, "reflection", False)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    assert_close(y, reference.grid_sample(x, grid, mode, "reflection", False).float())

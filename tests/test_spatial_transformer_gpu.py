@@ -59,3 +59,22 @@ def test_deterministic_input_gradient_repeats():
     assert torch.equal(a, b)
     c, _ = rtdnn.ops.grid_sample_backward(dy, x, grid, deterministic=False)
     assert rel(c, a.double()) <= 1e-5
+
+
+@pytest.mark.parametrize("mode", ("bilinear", "nearest"))
+@pytest.mark.parametrize("dims,channels", [(2, 64), (2, 100), (2, 3), (3, 24)])
+def test_channels_last_forward(mode, dims, channels):
+    """Channels-last input: the forward gathers a block of a point's channels at once (up to
+    64, masked past the last)."""
+    shape = (3, channels, 33, 45) if dims == 2 else (2, channels, 9, 11, 13)
+    fmt = torch.channels_last if dims == 2 else torch.channels_last_3d
+    x = torch.randn(shape, device="cuda").to(memory_format=fmt)
+    theta = torch.eye(dims, dims + 1).repeat(shape[0], 1, 1) + 0.2 * torch.randn(
+        shape[0], dims, dims + 1
+    )
+    grid = rtdnn.affine_grid(theta.cuda(), shape, align_corners=False)
+    y = rtdnn.grid_sample(x, grid, mode=mode)
+    assert y.is_contiguous(memory_format=fmt)
+    ref = reference.grid_sample(x.double(), grid.double(), mode, "zeros", False)
+    # nearest: a point within rounding of a pixel boundary may pick the other pixel
+    assert rel(y, ref) <= (1e-5 if mode == "bilinear" else 1e-3)

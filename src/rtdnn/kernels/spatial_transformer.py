@@ -217,8 +217,12 @@ def grid_sample_kernel(
     sgn, sgd, sgh, sgw, sgk,
     syn, syc, syd, syh, syw,
     MODE: tl.constexpr, PADDING: tl.constexpr, ALIGN: tl.constexpr, THREE_D: tl.constexpr,
-    BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
+    """Grid (N, cdiv(P, BLOCK)): BLOCK output points of one image, every channel, BLOCK_C
+    channels at a time. The points' corners and weights are computed once and serve every
+    channel; a block of channels keeps BLOCK_C gathers per corner in flight (the gathers'
+    latency, not their bytes, bounds a channel at a time)."""
     n = tl.program_id(0)
     p = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = p < P
@@ -229,15 +233,24 @@ def grid_sample_kernel(
     od, oh, ow = _point(p, OH, OW)
     ybase = y + n * syn + od * syd + oh * syh + ow * syw
     TAPS: tl.constexpr = _taps(MODE, THREE_D)
-    for c in range(0, C):
-        acc = tl.zeros([BLOCK], tl.float32)
+    cs = tl.arange(0, BLOCK_C)
+    for c0 in range(0, C, BLOCK_C):
+        c = c0 + cs
+        acc = tl.zeros([BLOCK_C, BLOCK], tl.float32)
         for t in tl.static_range(TAPS):
             xi, yi, zi, inb, w, _, _, _ = _tap(cx, cy, cz, x0, y0, z0, ID, IH, IW, mask, t, MODE)
+            at = zi * sxd + yi * sxh + xi * sxw
             v = tl.load(
-                x + n * sxn + c * sxc + zi * sxd + yi * sxh + xi * sxw, mask=inb, other=0.0
+                x + n * sxn + c[:, None] * sxc + at[None, :],
+                mask=(c < C)[:, None] & inb[None, :],
+                other=0.0,
             ).to(tl.float32)
             acc += v * w
-        tl.store(ybase + c * syc, acc.to(y.dtype.element_ty), mask=mask)
+        tl.store(
+            ybase[None, :] + c[:, None] * syc,
+            acc.to(y.dtype.element_ty),
+            mask=(c < C)[:, None] & mask[None, :],
+        )
 
 
 @triton.jit
