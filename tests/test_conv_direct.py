@@ -115,6 +115,27 @@ def test_tensor_core_kernels_strided_alpha_beta(gen):
           beta=-0.75, gen=gen, groups=4, stride=(1, 2), padding=1)  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "x_shape,w_shape,conv",
+    [
+        ((2, 8, 7, 9), (8, 4, 3, 3), dict(groups=2, stride=2, padding=1)),
+        ((1, 8, 9, 8), (16, 2, 3, 2), dict(groups=4, stride=(3, 2), dilation=(2, 1), padding=2)),
+        ((1, 4, 5, 6, 5), (4, 2, 3, 3, 3), dict(groups=2, stride=2, padding=(1, 0, 2))),
+    ],
+    ids=["stride2-odd-sizes", "stride3x2-dil2", "3d-stride2"],
+)
+def test_tensor_core_backward_data_by_stride_phase(x_shape, w_shape, conv, gen):
+    """Strided backward-data on tensor cores walks the input by stride phase and skips the
+    filter rows a phase cannot reach: every pixel of every phase is written (the image sizes
+    are not multiples of the stride, so each phase's last block is partly outside)."""
+
+    def first_dot(p, candidates):
+        assert candidates[0].kernel == "dot", candidates
+        return candidates[0]
+
+    check_with_tiles("backward_data", x_shape, w_shape, conv, torch.float16, gen, first_dot)
+
+
 def check_with_tiles(direction, x_shape, w_shape, conv, dtype, gen, choose) -> None:
     """One direction of DIRECT with the tiles `choose(problem, candidates)` returns, on fresh
     channels-last data, into a NaN-poisoned output with a NaN-poisoned workspace, against the

@@ -591,8 +591,19 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
     if p.direction == Direction.BACKWARD_DATA:
         pixels = p.batch * math.prod(p.in_spatial)
         if tensor_cores:
-            grid = (triton.cdiv(pixels, bp) * channel_blocks,)
-            kernel, fixed = direct_dot_backward_data_kernel, dict(**sizes, **tiling)
+            # Strided: one block of pixels per stride phase (see the kernel), each phase
+            # cdiv(size, stride) pixels along each axis.
+            phased = geo.stride != (1, 1, 1)
+            if phased:
+                per_phase = p.batch * math.prod(
+                    triton.cdiv(n, s) for n, s in zip(geo.in_size, geo.stride, strict=True)
+                )
+                blocks = math.prod(geo.stride) * triton.cdiv(per_phase, bp)
+            else:
+                blocks = triton.cdiv(pixels, bp)
+            grid = (blocks * channel_blocks,)
+            kernel = direct_dot_backward_data_kernel
+            fixed = dict(**sizes, **tiling, PHASED=phased)
         else:
             grid = (triton.cdiv(pixels, bp) * triton.cdiv(p.in_channels, bc),)
             kernel = direct_backward_data_kernel

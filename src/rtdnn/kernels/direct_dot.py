@@ -180,8 +180,11 @@ def _backward_data_row(acc, t, args, consts: tl.constexpr):
     """acc += the taps of filter row t = (rd, rh) as one product ([BLOCK_P, KWP * BLOCK_O] dy
     tiles side by side times the transposed filter tiles stacked). DYn: dy at each pixel's
     image and each output lane's channel; Ps: the super-group's packed transposed tiles;
-    (t_d0, t_h0, t_w0): padded input indices."""
-    (DYn, Ps, t_d0, t_h0, t_w0, p_ok, b_ok, out_size, stride, dilation, y_strides) = args
+    (t_d0, t_h0, t_w0): padded input indices; (phase_d, phase_h): with PHASED, the padded
+    input index modulo the stride shared by every pixel of the block, so that a row no pixel
+    can reach is skipped."""
+    (DYn, Ps, t_d0, t_h0, t_w0, p_ok, b_ok, out_size, stride, dilation, y_strides, phase_d,
+     phase_h) = args  # fmt: skip
     KH: tl.constexpr = consts[0]
     KW: tl.constexpr = consts[1]
     KWP: tl.constexpr = consts[2]
@@ -189,27 +192,36 @@ def _backward_data_row(acc, t, args, consts: tl.constexpr):
     BLOCK_I: tl.constexpr = consts[4]
     BLOCK_O: tl.constexpr = consts[5]
     UPCAST: tl.constexpr = consts[6]
-    dw = dilation[2]
-    sw = stride[2]
+    PHASED: tl.constexpr = consts[7]
+    dd, dh, dw = dilation
+    sd, sh, sw = stride
     ow_n = out_size[2]
     ys_n, ys_k, ys_d, ys_h, ys_w = y_strides
     rd = t // KH
     rh = t % KH
-    o_d, o_h, row_ok = output_row(t_d0, t_h0, rd, rh, dilation, stride, out_size, p_ok)
-    rw = tl.arange(0, KWP)
-    t_w = t_w0[:, None] - (rw * dw)[None, :]
-    o_w = t_w // sw
-    ok = row_ok[:, None] & (t_w >= 0) & (o_w * sw == t_w) & (o_w < ow_n) & (rw < KW)[None, :]
-    pix = (o_d * ys_d + o_h * ys_h)[:, None] + o_w * ys_w
-    dyv = tl.load(
-        DYn[:, None, :] + pix[:, :, None], mask=ok[:, :, None] & b_ok[None, None, :], other=0.0
-    )
-    wv = _row_tile(Ps, t, KWP * BLOCK_O, BLOCK_I)
-    dyv = tl.reshape(dyv, (BLOCK_P, KWP * BLOCK_O))
-    if UPCAST:
-        dyv = dyv.to(tl.float32)
-        wv = wv.to(tl.float32)
-    return tl.dot(dyv, wv, acc)
+    live = True
+    if PHASED:
+        live = ((phase_d - rd * dd) % sd == 0) & ((phase_h - rh * dh) % sh == 0)
+    if live:
+        o_d, o_h, row_ok = output_row(t_d0, t_h0, rd, rh, dilation, stride, out_size, p_ok)
+        rw = tl.arange(0, KWP)
+        t_w = t_w0[:, None] - (rw * dw)[None, :]
+        o_w = t_w // sw
+        ok = row_ok[:, None] & (t_w >= 0) & (o_w * sw == t_w) & (o_w < ow_n)
+        ok = ok & (rw < KW)[None, :]
+        pix = (o_d * ys_d + o_h * ys_h)[:, None] + o_w * ys_w
+        dyv = tl.load(
+            DYn[:, None, :] + pix[:, :, None],
+            mask=ok[:, :, None] & b_ok[None, None, :],
+            other=0.0,
+        )
+        wv = _row_tile(Ps, t, KWP * BLOCK_O, BLOCK_I)
+        dyv = tl.reshape(dyv, (BLOCK_P, KWP * BLOCK_O))
+        if UPCAST:
+            dyv = dyv.to(tl.float32)
+            wv = wv.to(tl.float32)
+        acc = tl.dot(dyv, wv, acc)
+    return acc
 
 
 @triton.jit
@@ -217,13 +229,18 @@ def direct_dot_backward_data_kernel(
     DY, Wt, DX, geo, C, K, groups, alpha, beta,
     CG: tl.constexpr, KG: tl.constexpr, SG: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr,
     KW: tl.constexpr, KWP: tl.constexpr, BETA_NONZERO: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_P: tl.constexpr,
-    BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
+    PHASED: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
 ):  # fmt: skip
     """dx = alpha * (gradient w.r.t. x) + beta * dx on BLOCK_P input pixels x the input lanes
     of one super-group; Wt: w's transposed tiles from pack_block_diagonal_kernel. A tap reaches
     input pixel i when i + pad - r * dil is a multiple of the stride and lands inside the
-    output; other taps load zeros."""
+    output; other taps load zeros.
+
+    PHASED (a stride above 1): the input pixels are walked by stride phase, each block holding
+    pixels of one residue modulo the stride (sd * sh * sw phases of cdiv(size, stride) pixels
+    each, the ones past the image masked), so that every pixel of a block reaches the same
+    filter rows, and a program skips the rows none of them reaches: at stride 2 about half of
+    a 3x3 filter's rows, where an unphased block multiplies zeros."""
     in_size, out_size, stride, dilation = geo.in_size, geo.out_size, geo.stride, geo.dilation
     x_strides, y_strides = geo.x_strides, geo.y_strides
     pd, ph, pw = geo.padding
@@ -231,15 +248,35 @@ def direct_dot_backward_data_kernel(
 
     pid_p, s = tile_coords(tl.program_id(0), groups, SG)
     c, k, a_ok, b_ok, _, _ = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
-    n, i_d, i_h, i_w, p_ok = pixel_block(pid_p, geo.n, in_size, BLOCK_P)
+    if PHASED:
+        sd, sh, sw = stride
+        in_d, in_h, in_w = in_size
+        sub = (tl.cdiv(in_d, sd), tl.cdiv(in_h, sh), tl.cdiv(in_w, sw))
+        per_phase = tl.cdiv(geo.n * sub[0] * sub[1] * sub[2], BLOCK_P)
+        phase = pid_p // per_phase
+        a_d = phase // (sh * sw)
+        a_h = (phase // sw) % sh
+        a_w = phase % sw
+        n, q_d, q_h, q_w, p_ok = pixel_block(pid_p % per_phase, geo.n, sub, BLOCK_P)
+        i_d = q_d * sd + a_d
+        i_h = q_h * sh + a_h
+        i_w = q_w * sw + a_w
+        p_ok = p_ok & (i_d < in_d) & (i_h < in_h) & (i_w < in_w)
+        phase_d = a_d + pd
+        phase_h = a_h + ph
+    else:
+        n, i_d, i_h, i_w, p_ok = pixel_block(pid_p, geo.n, in_size, BLOCK_P)
+        phase_d = 0
+        phase_h = 0
     DYn = DY + (y_off + n * y_strides[0])[:, None] + (k * y_strides[1])[None, :]
     Ps = Wt + s * (KD * KH * KWP * BLOCK_O * BLOCK_I)
 
     acc = tl.zeros((BLOCK_P, BLOCK_I), dtype=tl.float32)
     row_args = (
         DYn, Ps, i_d + pd, i_h + ph, i_w + pw, p_ok, b_ok, out_size, stride, dilation, y_strides,
+        phase_d, phase_h,
     )  # fmt: skip
-    consts: tl.constexpr = (KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O, UPCAST)
+    consts: tl.constexpr = (KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O, UPCAST, PHASED)
     acc = over_filter_rows(acc, _backward_data_row, row_args, consts, KD * KH, KD * KH * KW <= 9)
 
     x_pix = pixel_offset(x_off, n, i_d, i_h, i_w, x_strides)
