@@ -127,6 +127,68 @@ def _key_end(pid_m, Lk, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
 
 
 @triton.jit
+def _forward_blocks(
+    acc, l_i, m_i, q, K, V, lo, hi, b, hk, bh, offs_m, M, m_base, sm_scale, qk_scale, p_drop,
+    seed, Lq, Lk, D, DV, skb, skh, skn, skd, svb, svh, svn, svd, smm, smn,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, EDGE: tl.constexpr,
+    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
+    NEG_SCALE: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """The forward's online softmax over key blocks [lo, hi) (lo a multiple of BLOCK_N).
+
+    EDGE blocks may hold keys past Lk or (causal) after some query of the block and go through
+    _scores' masks. The others, the bulk of the work, hold none of those: without an attention
+    mask their scores skip every mask, and the scale and log2(e) fold into the exponent's
+    multiply-add (exp2(qk * qk_scale - m)), which matters because the softmax's few float32
+    operations per score compete with the tensor cores for the loop's time."""
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    if not TMA:
+        k_base = K + b * skb + hk * skh
+        v_base = V + b * svb + hk * svh
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        if TMA:  # keys past Lk read as zeros, filled in by the hardware
+            k = K.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        else:
+            k = _load_tile(k_base, offs_n, offs_d, Lk, D, skn, skd, UPCAST)
+        if EDGE or HAS_MASK:
+            s = _scores(
+                q, k, offs_m, offs_n, M, Lq, Lk, sm_scale, m_base, smm, smn,
+                HAS_MASK, CAUSAL, PRECISION,
+            )  # fmt: skip
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            # A row with no finite score yet subtracts 0, not -inf (-inf - -inf is NaN).
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp2(s - m_safe[:, None])
+        else:
+            # Every score here is finite, so is every row's maximum (the row sees key 0 or
+            # an earlier block). The scaled scores' row maximum is the unscaled ones' maximum
+            # (minimum, for a negative scale) times the scale.
+            qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+            if NEG_SCALE:
+                m_new = tl.maximum(m_i, tl.min(qk, 1) * qk_scale)
+            else:
+                m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_safe = m_new
+            p = tl.exp2(qk * qk_scale - m_new[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        acc = acc * alpha[:, None]
+        if TMA:
+            v = V.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_DV)
+        else:
+            v = _load_tile(v_base, offs_n, offs_dv, Lk, DV, svn, svd, UPCAST)
+        # The row sums take every probability, the values only the kept ones (dropout).
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if DROPOUT:
+            p = p * _keep_scale(seed, bh, offs_m, offs_n, Lk, p_drop)
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
 def attention_forward_kernel(
     Q,
     K,
@@ -155,48 +217,63 @@ def attention_forward_kernel(
     HAS_MASK: tl.constexpr,
     CAUSAL: tl.constexpr,
     DROPOUT: tl.constexpr,
+    NEG_SCALE: tl.constexpr,
+    TMA: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
 ):  # fmt: skip
     """Grid (cdiv(Lq, BLOCK_M), batch * H). OUT: (B, H, Lq, DV); LSE: contiguous (B, H, Lq)
-    float32."""
-    pid_m = tl.program_id(0)
-    bh, b, h, hk = _heads(H, GROUP)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
+    float32. NEG_SCALE: sm_scale < 0.
 
-    q = _load_tile(Q + b * sqb + h * sqh, offs_m, offs_d, Lq, D, sqm, sqd, UPCAST)
-    k_base = K + b * skb + hk * skh
-    v_base = V + b * svb + hk * svh
+    TMA: Q, K, V and OUT are host-side tensor descriptors of the (B, H, L, E) tensors with
+    [1, 1, rows, BLOCK_D or BLOCK_DV] blocks (their strides are then unused): tiles come from
+    the tensor memory accelerator straight into shared memory, where the tensor cores read
+    them, with no address arithmetic or masks per element; rows and columns outside a head's
+    tensor read as zeros and are not written. Otherwise they are pointers, with any strides."""
+    pid_m = tl.program_id(0)
+    if CAUSAL:  # blocks further down see more keys: start those first, end on short ones
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh, b, h, hk = _heads(H, GROUP)
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    if TMA:
+        q = Q.load([b, h, start_m, 0]).reshape(BLOCK_M, BLOCK_D)
+    else:
+        q = _load_tile(
+            Q + b * sqb + h * sqh, offs_m, tl.arange(0, BLOCK_D), Lq, D, sqm, sqd, UPCAST
+        )
     m_base = b * smb + h * smh
+    qk_scale = sm_scale * 1.4426950408889634  # log2(e): scores in the base-2 domain
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
-    for start_n in range(0, _key_end(pid_m, Lk, BLOCK_M, CAUSAL), BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_tile(k_base, offs_n, offs_d, Lk, D, skn, skd, UPCAST)
-        v = _load_tile(v_base, offs_n, offs_dv, Lk, DV, svn, svd, UPCAST)
-        s = _scores(
-            q, k, offs_m, offs_n, M, Lq, Lk, sm_scale, m_base, smm, smn,
-            HAS_MASK, CAUSAL, PRECISION,
-        )  # fmt: skip
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # A row with no finite score yet subtracts 0, not -inf (-inf - -inf is NaN).
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        if DROPOUT:  # the normalizer above takes every probability, the values the kept ones
-            p = p * _keep_scale(seed, bh, offs_m, offs_n, Lk, p_drop)
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
-        m_i = m_new
+    # Keys [0, n_full) are whole blocks before Lk and (causal) before the block's first query.
+    n_full = Lk
+    if CAUSAL:
+        n_full = tl.minimum(Lk, start_m)
+    n_full = n_full // BLOCK_N * BLOCK_N
+    acc, l_i, m_i = _forward_blocks(
+        acc, l_i, m_i, q, K, V, 0, n_full, b, hk, bh, offs_m, M, m_base, sm_scale, qk_scale,
+        p_drop, seed, Lq, Lk, D, DV, skb, skh, skn, skd, svb, svh, svn, svd, smm, smn,
+        BLOCK_N, BLOCK_D, BLOCK_DV, False, HAS_MASK, CAUSAL, DROPOUT, NEG_SCALE, TMA, UPCAST,
+        PRECISION,
+    )  # fmt: skip
+    # The rest: the partial last block, and (causal) the blocks on the diagonal.
+    acc, l_i, m_i = _forward_blocks(
+        acc, l_i, m_i, q, K, V, n_full, _key_end(pid_m, Lk, BLOCK_M, CAUSAL), b, hk, bh, offs_m,
+        M, m_base, sm_scale, qk_scale, p_drop, seed, Lq, Lk, D, DV, skb, skh, skn, skd, svb,
+        svh, svn, svd, smm, smn, BLOCK_N, BLOCK_D, BLOCK_DV, True, HAS_MASK, CAUSAL, DROPOUT,
+        NEG_SCALE, TMA, UPCAST, PRECISION,
+    )  # fmt: skip
 
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
-    _store_tile(OUT + b * sob + h * soh, out, offs_m, offs_dv, Lq, DV, som, sod)
+    if TMA:
+        OUT.store([b, h, start_m, 0], out.to(OUT.dtype).reshape(1, 1, BLOCK_M, BLOCK_DV))
+    else:
+        offs_dv = tl.arange(0, BLOCK_DV)
+        _store_tile(OUT + b * sob + h * soh, out, offs_m, offs_dv, Lq, DV, som, sod)
     lse = tl.where(empty, float("inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
     tl.store(LSE + bh * Lq + offs_m, lse, mask=offs_m < Lq)
 
