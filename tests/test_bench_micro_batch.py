@@ -15,6 +15,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from rtdnn import select
 from rtdnn.algos import ALGORITHMS
@@ -179,3 +180,21 @@ def test_default_budget_is_the_middle_limit_for_every_convolution(monkeypatch):
 def test_unknown_policy_refused():
     with pytest.raises(BadParamError, match="sideways"):
         micro_batch.run(micro_batch.TINY, suite="tiny", batch=4, policies=["sideways"])
+
+
+def test_compile_ahead_runs_every_supported_algorithm_once():
+    """What a compiling worker does for one (layer, size, direction): every algorithm that
+    supports the problem runs once (here in the interpreter), none fails; with fewer than two
+    workers nothing is spawned."""
+    from rtdnn.algos import supported_algorithms
+
+    layer = micro_batch.TINY[1]
+    conv, t = micro_batch.operands(layer, 2, torch.float32, "cpu")
+    for direction in ("forward", "backward_filter"):
+        p = micro_batch.problem(direction, conv, t)
+        ran = micro_batch._compile_one((layer, 2, "float32", direction, "cpu"))
+        assert ran == len(supported_algorithms(p)) > 1
+    assert micro_batch.compile_ahead(micro_batch.TINY, 4, "float32", ["forward"], ["all"], 1) == (
+        0,
+        0.0,
+    )

@@ -13,11 +13,15 @@ powerOfTwo, all), and picks one plan per convolution for each workspace setting:
     divide B   one budget of B bytes for the network (one buffer per convolution): the plans of
                least total time whose workspaces sum to at most B, by integer linear program.
 
-The chosen plans are then run (ops.conv_plan.run_plan) and timed, and checked against the
-undivided plan's output. The report shows both times apart: "planned", the sum of the
-micro-batches' benchmarked times that the planner predicts, and "run", the plan executed. On a
-machine without a GPU the kernels run in Triton's interpreter and every time is an interpreter
-time, which says nothing about any GPU; the report says so.
+Before measuring on a GPU, worker processes compile every kernel the measurements will run
+(each algorithm at each size, heuristic tiles), so that Triton's on-disk cache holds them and
+the serial measurements time instead of compiling one kernel after another (compiling was
+most of AlexNet's 381 s at powerOfTwo). The chosen plans are then run
+(ops.conv_plan.run_plan) and timed, and checked against the undivided plan's output. The
+report shows both times apart: "planned", the sum of the micro-batches' benchmarked times
+that the planner predicts, and "run", the plan executed. On a machine without a GPU the
+kernels run in Triton's interpreter and every time is an interpreter time, which says nothing
+about any GPU; the report says so.
 
 A suite layer may carry "count": how many convolutions of the network have its shape. Totals
 and the network budget count each of them (ResNet-50's 23 shapes are its 53 convolutions).
@@ -37,9 +41,10 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import __version__
-from ..algos import ConvTensors
+from ..algos import ConvTensors, supported_algorithms
 from ..core import ConvDesc, ConvProblem, Direction, TensorDesc, bad_param, resolve_math_mode
 from ..core.conv import conv_output_shape
+from ..core.handle import allocate_workspace
 from ..core.tensor import empty_like_layout
 from ..core.timing import device_time_ms
 from ..ops.conv_plan import measure, run_plan, sub_problem
@@ -132,6 +137,49 @@ def operands(layer: dict, batch: int, dtype: torch.dtype, device: str):
 def problem(direction: str, conv: ConvDesc, t: ConvTensors) -> ConvProblem:
     x, w, y = (TensorDesc.of(a) for a in (t.x, t.w, t.y))
     return ConvProblem.create(Direction.parse(direction), x, w, y, conv, t.x.device.type)
+
+
+def _compile_one(item: tuple[dict, int, str, str, str]) -> int:
+    """In a worker process: run every algorithm that supports one (layer, micro-batch size,
+    dtype, direction, device) once, on fresh operands, with the first tile candidate; times
+    nothing. Returns how many ran."""
+    os.environ["RTDNN_AUTOTUNE"] = "0"  # tuning would time kernels side by side with others
+    layer, batch, dtype, direction, device = item
+    conv, t = operands(layer, batch, DTYPES[dtype], device)
+    p = problem(direction, conv, t)
+    ran = 0
+    for algo in supported_algorithms(p):
+        written = t.written(p.direction)
+        tensors = t.with_written(p.direction, torch.empty_like(written))
+        try:
+            algo.run(p, tensors, allocate_workspace(algo.workspace_bytes(p), written.device))
+            ran += 1
+        except Exception:  # noqa: BLE001  what fails here, the measurement reports
+            pass
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return ran
+
+
+def compile_ahead(
+    layers: Sequence[dict],
+    batch: int,
+    dtype: str,
+    directions: Sequence[str],
+    policies: Sequence[str],
+    workers: int,
+) -> tuple[int, float]:
+    """Compile what measure_suite will run on the GPU in `workers` processes (see the module
+    docstring); (algorithm runs, seconds). Nothing with fewer than two workers."""
+    if workers < 2:
+        return 0, 0.0
+    sizes = sorted({b for policy in policies for b in batch_sizes(policy, batch)})
+    items = [(layer, b, dtype, d, "cuda") for layer in layers for d in directions for b in sizes]
+    start = time.perf_counter()
+    # Spawned, not forked: CUDA does not survive a fork.
+    with torch.multiprocessing.get_context("spawn").Pool(workers) as pool:
+        ran = sum(pool.map(_compile_one, items, chunksize=1))
+    return ran, time.perf_counter() - start
 
 
 def measure_suite(
@@ -329,6 +377,7 @@ def run(
     device: str | None = None,
     out_dir: str | None = None,
     execute: bool = True,
+    workers: int = 0,
     progress: Callable[[str], None] = print,
 ) -> dict:
     """The experiment on `layers` (suite entries; their "n" is ignored for `batch`): returns
@@ -338,7 +387,8 @@ def run(
     limits: per-convolution limits in bytes (reuse); budget: the network budget in bytes
     (divide), by default the middle limit times the number of convolutions (layers' counts
     times directions): what per-convolution buffers of that size take together, as in Caffe,
-    where every layer holds its own. `execute` False skips running the plans.
+    where every layer holds its own. `execute` False skips running the plans. `workers`: on a
+    GPU, processes that compile the kernels ahead of the measurements (compile_ahead; 0: none).
     """
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch_dtype = DTYPES[dtype]
@@ -346,6 +396,12 @@ def run(
     if unknown or not policies:
         raise bad_param("policies", list(policies), f"some of {POLICIES}")
     policies = [p for p in POLICIES if p in policies]  # undivided first: the baseline
+    compiled, compile_s = (0, 0.0)
+    if device == "cuda":
+        compiled, compile_s = compile_ahead(layers, batch, dtype, directions, policies, workers)
+        progress(
+            f"compiled ahead: {compiled} algorithm runs in {compile_s:.0f} s, {workers} workers"
+        )
     torch.manual_seed(0)
     kernels = measure_suite(layers, batch, torch_dtype, device, directions, policies, progress)
     convolutions = sum(k.count for k in kernels)
@@ -379,6 +435,7 @@ def run(
         "plans": _plan_rows(kernels, settings, policies, choices, runs),
         "cost": {
             "benchmark_s": {p: _benchmark_s(kernels, p, batch) for p in policies},
+            "compile_ahead_s": compile_s,
             "sizes": {p: len(batch_sizes(p, batch)) for p in policies},
             "dynamic_program_s": dp_s,
             "ilp_s": ilp_s,
@@ -599,7 +656,8 @@ def markdown(report: dict) -> str:
         "",
         "Benchmark seconds count only sizes not already in the tuning database "
         f"({sum(len(k['sizes_from_database']) for k in report['kernels'])} "
-        "(convolution, size) pairs were read from it).",
+        "(convolution, size) pairs were read from it), after compiling the kernels ahead in "
+        f"parallel for {cost.get('compile_ahead_s', 0.0):.0f} s (every policy's sizes at once).",
         "",
         "| policy | sizes per convolution | benchmark s | dynamic programs s | ILP s (divide) |",
         "|---|---:|---:|---:|---:|",
@@ -713,10 +771,12 @@ def run_suites(
     policies: Sequence[str] | None,
     budget_mib: int | None,
     out_dir: str,
+    workers: int | None = None,
 ) -> list[dict]:
     """`rtdnn bench --micro-batch`: the experiment on each suite (default: SUITES at their
     batch sizes), the first `limit` layers of each, printing the Markdown report. Without a
-    GPU: the tiny layers through the interpreter instead, whatever the suite options say."""
+    GPU: the tiny layers through the interpreter instead, whatever the suite options say.
+    workers: processes compiling kernels ahead on the GPU (default: the CPUs, at most 16)."""
     from .conv import load_suite
 
     common = dict(
@@ -737,7 +797,11 @@ def run_suites(
         layers = load_suite(suite)[:limit]
         n = batch or SUITES.get(suite) or layers[0]["n"]
         budget = budget_mib * MiB if budget_mib else None
-        report = run(layers, suite=suite, batch=n, dtype=dtype, budget=budget, **common)
+        if workers is None:
+            workers = min(16, os.cpu_count() or 1)
+        report = run(
+            layers, suite=suite, batch=n, dtype=dtype, budget=budget, workers=workers, **common
+        )
         print(markdown(report))
         reports.append(report)
     return reports
