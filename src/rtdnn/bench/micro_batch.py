@@ -589,14 +589,15 @@ def _x(value: float) -> str:
 def markdown(report: dict) -> str:
     policies = report["policies"]
     interpreted = report["timing"] == "interpreter"
+    # report["convolutions"] counts (convolution, direction) pairs, as the budget does.
+    directions = len({r["direction"] for r in report["plans"]})
     lines = [
         f"### Micro-batching (μ-cuDNN's experiment): {report['suite']}, batch {report['batch']}, "
         f"{report['dtype']}",
         "",
         f"{report['date']}, {report['device']}, commit {report['commit']}, kernel tiles "
         f"{report['tiles']}; "
-        f"{report['convolutions']} convolutions x {len({r['direction'] for r in report['plans']})}"
-        " directions.",
+        f"{report['convolutions'] // directions} convolutions x {directions} directions.",
         "",
         "**Timings: Triton interpreter on the CPU, not GPU times; they say nothing about any "
         "GPU.**" if interpreted else "Timings: device time (CUDA-graph replay, median, L2 "
