@@ -182,11 +182,14 @@ def test_unknown_policy_refused():
         micro_batch.run(micro_batch.TINY, suite="tiny", batch=4, policies=["sideways"])
 
 
-def test_compile_ahead_runs_every_supported_algorithm_once():
+def test_compile_ahead_runs_every_supported_algorithm_once(monkeypatch):
     """What a compiling worker does for one (layer, size, direction): every algorithm that
     supports the problem runs once (here in the interpreter), none fails; with fewer than two
     workers nothing is spawned."""
     from rtdnn.algos import supported_algorithms
+
+    # The worker turns tile tuning off for its process; monkeypatch restores this one's.
+    monkeypatch.setenv("RTDNN_AUTOTUNE", "0")
 
     layer = micro_batch.TINY[1]
     conv, t = micro_batch.operands(layer, 2, torch.float32, "cpu")
