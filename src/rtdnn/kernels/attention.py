@@ -61,11 +61,18 @@ def _scores(
 
 
 @triton.jit
-def _keep_scale(seed, bh, offs_m, offs_n, Lk, p_drop):
-    """The dropout multiplier of one (BLOCK_M, BLOCK_N) block: 1 / (1 - p_drop) where the
-    element is kept, 0 where it is dropped."""
-    u = tl.rand(seed + bh, offs_m[:, None] * Lk + offs_n[None, :])
+def _keep_at(seed, bh, counters, p_drop):
+    """The dropout multiplier at the elements numbered `counters` (i * Lk + j for element
+    (i, j), in any arrangement: the draw depends on the number only) of batch-head bh:
+    1 / (1 - p_drop) where the element is kept, 0 where it is dropped."""
+    u = tl.rand(seed + bh, counters)
     return tl.where(u >= p_drop, 1.0 / (1.0 - p_drop), 0.0)
+
+
+@triton.jit
+def _keep_scale(seed, bh, offs_m, offs_n, Lk, p_drop):
+    """The dropout multiplier of one (BLOCK_M, BLOCK_N) block (see _keep_at)."""
+    return _keep_at(seed, bh, offs_m[:, None] * Lk + offs_n[None, :], p_drop)
 
 
 @triton.jit
@@ -278,6 +285,97 @@ def attention_forward_kernel(
     tl.store(LSE + bh * Lq + offs_m, lse, mask=offs_m < Lq)
 
 
+# The backward: a preprocessing kernel for delta, then dK and dV per key block (looping over
+# query blocks) and dQ per query block (looping over key blocks). Each recomputes the
+# probabilities P = exp2(S - lse) of its blocks; the two passes keep every gradient a plain
+# sum in one program (deterministic, no atomics) at the price of computing Q K^T and dO V^T
+# twice.
+
+
+@triton.jit
+def attention_backward_delta_kernel(
+    OUT, DO, DELTA, H, Lq, DV, sob, soh, som, sod, sdob, sdoh, sdom, sdod,
+    BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
+):  # fmt: skip
+    """Grid (cdiv(Lq, BLOCK_M), batch * H): delta_i = sum_j dO_ij O_ij (= sum_j P_ij dP_ij, what
+    dS = P (dP - delta) subtracts), float32, contiguous (B, H, Lq). One pass over O and dO, where
+    the same sum in torch (two conversions, a product, a reduction) makes several."""
+    bh, b, h, _ = _heads(H, 1)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    o = _load_tile(OUT + b * sob + h * soh, offs_m, offs_dv, Lq, DV, som, sod, True)
+    do = _load_tile(DO + b * sdob + h * sdoh, offs_m, offs_dv, Lq, DV, sdom, sdod, True)
+    tl.store(DELTA + bh * Lq + offs_m, tl.sum(o * do, 1), mask=offs_m < Lq)
+
+
+@triton.jit
+def _dkdv_blocks(
+    dk, dv, k, v, Q, DO, LSE, DELTA, M, lo, hi, b, h, bh, offs_n, m_base, sm_scale, qk_scale,
+    p_drop, seed, Lq, Lk, D, DV, sqb, sqh, sqm, sqd, sdob, sdoh, sdom, sdod, smm, smn,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    DIAGONAL: tl.constexpr, HAS_MASK: tl.constexpr, DROPOUT: tl.constexpr, TMA: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """Add the query blocks [lo, hi) of query head h (lo a multiple of BLOCK_M) to one key
+    block's dK and dV (both unscaled).
+
+    Everything is computed transposed, keys along the rows: P^T = exp2(K Q^T * scale - lse),
+    dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q. The matrices made in
+    registers (P^T, dS^T) are then the left operands of the next products, which Hopper's MMA
+    reads from registers as they are, and the transposed operands (Q^T, dO^T) come from
+    memory, where a transpose is only another way of reading shared memory. The untransposed
+    form needs P and dS transposed in registers, a round trip through shared memory per block.
+
+    No mask for sequence ends: query rows past Lq read lse = +inf and so have P = 0, and key
+    rows past Lk only make rows of dK and dV that are never stored. DIAGONAL blocks (causal)
+    hold keys after some of their queries and zero those probabilities; the others, the bulk
+    of the work, skip the mask, and the scale and log2(e) fold into exp2's multiply-add."""
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    if not TMA:
+        q_base = Q + b * sqb + h * sqh
+        do_base = DO + b * sdob + h * sdoh
+    for start_m in range(lo, hi, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        row_ok = offs_m < Lq
+        if TMA:
+            q = Q.load([b, h, start_m, 0]).reshape(BLOCK_M, BLOCK_D)
+        else:
+            q = _load_tile(q_base, offs_m, offs_d, Lq, D, sqm, sqd, UPCAST)
+        lse = tl.load(LSE + bh * Lq + offs_m, mask=row_ok, other=float("inf"))
+        qk_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)
+        if HAS_MASK:
+            bias = tl.load(
+                M + m_base + offs_m[None, :] * smm + offs_n[:, None] * smn,
+                mask=row_ok[None, :] & (offs_n[:, None] < Lk),
+                other=0.0,
+            )
+            s_t = (qk_t * sm_scale + bias.to(tl.float32)) * 1.4426950408889634
+            p_t = tl.exp2(s_t - lse[None, :])
+        else:
+            p_t = tl.exp2(qk_t * qk_scale - lse[None, :])
+        if DIAGONAL:  # torch's is_causal: query i sees keys 0..i
+            p_t = tl.where(offs_n[:, None] <= offs_m[None, :], p_t, 0.0)
+        if TMA:
+            do = DO.load([b, h, start_m, 0]).reshape(BLOCK_M, BLOCK_DV)
+        else:
+            do = _load_tile(do_base, offs_m, offs_dv, Lq, DV, sdom, sdod, UPCAST)
+        delta = tl.load(DELTA + bh * Lq + offs_m, mask=row_ok, other=0.0)
+        # dV's product before dP's: the order changes sm_90's register allocation, and the
+        # other one spills far more in some float32 cases.
+        if DROPOUT:
+            z_t = _keep_at(seed, bh, offs_m[None, :] * Lk + offs_n[:, None], p_drop)
+            dv = tl.dot((p_t * z_t).to(do.dtype), do, dv, input_precision=PRECISION)
+            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION) * z_t
+        else:
+            dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
+            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=PRECISION)
+    return dk, dv
+
+
 @triton.jit
 def attention_backward_dkdv_kernel(
     Q,
@@ -298,11 +396,14 @@ def attention_backward_dkdv_kernel(
     D,
     DV,
     GROUP,
+    HEADS,
     sqb, sqh, sqm, sqd,
     skb, skh, skn, skd,
     svb, svh, svn, svd,
     sdob, sdoh, sdom, sdod,
     smb, smh, smm, smn,
+    sdkb, sdkh, sdkn, sdkd,
+    sdvb, sdvh, sdvn, sdvd,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -310,58 +411,120 @@ def attention_backward_dkdv_kernel(
     HAS_MASK: tl.constexpr,
     CAUSAL: tl.constexpr,
     DROPOUT: tl.constexpr,
+    TMA: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """Grid (cdiv(Lk, BLOCK_N), batch * H): dK and dV of one key block for one query head,
-    float32, contiguous (B, H, Lk, D) and (B, H, Lk, DV); the caller sums a group's heads."""
+    """Grid (cdiv(Lk, BLOCK_N), batch * H // HEADS): dK and dV of one key block, summed over
+    HEADS consecutive query heads, written to head (program_id(1) % (H // HEADS)) of DK and
+    DV_OUT in their dtype. HEADS = GROUP sums a key/value head's whole group in one program
+    (in a fixed order: deterministic, and no per-query-head buffer to add up afterwards);
+    HEADS = 1 leaves that sum to the caller.
+
+    TMA: Q, K, V and DO are tensor descriptors with [1, 1, BLOCK_M or BLOCK_N, BLOCK_D or
+    BLOCK_DV] blocks (see attention_forward_kernel); otherwise pointers with any strides."""
     pid_n = tl.program_id(0)
-    bh, b, h, hk = _heads(H, GROUP)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_out = H // HEADS
+    b = tl.program_id(1) // n_out
+    out_head = tl.program_id(1) % n_out
+    h0 = out_head * HEADS
+    hk = h0 // GROUP
+    start_n = pid_n * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
+    if TMA:
+        k = K.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        v = V.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_DV)
+    else:
+        k = _load_tile(K + b * skb + hk * skh, offs_n, offs_d, Lk, D, skn, skd, UPCAST)
+        v = _load_tile(V + b * svb + hk * svh, offs_n, offs_dv, Lk, DV, svn, svd, UPCAST)
+    qk_scale = sm_scale * 1.4426950408889634  # log2(e): scores in the base-2 domain
 
-    k = _load_tile(K + b * skb + hk * skh, offs_n, offs_d, Lk, D, skn, skd, UPCAST)
-    v = _load_tile(V + b * svb + hk * svh, offs_n, offs_dv, Lk, DV, svn, svd, UPCAST)
-    q_base = Q + b * sqb + h * sqh
-    do_base = DO + b * sdob + h * sdoh
-    m_base = b * smb + h * smh
-
+    # Causal: queries before the key block see none of it; those in [m_begin, m_full) see
+    # part of it (the diagonal); from m_full on, all of it.
+    m_begin = 0
+    m_full = 0
+    if CAUSAL:
+        m_begin = start_n // BLOCK_M * BLOCK_M
+        m_full = tl.minimum((start_n + BLOCK_N - 1 + BLOCK_M - 1) // BLOCK_M * BLOCK_M, Lq)
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)
-    m_begin = 0
-    if CAUSAL:
-        m_begin = (pid_n * BLOCK_N) // BLOCK_M * BLOCK_M  # earlier queries see none of these keys
-    for start_m in range(m_begin, Lq, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        row_ok = offs_m < Lq
-        q = _load_tile(q_base, offs_m, offs_d, Lq, D, sqm, sqd, UPCAST)
-        do = _load_tile(do_base, offs_m, offs_dv, Lq, DV, sdom, sdod, UPCAST)
-        lse = tl.load(LSE + bh * Lq + offs_m, mask=row_ok, other=float("inf"))
-        delta = tl.load(DELTA + bh * Lq + offs_m, mask=row_ok, other=0.0)
-        s = _scores(
-            q, k, offs_m, offs_n, M, Lq, Lk, sm_scale, m_base, smm, smn,
-            HAS_MASK, CAUSAL, PRECISION,
+    for i in range(HEADS):
+        h = h0 + i
+        bh = b * H + h
+        m_base = b * smb + h * smh
+        if CAUSAL:
+            dk, dv = _dkdv_blocks(
+                dk, dv, k, v, Q, DO, LSE, DELTA, M, m_begin, m_full, b, h, bh, offs_n,
+                m_base, sm_scale, qk_scale, p_drop, seed, Lq, Lk, D, DV, sqb, sqh, sqm, sqd,
+                sdob, sdoh, sdom, sdod, smm, smn, BLOCK_M, BLOCK_D, BLOCK_DV, True, HAS_MASK,
+                DROPOUT, TMA, UPCAST, PRECISION,
+            )  # fmt: skip
+        dk, dv = _dkdv_blocks(
+            dk, dv, k, v, Q, DO, LSE, DELTA, M, m_full, Lq, b, h, bh, offs_n, m_base,
+            sm_scale, qk_scale, p_drop, seed, Lq, Lk, D, DV, sqb, sqh, sqm, sqd, sdob, sdoh,
+            sdom, sdod, smm, smn, BLOCK_M, BLOCK_D, BLOCK_DV, False, HAS_MASK, DROPOUT, TMA,
+            UPCAST, PRECISION,
         )  # fmt: skip
-        p = tl.exp2(s - lse[:, None])
-        # dV's dot before dP's: the order changes sm_90's register allocation, and the other
-        # one spills far more in some float32 cases.
-        if DROPOUT:
-            z = _keep_scale(seed, bh, offs_m, offs_n, Lk, p_drop)
-            dv = tl.dot(tl.trans((p * z).to(do.dtype)), do, dv, input_precision=PRECISION)
-            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION) * z
-        else:
-            dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision=PRECISION)
-            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        ds = p * (dp - delta[:, None])
-        dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=PRECISION)
     dk = dk * sm_scale
+    _store_tile(DK + b * sdkb + out_head * sdkh, dk, offs_n, offs_d, Lk, D, sdkn, sdkd)
+    _store_tile(DV_OUT + b * sdvb + out_head * sdvh, dv, offs_n, offs_dv, Lk, DV, sdvn, sdvd)
 
-    col_ok = offs_n < Lk
-    out = bh * Lk * D + offs_n[:, None] * D + offs_d[None, :]
-    tl.store(DK + out, dk, mask=col_ok[:, None] & (offs_d[None, :] < D))
-    out = bh * Lk * DV + offs_n[:, None] * DV + offs_dv[None, :]
-    tl.store(DV_OUT + out, dv, mask=col_ok[:, None] & (offs_dv[None, :] < DV))
+
+@triton.jit
+def _dq_blocks(
+    dq, q, do, lse, delta, K, V, M, lo, hi, b, hk, bh, offs_m, m_base, sm_scale, qk_scale,
+    p_drop, seed, Lq, Lk, D, DV, skb, skh, skn, skd, svb, svh, svn, svd, smm, smn,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, EDGE: tl.constexpr,
+    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TMA: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """Add the key blocks [lo, hi) (lo a multiple of BLOCK_N) to one query block's dQ
+    (unscaled): P = exp2(Q K^T * scale - lse), dS = P (dO V^T - delta), dQ += dS K.
+
+    EDGE blocks may hold keys past Lk or (causal) after some query of the block, whose
+    probabilities are zeroed: keys past Lk read as zeros, but their exp2(-lse) could overflow
+    and, times a zero key, make NaN. The others skip the masks and fold the scale and log2(e)
+    into exp2's multiply-add, as in the forward."""
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    if not TMA:
+        k_base = K + b * skb + hk * skh
+        v_base = V + b * svb + hk * svh
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        if TMA:
+            k = K.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        else:
+            k = _load_tile(k_base, offs_n, offs_d, Lk, D, skn, skd, UPCAST)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        if HAS_MASK:
+            bias = tl.load(
+                M + m_base + offs_m[:, None] * smm + offs_n[None, :] * smn,
+                mask=(offs_m[:, None] < Lq) & (offs_n[None, :] < Lk),
+                other=0.0,
+            )
+            s = (qk * sm_scale + bias.to(tl.float32)) * 1.4426950408889634
+            p = tl.exp2(s - lse[:, None])
+        else:
+            p = tl.exp2(qk * qk_scale - lse[:, None])
+        if EDGE:
+            keep = offs_n[None, :] < Lk
+            if CAUSAL:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None])
+            p = tl.where(keep, p, 0.0)
+        if TMA:
+            v = V.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_DV)
+        else:
+            v = _load_tile(v_base, offs_n, offs_dv, Lk, DV, svn, svd, UPCAST)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        if DROPOUT:
+            dp = dp * _keep_at(seed, bh, offs_m[:, None] * Lk + offs_n[None, :], p_drop)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
+    return dq
 
 
 @triton.jit
@@ -396,39 +559,51 @@ def attention_backward_dq_kernel(
     HAS_MASK: tl.constexpr,
     CAUSAL: tl.constexpr,
     DROPOUT: tl.constexpr,
+    TMA: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """Grid (cdiv(Lq, BLOCK_M), batch * H): dQ of one query block, in DQ's dtype."""
+    """Grid (cdiv(Lq, BLOCK_M), batch * H): dQ of one query block, in DQ's dtype. TMA: Q, K, V
+    and DO are tensor descriptors (see attention_backward_dkdv_kernel)."""
     pid_m = tl.program_id(0)
+    if CAUSAL:  # blocks further down see more keys: start those first, end on short ones
+        pid_m = tl.num_programs(0) - 1 - pid_m
     bh, b, h, hk = _heads(H, GROUP)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
     row_ok = offs_m < Lq
-
-    q = _load_tile(Q + b * sqb + h * sqh, offs_m, offs_d, Lq, D, sqm, sqd, UPCAST)
-    do = _load_tile(DO + b * sdob + h * sdoh, offs_m, offs_dv, Lq, DV, sdom, sdod, UPCAST)
+    if TMA:
+        q = Q.load([b, h, start_m, 0]).reshape(BLOCK_M, BLOCK_D)
+        do = DO.load([b, h, start_m, 0]).reshape(BLOCK_M, BLOCK_DV)
+    else:
+        offs_d = tl.arange(0, BLOCK_D)
+        offs_dv = tl.arange(0, BLOCK_DV)
+        q = _load_tile(Q + b * sqb + h * sqh, offs_m, offs_d, Lq, D, sqm, sqd, UPCAST)
+        do = _load_tile(DO + b * sdob + h * sdoh, offs_m, offs_dv, Lq, DV, sdom, sdod, UPCAST)
+    # Rows past Lq: lse = +inf, so P = 0 there (and nothing is stored).
     lse = tl.load(LSE + bh * Lq + offs_m, mask=row_ok, other=float("inf"))
     delta = tl.load(DELTA + bh * Lq + offs_m, mask=row_ok, other=0.0)
-    k_base = K + b * skb + hk * skh
-    v_base = V + b * svb + hk * svh
     m_base = b * smb + h * smh
+    qk_scale = sm_scale * 1.4426950408889634
 
+    # Keys [0, n_full) are whole blocks before Lk and (causal) at or before the block's first
+    # query, which every row of the block sees.
+    n_full = Lk
+    if CAUSAL:
+        n_full = tl.minimum(Lk, start_m + 1)
+    n_full = n_full // BLOCK_N * BLOCK_N
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    for start_n in range(0, _key_end(pid_m, Lk, BLOCK_M, CAUSAL), BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_tile(k_base, offs_n, offs_d, Lk, D, skn, skd, UPCAST)
-        v = _load_tile(v_base, offs_n, offs_dv, Lk, DV, svn, svd, UPCAST)
-        s = _scores(
-            q, k, offs_m, offs_n, M, Lq, Lk, sm_scale, m_base, smm, smn,
-            HAS_MASK, CAUSAL, PRECISION,
-        )  # fmt: skip
-        p = tl.exp2(s - lse[:, None])
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        if DROPOUT:
-            dp = dp * _keep_scale(seed, bh, offs_m, offs_n, Lk, p_drop)
-        ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
+    dq = _dq_blocks(
+        dq, q, do, lse, delta, K, V, M, 0, n_full, b, hk, bh, offs_m, m_base, sm_scale,
+        qk_scale, p_drop, seed, Lq, Lk, D, DV, skb, skh, skn, skd, svb, svh, svn, svd, smm,
+        smn, BLOCK_N, BLOCK_D, BLOCK_DV, False, HAS_MASK, CAUSAL, DROPOUT, TMA, UPCAST, PRECISION,
+    )  # fmt: skip
+    dq = _dq_blocks(
+        dq, q, do, lse, delta, K, V, M, n_full, _key_end(pid_m, Lk, BLOCK_M, CAUSAL), b, hk,
+        bh, offs_m, m_base, sm_scale, qk_scale, p_drop, seed, Lq, Lk, D, DV, skb, skh, skn,
+        skd, svb, svh, svn, svd, smm, smn, BLOCK_N, BLOCK_D, BLOCK_DV, True, HAS_MASK, CAUSAL,
+        DROPOUT, TMA, UPCAST, PRECISION,
+    )  # fmt: skip
     dq = dq * sm_scale
+    offs_d = tl.arange(0, BLOCK_D)
     _store_tile(DQ + b * sdqb + h * sdqh, dq, offs_m, offs_d, Lq, D, sdqm, sdqd)

@@ -255,6 +255,58 @@ def attention_forward(
     return out.view(shape), lse.view(q.shape[:-1])
 
 
+def _backward_config(
+    q: torch.Tensor, e: int, ev: int, extra_tiles: bool, causal: bool
+) -> tuple[dict, dict]:
+    """The tiles and launches of the backward's two kernels, (dK/dV, dQ).
+
+    float32, head sizes above 128 and the interpreter keep _config's square tiles. 16-bit
+    inputs on the GPU take tiles per head size, picked by timing variants on an H100
+    (benchmarks/probes/attention_backward_probe.py; one kernel's tiles changed at a time):
+
+    - dK/dV holds its key block's K and V and two float32 accumulators through the loop over
+      query blocks, so few query rows (32) per step. Heads up to 64: 64 keys in 4 warps
+      (several programs per multiprocessor) without a causal mask, 128 keys in 8 warps and 4
+      stages with one (whose programs' work is uneven: longer ones keep more in flight);
+      wider heads: 64 rows x 128 keys in 8 warps, 5-15% faster than 32 rows although ptxas
+      spills a little.
+    - dQ holds one accumulator: 64 rows x 64 keys in 4 warps up to head size 64, 128 x 64 in
+      8 warps and 3 stages above (5-12% faster than 2 stages).
+    - With an attention mask or dropout (extra_tiles), whose tiles compete for registers:
+      32 query rows for dK/dV, 32 keys for dQ on wide heads (not timed)."""
+    cfg = _config(q, e, ev)
+    head = max(cfg["BLOCK_D"], cfg["BLOCK_DV"])
+    if INTERPRETED or q.dtype == torch.float32 or head > 128:
+        same = dict(cfg, num_warps=4, num_stages=3)
+        return same, dict(same)
+    if head <= 64:
+        if causal:
+            dkdv = dict(cfg, BLOCK_M=32, BLOCK_N=128, num_warps=8, num_stages=4)
+        else:
+            dkdv = dict(cfg, BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=3)
+        dq = dict(cfg, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)
+    else:
+        dkdv = dict(cfg, BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=2)
+        dq = dict(cfg, BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+    if extra_tiles:
+        dkdv = dict(dkdv, BLOCK_M=32)
+        if head > 64:
+            dq = dict(dq, BLOCK_N=32)
+    return dkdv, dq
+
+
+def _sum_group_in_kernel(q: torch.Tensor, n: int, hk: int, group: int, programs: int) -> bool:
+    """Whether the dK/dV program of a key block sums its key/value head's whole group of query
+    heads (in a fixed order: deterministic) rather than writing one float32 gradient per query
+    head for the caller to add up (group - 1 extra reads and writes of the whole gradient, a
+    third of the backward's time at group 4 on an H100). Always without a group; with one,
+    unless that leaves too few programs (n * hk * key blocks) to fill the GPU twice over."""
+    if group == 1 or INTERPRETED or not q.is_cuda:
+        return True
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    return n * hk * programs >= 2 * sms
+
+
 def attention_backward(
     dout: torch.Tensor,
     q: torch.Tensor,
@@ -271,33 +323,60 @@ def attention_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) given the forward's out and lse, on validated arguments (the
     forward's dropout_p and seed)."""
-    q4, k4, v4, do4 = _as4(q), _as4(k), _as4(v), _as4(dout)
+    q4, k4, v4, do4, out4 = _as4(q), _as4(k), _as4(v), _as4(dout), _as4(out)
     n, h, lq, e = q4.shape
     hk, lk, ev = k4.shape[1], k4.shape[2], v4.shape[3]
+    group = h // hk
     lse = lse.reshape(n, h, lq).contiguous()
-    # The preprocessing step: delta_i = sum_j dO_ij O_ij = sum_j P_ij dP_ij.
-    delta = (do4.float() * _as4(out).float()).sum(-1).contiguous()
     mask = _mask4(attn_mask, q, lk)
     mask_arg = q4 if mask is None else mask
-    cfg = _config(q, e, ev)
-    common = (scale, dropout_p, seed, h, lq, lk, e, ev, h // hk)
-    strides = (*q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *_strides(mask))
-    flags = dict(HAS_MASK=mask is not None, CAUSAL=is_causal, DROPOUT=dropout_p > 0, **cfg)
+    dkdv_cfg, dq_cfg = _backward_config(q, e, ev, mask is not None or dropout_p > 0, is_causal)
+    bdv = dkdv_cfg["BLOCK_DV"]
 
-    dk = torch.empty((n, h, lk, e), dtype=torch.float32, device=q.device)
-    dv = torch.empty((n, h, lk, ev), dtype=torch.float32, device=q.device)
-    grid = (triton.cdiv(lk, cfg["BLOCK_N"]), n * h)
-    K.attention_backward_dkdv_kernel[grid](
-        q4, k4, v4, do4, lse, delta, dk, dv, mask_arg, *common, *strides, **flags
+    # The preprocessing step: delta_i = sum_j dO_ij O_ij = sum_j P_ij dP_ij.
+    delta = torch.empty((n, h, lq), dtype=torch.float32, device=q.device)
+    rows = 16 if INTERPRETED else max(16, 8192 // bdv)
+    K.attention_backward_delta_kernel[(triton.cdiv(lq, rows), n * h)](
+        out4, do4, delta, h, lq, ev, *out4.stride(), *do4.stride(), BLOCK_M=rows, BLOCK_DV=bdv
     )
+
+    tma = _use_tma(q4, k4, v4, do4, dkdv_cfg)
+
+    def tensors(cfg: dict) -> tuple:
+        """Q, K, V and dO as the kernel with these tiles reads them."""
+        if not tma:
+            return q4, k4, v4, do4
+        bm, bn, bd = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_D"]
+        return (
+            _descriptor(q4, bm, bd), _descriptor(k4, bn, bd), _descriptor(v4, bn, bdv),
+            _descriptor(do4, bm, bdv),
+        )  # fmt: skip
+
+    common = (scale, dropout_p, seed, h, lq, lk, e, ev, group)
+    strides = (*q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *_strides(mask))
+    flags = dict(HAS_MASK=mask is not None, CAUSAL=is_causal, DROPOUT=dropout_p > 0, TMA=tma)
+
+    key_blocks = triton.cdiv(lk, dkdv_cfg["BLOCK_N"])
+    if _sum_group_in_kernel(q, n, hk, group, key_blocks):
+        heads = group
+        dk = torch.empty((n, hk, lk, e), dtype=k.dtype, device=q.device)
+        dv = torch.empty((n, hk, lk, ev), dtype=v.dtype, device=q.device)
+    else:
+        heads = 1
+        dk = torch.empty((n, h, lk, e), dtype=torch.float32, device=q.device)
+        dv = torch.empty((n, h, lk, ev), dtype=torch.float32, device=q.device)
+    K.attention_backward_dkdv_kernel[(key_blocks, n * h // heads)](
+        *tensors(dkdv_cfg), lse, delta, dk, dv, mask_arg, *common, heads, *strides,
+        *dk.stride(), *dv.stride(), **flags, **dkdv_cfg,
+    )  # fmt: skip
     dq = torch.empty((n, h, lq, e), dtype=q.dtype, device=q.device)
-    grid = (triton.cdiv(lq, cfg["BLOCK_M"]), n * h)
-    K.attention_backward_dq_kernel[grid](
-        q4, k4, v4, do4, lse, delta, dq, mask_arg, *common, *strides, *dq.stride(), **flags
-    )
-    # Each key/value head gets the sum over the query heads of its group.
-    dk = dk.view(n, hk, h // hk, lk, e).sum(2).to(k.dtype)
-    dv = dv.view(n, hk, h // hk, lk, ev).sum(2).to(v.dtype)
+    K.attention_backward_dq_kernel[(triton.cdiv(lq, dq_cfg["BLOCK_M"]), n * h)](
+        *tensors(dq_cfg), lse, delta, dq, mask_arg, *common, *strides, *dq.stride(), **flags,
+        **dq_cfg,
+    )  # fmt: skip
+    if heads != group:  # each key/value head gets the sum over the query heads of its group
+        dk = dk.view(n, hk, group, lk, e).sum(2).to(k.dtype)
+        dv = dv.view(n, hk, group, lk, ev).sum(2).to(v.dtype)
     return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)
 
 
