@@ -467,10 +467,12 @@ def _finite(value):
 
 
 def _commit() -> str:
+    """The source's commit, "-dirty" when the working tree differs from it (a copy of a tree
+    with uncommitted changes, or a repository whose HEAD is not the code that runs)."""
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-            cwd=os.path.dirname(os.path.abspath(__file__)),
+            ["git", "describe", "--always", "--dirty", "--abbrev=7"], capture_output=True,
+            text=True, timeout=10, cwd=os.path.dirname(os.path.abspath(__file__)),
         )  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return "unknown"
