@@ -61,13 +61,15 @@ def main() -> None:
             y = rtdnn.conv_forward(x, w, **conv)
             for algo in rtdnn.algos.ALGORITHMS:
                 kw = dict(algo=algo, math=math_mode, **conv)
-                try:
-                    rtdnn.conv_forward(x, w, **kw)
-                except rtdnn.NotSupportedError:  # DIRECT above 8 channels per group
-                    continue
-                rtdnn.conv_backward_filter(x, y, w.shape, **kw)
-                if algo != "IMPLICIT_GEMM_SPLIT_K":
-                    rtdnn.conv_backward_data(y, w, x.shape, **kw)
+                for fn, args in (
+                    (rtdnn.conv_forward, (x, w)),
+                    (rtdnn.conv_backward_data, (y, w, x.shape)),
+                    (rtdnn.conv_backward_filter, (x, y, w.shape)),
+                ):
+                    try:
+                        fn(*args, **kw)
+                    except rtdnn.NotSupportedError:  # e.g. DIRECT above 8 channels per group
+                        continue
             rtdnn.conv_backward_bias(y)
     if "--prims" in sys.argv:  # reductions (every op, split or not, with indices) and norms
         for x, dims in (

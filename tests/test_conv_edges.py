@@ -423,3 +423,12 @@ def test_many_channels_per_group(channels, algo, gen):
     if algo != "IMPLICIT_GEMM_SPLIT_K":
         dx = rtdnn.conv_backward_data(dy, w, x.shape, algo=algo, math=MATH, **conv)
         assert_close(dx, reference.conv_backward_data(dy, w, x.shape, **conv))
+
+
+@pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM"])
+def test_several_channel_chunks_per_tap(algo, gen):
+    """C/g and K/g of 144 take two reduction chunks per filter tap even with the
+    interpreter's 128-long chunks, so each step's (tap, chunk) split must agree between the
+    two operands of every GEMM (implicit, through the offset table, and through im2col's
+    column matrix); the last chunk is partial."""
+    check_all_directions((1, 144, 3, 4), (144, 144, 3, 3), algo=algo, gen=gen, padding=1)

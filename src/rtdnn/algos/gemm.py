@@ -17,11 +17,11 @@ import triton
 from ..core import ConvProblem, Direction
 from ..kernels import conv_addressing as ca
 from ..kernels import strided
-from ..kernels.im2col import col2im_kernel, im2col_kernel
+from ..kernels.im2col import ColGeometry, col2im_kernel, col_a_load, col_a_setup, im2col_kernel
 from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
 from ..kernels.strided import StridedGeometry
 from .base import ConvAlgorithm, ConvTensors, Runner
-from .geometry import conv_geometry, dot_precision
+from .geometry import conv_geometry, dot_precision, static_taps
 from .implicit_gemm import gemm_shape, split_count
 from .tiles import gemm_candidates
 
@@ -66,7 +66,11 @@ class Gemm(ConvAlgorithm):
         return gemm_candidates(p, rows, cols, depth)
 
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
-        geo = conv_geometry(p)
+        # The GEMM's operands split each step by the filter size as a constant; im2col and
+        # col2im take the plain geometry (the interpreter cannot take a constant filter size
+        # in col2im's loop over taps).
+        plain = conv_geometry(p)
+        geo = static_taps(plain)
         g, m, taps, cg = _col_sizes(p)
         kg = p.out_channels // g
         col_dtype = torch.float32 if p.direction == Direction.BACKWARD_DATA else p.dtype
@@ -89,7 +93,7 @@ class Gemm(ConvAlgorithm):
             col2im = KernelLaunch(
                 col2im_kernel,
                 (triton.cdiv(in_pixels, tiles.block_m), triton.cdiv(cg, tiles.block_n), g),
-                warps, geo=geo, col_geo=col_geo, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+                warps, geo=plain, col_geo=col_geo, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
             )  # fmt: skip
 
             def run_backward_data(t: ConvTensors, workspace, alpha, beta) -> None:
@@ -103,11 +107,11 @@ class Gemm(ConvAlgorithm):
         im2col = KernelLaunch(
             im2col_kernel,
             (triton.cdiv(m, tiles.block_m), taps * triton.cdiv(cg, tiles.block_k), g),
-            warps, geo=geo, col_geo=col_geo, BLOCK_M=tiles.block_m, BLOCK_K=tiles.block_k,
+            warps, geo=plain, col_geo=col_geo, BLOCK_M=tiles.block_m, BLOCK_K=tiles.block_k,
         )  # fmt: skip
         if p.direction == Direction.FORWARD:
             gemm = BrgemmLaunch(
-                Operand(strided.strided_a_setup, strided.strided_a_load, col_geo),
+                Operand(col_a_setup, col_a_load, ColGeometry(geo, col_geo)),
                 Operand(ca.fwd_b_setup, ca.fwd_b_load, geo),
                 Output(ca.fwd_c_addr, geo),
                 m=m, n=kg, steps=taps * triton.cdiv(cg, tiles.block_k), batches=g,

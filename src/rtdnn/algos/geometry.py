@@ -7,6 +7,7 @@ import itertools
 import math
 
 import torch
+import triton.language as tl
 
 from ..core import ConvProblem, TensorDesc
 from ..kernels.conv_addressing import ConvGeometry, PhaseGeometry
@@ -41,6 +42,23 @@ def conv_geometry(p: ConvProblem) -> ConvGeometry:
         y_strides=_strides_3d(p.y),
         offsets=(p.x.offset, w.offset, p.y.offset),
     )
+
+
+def static_taps(geo: ConvGeometry) -> ConvGeometry:
+    """`geo` with the filter size as compile-time constants, for the GEMM kernels whose loop
+    splits every step into a filter tap and a chunk of channels (conv_addressing.tap_and_chunk):
+    the divisions by the filter size become multiplies. Networks use few filter sizes, so this
+    adds few compilations."""
+    return geo._replace(kernel=tuple(tl.constexpr(k) for k in geo.kernel))
+
+
+def static_phase_taps(phase: PhaseGeometry) -> PhaseGeometry:
+    """A backward-data phase's tap counts as compile-time constants (see static_taps); as
+    they are for a phase no tap reaches, whose GEMM has no steps (a constant count of 0
+    would be a division by zero at compile time)."""
+    if 0 in phase.taps:
+        return phase
+    return phase._replace(taps=tuple(tl.constexpr(k) for k in phase.taps))
 
 
 def data_phases(p: ConvProblem) -> list[PhaseGeometry]:

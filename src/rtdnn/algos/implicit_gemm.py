@@ -26,7 +26,14 @@ from ..kernels.conv_addressing import DataGeometry
 from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
 from ..kernels.strided import StridedGeometry
 from .base import ConvAlgorithm, ConvTensors, Runner
-from .geometry import conv_geometry, data_phases, dot_precision, parallel_slots
+from .geometry import (
+    conv_geometry,
+    data_phases,
+    dot_precision,
+    parallel_slots,
+    static_phase_taps,
+    static_taps,
+)
 from .tiles import gemm_candidates
 
 #: Below this many channels per group, forward and backward-filter pack (tap, channel) into
@@ -53,9 +60,17 @@ def gemm_shape(p: ConvProblem) -> tuple[int, int, int, int]:
     return kg, cg, pixels, g * taps
 
 
+#: At most this many splits: the last program of a tile to finish sums every split's partial
+#: tile alone, so the finish grows with the splits while the work per split shrinks. On an
+#: H100 a 64 x 256 filter gradient over 200k pixels took 0.12-0.18 ms in 132 splits and
+#: 0.066 ms in 32 (benchmarks/probes/filter_split_probe.py).
+MAX_SPLITS = 32
+
+
 def split_count(p: ConvProblem) -> int:
     """Reduction splits: enough programs to fill the device, each with a long enough share of
-    the reduction (16 chunks of 64 on a GPU; small on the CPU so tests split too)."""
+    the reduction (16 chunks of 64 on a GPU; small on the CPU so tests split too), at most
+    MAX_SPLITS."""
     if p.direction == Direction.BACKWARD_DATA:
         return 1
     rows, cols, depth, batches = gemm_shape(p)
@@ -63,7 +78,7 @@ def split_count(p: ConvProblem) -> int:
         depth *= math.prod(p.kernel)
     tiles = triton.cdiv(rows, 128) * triton.cdiv(cols, 128) * batches
     most = max(1, depth // (16 * 64 if p.device == "cuda" else 32))
-    return max(1, min(triton.cdiv(parallel_slots(p.device), tiles), most))
+    return max(1, min(triton.cdiv(parallel_slots(p.device), tiles), most, MAX_SPLITS))
 
 
 @dataclass(frozen=True)
@@ -239,7 +254,8 @@ def pointwise_operands(p: ConvProblem, geo) -> tuple[Operand, Operand] | None:
     def matrix(rows, cols, group_stride, s_row, s_col, offset):
         return StridedGeometry(rows, cols, 1, group_stride, 0, 0, s_row, s_col, offset)
 
-    a_load, b_load = strided.strided_a_load, strided.strided_b_load
+    # One matrix per operand, no reduce index: steps are plain chunks of the reduced dim.
+    a_load, b_load = strided.matrix_a_load, strided.matrix_b_load
     a_setup, b_setup = strided.strided_a_setup, strided.strided_b_setup
     if p.direction == Direction.FORWARD:  # x[P, c] @ w[c, k]
         a = matrix(pixels, cg, cg * xs_c, sx, xs_c, x_off)
@@ -270,7 +286,11 @@ class ImplicitGemm(ConvAlgorithm):
         return candidates + _tma_candidates(p, candidates)
 
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
-        geo = conv_geometry(p)
+        geo = static_taps(conv_geometry(p))
+        if packed(p):
+            # Few channels, few distinct counts: the (tap, channel) split of every packed
+            # reduction or column index divides by a constant.
+            geo = geo._replace(cg=tl.constexpr(geo.cg))
         rows, cols, depth, batches = gemm_shape(p)
         taps = math.prod(p.kernel)
         if getattr(tiles, "tma", False):
@@ -392,7 +412,7 @@ class ImplicitGemm(ConvAlgorithm):
             pixels = p.batch * math.prod(phase.count)
             if pixels == 0:
                 continue
-            g = DataGeometry(geo, phase)
+            g = DataGeometry(geo, static_phase_taps(phase))
             a = Operand(ca.bwd_data_a_setup, ca.bwd_data_a_load, g)
             b = Operand(ca.bwd_data_b_setup, ca.bwd_data_b_load, g)
             if pointwise is not None:

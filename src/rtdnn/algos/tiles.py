@@ -75,6 +75,11 @@ def tile_candidates(
         (128, 256, bk, 8, 3),
         (256, 128, bk, 8, 3),
     ]
+    if min(rows, cols) <= 64:
+        # A side of 64 or less (64-channel layers; a filter gradient's K x C per tap): 128-wide
+        # tiles compute mostly padding there. 64 x 64 ran backward-filter of ResNet-50's
+        # 64-channel layers twice as fast as 128 x 128 (filter_split_probe.py, H100).
+        shapes += [(64, 64, bk, 4, 4), (64, 64, 2 * bk, 4, 3)]
     out = []
     for bm, bn, bk_, warps, stages in shapes:
         # Skip tiles far larger than the output or the reduction: they only add masked work.

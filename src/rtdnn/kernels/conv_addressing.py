@@ -24,7 +24,7 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
-from .strided import reduce_step
+from .fast_div import div_mod, divider
 
 
 class ConvGeometry(NamedTuple):
@@ -62,6 +62,24 @@ def split_pixel(m, size):
 
 
 @triton.jit
+def pixel_dividers(size):
+    """Dividers (fast_div) for split_pixel_by over a (D, H, W) size: made once per program."""
+    sd, sh, sw = size
+    return divider(sd), divider(sh), divider(sw)
+
+
+@triton.jit
+def split_pixel_by(m, dividers):
+    """split_pixel with the sizes' dividers: three multiply-highs instead of divisions, for the
+    reduction loops that split a vector of pixel indices at every step."""
+    by_d, by_h, by_w = dividers
+    t, w = div_mod(m, by_w)
+    t, h = div_mod(t, by_h)
+    n, d = div_mod(t, by_d)
+    return n, d, h, w
+
+
+@triton.jit
 def split_tap(tap, kernel):
     """Flat filter tap index -> (rd, rh, rw)."""
     kd, kh, kw = kernel
@@ -80,8 +98,23 @@ def num_pixels(geo, size):
 
 @triton.jit
 def num_taps(geo):
-    kd, kh, kw = geo.kernel
+    return tap_count(geo.kernel)
+
+
+@triton.jit
+def tap_count(kernel):
+    kd, kh, kw = kernel
     return kd * kh * kw
+
+
+@triton.jit
+def tap_and_chunk(t, taps, offs_k, BLOCK_K: tl.constexpr):
+    """Step t of a reduction over (chunk of channels, filter tap), taps innermost -> (tap, the
+    chunk's channel indices). Taps innermost because the filter size is a compile-time
+    constant (algos.geometry.static_taps), so the division is a multiply, where the number of
+    channel chunks is known only at run time."""
+    chunk = t // taps
+    return t - chunk * taps, chunk * BLOCK_K + offs_k
 
 
 @triton.jit
@@ -127,7 +160,7 @@ def fwd_a_setup(geo, group, offs_m):
 def fwd_a_load(X, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
     """Implicit im2col: the input pixels under filter tap `tap`, channels c."""
     base, id0, ih0, iw0, rows_ok = state
-    tap, c = reduce_step(t, geo.cg, offs_k, BLOCK_K)
+    tap, c = tap_and_chunk(t, num_taps(geo), offs_k, BLOCK_K)
     rd, rh, rw = split_tap(tap, geo.kernel)
     dd, dh, dw = geo.dilation
     pix, inside = input_offset(
@@ -148,7 +181,7 @@ def fwd_b_setup(geo, group, offs_n):
 def fwd_b_load(Wt, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
     """Filter slice w[k, c, tap] as a [c, k] tile."""
     base, cols_ok = state
-    tap, c = reduce_step(t, geo.cg, offs_k, BLOCK_K)
+    tap, c = tap_and_chunk(t, num_taps(geo), offs_k, BLOCK_K)
     ptrs = Wt + tap_offset(tap, geo) + base[None, :] + c[:, None] * geo.w_strides[1]
     return tl.load(ptrs, mask=(c < geo.cg)[:, None] & cols_ok[None, :], other=0.0)
 
@@ -212,7 +245,7 @@ def bwd_data_a_load(DY, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
     """dy at the output pixels that input pixel i reaches through this phase's tap."""
     conv = geo.conv
     base, idp, ihp, iwp, rows_ok = state
-    tap, k = reduce_step(t, conv.kg, offs_k, BLOCK_K)
+    tap, k = tap_and_chunk(t, tap_count(geo.phase.taps), offs_k, BLOCK_K)
     rd, rh, rw = phase_tap(tap, geo.phase)
     sd, sh, sw = conv.stride
     dd, dh, dw = conv.dilation
@@ -241,7 +274,7 @@ def bwd_data_b_load(Wt, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
     """Filter slice w[k, c, tap] as a [k, c] tile."""
     conv = geo.conv
     base, cols_ok = state
-    tap, k = reduce_step(t, conv.kg, offs_k, BLOCK_K)
+    tap, k = tap_and_chunk(t, tap_count(geo.phase.taps), offs_k, BLOCK_K)
     rd, rh, rw = phase_tap(tap, geo.phase)
     ws_k, ws_c, ws_d, ws_h, ws_w = conv.w_strides
     ptrs = Wt + (rd * ws_d + rh * ws_h + rw * ws_w) + base[None, :] + k[:, None] * ws_k
@@ -269,15 +302,15 @@ def bwd_data_c_addr(geo, group, offs_m, offs_n):
 def bwd_filter_a_setup(geo, batch, offs_m):
     group = batch // num_taps(geo)
     base = geo.offsets[2] + (group * geo.kg + offs_m) * geo.y_strides[1]
-    return base, offs_m < geo.kg
+    return base, offs_m < geo.kg, pixel_dividers(geo.out_size)
 
 
 @triton.jit
 def bwd_filter_a_load(DY, geo, state, batch, t, offs_k, BLOCK_K: tl.constexpr):
     """dy transposed: a [k, pixel] tile over output pixels t*BK ... t*BK + BK."""
-    base, rows_ok = state
+    base, rows_ok, dividers = state
     j = t * BLOCK_K + offs_k
-    n, od, oh, ow = split_pixel(j, geo.out_size)
+    n, od, oh, ow = split_pixel_by(j, dividers)
     ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
     pix = n * ys_n + od * ys_d + oh * ys_h + ow * ys_w
     mask = rows_ok[:, None] & (j < num_pixels(geo, geo.out_size))[None, :]
@@ -292,15 +325,17 @@ def bwd_filter_b_setup(geo, batch, offs_n):
     dd, dh, dw = geo.dilation
     pd, ph, pw = geo.padding
     base = geo.offsets[0] + (group * geo.cg + offs_n) * geo.x_strides[1]
-    return base, offs_n < geo.cg, rd * dd - pd, rh * dh - ph, rw * dw - pw
+    shifts = rd * dd - pd, rh * dh - ph, rw * dw - pw
+    return base, offs_n < geo.cg, shifts, pixel_dividers(geo.out_size)
 
 
 @triton.jit
 def bwd_filter_b_load(X, geo, state, batch, t, offs_k, BLOCK_K: tl.constexpr):
     """Input pixels under this tap for output pixels t*BK ...: a [pixel, c] tile."""
-    base, cols_ok, shift_d, shift_h, shift_w = state
+    base, cols_ok, shifts, dividers = state
+    shift_d, shift_h, shift_w = shifts
     j = t * BLOCK_K + offs_k
-    n, od, oh, ow = split_pixel(j, geo.out_size)
+    n, od, oh, ow = split_pixel_by(j, dividers)
     sd, sh, sw = geo.stride
     pix, inside = input_offset(
         od * sd + shift_d, oh * sh + shift_h, ow * sw + shift_w, geo.in_size, geo.x_strides
@@ -402,7 +437,7 @@ def fwd_packed_b_load(Wt, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
 @triton.jit
 def bwd_filter_packed_a_setup(geo, group, offs_m):
     base = geo.offsets[2] + (group * geo.kg + offs_m) * geo.y_strides[1]
-    return base, offs_m < geo.kg
+    return base, offs_m < geo.kg, pixel_dividers(geo.out_size)
 
 
 @triton.jit
@@ -412,15 +447,17 @@ def bwd_filter_packed_b_setup(geo, group, offs_n):
     pd, ph, pw = geo.padding
     base = geo.offsets[0] + (group * geo.cg + c) * geo.x_strides[1]
     cols_ok = offs_n < num_taps(geo) * geo.cg
-    return base, cols_ok, rd * dd - pd, rh * dh - ph, rw * dw - pw
+    shifts = rd * dd - pd, rh * dh - ph, rw * dw - pw
+    return base, cols_ok, shifts, pixel_dividers(geo.out_size)
 
 
 @triton.jit
 def bwd_filter_packed_b_load(X, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
     """Input pixels for output pixels t*BK ... under each column's own tap: [pixel, (tap, c)]."""
-    base, cols_ok, shift_d, shift_h, shift_w = state
+    base, cols_ok, shifts, dividers = state
+    shift_d, shift_h, shift_w = shifts
     j = t * BLOCK_K + offs_k
-    n, od, oh, ow = split_pixel(j, geo.out_size)
+    n, od, oh, ow = split_pixel_by(j, dividers)
     sd, sh, sw = geo.stride
     pix, inside = input_offset(
         (od * sd)[:, None] + shift_d[None, :],

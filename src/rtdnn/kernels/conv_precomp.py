@@ -29,8 +29,7 @@ import triton
 import triton.language as tl
 
 from . import conv_addressing as ca
-from .conv_addressing import ConvGeometry, DataGeometry, split_pixel, split_tap
-from .strided import reduce_step
+from .conv_addressing import ConvGeometry, DataGeometry, split_pixel, split_tap, tap_and_chunk
 
 #: Validity bits per table word (the words are int32, or int64 holding 32 bits); the kernels
 #: below spell it as 32, >> 5 and & 31.
@@ -176,7 +175,7 @@ def gather_a_load(P, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
     X, TAB = P
     origin, rows, rows_ok = state
     g = geo.gather
-    tap, c = reduce_step(t, g.depth, offs_k, BLOCK_K)
+    tap, c = tap_and_chunk(t, num_taps(g), offs_k, BLOCK_K)
     ok = tap_valid(TAB, g, tap, rows, rows_ok)
     ptrs = X + (origin + tap_delta(tap, g))[:, None] + c[None, :] * g.chan_stride
     return tl.load(ptrs, mask=ok[:, None] & (c < g.depth)[None, :], other=0.0)
@@ -213,7 +212,7 @@ def bwd_filter_packed_a_setup(geo, group, offs_m):
 def bwd_filter_a_load(P, geo, state, batch, t, offs_k, BLOCK_K: tl.constexpr):
     """dy transposed, [k, pixel], the pixels' offsets from the table (no divisions)."""
     DY, TAB = P
-    base, rows_ok = state
+    base, rows_ok, _ = state  # the table replaces the pixel dividers
     g = geo.gather
     j = t * BLOCK_K + offs_k
     j_ok = j < g.rows

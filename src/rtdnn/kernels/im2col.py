@@ -6,11 +6,14 @@ im2col reuses the forward addressing of the implicit GEMM; col2im is its adjoint
 each input pixel is summed by one program in a fixed order (deterministic, no atomics).
 """
 
+from typing import NamedTuple
+
 import triton
 import triton.language as tl
 
 from .brgemm import epilogue, identity
 from .conv_addressing import (
+    ConvGeometry,
     fwd_a_load,
     fwd_a_setup,
     linked_output,
@@ -18,8 +21,9 @@ from .conv_addressing import (
     num_taps,
     split_pixel,
     split_tap,
+    tap_and_chunk,
 )
-from .strided import batch_base, reduce_step
+from .strided import StridedGeometry, batch_base, strided_a_setup
 
 
 @triton.jit
@@ -31,10 +35,34 @@ def im2col_kernel(X, COL, geo, col_geo, BLOCK_M: tl.constexpr, BLOCK_K: tl.const
     offs_k = tl.arange(0, BLOCK_K)
     state = fwd_a_setup(geo, group, offs_m)
     tile = fwd_a_load(X, geo, state, group, t, offs_k, BLOCK_K)
-    tap, c = reduce_step(t, geo.cg, offs_k, BLOCK_K)
+    tap, c = tap_and_chunk(t, num_taps(geo), offs_k, BLOCK_K)
     rows = batch_base(col_geo, group) + offs_m * col_geo.s_row + tap * col_geo.s_i
     mask = (offs_m < col_geo.rows)[:, None] & (c < geo.cg)[None, :]
     tl.store(COL + rows[:, None] + c[None, :] * col_geo.s_col, tile, mask=mask)
+
+
+class ColGeometry(NamedTuple):
+    """The column matrix as the forward GEMM's A: its strides, and the convolution whose
+    (tap, channel chunk) split of a step it must share with the filter operand."""
+
+    conv: ConvGeometry
+    col: StridedGeometry
+
+
+@triton.jit
+def col_a_setup(geo, group, offs_m):
+    return strided_a_setup(geo.col, group, offs_m)
+
+
+@triton.jit
+def col_a_load(COL, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
+    """col[group, rows, tap, c] for step t, split as the filter's load splits it
+    (conv_addressing.fwd_b_load)."""
+    rows, rows_ok = state
+    tap, c = tap_and_chunk(t, num_taps(geo.conv), offs_k, BLOCK_K)
+    col = geo.col
+    ptrs = COL + tap * col.s_i + rows[:, None] + c[None, :] * col.s_col
+    return tl.load(ptrs, mask=rows_ok[:, None] & (c < col.cols)[None, :], other=0.0)
 
 
 @triton.jit

@@ -22,6 +22,11 @@ from ..core import INTERPRETED
 from ..core.handle import stream_counters
 from .brgemm import brgemm_kernel, identity
 
+#: brgemm_kernel's UPCAST flag (bfloat16 tiles multiplied as float32 under the interpreter).
+#: A constant of its own, apart from INTERPRETED (which says how to launch), so that the
+#: offline compile checks, which launch through the interpreter's road, compile the GPU's code.
+UPCAST = INTERPRETED
+
 
 @dataclass(frozen=True)
 class TileConfig:
@@ -292,7 +297,7 @@ class BrgemmLaunch:
             A_GEO=geos.index(a.geo), B_GEO=geos.index(b.geo), C_GEO=geos.index(c.geo), M=m, N=n,
             STEPS=cfg["steps"], steps_per_split=self.steps_per_split,
             A_SETUP=a.setup, A_LOAD=a.load, B_SETUP=b.setup, B_LOAD=b.load, C_ADDR=c.addr,
-            PRECISION=cfg["precision"], UPCAST=INTERPRETED, BLOCK_M=t.block_m,
+            PRECISION=cfg["precision"], UPCAST=UPCAST, BLOCK_M=t.block_m,
             BLOCK_N=t.block_n, BLOCK_K=t.block_k, GROUP_M=t.group_m, **flags,
         )  # fmt: skip
 

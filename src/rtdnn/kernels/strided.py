@@ -65,6 +65,25 @@ def strided_b_load(B, geo, state, batch, t, offs_k, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def matrix_a_load(A, geo, state, batch, t, offs_k, BLOCK_K: tl.constexpr):
+    """strided_a_load of a matrix without a reduce index (s_i unused): step t is the t-th chunk
+    of its columns, with no division of t."""
+    rows, rows_ok = state
+    k = t * BLOCK_K + offs_k
+    ptrs = A + rows[:, None] + k[None, :] * geo.s_col
+    return tl.load(ptrs, mask=rows_ok[:, None] & (k < geo.cols)[None, :], other=0.0)
+
+
+@triton.jit
+def matrix_b_load(B, geo, state, batch, t, offs_k, BLOCK_K: tl.constexpr):
+    """strided_b_load of a matrix without a reduce index: step t is the t-th chunk of rows."""
+    cols, cols_ok = state
+    k = t * BLOCK_K + offs_k
+    ptrs = B + k[:, None] * geo.s_row + cols[None, :]
+    return tl.load(ptrs, mask=(k < geo.rows)[:, None] & cols_ok[None, :], other=0.0)
+
+
+@triton.jit
 def strided_c_addr(geo, batch, offs_m, offs_n):
     rows = batch_base(geo, batch) + offs_m * geo.s_row
     mask = (offs_m < geo.rows)[:, None] & (offs_n < geo.cols)[None, :]

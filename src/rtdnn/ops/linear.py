@@ -73,8 +73,8 @@ def _launch(
     splits: int,
 ) -> BrgemmLaunch:
     return BrgemmLaunch(
-        Operand(strided.strided_a_setup, strided.strided_a_load, a_geo),
-        Operand(strided.strided_b_setup, strided.strided_b_load, b_geo),
+        Operand(strided.strided_a_setup, strided.matrix_a_load, a_geo),
+        Operand(strided.strided_b_setup, strided.matrix_b_load, b_geo),
         Output(strided.strided_c_addr, c_geo),
         m=c_geo.rows, n=c_geo.cols, steps=triton.cdiv(depth, tiles.block_k), batches=1,
         tiles=tiles, precision=precision, activation=activation, splits=splits,
