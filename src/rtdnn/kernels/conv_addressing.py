@@ -122,8 +122,30 @@ def input_offset(id, ih, iw, in_size, strides):
     """Offset of input pixel (id, ih, iw) and whether it lies inside the image (not padding)."""
     D, H, W = in_size
     xs_n, xs_c, xs_d, xs_h, xs_w = strides
-    inside = (id >= 0) & (id < D) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+    # One unsigned compare per dim: a negative index wraps past the size.
+    inside = id.to(tl.uint32) < D.to(tl.uint32)
+    inside &= ih.to(tl.uint32) < H.to(tl.uint32)
+    inside &= iw.to(tl.uint32) < W.to(tl.uint32)
     return id * xs_d + ih * xs_h + iw * xs_w, inside
+
+
+@triton.jit
+def window_offset(rows, cols, in_size, strides):
+    """For a [rows, cols] tile whose input pixel is a row part plus a column part in each
+    dim (rows, cols: (d, h, w) tuples of vectors), the pixel's offset and whether it lies
+    inside the image. The offset is summed per part, so the tile costs one add per element;
+    the bounds are one unsigned compare per dim (a negative index wraps past the size)."""
+    D, H, W = in_size
+    xs_n, xs_c, xs_d, xs_h, xs_w = strides
+    rd, rh, rw = rows
+    cd, ch, cw = cols
+    offset = (rd * xs_d + rh * xs_h + rw * xs_w)[:, None] + (cd * xs_d + ch * xs_h + cw * xs_w)[
+        None, :
+    ]
+    inside = (rd[:, None] + cd[None, :]).to(tl.uint32) < D.to(tl.uint32)
+    inside &= (rh[:, None] + ch[None, :]).to(tl.uint32) < H.to(tl.uint32)
+    inside &= (rw[:, None] + cw[None, :]).to(tl.uint32) < W.to(tl.uint32)
+    return offset, inside
 
 
 @triton.jit
@@ -254,7 +276,9 @@ def bwd_data_a_load(DY, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
     od = (idp - rd * dd) // sd
     oh = (ihp - rh * dh) // sh
     ow = (iwp - rw * dw) // sw
-    ok = (od >= 0) & (od < OD) & (oh >= 0) & (oh < OH) & (ow >= 0) & (ow < OW)
+    ok = od.to(tl.uint32) < OD.to(tl.uint32)  # unsigned: a negative index wraps past the size
+    ok &= oh.to(tl.uint32) < OH.to(tl.uint32)
+    ok &= ow.to(tl.uint32) < OW.to(tl.uint32)
     ys_n, ys_k, ys_d, ys_h, ys_w = conv.y_strides
     pix = od * ys_d + oh * ys_h + ow * ys_w
     ptrs = DY + (base + pix)[:, None] + k[None, :] * ys_k
@@ -411,12 +435,8 @@ def fwd_packed_a_load(X, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
     kappa = t * BLOCK_K + offs_k
     rd, rh, rw, c = split_packed(kappa, geo)
     dd, dh, dw = geo.dilation
-    pix, inside = input_offset(
-        id0[:, None] + (rd * dd)[None, :],
-        ih0[:, None] + (rh * dh)[None, :],
-        iw0[:, None] + (rw * dw)[None, :],
-        geo.in_size,
-        geo.x_strides,
+    pix, inside = window_offset(
+        (id0, ih0, iw0), (rd * dd, rh * dh, rw * dw), geo.in_size, geo.x_strides
     )
     ptrs = X + base[:, None] + pix + (c * geo.x_strides[1])[None, :]
     mask = rows_ok[:, None] & inside & (kappa < num_taps(geo) * geo.cg)[None, :]
@@ -459,12 +479,8 @@ def bwd_filter_packed_b_load(X, geo, state, group, t, offs_k, BLOCK_K: tl.conste
     j = t * BLOCK_K + offs_k
     n, od, oh, ow = split_pixel_by(j, dividers)
     sd, sh, sw = geo.stride
-    pix, inside = input_offset(
-        (od * sd)[:, None] + shift_d[None, :],
-        (oh * sh)[:, None] + shift_h[None, :],
-        (ow * sw)[:, None] + shift_w[None, :],
-        geo.in_size,
-        geo.x_strides,
+    pix, inside = window_offset(
+        (od * sd, oh * sh, ow * sw), (shift_d, shift_h, shift_w), geo.in_size, geo.x_strides
     )
     rows_ok = j < num_pixels(geo, geo.out_size)
     ptrs = X + (n * geo.x_strides[0])[:, None] + pix + base[None, :]
