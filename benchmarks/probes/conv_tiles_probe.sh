@@ -1,3 +1,8 @@
+#!/usr/bin/env bash
+# One device call comparing two versions of the implicit GEMM on one GPU: the working tree's
+# src/ and a baseline copy of src/ placed, untracked, in base_tree/src (for example
+# `mkdir base_tree && git archive REV src | tar -x -C base_tree`), each through
+# conv_tiles_probe.py on the same layers; the convolution GPU tests first. Results under $OUT.
 set -u
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tcache
 nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader

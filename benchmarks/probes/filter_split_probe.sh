@@ -1,3 +1,5 @@
+#!/usr/bin/env bash
+# ncu and the split-count sweep of backward-filter (filter_split_probe.py). Results under $OUT.
 set -u
 export PYTHONPATH=src PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tcache
 nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader
