@@ -49,6 +49,12 @@ class ConvGeometry(NamedTuple):
 
 
 @triton.jit
+def in_range(i, size):
+    """0 <= i < size in one unsigned compare: a negative index wraps past any int32 size."""
+    return i.to(tl.uint32) < size.to(tl.uint32)
+
+
+@triton.jit
 def split_pixel(m, size):
     """Flat pixel index m over (N, D, H, W) -> (n, d, h, w)."""
     sd, sh, sw = size
@@ -122,10 +128,7 @@ def input_offset(id, ih, iw, in_size, strides):
     """Offset of input pixel (id, ih, iw) and whether it lies inside the image (not padding)."""
     D, H, W = in_size
     xs_n, xs_c, xs_d, xs_h, xs_w = strides
-    # One unsigned compare per dim: a negative index wraps past the size.
-    inside = id.to(tl.uint32) < D.to(tl.uint32)
-    inside &= ih.to(tl.uint32) < H.to(tl.uint32)
-    inside &= iw.to(tl.uint32) < W.to(tl.uint32)
+    inside = in_range(id, D) & in_range(ih, H) & in_range(iw, W)
     return id * xs_d + ih * xs_h + iw * xs_w, inside
 
 
@@ -142,9 +145,9 @@ def window_offset(rows, cols, in_size, strides):
     offset = (rd * xs_d + rh * xs_h + rw * xs_w)[:, None] + (cd * xs_d + ch * xs_h + cw * xs_w)[
         None, :
     ]
-    inside = (rd[:, None] + cd[None, :]).to(tl.uint32) < D.to(tl.uint32)
-    inside &= (rh[:, None] + ch[None, :]).to(tl.uint32) < H.to(tl.uint32)
-    inside &= (rw[:, None] + cw[None, :]).to(tl.uint32) < W.to(tl.uint32)
+    inside = in_range(rd[:, None] + cd[None, :], D)
+    inside &= in_range(rh[:, None] + ch[None, :], H)
+    inside &= in_range(rw[:, None] + cw[None, :], W)
     return offset, inside
 
 
@@ -276,9 +279,7 @@ def bwd_data_a_load(DY, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
     od = (idp - rd * dd) // sd
     oh = (ihp - rh * dh) // sh
     ow = (iwp - rw * dw) // sw
-    ok = od.to(tl.uint32) < OD.to(tl.uint32)  # unsigned: a negative index wraps past the size
-    ok &= oh.to(tl.uint32) < OH.to(tl.uint32)
-    ok &= ow.to(tl.uint32) < OW.to(tl.uint32)
+    ok = in_range(od, OD) & in_range(oh, OH) & in_range(ow, OW)
     ys_n, ys_k, ys_d, ys_h, ys_w = conv.y_strides
     pix = od * ys_d + oh * ys_h + ow * ys_w
     ptrs = DY + (base + pix)[:, None] + k[None, :] * ys_k
