@@ -142,9 +142,9 @@ def window_offset(rows, cols, in_size, strides):
     xs_n, xs_c, xs_d, xs_h, xs_w = strides
     rd, rh, rw = rows
     cd, ch, cw = cols
-    offset = (rd * xs_d + rh * xs_h + rw * xs_w)[:, None] + (cd * xs_d + ch * xs_h + cw * xs_w)[
-        None, :
-    ]
+    row_offset = rd * xs_d + rh * xs_h + rw * xs_w
+    col_offset = cd * xs_d + ch * xs_h + cw * xs_w
+    offset = row_offset[:, None] + col_offset[None, :]
     inside = in_range(rd[:, None] + cd[None, :], D)
     inside &= in_range(rh[:, None] + ch[None, :], H)
     inside &= in_range(rw[:, None] + cw[None, :], W)
