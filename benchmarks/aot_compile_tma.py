@@ -16,24 +16,14 @@ import dataclasses
 import os
 import sys
 
-from sm90_stub import accept_cpu_tensors, activate  # noqa: E402
+from sm90_stub import accept_cpu_tensors, activate, compile_only  # noqa: E402
 
 activate()
 
 import torch  # noqa: E402
-from triton.runtime.jit import JITFunction  # noqa: E402
 
 kernels: list = []
-_run = JITFunction.run
-
-
-def _compile_only(self, *args, grid, warmup, **kwargs):
-    kernel = _run(self, *args, grid=grid, warmup=True, **kwargs)
-    kernels.append(kernel)
-    return kernel
-
-
-JITFunction.run = _compile_only
+compile_only(kernels)
 
 from rtdnn.algos import ALGORITHMS, ConvTensors  # noqa: E402
 from rtdnn.algos import implicit_gemm as ig  # noqa: E402

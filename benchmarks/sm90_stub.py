@@ -34,9 +34,10 @@ def activate() -> None:
     driver.set_active(Sm90Stub())
 
 
-def compile_only() -> set:
+def compile_only(keep: list | None = None) -> set:
     """Make every Triton launch compile its kernel (a warm-up) instead of running it. Returns
-    the set of (kernel name, hash) compiled, which fills as launches happen."""
+    the set of (kernel name, hash) compiled, which fills as launches happen; `keep`, a list,
+    also receives each compiled kernel (to read its code), in launch order."""
     from triton.runtime.jit import JITFunction
 
     compiled: set = set()
@@ -45,6 +46,8 @@ def compile_only() -> set:
     def _compile_only(self, *args, grid, warmup, **kwargs):
         kernel = run(self, *args, grid=grid, warmup=True, **kwargs)
         compiled.add((self.__name__, kernel.hash))
+        if keep is not None:
+            keep.append(kernel)
         return kernel
 
     JITFunction.run = _compile_only
