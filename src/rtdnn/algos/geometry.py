@@ -49,7 +49,7 @@ def static_taps(geo: ConvGeometry) -> ConvGeometry:
     splits every step into a filter tap and a chunk of channels (conv_addressing.tap_and_chunk):
     the divisions by the filter size become multiplies. Networks use few filter sizes, so this
     adds few compilations."""
-    return geo._replace(kernel=tuple(tl.constexpr(k) for k in geo.kernel))
+    return geo._replace(kernel=_constants(geo.kernel))
 
 
 def static_phase_taps(phase: PhaseGeometry) -> PhaseGeometry:
@@ -58,7 +58,11 @@ def static_phase_taps(phase: PhaseGeometry) -> PhaseGeometry:
     would be a division by zero at compile time)."""
     if 0 in phase.taps:
         return phase
-    return phase._replace(taps=tuple(tl.constexpr(k) for k in phase.taps))
+    return phase._replace(taps=_constants(phase.taps))
+
+
+def _constants(values: tuple[int, ...]) -> tuple:
+    return tuple(tl.constexpr(v) for v in values)
 
 
 def data_phases(p: ConvProblem) -> list[PhaseGeometry]:
