@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from .brgemm import epilogue, identity
-from .conv_addressing import split_pixel, split_tap
+from .conv_addressing import in_range, pixel_dividers, split_pixel, split_pixel_by, split_tap
 
 # -- shared with kernels/direct_dot.py: tiles, windows, the walk over filter rows -------------
 
@@ -71,7 +71,7 @@ def input_row(id0, ih0, rd, rh, dilation, in_size, p_ok):
     in_d, in_h, in_w = in_size
     i_d = id0 + rd * dd
     i_h = ih0 + rh * dh
-    return i_d, i_h, p_ok & (i_d >= 0) & (i_d < in_d) & (i_h >= 0) & (i_h < in_h)
+    return i_d, i_h, p_ok & in_range(i_d, in_d) & in_range(i_h, in_h)
 
 
 @triton.jit
@@ -139,7 +139,7 @@ def _forward_row(acc, t, args, consts: tl.constexpr):
     i_d, i_h, row_ok = input_row(id0, ih0, rd, rh, dilation, in_size, p_ok)
     for rw in tl.static_range(KW):
         i_w = iw0 + rw * dw
-        mask = (row_ok & (i_w >= 0) & (i_w < in_w))[:, None] & k_ok[None, :]
+        mask = (row_ok & in_range(i_w, in_w))[:, None] & k_ok[None, :]
         # One offset per tap for the whole tile: the window moves, the pointers stay.
         x_tap = rd * dd * xs_d + rh * dh * xs_h + rw * dw * xs_w
         w_tap = rd * ws_d + rh * ws_h + rw * ws_w
@@ -342,21 +342,21 @@ def direct_filter_partial_kernel(
     dy_k = y_off + offs_k * y_strides[1]
 
     acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
+    by_pixel = pixel_dividers(out_size)  # split_pixel_by's, made once for the loop
     start = chunk * pixels_per_chunk
     end = tl.minimum(start + pixels_per_chunk, pixels)
     for p0 in range(start, end, UNROLL):
         for u in tl.static_range(UNROLL):
             p = p0 + u
             p_ok = p < end
-            n, od, oh, ow = split_pixel(p, out_size)
+            n, od, oh, ow = split_pixel_by(p, by_pixel)
             dy_pix = pixel_offset(dy_k, n, od, oh, ow, y_strides)
             dyv = tl.load(DY + dy_pix, mask=k_ok & p_ok, other=0.0)
             id0, ih0, iw0 = window_corner(od, oh, ow, stride, padding)
             i_d = id0 + rd * dd
             i_h = ih0 + rh * dh
             i_w = iw0 + rw * dw
-            inside = (i_d >= 0) & (i_d < in_d) & (i_h >= 0) & (i_h < in_h)
-            inside = inside & (i_w >= 0) & (i_w < in_w)
+            inside = in_range(i_d, in_d) & in_range(i_h, in_h) & in_range(i_w, in_w)
             corner = pixel_offset(x_off, n, id0, ih0, iw0, x_strides)
             xv = tl.load(X + corner + x_rc, mask=rk_ok & inside[:, None] & p_ok, other=0.0)
             acc += xv.to(tl.float32) * dyv.to(tl.float32)[None, :]
@@ -374,7 +374,7 @@ MAX_ROW_TAPS = 8
 def _filter_tap(acc, Xc, dyv, iw0, rw: tl.constexpr, dw, in_w, xs_w, row_ok, k_ok):
     """acc += x (at filter column rw) * dy, elementwise over the tile."""
     i_w = iw0 + rw * dw
-    mask = (row_ok & (i_w >= 0) & (i_w < in_w))[:, None] & k_ok[None, :]
+    mask = (row_ok & in_range(i_w, in_w))[:, None] & k_ok[None, :]
     xv = tl.load(Xc + (rw * dw * xs_w), mask=mask, other=0.0)
     return acc + xv.to(tl.float32) * dyv
 
@@ -434,12 +434,13 @@ def direct_filter_rows_kernel(
     acc5 = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
     acc6 = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
     acc7 = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
+    by_pixel = pixel_dividers(out_size)  # split_pixel_by's, made once for the loop
     start = chunk * pixels_per_chunk
     end = tl.minimum(start + pixels_per_chunk, pixels)
     for p0 in range(start, end, BLOCK_P):
         offs_p = p0 + tl.arange(0, BLOCK_P)
         p_ok = offs_p < end
-        n, od, oh, ow = split_pixel(offs_p, out_size)
+        n, od, oh, ow = split_pixel_by(offs_p, by_pixel)
         dy_pix = pixel_offset(0, n, od, oh, ow, y_strides)[:, None]
         dyv = tl.load(DY + dy_pix + dy_chan, mask=p_ok[:, None] & k_ok[None, :], other=0.0)
         dyv = dyv.to(tl.float32)

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from .brgemm import epilogue, identity
-from .conv_addressing import split_pixel
+from .conv_addressing import in_range, pixel_dividers, split_pixel_by
 from .direct import (
     input_row,
     output_row,
@@ -127,7 +127,7 @@ def _forward_row(acc, t, args, consts: tl.constexpr):
     i_d, i_h, row_ok = input_row(id0, ih0, rd, rh, dilation, in_size, p_ok)
     rw = tl.arange(0, KWP)
     i_w = iw0[:, None] + (rw * dw)[None, :]
-    ok = row_ok[:, None] & (i_w >= 0) & (i_w < in_w) & (rw < KW)[None, :]
+    ok = row_ok[:, None] & in_range(i_w, in_w) & (rw < KW)[None, :]
     x_tap = rd * dd * xs_d + rh * dh * xs_h + rw * dw * xs_w
     xv = tl.load(
         Xc[:, None, :] + x_tap[None, :, None], mask=ok[:, :, None] & a_ok[None, None, :], other=0.0
@@ -323,18 +323,19 @@ def direct_dot_filter_rows_kernel(
     dy_chan = (y_off + k * y_strides[1])[None, :]
 
     acc = tl.zeros((KWP * BLOCK_I, BLOCK_O), dtype=tl.float32)
+    by_pixel = pixel_dividers(out_size)  # split_pixel_by's, made once for the loop
     start = chunk * pixels_per_chunk
     end = tl.minimum(start + pixels_per_chunk, pixels)
     for p0 in range(start, end, BLOCK_P):
         offs_p = p0 + tl.arange(0, BLOCK_P)
         p_ok = offs_p < end
-        n, od, oh, ow = split_pixel(offs_p, out_size)
+        n, od, oh, ow = split_pixel_by(offs_p, by_pixel)
         dy_pix = pixel_offset(0, n, od, oh, ow, y_strides)[:, None]
         dyv = tl.load(DY + dy_pix + dy_chan, mask=p_ok[:, None] & b_ok[None, :], other=0.0)
         id0, ih0, iw0 = window_corner(od, oh, ow, stride, padding)
         i_d, i_h, row_ok = input_row(id0, ih0, rd, rh, dilation, in_size, p_ok)
         i_w = iw0[:, None] + (rw * dw)[None, :]
-        ok = row_ok[:, None] & (i_w >= 0) & (i_w < in_w)
+        ok = row_ok[:, None] & in_range(i_w, in_w)
         corner = pixel_offset(x_off, n, i_d, i_h, iw0, x_strides)
         xv = tl.load(
             X + corner[:, None, None] + x_lane[None, :, :],
