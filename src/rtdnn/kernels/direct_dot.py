@@ -45,12 +45,20 @@ from .direct import (
 
 
 @triton.jit
-def _lanes(s, channels, LANES: tl.constexpr, BLOCK: tl.constexpr):
-    """Super-group s's BLOCK lanes, of which the first LANES hold consecutive channels ->
-    each lane's channel and whether it exists."""
-    lane = tl.arange(0, BLOCK)
-    channel = s * LANES + lane
-    return channel, (lane < LANES) & (channel < channels)
+def _lanes(s, C, K, CG: tl.constexpr, KG: tl.constexpr, SG: tl.constexpr,
+           BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr):  # fmt: skip
+    """Super-group s -> input channels c [BLOCK_I], output channels k [BLOCK_O], their
+    validity, and the block-diagonal mask [BLOCK_I, BLOCK_O] with each element's filter
+    column j (valid where the mask is)."""
+    a = tl.arange(0, BLOCK_I)
+    b = tl.arange(0, BLOCK_O)
+    c = s * (SG * CG) + a
+    k = s * (SG * KG) + b
+    a_ok = (a < SG * CG) & (c < C)
+    b_ok = (b < SG * KG) & (k < K)
+    diag = ((a // CG)[:, None] == (b // KG)[None, :]) & a_ok[:, None] & b_ok[None, :]
+    j = a[:, None] - (b // KG * CG)[None, :]
+    return c, k, a_ok, b_ok, diag, j
 
 
 @triton.jit
@@ -98,44 +106,34 @@ def _row_tile(Ps, t, ROWS_IN: tl.constexpr, COLS: tl.constexpr):
 
 
 @triton.jit
-def _row_columns(s, channels, LANES: tl.constexpr, KW: tl.constexpr, KWP: tl.constexpr,
-                 BLOCK: tl.constexpr):  # fmt: skip
-    """The columns of a filter row's taps side by side, for super-group s whose LANES lanes
-    (of BLOCK) hold consecutive channels: column q is tap q // BLOCK of lane q % BLOCK.
-    Returns each column's tap [KWP * BLOCK], its channel, and whether both exist. The tiles
-    are loaded directly in 2-D: a 3-D load reshaped to the tensor cores' operand took a layout
-    change through shared memory with a barrier per piece (57 barriers per program on a 3x3
-    filter, sm_90 SASS)."""
-    q = tl.arange(0, KWP * BLOCK)
-    rw = q // BLOCK
-    lane = q % BLOCK
-    channel = s * LANES + lane
-    return rw, channel, (rw < KW) & (lane < LANES) & (channel < channels)
-
-
-@triton.jit
 def _forward_row(acc, t, args, consts: tl.constexpr):
     """acc += the taps of filter row t = (rd, rh) as one product: the row's KW input tiles side
     by side ([BLOCK_P, KWP * BLOCK_I], taps past KW zero) times their filter tiles stacked.
-    Xc: x at each output pixel's window corner [BLOCK_P]; x_cols, col_w, col_ok: each column's
-    offset from the corner, its tap's offset along w, and whether it exists (_row_columns);
-    Ps: the super-group's packed filter tiles."""
-    (Xc, x_cols, col_w, col_ok, Ps, id0, ih0, iw0, p_ok, in_size, dilation,
-     x_strides) = args  # fmt: skip
+    Xc: x at each output pixel's window corner and each lane's input channel [BLOCK_P,
+    BLOCK_I]; Ps: the super-group's packed filter tiles."""
+    (Xc, Ps, id0, ih0, iw0, p_ok, a_ok, in_size, dilation, x_strides) = args  # fmt: skip
     KH: tl.constexpr = consts[0]
+    KW: tl.constexpr = consts[1]
     KWP: tl.constexpr = consts[2]
+    BLOCK_P: tl.constexpr = consts[3]
     BLOCK_I: tl.constexpr = consts[4]
     BLOCK_O: tl.constexpr = consts[5]
     UPCAST: tl.constexpr = consts[6]
     dd, dh, dw = dilation
+    in_w = in_size[2]
     xs_n, xs_c, xs_d, xs_h, xs_w = x_strides
     rd = t // KH
     rh = t % KH
     i_d, i_h, row_ok = input_row(id0, ih0, rd, rh, dilation, in_size, p_ok)
-    ok = row_ok[:, None] & in_range(iw0[:, None] + col_w[None, :], in_size[2]) & col_ok[None, :]
-    x_row = rd * dd * xs_d + rh * dh * xs_h
-    xv = tl.load(Xc[:, None] + (x_row + x_cols)[None, :], mask=ok, other=0.0)
+    rw = tl.arange(0, KWP)
+    i_w = iw0[:, None] + (rw * dw)[None, :]
+    ok = row_ok[:, None] & in_range(i_w, in_w) & (rw < KW)[None, :]
+    x_tap = rd * dd * xs_d + rh * dh * xs_h + rw * dw * xs_w
+    xv = tl.load(
+        Xc[:, None, :] + x_tap[None, :, None], mask=ok[:, :, None] & a_ok[None, None, :], other=0.0
+    )
     wv = _row_tile(Ps, t, KWP * BLOCK_I, BLOCK_O)
+    xv = tl.reshape(xv, (BLOCK_P, KWP * BLOCK_I))
     if UPCAST:
         xv = xv.to(tl.float32)
         wv = wv.to(tl.float32)
@@ -159,19 +157,15 @@ def direct_dot_forward_kernel(
     x_off, _, y_off = geo.offsets
 
     pid_p, s = tile_coords(tl.program_id(0), groups, SG)
-    k, b_ok = _lanes(s, K, SG * KG, BLOCK_O)
+    c, k, a_ok, b_ok, _, _ = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
     n, od, oh, ow, p_ok = pixel_block(pid_p, geo.n, geo.out_size, BLOCK_P)
     id0, ih0, iw0 = window_corner(od, oh, ow, geo.stride, geo.padding)
-    Xc = X + pixel_offset(x_off, n, id0, ih0, iw0, x_strides)
-    col_rw, col_c, col_ok = _row_columns(s, C, SG * CG, KW, KWP, BLOCK_I)
-    col_w = col_rw * dilation[2]
-    x_cols = col_w * x_strides[4] + col_c * x_strides[1]
+    corner = pixel_offset(x_off, n, id0, ih0, iw0, x_strides)
+    Xc = X + corner[:, None] + (c * x_strides[1])[None, :]
     Ps = Wt + s * (KD * KH * KWP * BLOCK_I * BLOCK_O)
 
     acc = tl.zeros((BLOCK_P, BLOCK_O), dtype=tl.float32)
-    row_args = (
-        Xc, x_cols, col_w, col_ok, Ps, id0, ih0, iw0, p_ok, in_size, dilation, x_strides
-    )  # fmt: skip
+    row_args = (Xc, Ps, id0, ih0, iw0, p_ok, a_ok, in_size, dilation, x_strides)
     consts: tl.constexpr = (KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O, UPCAST)
     acc = over_filter_rows(acc, _forward_row, row_args, consts, KD * KH, KD * KH * KW <= 9)
 
@@ -185,22 +179,23 @@ def direct_dot_forward_kernel(
 def _backward_data_row(acc, t, args, consts: tl.constexpr):
     """acc += the taps of filter row t = (rd, rh) as one product ([BLOCK_P, KWP * BLOCK_O] dy
     tiles side by side times the transposed filter tiles stacked). DYn: dy at each pixel's
-    image [BLOCK_P]; dy_cols, col_ow, col_ok: each column's channel offset, its tap's shift of
-    the output index along w and whether it exists (and links, at this stride phase); Ps: the
-    super-group's packed transposed tiles; (t_d0, t_h0): padded input indices; base_w: each
-    pixel's output index along w before the shift; (phase_d, phase_h): with PHASED, the
-    padded input index modulo the stride shared by every pixel of the block, so that a row no
-    pixel can reach is skipped."""
-    (DYn, dy_cols, col_ow, col_ok, Ps, t_d0, t_h0, base_w, p_ok, out_size, stride, dilation,
-     y_strides, phase_d, phase_h) = args  # fmt: skip
+    image and each output lane's channel; Ps: the super-group's packed transposed tiles;
+    (t_d0, t_h0, t_w0): padded input indices; (phase_d, phase_h): with PHASED, the padded
+    input index modulo the stride shared by every pixel of the block, so that a row no pixel
+    can reach is skipped."""
+    (DYn, Ps, t_d0, t_h0, t_w0, p_ok, b_ok, out_size, stride, dilation, y_strides, phase_d,
+     phase_h) = args  # fmt: skip
     KH: tl.constexpr = consts[0]
+    KW: tl.constexpr = consts[1]
     KWP: tl.constexpr = consts[2]
+    BLOCK_P: tl.constexpr = consts[3]
     BLOCK_I: tl.constexpr = consts[4]
     BLOCK_O: tl.constexpr = consts[5]
     UPCAST: tl.constexpr = consts[6]
     PHASED: tl.constexpr = consts[7]
     dd, dh, dw = dilation
     sd, sh, sw = stride
+    ow_n = out_size[2]
     ys_n, ys_k, ys_d, ys_h, ys_w = y_strides
     rd = t // KH
     rh = t % KH
@@ -209,11 +204,19 @@ def _backward_data_row(acc, t, args, consts: tl.constexpr):
         live = ((phase_d - rd * dd) % sd == 0) & ((phase_h - rh * dh) % sh == 0)
     if live:
         o_d, o_h, row_ok = output_row(t_d0, t_h0, rd, rh, dilation, stride, out_size, p_ok)
-        o_w = base_w[:, None] + col_ow[None, :]
-        ok = row_ok[:, None] & in_range(o_w, out_size[2]) & col_ok[None, :]
+        rw = tl.arange(0, KWP)
+        t_w = t_w0[:, None] - (rw * dw)[None, :]
+        o_w = t_w // sw
+        ok = row_ok[:, None] & (t_w >= 0) & (o_w * sw == t_w) & (o_w < ow_n)
+        ok = ok & (rw < KW)[None, :]
         pix = (o_d * ys_d + o_h * ys_h)[:, None] + o_w * ys_w
-        dyv = tl.load(DYn[:, None] + pix + dy_cols[None, :], mask=ok, other=0.0)
+        dyv = tl.load(
+            DYn[:, None, :] + pix[:, :, None],
+            mask=ok[:, :, None] & b_ok[None, None, :],
+            other=0.0,
+        )
         wv = _row_tile(Ps, t, KWP * BLOCK_O, BLOCK_I)
+        dyv = tl.reshape(dyv, (BLOCK_P, KWP * BLOCK_O))
         if UPCAST:
             dyv = dyv.to(tl.float32)
             wv = wv.to(tl.float32)
@@ -244,7 +247,7 @@ def direct_dot_backward_data_kernel(
     x_off, _, y_off = geo.offsets
 
     pid_p, s = tile_coords(tl.program_id(0), groups, SG)
-    c, a_ok = _lanes(s, C, SG * CG, BLOCK_I)
+    c, k, a_ok, b_ok, _, _ = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
     if PHASED:
         sd, sh, sw = stride
         in_d, in_h, in_w = in_size
@@ -261,28 +264,17 @@ def direct_dot_backward_data_kernel(
         p_ok = p_ok & (i_d < in_d) & (i_h < in_h) & (i_w < in_w)
         phase_d = a_d + pd
         phase_h = a_h + ph
-        # Every pixel of the block has i_w + pw = q_w * sw + phase_w, so a tap rw reaches
-        # output q_w + (phase_w - rw * dw) / sw where that divides: per column, not per pixel.
-        base_w = q_w
-        phase_w = a_w + pw
     else:
         n, i_d, i_h, i_w, p_ok = pixel_block(pid_p, geo.n, in_size, BLOCK_P)
         phase_d = 0
         phase_h = 0
-        base_w = i_w
-        phase_w = pw
-    col_rw, col_k, col_ok = _row_columns(s, K, SG * KG, KW, KWP, BLOCK_O)
-    shift = phase_w - col_rw * dilation[2]
-    col_ow = shift // stride[2]  # exact where it divides (col_ok), so rounding does not matter
-    col_ok &= col_ow * stride[2] == shift
-    DYn = DY + y_off + n * y_strides[0]
-    dy_cols = col_k * y_strides[1]
+    DYn = DY + (y_off + n * y_strides[0])[:, None] + (k * y_strides[1])[None, :]
     Ps = Wt + s * (KD * KH * KWP * BLOCK_O * BLOCK_I)
 
     acc = tl.zeros((BLOCK_P, BLOCK_I), dtype=tl.float32)
     row_args = (
-        DYn, dy_cols, col_ow, col_ok, Ps, i_d + pd, i_h + ph, base_w, p_ok, out_size, stride,
-        dilation, y_strides, phase_d, phase_h,
+        DYn, Ps, i_d + pd, i_h + ph, i_w + pw, p_ok, b_ok, out_size, stride, dilation, y_strides,
+        phase_d, phase_h,
     )  # fmt: skip
     consts: tl.constexpr = (KH, KW, KWP, BLOCK_P, BLOCK_I, BLOCK_O, UPCAST, PHASED)
     acc = over_filter_rows(acc, _backward_data_row, row_args, consts, KD * KH, KD * KH * KW <= 9)
@@ -324,10 +316,10 @@ def direct_dot_filter_rows_kernel(
     chunk, s = tile_coords(pid // ROWS, groups, SG)
     rd = row // KH
     rh = row % KH
-    k, b_ok = _lanes(s, K, SG * KG, BLOCK_O)
-    col_rw, col_c, col_ok = _row_columns(s, C, SG * CG, KW, KWP, BLOCK_I)
-    col_w = col_rw * dw
-    x_cols = col_w * xs_w + col_c * xs_c
+    c, k, a_ok, b_ok, diag, j = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
+    rw = tl.arange(0, KWP)
+    x_lane = (rw * dw * xs_w)[:, None] + (c * xs_c)[None, :]
+    lane_ok = (rw < KW)[:, None] & a_ok[None, :]
     dy_chan = (y_off + k * y_strides[1])[None, :]
 
     acc = tl.zeros((KWP * BLOCK_I, BLOCK_O), dtype=tl.float32)
@@ -342,19 +334,22 @@ def direct_dot_filter_rows_kernel(
         dyv = tl.load(DY + dy_pix + dy_chan, mask=p_ok[:, None] & b_ok[None, :], other=0.0)
         id0, ih0, iw0 = window_corner(od, oh, ow, stride, padding)
         i_d, i_h, row_ok = input_row(id0, ih0, rd, rh, dilation, in_size, p_ok)
-        ok = row_ok[:, None] & in_range(iw0[:, None] + col_w[None, :], in_w) & col_ok[None, :]
+        i_w = iw0[:, None] + (rw * dw)[None, :]
+        ok = row_ok[:, None] & in_range(i_w, in_w)
         corner = pixel_offset(x_off, n, i_d, i_h, iw0, x_strides)
-        xv = tl.load(X + corner[:, None] + x_cols[None, :], mask=ok, other=0.0)
+        xv = tl.load(
+            X + corner[:, None, None] + x_lane[None, :, :],
+            mask=ok[:, :, None] & lane_ok[None, :, :],
+            other=0.0,
+        )
+        xv = tl.reshape(xv, (BLOCK_P, KWP * BLOCK_I))
         if UPCAST:
             xv = xv.to(tl.float32)
             dyv = dyv.to(tl.float32)
         acc = tl.dot(tl.trans(xv), dyv, acc)
 
-    # WS[chunk, k, j, tap] with tap = (rd * KH + rh) * KW + rw: only the diagonal blocks of
-    # each tap's rows of acc (row q: tap q // BLOCK_I, lane q % BLOCK_I).
-    lane = tl.arange(0, KWP * BLOCK_I) % BLOCK_I
-    group_b = tl.arange(0, BLOCK_O) // KG
-    j = lane[:, None] - (group_b * CG)[None, :]
-    diag = ((lane // CG)[:, None] == group_b[None, :]) & col_ok[:, None] & b_ok[None, :]
+    # WS[chunk, k, j, tap] with tap = (rd * KH + rh) * KW + rw; only the diagonal blocks.
     out = (chunk * K + k)[None, :].to(tl.int64) * (CG * TAPS) + j * TAPS + (rd * KH + rh) * KW
-    tl.store(WS + out + col_rw[:, None], acc, mask=diag)
+    acc = tl.reshape(acc, (KWP, BLOCK_I, BLOCK_O))
+    mask = diag[None, :, :] & (rw < KW)[:, None, None]
+    tl.store(WS + out[None, :, :] + rw[:, None, None], acc, mask=mask)
