@@ -164,6 +164,62 @@ def check_with_tiles(direction, x_shape, w_shape, conv, dtype, gen, choose) -> N
     assert reference.rel_error(out, ref) <= TOL[dtype]
 
 
+#: Problems for the tensor-core ring (forward by bands of rows): strides along H of 1 to 3
+#: (one to three input rows per step), dilation along W and D, 1-D to 3-D, even filters,
+#: padding wider than the filter, a 1-pixel image, images shorter than the filter, 2 to 16
+#: channels per group, bands (2 rows here) not dividing the height.
+RING_CASES = [
+    ("3x3-4perg", (2, 8, 5, 6), (8, 4, 3, 3), dict(groups=2, padding=1)),
+    ("stride2", (2, 8, 7, 9), (8, 4, 3, 3), dict(groups=2, stride=2, padding=1)),
+    ("stride3x2-dilw", (1, 8, 9, 8), (16, 2, 3, 2), dict(groups=4, stride=(3, 2),
+                                                         dilation=(1, 2), padding=2)),
+    ("even-conv-mode", (2, 6, 5, 4), (12, 3, 2, 3), dict(groups=2, padding=(1, 2),
+                                                          mode="convolution")),
+    ("1d", (2, 4, 11), (4, 2, 4), dict(groups=2, dilation=2, padding=3)),
+    ("3d-stride-d", (1, 4, 4, 5, 3), (4, 2, 3, 3, 3), dict(groups=2, padding=1,
+                                                            stride=(2, 1, 1))),
+    ("one-pixel-widepad", (1, 4, 1, 1), (4, 2, 3, 3), dict(groups=2, padding=4)),
+    ("7x7-taller-than-image", (1, 4, 3, 4), (4, 2, 7, 7), dict(groups=2, padding=3)),
+    ("16perg", (1, 32, 5, 4), (8, 16, 3, 3), dict(groups=2, padding=1)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data"])
+@pytest.mark.parametrize("x_shape,w_shape,conv", [c[1:] for c in RING_CASES],
+                         ids=[c[0] for c in RING_CASES])  # fmt: skip
+def test_tensor_core_ring(x_shape, w_shape, conv, direction, gen):
+    """The ring of block-diagonal tiles (direct_dot_rows_forward_kernel), offered among the
+    candidates of 16-bit forward problems and of stride-1 backward-data (a forward of dy with
+    the filter flipped), forced here; strided backward-data keeps the stride phases."""
+    strided = any(s != 1 for s in _tuple(conv.get("stride", 1), len(x_shape) - 2))
+    offered = direction == "forward" or not strided
+
+    def ring(p, candidates):
+        kinds = [t.kernel for t in candidates]
+        assert ("dot_rows" in kinds) == offered, kinds
+        return next(t for t in candidates if t.kernel == ("dot_rows" if offered else "dot"))
+
+    check_with_tiles(direction, x_shape, w_shape, conv, torch.bfloat16, gen, ring)
+
+
+def test_tensor_core_ring_alpha_beta_bias(gen):
+    """The ring's epilogue: alpha, beta on a random out, a bias, a strided out."""
+    conv = dict(groups=2, padding=1, stride=(2, 1))
+    x = make_tensor((2, 8, 5, 4), torch.float16, "channels_last", gen)
+    w = make_tensor((8, 4, 3, 3), torch.float16, "channels_last", gen)
+    bias = make_tensor((8,), torch.float16, "contiguous", gen)
+    y0 = make_tensor(y_shape(x.shape, w.shape, conv), torch.float16, "strided", gen)
+    y = y0.clone()
+    p = _problem("forward", x, w, y, **conv)
+    algo = ALGORITHMS["DIRECT"]
+    tiles = next(t for t in algo.tile_candidates(p) if t.kernel == "dot_rows")
+    workspace = torch.full((algo.workspace_bytes(p),), 255, dtype=torch.uint8)
+    algo.prepare(p, tiles)(ConvTensors(x, w, y, bias), workspace, 0.5, -0.75)
+    conv_ref = reference.conv_forward(x, w, **conv)
+    ref = 0.5 * conv_ref + bias.double()[None, :, None, None] - 0.75 * y0.double()
+    assert reference.rel_error(y, ref) <= TOL[torch.float16]
+
+
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_fma_kernels_in_half_precision(direction, gen):
     """The FMA tiles, which the tuner may pick for 16-bit data on a GPU, run here by hand."""

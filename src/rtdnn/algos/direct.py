@@ -54,6 +54,7 @@ from ..kernels.direct_dot import (
     direct_dot_backward_data_kernel,
     direct_dot_filter_rows_kernel,
     direct_dot_forward_kernel,
+    direct_dot_rows_forward_kernel,
     pack_block_diagonal_kernel,
 )
 from ..kernels.launch import KernelLaunch, TileConfig
@@ -140,11 +141,13 @@ def _channels_last(p: ConvProblem) -> bool:
 @dataclass(frozen=True)
 class DirectTiles(TileConfig):
     """DIRECT's tiles. kernel: the family, "fma" (kernels/direct.py), "dot" (block-diagonal
-    tensor-core tiles, kernels/direct_dot.py) or "rows" (kernels/depthwise.py).
-    block_m: pixels per tile (columns per tile for "rows"; per loop step in backward-filter);
-    block_n: channels per tile ("fma", "rows") or channel lanes of a super-group ("dot");
-    block_k: pixels per loop step of the FMA backward-filter kernel over every tap, or rows
-    per band of the "rows" forward; step_rows: output rows per step of the "rows" forward."""
+    tensor-core tiles, kernels/direct_dot.py), "dot_rows" (the same tiles rolled down bands of
+    rows, forward) or "rows" (kernels/depthwise.py).
+    block_m: pixels per tile (columns per tile for "rows" and "dot_rows"; per loop step in
+    backward-filter); block_n: channels per tile ("fma", "rows") or channel lanes of a
+    super-group ("dot", "dot_rows"); block_k: pixels per loop step of the FMA backward-filter
+    kernel over every tap, or rows per band of the "rows" and "dot_rows" forward; step_rows:
+    output rows per step of the "rows" forward."""
 
     kernel: str = "fma"
     step_rows: int = 1
@@ -282,6 +285,40 @@ def _dot_candidates(p: ConvProblem) -> list[TileConfig]:
     return [DirectTiles(bp, lanes, 1, 1, warps, 1, kernel="dot") for bp, lanes, warps in shapes]
 
 
+def _dot_rows_apply(p: ConvProblem) -> bool:
+    """Whether the tensor-core ring (direct_dot_rows_forward_kernel) runs p: forward and
+    stride-1 backward-data, where the tensor-core tiles are offered, with dilation 1 along H
+    and at most MAX_RING_ROWS output rows waiting on an input row."""
+    if p.direction == Direction.BACKWARD_FILTER or not _dot_tiles_offered(p):
+        return False
+    geo = conv_geometry(p)
+    ring = geo.dilation[1] == 1 and triton.cdiv(geo.kernel[1], geo.stride[1]) <= MAX_RING_ROWS
+    # Backward-data: the forward ring on dy at stride 1 (strided layers keep the stride
+    # phases of direct_dot_backward_data_kernel).
+    return ring and (p.direction == Direction.FORWARD or geo.stride == (1, 1, 1))
+
+
+def _dot_rows_candidates(p: ConvProblem) -> list[TileConfig]:
+    """(columns, lanes, rows per band, warps) of the tensor-core ring: a tile as wide as the
+    output row (16 to 128 columns), bands of 8 or 16 rows (the ring's first D steps feed
+    slots before the band: D / band of the loads)."""
+    if p.device != "cuda":
+        return [DirectTiles(16, 16, 2, 1, 1, 1, kernel="dot_rows")]
+    geo = conv_geometry(p)
+    # The rows the kernel walks: y's, or dx's for backward-data (a forward convolution of dy).
+    width = (geo.in_size if p.direction == Direction.BACKWARD_DATA else geo.out_size)[2]
+    bw = max(16, min(128, triton.next_power_of_2(width)))
+    wide = 32 if triton.next_power_of_2(p.kernel[-1]) <= 4 else 16
+    shapes = [(bw, 16, 16, 4), (bw, wide, 16, 4), (bw, 16, 8, 4), (min(bw, 64), 16, 16, 4)]
+    out, seen = [], set()
+    for w, lanes, band, warps in shapes:
+        key = (w, super_group(p, lanes), band, warps)  # lanes that give the same tiles
+        if key not in seen:
+            seen.add(key)
+            out.append(DirectTiles(w, lanes, band, 1, warps, 1, kernel="dot_rows"))
+    return out
+
+
 def _fma_candidates(p: ConvProblem) -> list[TileConfig]:
     channels = p.in_channels if p.direction == Direction.BACKWARD_DATA else p.out_channels
     if p.direction == Direction.BACKWARD_FILTER and _by_rows(p):
@@ -351,7 +388,7 @@ class Direct(ConvAlgorithm):
         if p.direction != Direction.BACKWARD_FILTER:
             packed = math.prod(p.kernel) * _packed_rows(p) * 4 if _packs_filter(p) else 0
             if _dot_tiles_offered(p):
-                lanes = {t.block_n for t in _dot_candidates(p)}
+                lanes = {t.block_n for t in _dot_candidates(p) + _dot_rows_candidates(p)}
                 tiles = max(_block_diagonal_elements(p, super_group(p, n)) for n in lanes)
                 packed = max(packed, tiles * p.dtype.itemsize)
             return packed
@@ -366,6 +403,7 @@ class Direct(ConvAlgorithm):
         for the fields."""
         rows = _rows_candidates(p) if _rows_apply(p) else []
         dot = _dot_candidates(p) if _dot_tiles_offered(p) else []
+        dot += _dot_rows_candidates(p) if _dot_rows_apply(p) else []
         fma = _fma_candidates(p) if p.in_channels // p.groups <= MAX_CHANNELS_PER_GROUP else []
         # Several channels per group: the tensor-core tiles win where they apply.
         return dot + rows + fma
@@ -374,7 +412,7 @@ class Direct(ConvAlgorithm):
         kernel = getattr(tiles, "kernel", "fma")
         if kernel == "rows":
             return _prepare_rows(p, tiles)
-        return _prepare_flat(p, tiles, kernel == "dot")
+        return _prepare_flat(p, tiles, kernel in ("dot", "dot_rows"))
 
 
 def _packing(p: ConvProblem, geo, flip: bool):
@@ -444,6 +482,17 @@ def _prepare_rows(p: ConvProblem, tiles: TileConfig) -> Runner:
             launch(X=src, P=taps, Y=dst, BIAS=bias, alpha=float(alpha), beta=float(beta))
 
     return run
+
+
+def _flipped_filter(geo):
+    """geo with its filter read through a view flipped along every spatial axis."""
+    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
+    kd, kh, kw = geo.kernel
+    last = (kd - 1) * ws_d + (kh - 1) * ws_h + (kw - 1) * ws_w
+    return geo._replace(
+        w_strides=(ws_k, ws_c, -ws_d, -ws_h, -ws_w),
+        offsets=(geo.offsets[0], geo.offsets[1] + last, geo.offsets[2]),
+    )
 
 
 def _data_passes(geo) -> list[tuple]:
@@ -539,6 +588,13 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
             KWP=triton.next_power_of_2(kw), **shape,
         )  # fmt: skip
     launches: dict[tuple, KernelLaunch] = {}
+    ring = getattr(tiles, "kernel", "fma") == "dot_rows"
+
+    def ring_grid(run_geo) -> tuple[tuple[int], int]:
+        """The tensor-core ring's grid over run_geo's output rows, and its rows per band."""
+        od, oh, ow = run_geo.out_size
+        rows = min(tiles.block_k, oh)
+        return (p.batch * od * triton.cdiv(oh, rows) * triton.cdiv(ow, bp) * channel_blocks,), rows
 
     if p.direction != Direction.BACKWARD_FILTER:
         # The tensor-core tiles and the depthwise FMA tiles read a packed filter (see the
@@ -547,9 +603,13 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
         if tensor_cores:
             packed_dtype = p.dtype
             packed_elements = _block_diagonal_elements(p, (sg, block_i, block_o))
+            # Backward-data by the ring is a forward convolution of dy with the filter
+            # flipped (and its tiles transposed): pack it from a flipped view of w.
+            data_ring = ring and p.direction == Direction.BACKWARD_DATA
+            pack_geo = _flipped_filter(geo) if data_ring else geo
             pack = KernelLaunch(
                 pack_block_diagonal_kernel, (triton.cdiv(packed_elements, 1024),),
-                dict(num_warps=4), geo=geo, total=packed_elements, ROWS=kd * kh,
+                dict(num_warps=4), geo=pack_geo, total=packed_elements, ROWS=kd * kh,
                 TRANSPOSED=p.direction == Direction.BACKWARD_DATA, BLOCK=1024,
                 **{k: v for k, v in tiling.items() if k != "UPCAST"}, **sizes,
             )  # fmt: skip
@@ -567,12 +627,17 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
 
     if p.direction == Direction.FORWARD:
         pixels = p.batch * math.prod(p.out_spatial)
-        if tensor_cores:
+        if ring:
+            grid, rows = ring_grid(geo)
+            kernel = direct_dot_rows_forward_kernel
+            fixed = dict(**sizes, **tiling, S=geo.stride[1], ROWS=rows, BLOCK_W=bp)
+        elif tensor_cores:
             grid = (triton.cdiv(pixels, bp) * channel_blocks,)
-            kernel, fixed = direct_dot_forward_kernel, dict(**sizes, **tiling)
+            kernel, fixed = direct_dot_forward_kernel, dict(**sizes, **tiling, BLOCK_P=bp)
         else:
             grid = (triton.cdiv(pixels, bp) * triton.cdiv(p.out_channels, bc),)
-            kernel, fixed = direct_forward_kernel, dict(K=p.out_channels, BLOCK_C=bc, **shape)
+            kernel = direct_forward_kernel
+            fixed = dict(K=p.out_channels, BLOCK_C=bc, BLOCK_P=bp, **shape)
 
         def run_forward(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
             w = filter_for(t, workspace)
@@ -581,12 +646,36 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
             if launch is None:
                 launch = launches[key] = KernelLaunch(
                     kernel, grid, warps, geo=geo, ACTIVATION=identity, HAS_BIAS=key[0],
-                    BETA_NONZERO=key[1], BLOCK_P=bp, **fixed,
+                    BETA_NONZERO=key[1], **fixed,
                 )  # fmt: skip
             bias = t.bias if t.bias is not None else t.y
             launch(X=t.x, Wt=w, Y=t.y, BIAS=bias, alpha=float(alpha), beta=float(beta))
 
         return run_forward
+
+    if p.direction == Direction.BACKWARD_DATA and ring:
+        # Stride 1: the forward ring over dx's rows, dy as its input, padding mirrored; the
+        # roles of the channels swap (dy's K lanes in, dx's C lanes out).
+        run_geo = _data_passes(geo)[0][0]
+        grid, rows = ring_grid(run_geo)
+        fixed = dict(
+            C=p.out_channels, K=p.in_channels, groups=g, CG=shape["KG"], KG=shape["CG"],
+            KD=kd, KH=kh, KW=kw, KWP=tiling["KWP"], SG=sg, UPCAST=INTERPRETED, BLOCK_I=block_o,
+            BLOCK_O=block_i, S=1, ROWS=rows, BLOCK_W=bp, ACTIVATION=identity, HAS_BIAS=False,
+        )  # fmt: skip
+
+        def run_backward_data_ring(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            w = filter_for(t, workspace)
+            key = beta != 0
+            launch = launches.get(key)
+            if launch is None:
+                launch = launches[key] = KernelLaunch(
+                    direct_dot_rows_forward_kernel, grid, warps, geo=run_geo, BETA_NONZERO=key,
+                    **fixed,
+                )  # fmt: skip
+            launch(X=t.y, Wt=w, Y=t.x, BIAS=t.x, alpha=float(alpha), beta=float(beta))
+
+        return run_backward_data_ring
 
     if p.direction == Direction.BACKWARD_DATA:
         pixels = p.batch * math.prod(p.in_spatial)

@@ -176,6 +176,94 @@ def direct_dot_forward_kernel(
 
 
 @triton.jit
+def direct_dot_rows_forward_kernel(
+    X, Wt, Y, BIAS, geo, C, K, groups, alpha, beta,
+    CG: tl.constexpr, KG: tl.constexpr, SG: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr,
+    KW: tl.constexpr, KWP: tl.constexpr, S: tl.constexpr, ACTIVATION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, BETA_NONZERO: tl.constexpr, UPCAST: tl.constexpr,
+    ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
+):  # fmt: skip
+    """The forward of direct_dot_forward_kernel by rows: a program owns a band of ROWS output
+    rows of one image (n, od), BLOCK_W columns and one super-group, and rolls a ring of output
+    row accumulators down the band (stride S and dilation 1 along H, any along D and W), as
+    kernels/depthwise.py's forward does with FMAs. Each input row's tile [BLOCK_W, KWP *
+    BLOCK_I] is loaded once and multiplied by the filter rows of every output row whose
+    window holds it (about KH / S), where the flat kernel loads it once per filter row: its
+    loads, 32-byte pieces of a pixel per tap, kept the L1 unit 88% busy (ncu, ResNeXt-50's
+    g128.56 layer, H200) at 12% of DRAM bandwidth."""
+    in_d, in_h, in_w = geo.in_size
+    od_n, oh_n, ow_n = geo.out_size
+    sd, sh, sw = geo.stride
+    pd, ph, pw = geo.padding
+    dd, dh, dw = geo.dilation
+    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
+    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    x_off, _, y_off = geo.offsets
+    # Output row o needs input rows o * S - ph + rh: a finished row waits for D more steps.
+    D: tl.constexpr = (KH + S - 1) // S - 1
+
+    # The super-groups of one band and column block are neighbours (they share x rows in L2).
+    pid = tl.program_id(0)
+    s_blocks = tl.cdiv(groups, SG)
+    w_blocks = tl.cdiv(ow_n, BLOCK_W)
+    s = pid % s_blocks
+    pid_w = (pid // s_blocks) % w_blocks
+    band = pid // (s_blocks * w_blocks)
+    bands = tl.cdiv(oh_n, ROWS)
+    o0 = (band % bands) * ROWS
+    image = band // bands
+    n = image // od_n
+    od = image % od_n
+    rows = tl.minimum(ROWS, oh_n - o0)
+
+    c, k, a_ok, b_ok, _, _ = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
+    ow = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    w_ok = ow < ow_n
+    rw = tl.arange(0, KWP)
+    i_w = (ow * sw - pw)[:, None] + (rw * dw)[None, :]
+    # Which (column, tap, lane) of an input row's tile exist: the same for every row.
+    tile_ok = w_ok[:, None] & in_range(i_w, in_w) & (rw < KW)[None, :]
+    tile_ok = tile_ok[:, :, None] & a_ok[None, None, :]
+    Xtile = X + x_off + n * xs_n + (i_w * xs_w)[:, :, None] + (c * xs_c)[None, None, :]
+    Ps = Wt + s * (KD * KH * KWP * BLOCK_I * BLOCK_O)
+    y_cols = (y_off + n * ys_n + od * ys_d + ow * ys_w)[:, None] + (k * ys_k)[None, :]
+    y_mask = w_ok[:, None] & b_ok[None, :]
+
+    # Step t reads input rows i0 + u (u < S), i0 = (o0 + t) * S - ph. Ring slot j holds
+    # output row o0 + t - D + j, which meets input row u as filter row u + (D - j) * S; after
+    # the step slot 0 has met all its filter rows. Slots of rows before the band take
+    # products that are never stored.
+    accs = (tl.zeros((BLOCK_W, BLOCK_O), dtype=tl.float32),) * (D + 1)
+    for t in range(rows + D):
+        i0 = (o0 + t) * S - ph
+        for rd in tl.static_range(KD):
+            i_d = od * sd - pd + rd * dd
+            for u in tl.static_range(S):
+                # Rows of zero padding above and below the image are skipped.
+                if in_range(i_d, in_d) & in_range(i0 + u, in_h):
+                    xv = tl.load(Xtile + (i_d * xs_d + (i0 + u) * xs_h), mask=tile_ok, other=0.0)
+                    xv = tl.reshape(xv, (BLOCK_W, KWP * BLOCK_I))
+                    if UPCAST:
+                        xv = xv.to(tl.float32)
+                    out = ()
+                    for j in tl.static_range(D + 1):
+                        acc = accs[j]
+                        if u + (D - j) * S < KH:
+                            wv = _row_tile(Ps, rd * KH + u + (D - j) * S, KWP * BLOCK_I, BLOCK_O)
+                            if UPCAST:
+                                wv = wv.to(tl.float32)
+                            acc = tl.dot(xv, wv, acc)
+                        out = out + (acc,)
+                    accs = out
+        if t >= D:
+            epilogue(
+                Y, y_cols + (o0 + t - D) * ys_h, y_mask, accs[0], alpha, beta, BIAS, k, b_ok,
+                HAS_BIAS, BETA_NONZERO, ACTIVATION,
+            )  # fmt: skip
+        accs = accs[1:] + (tl.zeros((BLOCK_W, BLOCK_O), dtype=tl.float32),)
+
+
+@triton.jit
 def _backward_data_row(acc, t, args, consts: tl.constexpr):
     """acc += the taps of filter row t = (rd, rh) as one product ([BLOCK_P, KWP * BLOCK_O] dy
     tiles side by side times the transposed filter tiles stacked). DYn: dy at each pixel's
