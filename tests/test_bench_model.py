@@ -26,8 +26,10 @@ def test_model_bench_smoke(tmp_path):
 def test_model_names_and_direct_kernels_counted_as_convolution():
     from rtdnn.bench.model import MODELS, build, category
 
-    assert {"efficientnet_b0", "mobilenet_v3_large", "convnext_tiny"} <= set(MODELS)
+    assert {"efficientnet_b0", "mobilenet_v3_large", "convnext_tiny", "vit_b_16"} <= set(MODELS)
     for kernel in ("direct_forward_kernel", "depthwise_rows_kernel", "pack_filter_kernel"):
         assert category(kernel) == "convolution"
+    assert category("attention_forward_kernel") == "attention"
+    assert category("cudnn_generated_fort_native_sdpa_sm90") == "attention"
     with pytest.raises(ValueError, match="convnext_tiny"):
         build("vgg11")

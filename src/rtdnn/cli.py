@@ -25,7 +25,9 @@ OPS = (
     "pooling", "activation", "softmax", "lrn", "dropout", "tensor", "norm", "attention", "rnn",
     "ctc", "grid_sample", "all",
 )  # fmt: skip
-MODELS = ("resnet50", "efficientnet_b0", "mobilenet_v3_large", "convnext_tiny", "small")
+MODELS = (
+    "resnet50", "efficientnet_b0", "mobilenet_v3_large", "convnext_tiny", "vit_b_16", "small"
+)  # fmt: skip
 DIRECTIONS = ("all", "forward", "backward_data", "backward_filter")
 #: Micro-batch policies (select.plan.POLICIES, named here so that parsing imports nothing).
 POLICIES = ("undivided", "powerOfTwo", "all")

@@ -1,6 +1,6 @@
-"""Whole-model benchmark: a torchvision ResNet-50, EfficientNet-B0, MobileNetV3-Large or
-ConvNeXt-T (or a small CNN) converted with rtdnn.convert, beside the unconverted PyTorch model
-(cuDNN, benchmark mode), in one process.
+"""Whole-model benchmark: a torchvision ResNet-50, EfficientNet-B0, MobileNetV3-Large,
+ConvNeXt-T or ViT-B/16 (or a small CNN) converted with rtdnn.convert, beside the unconverted
+PyTorch model (cuDNN, benchmark mode), in one process.
 
 Measures inference and training-step throughput (images/s; SGD with momentum, autocast,
 channels-last), issued eagerly from Python and, on a GPU, replayed from a CUDA graph of the
@@ -27,6 +27,7 @@ from ..core.timing import capture
 
 #: Kernel-name fragments -> layer type, for both cuDNN/ATen kernels and rtdnn's Triton kernels.
 CATEGORIES = {
+    "attention": ("attention", "attn", "fmha", "flash", "sdpa"),
     "convolution": ("conv", "brgemm", "im2col", "col2im", "wgrad", "dgrad", "fprop", "gemm",
                     "sm90_xmma", "cutlass", "direct_", "depthwise", "pack_filter"),
     "normalization": ("batch_norm", "batchnorm", "bn_", "norm", "welford"),
@@ -75,7 +76,9 @@ def small_cnn(classes: int = 10) -> torch.nn.Module:
 
 #: The torchvision models `--model` takes (224x224 input, random weights): ResNet-50, and the
 #: depthwise networks whose depthwise convolutions run as DIRECT.
-TORCHVISION_MODELS = ("resnet50", "efficientnet_b0", "mobilenet_v3_large", "convnext_tiny")
+TORCHVISION_MODELS = (
+    "resnet50", "efficientnet_b0", "mobilenet_v3_large", "convnext_tiny", "vit_b_16"
+)  # fmt: skip
 MODELS = (*TORCHVISION_MODELS, "small")
 
 
