@@ -87,7 +87,12 @@ def build(name: str) -> tuple[torch.nn.Module, int]:
     if name in TORCHVISION_MODELS:
         import torchvision
 
-        return getattr(torchvision.models, name)(weights=None), 224
+        model = getattr(torchvision.models, name)(weights=None)
+        if name == "vit_b_16":
+            # torchvision starts ViT's classifier at zero: both outputs would be zero and
+            # their difference say nothing.
+            torch.nn.init.normal_(model.heads.head.weight, std=0.02)
+        return model, 224
     if name == "small":
         return small_cnn(), 32
     raise ValueError(f"model={name!r}: expected one of {MODELS}")
