@@ -103,6 +103,19 @@ def test_max_backward_routes_ties_like_torch_exactly():
     assert torch.equal(dx, dx2)  # deterministic
 
 
+def test_max_window_of_padding_only_passes_no_gradient(gen):
+    """Dilation can put every tap of a window in the padding: its output is -inf and it passes
+    no gradient (torch's own max_pool routes one to an element outside the window)."""
+    x = torch.randn(2, 3, 3, 1, generator=gen)
+    conv = dict(stride=1, padding=(0, 1), dilation=(1, 2))
+    y = rtdnn.pooling_forward(x, "max", (1, 2), **conv)
+    assert torch.equal(y, torch.full_like(y, float("-inf")))
+    dy = torch.randn(y.shape, generator=gen)
+    dx = rtdnn.pooling_backward(dy, x, y, "max", (1, 2), **conv)
+    assert torch.equal(dx, torch.zeros_like(dx))
+    assert torch.equal(R.pooling_backward(dy, x, y, "max", (1, 2), **conv), dx.double())
+
+
 def _without_nan(t: torch.Tensor) -> torch.Tensor:
     return torch.where(t.isnan(), 0.0, t)
 

@@ -148,18 +148,24 @@ _MAXPOOL = {3: F.max_pool1d, 4: F.max_pool2d, 5: F.max_pool3d}
 
 def pooling_backward(dy, x, y, mode, window, *, stride=None, padding=0, dilation=1,
                      ceil_mode=False, alpha=1.0, beta=0.0, out=None) -> torch.Tensor:  # fmt: skip
-    """Max: PyTorch's autograd of max_pool (its tie routing: first max in scan order).
-    Average: autograd of the float64 forward above."""
+    """Max: PyTorch's autograd of max_pool (its tie routing: first max in scan order), except
+    that a window holding padding only (possible with dilation), whose output is -inf, passes
+    no gradient: PyTorch routes it to an element outside the window. Average: autograd of the
+    float64 forward above."""
     x64 = _f64(x).requires_grad_(True)
+    dy64 = _f64(dy)
     if mode == "max":
         nd = x.dim() - 2
         stride = window if stride is None else stride
-        y64 = _MAXPOOL[x.dim()](x64, _ntuple(window, nd), _ntuple(stride, nd),
-                                _ntuple(padding, nd), _ntuple(dilation, nd), ceil_mode)  # fmt: skip
+        args = (_ntuple(window, nd), _ntuple(stride, nd), _ntuple(padding, nd),
+                _ntuple(dilation, nd), ceil_mode)  # fmt: skip
+        y64 = _MAXPOOL[x.dim()](x64, *args)
+        inside = _MAXPOOL[x.dim()](torch.ones_like(x64[:1, :1]), *args) == 1
+        dy64 = torch.where(inside, dy64, 0.0)
     else:
         y64 = pooling_forward(x64, mode, window, stride=stride, padding=padding,
                               dilation=dilation, ceil_mode=ceil_mode)  # fmt: skip
-    (dx,) = torch.autograd.grad(y64, x64, _f64(dy))
+    (dx,) = torch.autograd.grad(y64, x64, dy64)
     return _scaled(dx, alpha, beta, out)
 
 
