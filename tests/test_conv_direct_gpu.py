@@ -42,6 +42,14 @@ SHAPES = [
 ]
 #: Shapes beyond the FMA kernels' 8 channels per group: 16-bit data only.
 WIDE_GROUPS = SHAPES[-2:]
+#: Grouped rows wider than 32 columns, where the tensor-core ring (forward and stride-1
+#: backward-data) is offered: stride 1 and 2 along H, a width not a power of two, a band of
+#: rows not dividing the height.
+RING_SHAPES = [
+    ((2, 64, 19, 40), (64, 4, 3, 3), dict(padding=1, groups=16)),
+    ((2, 32, 13, 70), (64, 2, 3, 3), dict(stride=(2, 1), padding=1, groups=16)),
+    ((1, 128, 5, 130), (128, 8, 5, 3), dict(padding=(2, 1), groups=16, mode="convolution")),
+]
 
 
 def _channels_last(t):
@@ -120,7 +128,7 @@ def test_nn_depthwise_conv2d_autograd_bf16():
 
 
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
-@pytest.mark.parametrize("shape", SHAPES[:3] + SHAPES[4:6] + WIDE_GROUPS[:1])
+@pytest.mark.parametrize("shape", SHAPES[:3] + SHAPES[4:6] + WIDE_GROUPS[:1] + RING_SHAPES)
 def test_every_tile_candidate(direction, shape):
     """Each tile the tuner may pick (row, FMA and tensor-core kernels) compiles and is right."""
     from rtdnn.algos import ALGORITHMS, ConvTensors
@@ -153,6 +161,8 @@ def test_every_tile_candidate(direction, shape):
         assert "fma" in kinds and ("rows" in kinds) == _rows_apply(p), kinds
     else:
         assert "dot" in kinds, kinds
+    if shape in RING_SHAPES and direction == "forward":
+        assert "dot_rows" in kinds, kinds
     for tiles in candidates:
         out.fill_(float("nan"))
         algo.prepare(p, tiles)(tensors, ws, 1.0, 0.0)

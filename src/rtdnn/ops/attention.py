@@ -38,6 +38,7 @@ from ..core import (
     default_matmul_math_mode,
     not_supported,
 )
+from ..algos.geometry import multiprocessor_count
 from ..kernels import attention as K
 from ._common import check_real
 
@@ -303,7 +304,7 @@ def _sum_group_in_kernel(q: torch.Tensor, n: int, hk: int, group: int, programs:
     unless that leaves too few programs (n * hk * key blocks) to fill the GPU twice over."""
     if group == 1 or INTERPRETED or not q.is_cuda:
         return True
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    sms = multiprocessor_count(q.device.index)
     return n * hk * programs >= 2 * sms
 
 

@@ -23,6 +23,7 @@ import functools
 import torch
 import triton
 
+from ..algos.geometry import parallel_slots
 from ..algos.tiles import tile_candidates, tune
 from ..core import (
     bad_param,
@@ -56,9 +57,14 @@ def _splits(m: int, n: int, k: int, device: str) -> int:
     """Split the reduction when the output has too few tiles to fill the device."""
     if device != "cuda":
         return 1 if k < 64 else 2
-    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     tiles = triton.cdiv(m, 128) * triton.cdiv(n, 128)
-    return max(1, min(triton.cdiv(2 * sms, tiles), k // 1024))
+    return max(1, min(triton.cdiv(parallel_slots(device), tiles), k // 1024))
+
+
+@functools.lru_cache(maxsize=4096)
+def _candidates(device: str, dtype: torch.dtype, m: int, n: int, depth: int) -> tuple:
+    """tile_candidates, once per GEMM shape: a layer's call repeats it every step."""
+    return tuple(tile_candidates(device, dtype, m, n, depth))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -90,7 +96,7 @@ def _gemm(a, a_geo, b, b_geo, c, alpha, beta, bias=None, activation=None, math=N
     precision = "tf32" if c.dtype == torch.float32 and tf32 else "ieee"
     act = ACTIVATIONS[activation]
     splits = _splits(m, n, depth, device)
-    candidates = tile_candidates(device, c.dtype, m, n, depth)
+    candidates = list(_candidates(device, c.dtype, m, n, depth))
     key = ("linear", a_geo, b_geo, c_geo, c.dtype, precision, splits)
 
     def workspace_for(launch: BrgemmLaunch):
