@@ -3,8 +3,11 @@
     PYTHONPATH=src python benchmarks/probes/direct_profile.py SUITE LAYER DIRECTION [ALGO] [REPS]
 
 Under `ncu --kernel-name regex:... --launch-skip S --launch-count 1` it gives one warm launch.
+KERNEL=dot (or rows, fma, dot_rows) keeps DIRECT's tile candidates of that family only, so
+that RTDNN_AUTOTUNE=0 runs its first.
 """
 
+import os
 import sys
 
 import torch
@@ -14,6 +17,12 @@ from rtdnn.bench.conv import DTYPES, _conv_args, _layer_tensors, load_suite
 
 
 def main() -> None:
+    kind = os.environ.get("KERNEL")
+    if kind:
+        from rtdnn.algos.direct import Direct
+
+        every = Direct.tile_candidates
+        Direct.tile_candidates = lambda self, p: [t for t in every(self, p) if t.kernel == kind]
     suite, name, direction = sys.argv[1:4]
     algo = sys.argv[4] if len(sys.argv) > 4 else "DIRECT"
     reps = int(sys.argv[5]) if len(sys.argv) > 5 else 3
