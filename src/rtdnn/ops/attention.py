@@ -31,6 +31,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from ..algos.geometry import multiprocessor_count
 from ..core import (
     INTERPRETED,
     bad_param,
@@ -38,7 +39,6 @@ from ..core import (
     default_matmul_math_mode,
     not_supported,
 )
-from ..algos.geometry import multiprocessor_count
 from ..kernels import attention as K
 from ._common import check_real
 
