@@ -299,24 +299,22 @@ def _dot_rows_apply(p: ConvProblem) -> bool:
 
 
 def _dot_rows_candidates(p: ConvProblem) -> list[TileConfig]:
-    """(columns, rows per band, stages) of the tensor-core ring, 16-lane super-groups in 4
-    warps: a tile as wide as the output row (64 or 128 columns), bands of 16 or 8 rows (the
-    ring's first D steps feed slots before the band: D / band of the loads), num_stages 2 to
-    load each step's rows one step ahead (PREFETCH). Offered for rows wider
-    than 32 columns: on ResNeXt-50's grouped layers (H200, bf16) the 64-column ring ran 8%
-    faster than the best flat tile at 56 columns (0.133 against 0.144 ms, forward and
-    backward-data), the 32- and 16-column rings 1.5 to 3x slower than the flat tiles at 28,
-    14 and 7 columns; 32 lanes were slower than 16 (0.146 ms)."""
+    """(columns, rows per band) of the tensor-core ring, 16-lane super-groups in 4 warps: a
+    tile as wide as the output row (16 to 128 columns), bands of 16 or 8 rows (the ring's
+    first D steps feed slots before the band: D / band of the loads). Rows narrower than 12
+    columns are left to the flat tiles (a 16-column tile would compute mostly padding).
+    Measured on ResNeXt-50's g128.56 layer (H200, bf16): 0.107 ms against the flat tiles'
+    best 0.144, forward and backward-data alike; loading each step's rows one step ahead
+    was slower (0.116 ms), 32 lanes too (0.146 ms, before the filter tiles were hoisted)."""
     if p.device != "cuda":
-        return [DirectTiles(16, 16, 2, 1, 1, s, kernel="dot_rows") for s in (1, 2)]
+        return [DirectTiles(16, 16, 2, 1, 1, 1, kernel="dot_rows")]
     geo = conv_geometry(p)
     # The rows the kernel walks: y's, or dx's for backward-data (a forward convolution of dy).
     width = (geo.in_size if p.direction == Direction.BACKWARD_DATA else geo.out_size)[2]
-    if width <= 32:
+    if width < 12:
         return []
-    bw = min(128, triton.next_power_of_2(width))
-    shapes = [(16, 2), (16, 1), (8, 2)]
-    return [DirectTiles(bw, 16, band, 1, 4, stages, kernel="dot_rows") for band, stages in shapes]
+    bw = max(16, min(128, triton.next_power_of_2(width)))
+    return [DirectTiles(bw, 16, band, 1, 4, 1, kernel="dot_rows") for band in (16, 8)]
 
 
 def _fma_candidates(p: ConvProblem) -> list[TileConfig]:
@@ -402,10 +400,11 @@ class Direct(ConvAlgorithm):
         """The first candidate is what runs without tuning (RTDNN_AUTOTUNE=0); see DirectTiles
         for the fields."""
         rows = _rows_candidates(p) if _rows_apply(p) else []
-        # The ring first where it is offered (rows wider than 32 columns): it measured
-        # faster than the flat tiles there.
-        dot = _dot_rows_candidates(p) if _dot_rows_apply(p) else []
-        dot += _dot_candidates(p) if _dot_tiles_offered(p) else []
+        # The ring first on rows wider than 32 columns (64-column tiles and up), where it
+        # measured faster than the flat tiles; after them on narrower rows (not measured).
+        ring = _dot_rows_candidates(p) if _dot_rows_apply(p) else []
+        flat = _dot_candidates(p) if _dot_tiles_offered(p) else []
+        dot = ring + flat if ring and ring[0].block_m > 32 else flat + ring
         fma = _fma_candidates(p) if p.in_channels // p.groups <= MAX_CHANNELS_PER_GROUP else []
         # Several channels per group: the tensor-core tiles win where they apply.
         return dot + rows + fma
@@ -632,9 +631,7 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
         if ring:
             grid, rows = ring_grid(geo)
             kernel = direct_dot_rows_forward_kernel
-            fixed = dict(**sizes, **tiling, S=geo.stride[1], ROWS=rows, BLOCK_W=bp,
-                         PREFETCH=tiles.num_stages > 1)  # fmt: skip
-            warps = dict(num_warps=tiles.num_warps, num_stages=1)  # the prefetch is by hand
+            fixed = dict(**sizes, **tiling, S=geo.stride[1], ROWS=rows, BLOCK_W=bp)
         elif tensor_cores:
             grid = (triton.cdiv(pixels, bp) * channel_blocks,)
             kernel, fixed = direct_dot_forward_kernel, dict(**sizes, **tiling, BLOCK_P=bp)
@@ -666,9 +663,7 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
             C=p.out_channels, K=p.in_channels, groups=g, CG=shape["KG"], KG=shape["CG"],
             KD=kd, KH=kh, KW=kw, KWP=tiling["KWP"], SG=sg, UPCAST=INTERPRETED, BLOCK_I=block_o,
             BLOCK_O=block_i, S=1, ROWS=rows, BLOCK_W=bp, ACTIVATION=identity, HAS_BIAS=False,
-            PREFETCH=tiles.num_stages > 1,
         )  # fmt: skip
-        ring_warps = dict(num_warps=tiles.num_warps, num_stages=1)  # the prefetch is by hand
 
         def run_backward_data_ring(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
             w = filter_for(t, workspace)
@@ -676,7 +671,7 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
             launch = launches.get(key)
             if launch is None:
                 launch = launches[key] = KernelLaunch(
-                    direct_dot_rows_forward_kernel, grid, ring_warps, geo=run_geo, BETA_NONZERO=key,
+                    direct_dot_rows_forward_kernel, grid, warps, geo=run_geo, BETA_NONZERO=key,
                     **fixed,
                 )  # fmt: skip
             launch(X=t.y, Wt=w, Y=t.x, BIAS=t.x, alpha=float(alpha), beta=float(beta))

@@ -179,22 +179,6 @@ def direct_dot_forward_kernel(
 
 
 @triton.jit
-def _ring_inputs(Xtile, tile_ok, i0, rows_of, KD: tl.constexpr, S: tl.constexpr):
-    """The input row tiles of one ring step, (rd, u) -> index rd * S + u: input row i0 + u of
-    depth plane rd, zeros where the row lies in the padding. rows_of: (the depth index of
-    plane 0, the dilation along D, the input's depth and height, x's strides along D and H)."""
-    d0, dd, in_d, in_h, xs_d, xs_h = rows_of
-    out = ()
-    for rd in tl.static_range(KD):
-        for u in tl.static_range(S):
-            live = in_range(d0 + rd * dd, in_d) & in_range(i0 + u, in_h)
-            at = (d0 + rd * dd) * xs_d + (i0 + u) * xs_h
-            xv = tl.load(Xtile + at, mask=tile_ok & live, other=0.0)
-            out = out + (tl.reshape(xv, (xv.shape[0], xv.shape[1] * xv.shape[2])),)
-    return out
-
-
-@triton.jit
 def _ring_products(accs, xv, tiles, Ps, rd: tl.constexpr, u: tl.constexpr, consts: tl.constexpr):
     """The ring after input row u of depth plane rd: slot j += the row's tile xv [BLOCK_W, KWP
     * BLOCK_I] times filter row u + (D - j) * S of plane rd, where that is a row of the filter.
@@ -231,7 +215,6 @@ def direct_dot_rows_forward_kernel(
     KW: tl.constexpr, KWP: tl.constexpr, S: tl.constexpr, ACTIVATION: tl.constexpr,
     HAS_BIAS: tl.constexpr, BETA_NONZERO: tl.constexpr, UPCAST: tl.constexpr,
     ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
-    PREFETCH: tl.constexpr,
 ):  # fmt: skip
     """The forward of direct_dot_forward_kernel by rows: a program owns a band of ROWS output
     rows of one image (n, od), BLOCK_W columns and one super-group, and rolls a ring of output
@@ -240,8 +223,7 @@ def direct_dot_rows_forward_kernel(
     BLOCK_I] is loaded once and multiplied by the filter rows of every output row whose
     window holds it (about KH / S), where the flat kernel loads it once per filter row: its
     loads, 32-byte pieces of a pixel per tap, kept the L1 unit 88% busy (ncu, ResNeXt-50's
-    g128.56 layer, H200) at 12% of DRAM bandwidth. PREFETCH loads each step's input rows
-    during the step before (a software pipeline of two stages, by hand)."""
+    g128.56 layer, H200) at 12% of DRAM bandwidth."""
     in_d, in_h, in_w = geo.in_size
     od_n, oh_n, ow_n = geo.out_size
     sd, sh, sw = geo.stride
@@ -294,31 +276,16 @@ def direct_dot_rows_forward_kernel(
     # products that are never stored.
     accs = (tl.zeros((BLOCK_W, BLOCK_O), dtype=tl.float32),) * (D + 1)
     consts: tl.constexpr = (KH, KWP, BLOCK_I, BLOCK_O, S, D, HOIST, UPCAST)
-    rows_of = (od * sd - pd, dd, in_d, in_h, xs_d, xs_h)
-    if PREFETCH:
-        xs = _ring_inputs(Xtile, tile_ok, o0 * S - ph, rows_of, KD, S)
-    # One stage for Triton's own pipeliner: it fails on this loop in Triton 3.6 (an MLIR pass
-    # error in the sm_90 compile) when a loaded tile is carried to the next step.
-    for t in tl.range(rows + D, num_stages=1):
+    for t in range(rows + D):
         i0 = (o0 + t) * S - ph
-        if PREFETCH:
-            # The next step's rows are loaded before this step's products, so their latency
-            # hides behind the tensor cores; rows in the padding load as zeros and multiply.
-            now = xs
-            xs = _ring_inputs(Xtile, tile_ok, i0 + S, rows_of, KD, S)
-            for rd in tl.static_range(KD):
-                for u in tl.static_range(S):
-                    accs = _ring_products(accs, now[rd * S + u], tiles, Ps, rd, u, consts)
-        else:
-            for rd in tl.static_range(KD):
-                i_d = od * sd - pd + rd * dd
-                for u in tl.static_range(S):
-                    # Rows of zero padding above and below the image are skipped.
-                    if in_range(i_d, in_d) & in_range(i0 + u, in_h):
-                        at = i_d * xs_d + (i0 + u) * xs_h
-                        xv = tl.load(Xtile + at, mask=tile_ok, other=0.0)
-                        xv = tl.reshape(xv, (BLOCK_W, KWP * BLOCK_I))
-                        accs = _ring_products(accs, xv, tiles, Ps, rd, u, consts)
+        for rd in tl.static_range(KD):
+            i_d = od * sd - pd + rd * dd
+            for u in tl.static_range(S):
+                # Rows of zero padding above and below the image are skipped.
+                if in_range(i_d, in_d) & in_range(i0 + u, in_h):
+                    xv = tl.load(Xtile + (i_d * xs_d + (i0 + u) * xs_h), mask=tile_ok, other=0.0)
+                    xv = tl.reshape(xv, (BLOCK_W, KWP * BLOCK_I))
+                    accs = _ring_products(accs, xv, tiles, Ps, rd, u, consts)
         if t >= D:
             epilogue(
                 Y, y_cols + (o0 + t - D) * ys_h, y_mask, accs[0], alpha, beta, BIAS, k, b_ok,
