@@ -300,20 +300,20 @@ def _dot_rows_apply(p: ConvProblem) -> bool:
 
 def _dot_rows_candidates(p: ConvProblem) -> list[TileConfig]:
     """(columns, rows per band) of the tensor-core ring, 16-lane super-groups in 4 warps: a
-    tile as wide as the output row (16 to 128 columns), bands of 16 or 8 rows (the ring's
-    first D steps feed slots before the band: D / band of the loads). Rows narrower than 12
-    columns are left to the flat tiles (a 16-column tile would compute mostly padding).
-    Measured on ResNeXt-50's g128.56 layer (H200, bf16): 0.107 ms against the flat tiles'
-    best 0.144, forward and backward-data alike; loading each step's rows one step ahead
-    was slower (0.116 ms), 32 lanes too (0.146 ms, before the filter tiles were hoisted)."""
+    tile as wide as the output row (64 or 128 columns), bands of 16 or 8 rows (the ring's
+    first D steps feed slots before the band: D / band of the loads). Offered for rows wider
+    than 32 columns. Measured on ResNeXt-50's grouped layers (H200, bf16): at 56 columns
+    0.105 ms against the flat tiles' best 0.144, forward and backward-data alike; at 28 and
+    14 columns (32- and 16-column tiles) 1.3 to 2.4x slower than the flat tiles; loading each
+    step's rows one step ahead was slower (0.116 ms at 56 columns)."""
     if p.device != "cuda":
         return [DirectTiles(16, 16, 2, 1, 1, 1, kernel="dot_rows")]
     geo = conv_geometry(p)
     # The rows the kernel walks: y's, or dx's for backward-data (a forward convolution of dy).
     width = (geo.in_size if p.direction == Direction.BACKWARD_DATA else geo.out_size)[2]
-    if width < 12:
+    if width <= 32:
         return []
-    bw = max(16, min(128, triton.next_power_of_2(width)))
+    bw = min(128, triton.next_power_of_2(width))
     return [DirectTiles(bw, 16, band, 1, 4, 1, kernel="dot_rows") for band in (16, 8)]
 
 
@@ -400,11 +400,10 @@ class Direct(ConvAlgorithm):
         """The first candidate is what runs without tuning (RTDNN_AUTOTUNE=0); see DirectTiles
         for the fields."""
         rows = _rows_candidates(p) if _rows_apply(p) else []
-        # The ring first on rows wider than 32 columns (64-column tiles and up), where it
-        # measured faster than the flat tiles; after them on narrower rows (not measured).
-        ring = _dot_rows_candidates(p) if _dot_rows_apply(p) else []
-        flat = _dot_candidates(p) if _dot_tiles_offered(p) else []
-        dot = ring + flat if ring and ring[0].block_m > 32 else flat + ring
+        # The ring first where it is offered (rows wider than 32 columns on a GPU): it
+        # measured faster than the flat tiles there.
+        dot = _dot_rows_candidates(p) if _dot_rows_apply(p) else []
+        dot += _dot_candidates(p) if _dot_tiles_offered(p) else []
         fma = _fma_candidates(p) if p.in_channels // p.groups <= MAX_CHANNELS_PER_GROUP else []
         # Several channels per group: the tensor-core tiles win where they apply.
         return dot + rows + fma
