@@ -14,7 +14,10 @@ families compute them, chosen per problem by the tile tuner (DirectTiles.kernel)
 - block-diagonal tensor-core tiles (kernels/direct_dot.py), float16 and bfloat16: several
   groups share one tile, the zeros off the diagonal cost tensor-core work the layer has to
   spare, and each tap costs a vector load and part of an MMA instead of a convert, an address
-  and an FMA per element. Products are exact and sums float32, as in the FMA kernels.
+  and an FMA per element. Products are exact and sums float32, as in the FMA kernels. On flat
+  tiles of pixels ("dot"), or on rows wider than 32 columns rolled down bands in a ring of
+  output rows ("dot_rows": forward, and stride-1 backward-data as the forward of dy on the
+  flipped filter), so that each input row is loaded once for every filter row it meets.
 
 Forward and backward-data read the filter from a copy packed in the workspace at each call:
 the row and FMA kernels of depthwise layers a float32 copy tap-major (taps x K, rows padded

@@ -24,6 +24,10 @@ a // CG == b // KG, where the filter element is w[k, a - (b // KG) * CG, tap].
     backward-data    dx[p, a]  += dy[p @ tap, b] . B_tap[a, b]   (B transposed)
     backward-filter  B_tap[a, b] += sum_p x[p @ tap, a] * dy[p, b]  (diagonal blocks kept)
 
+Forward also has a ring of output rows (direct_dot_rows_forward_kernel): programs own bands of
+rows and load each input row once for every filter row it meets, where the flat tiles load it
+once per filter row.
+
 16-bit inputs only (products exact, float32 accumulation); UPCAST converts the tiles to float32
 under Triton's interpreter, whose bfloat16 tl.dot is wrong.
 """
