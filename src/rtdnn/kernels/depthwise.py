@@ -36,7 +36,7 @@ import triton.language as tl
 
 from .brgemm import epilogue
 from .conv_addressing import split_tap
-from .direct import input_channels
+from .direct import band_coords, input_channels
 
 
 @triton.jit
@@ -134,19 +134,10 @@ def depthwise_rows_kernel(
     # Output row o needs input rows o * S - ph + rh: a finished row waits for D more steps.
     D: tl.constexpr = (KH + S - 1) // S - 1
 
-    # Channel blocks of one band are neighbours, then the band's column blocks.
-    pid = tl.program_id(0)
     c_blocks = tl.cdiv(K, BLOCK_C)
-    w_blocks = tl.cdiv(ow_n, BLOCK_W)
-    pid_c = pid % c_blocks
-    pid_w = (pid // c_blocks) % w_blocks
-    band = pid // (c_blocks * w_blocks)
-    bands = tl.cdiv(oh_n, ROWS)
-    o0 = (band % bands) * ROWS
-    image = band // bands
-    n = image // od_n
-    od = image % od_n
-    rows = tl.minimum(ROWS, oh_n - o0)
+    pid_c, pid_w, n, od, o0, rows = band_coords(
+        tl.program_id(0), c_blocks, geo.out_size, ROWS, BLOCK_W
+    )
 
     offs_k = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
     k_ok = offs_k < K

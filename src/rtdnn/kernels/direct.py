@@ -38,6 +38,23 @@ def tile_coords(pid, channels, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def band_coords(pid, channel_blocks, out_size, ROWS: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Program id -> (channel block, column block, image n, depth od, first output row o0,
+    rows in the band) for programs that own a band of ROWS output rows of one image plane and
+    BLOCK_W columns; the channel blocks of a band and column block are neighbours (they share
+    its input rows in L2), then the band's column blocks."""
+    od_n, oh_n, ow_n = out_size
+    w_blocks = tl.cdiv(ow_n, BLOCK_W)
+    pid_c = pid % channel_blocks
+    pid_w = (pid // channel_blocks) % w_blocks
+    band = pid // (channel_blocks * w_blocks)
+    bands = tl.cdiv(oh_n, ROWS)
+    o0 = (band % bands) * ROWS
+    image = band // bands
+    return pid_c, pid_w, image // od_n, image % od_n, o0, tl.minimum(ROWS, oh_n - o0)
+
+
+@triton.jit
 def pixel_block(pid_p, n_batch, size, BLOCK_P: tl.constexpr):
     """Block pid_p of BLOCK_P pixels, flat over (N, D, H, W) with (D, H, W) = size ->
     (n, d, h, w) [BLOCK_P] each, and which of them exist."""

@@ -38,6 +38,7 @@ import triton.language as tl
 from .brgemm import epilogue, identity
 from .conv_addressing import in_range, pixel_dividers, split_pixel_by
 from .direct import (
+    band_coords,
     input_row,
     output_row,
     over_filter_rows,
@@ -239,19 +240,8 @@ def direct_dot_rows_forward_kernel(
     # Output row o needs input rows o * S - ph + rh: a finished row waits for D more steps.
     D: tl.constexpr = (KH + S - 1) // S - 1
 
-    # The super-groups of one band and column block are neighbours (they share x rows in L2).
-    pid = tl.program_id(0)
     s_blocks = tl.cdiv(groups, SG)
-    w_blocks = tl.cdiv(ow_n, BLOCK_W)
-    s = pid % s_blocks
-    pid_w = (pid // s_blocks) % w_blocks
-    band = pid // (s_blocks * w_blocks)
-    bands = tl.cdiv(oh_n, ROWS)
-    o0 = (band % bands) * ROWS
-    image = band // bands
-    n = image // od_n
-    od = image % od_n
-    rows = tl.minimum(ROWS, oh_n - o0)
+    s, pid_w, n, od, o0, rows = band_coords(tl.program_id(0), s_blocks, geo.out_size, ROWS, BLOCK_W)
 
     c, k, a_ok, b_ok, _, _ = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
     ow = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
