@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -487,15 +487,11 @@ def _prepare_rows(p: ConvProblem, tiles: TileConfig) -> Runner:
     return run
 
 
-def _flipped_filter(geo):
-    """geo with its filter read through a view flipped along every spatial axis."""
-    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
-    kd, kh, kw = geo.kernel
-    last = (kd - 1) * ws_d + (kh - 1) * ws_h + (kw - 1) * ws_w
-    return geo._replace(
-        w_strides=(ws_k, ws_c, -ws_d, -ws_h, -ws_w),
-        offsets=(geo.offsets[0], geo.offsets[1] + last, geo.offsets[2]),
-    )
+def _flipped_filter(p: ConvProblem):
+    """p's geometry with the filter read flipped along every spatial axis: the geometry of the
+    same problem in the other mode (convolution reads the filter flipped)."""
+    other = "cross_correlation" if p.conv.mode == "convolution" else "convolution"
+    return conv_geometry(replace(p, conv=replace(p.conv, mode=other)))
 
 
 def _data_passes(geo) -> list[tuple]:
@@ -609,7 +605,7 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
             # Backward-data by the ring is a forward convolution of dy with the filter
             # flipped (and its tiles transposed): pack it from a flipped view of w.
             data_ring = ring and p.direction == Direction.BACKWARD_DATA
-            pack_geo = _flipped_filter(geo) if data_ring else geo
+            pack_geo = _flipped_filter(p) if data_ring else geo
             pack = KernelLaunch(
                 pack_block_diagonal_kernel, (triton.cdiv(packed_elements, 1024),),
                 dict(num_warps=4), geo=pack_geo, total=packed_elements, ROWS=kd * kh,
