@@ -257,7 +257,7 @@ def direct_dot_rows_forward_kernel(
     y_mask = w_ok[:, None] & b_ok[None, :]
 
     # The filter rows' tiles, loaded once per program where they are few: reloaded at every
-    # step they were two thirds of the ring's L1 sectors (ncu, g128.56, H100).
+    # step they were about half of the ring's L1 sectors (ncu, g128.56, H100).
     HOIST: tl.constexpr = KD * KH <= MAX_HOISTED_ROWS
     tiles = ()
     if HOIST:
