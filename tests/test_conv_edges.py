@@ -432,3 +432,23 @@ def test_several_channel_chunks_per_tap(algo, gen):
     two operands of every GEMM (implicit, through the offset table, and through im2col's
     column matrix); the last chunk is partial."""
     check_all_directions((1, 144, 3, 4), (144, 144, 3, 3), algo=algo, gen=gen, padding=1)
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, conv",
+    [
+        ((2, 3, 23, 23), (5, 3, 11, 11), dict(stride=4)),  # an AlexNet-like RGB stem
+        ((1, 2, 13, 11), (3, 2, 3, 3), dict(stride=3, dilation=2, padding=2)),
+        ((1, 2, 12, 9), (3, 2, 3, 2), dict(stride=2, dilation=2, padding=(3, 1))),
+        ((1, 4, 9, 10), (6, 2, 3, 3), dict(stride=(2, 3), dilation=(3, 1), padding=4, groups=2)),
+        ((1, 2, 7, 6, 8), (3, 2, 2, 3, 3), dict(stride=(2, 1, 3), dilation=(1, 2, 2), padding=1)),
+        ((2, 3, 17), (4, 3, 5), dict(stride=4, padding=3)),
+        ((1, 4, 1, 1), (4, 1, 3, 3), dict(padding=2, groups=4)),
+    ],
+)
+def test_gemm_col2im_visits_linked_taps(x_shape, w_shape, conv, gen):
+    """GEMM's col2im visits, per input pixel, only the taps that reach it (r * dilation =
+    i mod stride): strides and dilations with and without a common factor (2 and 2: every
+    other pixel gets no tap at all), a stride larger than the dilation and the reverse, 1-D
+    and 3-D, a 1-pixel image; im2col's channel chunks as wide as the group's channels."""
+    check_all_directions(x_shape, w_shape, algo="GEMM", gen=gen, **conv)

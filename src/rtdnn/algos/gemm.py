@@ -17,7 +17,14 @@ import triton
 from ..core import ConvProblem, Direction
 from ..kernels import conv_addressing as ca
 from ..kernels import strided
-from ..kernels.im2col import ColGeometry, col2im_kernel, col_a_load, col_a_setup, im2col_kernel
+from ..kernels.im2col import (
+    ColGeometry,
+    col2im_kernel,
+    col_a_load,
+    col_a_setup,
+    im2col_kernel,
+    tap_phase,
+)
 from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
 from ..kernels.strided import StridedGeometry
 from .base import ConvAlgorithm, ConvTensors, Runner
@@ -90,10 +97,16 @@ class Gemm(ConvAlgorithm):
                 tiles=tiles, precision=precision,
             )  # fmt: skip
             in_pixels = p.batch * math.prod(p.in_spatial)
+            # col2im is a gather bound by memory: its tiles fit the group's channels (3 in
+            # an RGB stem) rather than the GEMM's tile, about 4096 elements per program.
+            block_n = min(64, triton.next_power_of_2(cg))
+            block_m = 4096 // block_n
+            phases = tuple(map(tap_phase, plain.stride, plain.dilation))
             col2im = KernelLaunch(
                 col2im_kernel,
-                (triton.cdiv(in_pixels, tiles.block_m), triton.cdiv(cg, tiles.block_n), g),
-                warps, geo=plain, col_geo=col_geo, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+                (triton.cdiv(in_pixels, block_m), triton.cdiv(cg, block_n), g),
+                dict(num_warps=8), geo=plain, col_geo=col_geo, phases=phases, BLOCK_M=block_m,
+                BLOCK_N=block_n,
             )  # fmt: skip
 
             def run_backward_data(t: ConvTensors, workspace, alpha, beta) -> None:
@@ -104,10 +117,14 @@ class Gemm(ConvAlgorithm):
 
             return run_backward_data
 
+        # im2col copies a channel chunk per tap: chunks as wide as the group's channels, not
+        # the GEMM's (col's layout does not depend on them), about 4096 elements per program.
+        block_k = min(tiles.block_k, triton.next_power_of_2(cg))
+        block_m = max(tiles.block_m, 4096 // block_k)
         im2col = KernelLaunch(
             im2col_kernel,
-            (triton.cdiv(m, tiles.block_m), taps * triton.cdiv(cg, tiles.block_k), g),
-            warps, geo=plain, col_geo=col_geo, BLOCK_M=tiles.block_m, BLOCK_K=tiles.block_k,
+            (triton.cdiv(m, block_m), taps * triton.cdiv(cg, block_k), g),
+            warps, geo=plain, col_geo=col_geo, BLOCK_M=block_m, BLOCK_K=block_k,
         )  # fmt: skip
         if p.direction == Direction.FORWARD:
             gemm = BrgemmLaunch(

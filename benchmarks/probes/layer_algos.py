@@ -1,0 +1,93 @@
+"""Every convolution algorithm on one suite layer: checked against cuDNN's result (output
+poisoned with NaN first), timed (first tile candidate, triton.testing.do_bench median), and
+broken down kernel by kernel (torch.profiler), beside cuDNN in the same process.
+
+    PYTHONPATH=src python benchmarks/probes/layer_algos.py SUITE LAYER:DIRECTION[:BATCH] ...
+        [--dtype fp32|tf32|bf16|fp16]
+
+fp32 is strict float32 (cuDNN with TF32 off), tf32 float32 data with TF32 products.
+"""
+
+import argparse
+
+import torch
+from kernel_breakdown import kernel_times
+from triton.testing import do_bench
+
+from rtdnn import reference as R
+from rtdnn.algos import ALGORITHMS, ConvTensors
+from rtdnn.bench.conv import _conv_args, _layer_tensors, load_suite
+from rtdnn.ops.conv import _problem_for_selection
+
+DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
+          "fp16": torch.float16}  # fmt: skip
+
+
+def run(suite: str, name: str, direction: str, batch: int | None, dtype: str) -> None:
+    layer = next(entry for entry in load_suite(suite) if entry["name"] == name)
+    x, w = _layer_tensors(layer, DTYPES[dtype], batch)
+    conv = _conv_args(layer)
+    math = {"fp32": "fp32", "tf32": "tf32"}.get(dtype)
+    torch.backends.cudnn.allow_tf32 = dtype != "fp32"
+    torch.backends.cudnn.benchmark = True
+    y = torch.nn.functional.conv2d(x, w, **conv)
+    dy = torch.randn_like(y)
+    mask = {"backward_data": [True, False, False], "backward_filter": [False, True, False]}
+
+    def cudnn():
+        if direction == "forward":
+            return torch.nn.functional.conv2d(x, w, **conv)
+        out = torch.ops.aten.convolution_backward(
+            dy, x, w, None, conv["stride"], conv["padding"], conv["dilation"], False, [0, 0],
+            conv["groups"], mask[direction],
+        )  # fmt: skip
+        return out[0] if direction == "backward_data" else out[1]
+
+    ref = cudnn().double().cpu()
+    base = do_bench(cudnn, return_mode="median")
+    print(f"{suite}.{name} {direction} batch {x.shape[0]} {dtype}: cuDNN {base:.3f} ms", flush=True)
+    p, _ = _problem_for_selection(direction, x, w, mode="cross_correlation", math=math, **conv)
+    out = {"forward": y, "backward_data": x, "backward_filter": w}[direction]
+    out = torch.empty_like(out)
+    tensors = {
+        "forward": ConvTensors(x, w, out),
+        "backward_data": ConvTensors(out, w, dy),
+        "backward_filter": ConvTensors(x, out, dy),
+    }[direction]
+    for algo in ALGORITHMS.values():
+        reason = algo.supports(p)
+        if reason is not None:
+            print(f"  {algo.name:22s} not supported: {reason[:100]}")
+            continue
+        need = algo.workspace_bytes(p)
+        ws = torch.empty(max(need, 16), dtype=torch.uint8, device="cuda")
+        tiles = algo.tile_candidates(p)[0]
+        runner = algo.prepare(p, tiles)
+        out.fill_(float("nan"))
+        runner(tensors, ws, 1.0, 0.0)
+        err = R.rel_error(out, ref)
+        ms = do_bench(lambda: runner(tensors, ws, 1.0, 0.0), return_mode="median")  # noqa: B023
+        print(f"  {algo.name:22s} {ms:8.3f} ms ({base / ms:5.2f}x cuDNN) workspace "
+              f"{need / 2**20:8.1f} MiB rel err {err:.1e}  {tiles}", flush=True)  # fmt: skip
+        for kernel, us in sorted(
+            kernel_times(lambda: runner(tensors, ws, 1.0, 0.0), 5).items(),  # noqa: B023
+            key=lambda kv: -kv[1],
+        ):
+            print(f"      {us:9.1f} us  {kernel}")
+    for kernel, us in sorted(kernel_times(cudnn, 5).items(), key=lambda kv: -kv[1]):
+        print(f"      {us:9.1f} us  cuDNN: {kernel}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("suite")
+    parser.add_argument("layers", nargs="+", help="LAYER:DIRECTION[:BATCH]")
+    parser.add_argument("--dtype", default="tf32", choices=sorted(DTYPES))
+    args = parser.parse_args()
+    for spec in args.layers:
+        name, direction, *batch = spec.split(":")
+        run(args.suite, name, direction, int(batch[0]) if batch else None, args.dtype)
+
+
+if __name__ == "__main__":
+    main()
