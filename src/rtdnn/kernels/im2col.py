@@ -17,7 +17,6 @@ from .conv_addressing import (
     ConvGeometry,
     fwd_a_load,
     fwd_a_setup,
-    linked_output,
     num_pixels,
     num_taps,
     split_pixel,
@@ -83,13 +82,18 @@ def tap_phase(stride: int, dilation: int) -> TapPhase:
 
 
 @triton.jit
-def _linked_taps(i_padded, phase, taps):
-    """The first tap linked to each padded input index (valid where `ok`), the tap step and
-    how many steps cover the filter (see TapPhase)."""
+def _linked_taps(i_padded, phase, stride, dilation, taps):
+    """For each padded input index: the first tap linked to it and the output it links
+    (both valid where `ok`), then the steps between linked taps and between their outputs
+    and how many steps cover the filter (see TapPhase). Tap first + j * step links output
+    o_first - j * o_step: no division inside the loops over taps."""
     step, g, inverse = phase
     ok = i_padded % g == 0
     first = (i_padded // g * inverse) % step
-    return first, ok, step, tl.cdiv(taps, step)
+    # i_padded - first * dilation is a multiple of the stride where ok; where it is negative
+    # every later tap's is too, and the output index below 0 marks them all invalid.
+    o_first = (i_padded - first * dilation + stride) // stride - 1
+    return first, o_first, ok, step, dilation // g, tl.cdiv(taps, step)
 
 
 @triton.jit
@@ -118,7 +122,6 @@ def col2im_kernel(
     group = tl.program_id(2)
     n, id, ih, iw = split_pixel(offs_m, geo.in_size)
     pd, ph, pw = geo.padding
-    idp, ihp, iwp = id + pd, ih + ph, iw + pw
     rows_ok = offs_m < num_pixels(geo, geo.in_size)
     sd, sh, sw = geo.stride
     dd, dh, dw = geo.dilation
@@ -136,22 +139,23 @@ def col2im_kernel(
     chan = group * geo.cg + offs_n
     offs = dx_rows[:, None] + (chan * xs_c)[None, :]
     mask = rows_ok[:, None] & cols_ok[None, :]
-    first_d, ok_d0, step_d, steps_d = _linked_taps(idp, phase_d, KD)
-    first_h, ok_h0, step_h, steps_h = _linked_taps(ihp, phase_h, KH)
-    first_w, ok_w0, step_w, steps_w = _linked_taps(iwp, phase_w, KW)
+    rd0, od0, ok_d0, step_d, ostep_d, steps_d = _linked_taps(id + pd, phase_d, sd, dd, KD)
+    rh0, oh0, ok_h0, step_h, ostep_h, steps_h = _linked_taps(ih + ph, phase_h, sh, dh, KH)
+    rw0, ow0, ok_w0, step_w, ostep_w, steps_w = _linked_taps(iw + pw, phase_w, sw, dw, KW)
+    ok_d0 = ok_d0 & rows_ok
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for jd in range(steps_d):
-        rd = first_d + jd * step_d
-        od, ok_d = linked_output(idp, rd, dd, sd, OD)
-        ok_d = ok_d & ok_d0 & (rd < KD) & rows_ok
+        rd = rd0 + jd * step_d
+        od = od0 - jd * ostep_d
+        ok_d = ok_d0 & (rd < KD) & (od >= 0) & (od < OD)
         for jh in range(steps_h):
-            rh = first_h + jh * step_h
-            oh, ok_h = linked_output(ihp, rh, dh, sh, OH)
-            ok_h = ok_h & ok_h0 & (rh < KH) & ok_d
+            rh = rh0 + jh * step_h
+            oh = oh0 - jh * ostep_h
+            ok_h = ok_d & ok_h0 & (rh < KH) & (oh >= 0) & (oh < OH)
             for jw in range(steps_w):
-                rw = first_w + jw * step_w
-                ow, ok_w = linked_output(iwp, rw, dw, sw, OW)
-                ok = ok_w & ok_w0 & (rw < KW) & ok_h
+                rw = rw0 + jw * step_w
+                ow = ow0 - jw * ostep_w
+                ok = ok_h & ok_w0 & (rw < KW) & (ow >= 0) & (ow < OW)
                 m_out = ((n * OD + od) * OH + oh) * OW + ow
                 tap = (rd * KH + rh) * KW + rw
                 rows = base + m_out * s_row + tap * s_i
