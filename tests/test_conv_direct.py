@@ -275,23 +275,6 @@ def test_row_kernels(x_shape, w_shape, conv, direction, dtype, gen):
     check_with_tiles(direction, x_shape, w_shape, conv, dtype, gen, rows_or_fma)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize(
-    "conv",
-    [dict(padding=(1, 2), dilation=(1, 2), stride=(1, 2)), dict(padding=(0, 3))],
-    ids=["dil-stride-w", "pad-3"],
-)
-def test_row_kernels_backward_filter_interior_tiles(conv, dtype, gen):
-    """Backward-filter's column tiles inside the output row with every tap inside the image
-    load unmasked, beside border tiles (4-column tiles over 10 and 17 output columns); 20
-    channels leave a partial channel block, whose lanes read a clamped channel."""
-    tiles = DirectTiles(4, 16, 1, 1, 1, 1, kernel="rows")
-    check_with_tiles(
-        "backward_filter", (1, 20, 3, 19), (20, 1, 3, 3), dict(groups=20, **conv), dtype, gen,
-        lambda p, c: tiles,
-    )  # fmt: skip
-
-
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_row_kernels_alpha_beta_strided(direction, gen):
     """The row kernels' epilogues (alpha, beta, a strided out), through the public API."""

@@ -181,29 +181,6 @@ def depthwise_rows_kernel(
 
 
 @triton.jit
-def _filter_row_tile(accs, DYrow, Xrow, ow, w_ok, iw0, dw, in_w, ys_w, xs_w, KW: tl.constexpr,
-                     MASKED: tl.constexpr):  # fmt: skip
-    """accs[rw] + x * dy over one column tile of an output row, for the KW taps of a filter
-    row. MASKED: the tile reaches past the output row or its taps into the padding; unmasked
-    loads need no zero fill and no per-tap mask arithmetic."""
-    if MASKED:
-        dyv = tl.load(DYrow + (ow * ys_w)[:, None], mask=w_ok[:, None], other=0.0)
-    else:
-        dyv = tl.load(DYrow + (ow * ys_w)[:, None])
-    dyv = dyv.to(tl.float32)
-    out = ()
-    for rw in tl.static_range(KW):
-        i_w = iw0 + rw * dw
-        if MASKED:
-            ok = w_ok & (i_w >= 0) & (i_w < in_w)
-            xv = tl.load(Xrow + (i_w * xs_w)[:, None], mask=ok[:, None], other=0.0)
-        else:
-            xv = tl.load(Xrow + (i_w * xs_w)[:, None])
-        out = out + (accs[rw] + xv.to(tl.float32) * dyv,)
-    return out
-
-
-@triton.jit
 def depthwise_filter_rows_kernel(
     X,
     DY,
@@ -241,16 +218,9 @@ def depthwise_filter_rows_kernel(
     chunk = pid // (KD * KH * c_blocks)
     offs_k = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
     k_ok = offs_k < K
-    # Lanes past the last channel read the last channel's data and are never stored, so no
-    # load needs a channel mask.
-    k_read = tl.minimum(offs_k, K - 1)
-    x_chan = (x_off + input_channels(k_read, 0, 1, KG) * xs_c)[None, :]
-    dy_chan = (y_off + k_read * ys_k)[None, :]
+    x_chan = (x_off + input_channels(offs_k, 0, 1, KG) * xs_c)[None, :]
+    dy_chan = (y_off + offs_k * ys_k)[None, :]
     cols = tl.arange(0, BLOCK_W)
-    # Column tiles from w_lo up to w_hi (exclusive) lie inside the output row with all their
-    # taps inside the image: most tiles of a wide row load with no mask.
-    w_lo = tl.cdiv(pw, sw)
-    w_hi = tl.minimum(ow_n, (in_w - 1 + pw - (KW - 1) * dw) // sw + 1)
 
     accs = (tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32),) * KW
     start = chunk * rows_per_chunk
@@ -268,15 +238,17 @@ def depthwise_filter_rows_kernel(
             for w0 in range(0, ow_n, BLOCK_W):
                 ow = w0 + cols
                 w_ok = ow < ow_n
+                dy_mask = w_ok[:, None] & k_ok[None, :]
+                dyv = tl.load(DYrow + (ow * ys_w)[:, None], mask=dy_mask, other=0.0)
+                dyv = dyv.to(tl.float32)
                 iw0 = ow * sw - pw
-                if (w0 >= w_lo) & (w0 + BLOCK_W <= w_hi):
-                    accs = _filter_row_tile(
-                        accs, DYrow, Xrow, ow, w_ok, iw0, dw, in_w, ys_w, xs_w, KW, False
-                    )
-                else:
-                    accs = _filter_row_tile(
-                        accs, DYrow, Xrow, ow, w_ok, iw0, dw, in_w, ys_w, xs_w, KW, True
-                    )
+                out = ()
+                for rw in tl.static_range(KW):
+                    i_w = iw0 + rw * dw
+                    mask = (w_ok & (i_w >= 0) & (i_w < in_w))[:, None] & k_ok[None, :]
+                    xv = tl.load(Xrow + (i_w * xs_w)[:, None], mask=mask, other=0.0)
+                    out = out + (accs[rw] + xv.to(tl.float32) * dyv,)
+                accs = out
 
     # WS[chunk, k, tap] with tap = (rd * KH + rh) * KW + rw.
     part = WS + (chunk * K + offs_k).to(tl.int64) * TAPS + (rd * KH + rh) * KW
