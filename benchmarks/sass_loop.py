@@ -84,8 +84,7 @@ def main() -> None:
                 # Loads keep their width (LDG.E.128 against LDG.E.U16): a vector load split
                 # into scalar ones shows there.
                 counts = collections.Counter(
-                    op if op.startswith(("LDG", "STG", "LDS")) else op.split(".")[0]
-                    for op in body
+                    op if op.startswith(("LDG", "STG", "LDS")) else op.split(".")[0] for op in body
                 )
                 top = " ".join(f"{op}:{n}" for op, n in counts.most_common(12))
                 print(f"{kernel.name} {tiles}: {len(body)} per step ({top})")
