@@ -16,7 +16,7 @@ from triton.testing import do_bench
 
 from rtdnn import reference as R
 from rtdnn.algos import ALGORITHMS, ConvTensors
-from rtdnn.bench.conv import _conv_args, _layer_tensors, load_suite
+from rtdnn.bench.conv import layer_calls, load_suite
 from rtdnn.ops.conv import _problem_for_selection
 
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
@@ -25,30 +25,19 @@ DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
 
 def run(suite: str, name: str, direction: str, batch: int | None, dtype: str) -> None:
     layer = next(entry for entry in load_suite(suite) if entry["name"] == name)
-    x, w = _layer_tensors(layer, DTYPES[dtype], batch)
-    conv = _conv_args(layer)
-    math = {"fp32": "fp32", "tf32": "tf32"}.get(dtype)
     torch.backends.cudnn.allow_tf32 = dtype != "fp32"
     torch.backends.cudnn.benchmark = True
-    y = torch.nn.functional.conv2d(x, w, **conv)
-    dy = torch.randn_like(y)
-    mask = {"backward_data": [True, False, False], "backward_filter": [False, True, False]}
-
-    def cudnn():
-        if direction == "forward":
-            return torch.nn.functional.conv2d(x, w, **conv)
-        out = torch.ops.aten.convolution_backward(
-            dy, x, w, None, conv["stride"], conv["padding"], conv["dilation"], False, [0, 0],
-            conv["groups"], mask[direction],
-        )  # fmt: skip
-        return out[0] if direction == "backward_data" else out[1]
-
-    ref = cudnn().double().cpu()
-    base = do_bench(cudnn, return_mode="median")
+    calls = layer_calls(layer, direction, DTYPES[dtype], batch)
+    x, w, dy = calls.x, calls.w, calls.dy
+    math = {"fp32": "fp32", "tf32": "tf32"}.get(dtype)
+    ref = calls.expected.double().cpu()
+    base = do_bench(calls.theirs, return_mode="median")
     print(f"{suite}.{name} {direction} batch {x.shape[0]} {dtype}: cuDNN {base:.3f} ms", flush=True)
-    p, _ = _problem_for_selection(direction, x, w, mode="cross_correlation", math=math, **conv)
-    out = {"forward": y, "backward_data": x, "backward_filter": w}[direction]
-    out = torch.empty_like(out)
+    p, _ = _problem_for_selection(
+        direction, x, w, mode="cross_correlation", math=math, **calls.args
+    )
+    written = {"forward": calls.y, "backward_data": x, "backward_filter": w}[direction]
+    out = torch.empty_like(written)
     tensors = {
         "forward": ConvTensors(x, w, out),
         "backward_data": ConvTensors(out, w, dy),
@@ -74,7 +63,7 @@ def run(suite: str, name: str, direction: str, batch: int | None, dtype: str) ->
             key=lambda kv: -kv[1],
         ):
             print(f"      {us:9.1f} us  {kernel}")
-    for kernel, us in sorted(kernel_times(cudnn, 5).items(), key=lambda kv: -kv[1]):
+    for kernel, us in sorted(kernel_times(calls.theirs, 5).items(), key=lambda kv: -kv[1]):
         print(f"      {us:9.1f} us  cuDNN: {kernel}")
 
 
