@@ -230,3 +230,17 @@ def test_measured_gemm_still_obeys_workspace_limit(direction, gen, monkeypatch):
     if direction == "forward":
         y = rtdnn.conv_forward(x, w, algo="auto", workspace_limit=need - 1, math=MATH)
         assert_close(y, reference.conv_forward(x, w))
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
+def test_gemm_refuses_a_column_matrix_past_32_bit_offsets(direction):
+    """GEMM's column matrix (output pixels x taps x channels) can pass 2**31 - 1 elements
+    where x does not (an 11x11 stride-4 stem at batch 2048): its 32-bit offsets would wrap, so
+    it says so, and selection passes it over; half the batch fits."""
+    x = torch.zeros(1, 1, 1, 1).expand(2048, 3, 227, 227)  # never read
+    w = torch.zeros(96, 3, 11, 11)
+    p = problem(direction, x, w, stride=4)
+    reason = ALGORITHMS["GEMM"].supports(p)
+    assert reason is not None and "2248857600 elements" in reason
+    assert select.choose(p).name != "GEMM"
+    assert ALGORITHMS["GEMM"].supports(problem(direction, x[:1024], w, stride=4)) is None

@@ -15,6 +15,7 @@ import torch
 import triton
 
 from ..core import ConvProblem, Direction
+from ..core.tensor import MAX_ELEMENTS
 from ..kernels import conv_addressing as ca
 from ..kernels import strided
 from ..kernels.im2col import (
@@ -52,6 +53,13 @@ class Gemm(ConvAlgorithm):
     name = "GEMM"
 
     def supports(self, p: ConvProblem) -> str | None:
+        # The kernels address the column matrix with 32-bit offsets.
+        elements = math.prod(_col_sizes(p))
+        if elements > MAX_ELEMENTS:
+            return (
+                f"the column matrix would hold {elements} elements: offsets above 2**31 - 1 "
+                "are not supported (a smaller batch, or micro-batches, fit)"
+            )
         return None
 
     def _splits(self, p: ConvProblem) -> int:
