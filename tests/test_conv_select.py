@@ -241,6 +241,6 @@ def test_gemm_refuses_a_column_matrix_past_32_bit_offsets(direction):
     w = torch.zeros(96, 3, 11, 11)
     p = problem(direction, x, w, stride=4)
     reason = ALGORITHMS["GEMM"].supports(p)
-    assert reason is not None and "2248857600 elements" in reason
+    assert reason is not None and "column matrix" in reason and "2**31 - 1" in reason
     assert select.choose(p).name != "GEMM"
     assert ALGORITHMS["GEMM"].supports(problem(direction, x[:1024], w, stride=4)) is None
