@@ -117,6 +117,12 @@ def test_no_plan_slower_than_undivided_and_splitting_pays_where_it_should(report
             assert row["planned_speedup"] >= 1.0, row
     for total in r["totals"]:
         assert total["planned_speedup"] >= 1.0, total
+        # Without the first layer's (tiny3x3's) backward-data: the same plans, one row less.
+        (input_grad,) = rows(r, setting=total["setting"], policy=total["policy"],
+                             layer="tiny3x3", direction="backward_data")  # fmt: skip
+        no_input = total["planned_ms"] - input_grad["planned_ms"]
+        assert total["no_input_grad_ms"] == pytest.approx(no_input), total
+        assert total["no_input_grad_speedup"] >= 1.0, total
     for setting, layer, direction, algo in [
         ("reuse 4 KiB", "tiny3x3s2", "forward", "GEMM"),
         ("reuse 4 KiB", "tiny3x3s2", "backward_data", "GEMM"),
@@ -147,6 +153,7 @@ def test_files_written_and_timings_labelled(report):
     assert "Triton interpreter on the CPU, not GPU times" in md
     assert "1.63x" in md and "1.21x" in md and "arXiv 1804.04806" in md
     assert "#### reuse 16 KiB: per layer" in md and "#### Planning cost" in md
+    assert "no input grad ms" in md
     with open(out / "micro_batch_tiny.json") as f:
         stored = json.load(f, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
     assert stored["totals"] == json.loads(json.dumps(r["totals"]))
