@@ -78,8 +78,10 @@ def tile_candidates(
     if cols <= 32:
         # A few output columns (backward-data of an RGB stem: 3 input channels): a 64-wide
         # tile computed 21 times the useful products there (AlexNet conv1, 16 ms against
-        # cuDNN's 0.9). Narrow, tall tiles come first, the untuned choice.
-        shapes = [(128, 16, bk, 4, 4), (256, 16, bk, 8, 3), (128, 32, bk, 4, 4)] + shapes
+        # cuDNN's 0.9 on an H100; 9.5 ms with 16-wide tiles). Narrow, tall tiles come first,
+        # the untuned choice, as wide as the columns (each column tile reloads A).
+        bn = 16 if cols <= 16 else 32
+        shapes = [(128, bn, bk, 4, 4), (256, bn, bk, 8, 3), (128, 48 - bn, bk, 4, 4)] + shapes
     if min(rows, cols) <= 64:
         # A side of 64 or less (64-channel layers; a filter gradient's K x C per tap): 128-wide
         # tiles compute mostly padding there. 64 x 64 ran backward-filter of ResNet-50's
