@@ -158,15 +158,6 @@ def tap_offset(tap, geo):
     return rd * ws_d + rh * ws_h + rw * ws_w
 
 
-@triton.jit
-def linked_output(i_padded, r, dil, stride, size):
-    """The output index linked to padded input index i through tap r, and whether it exists."""
-    t = i_padded - r * dil
-    o = t // stride
-    ok = (t >= 0) & (o * stride == t) & (o < size)
-    return o, ok
-
-
 # -- forward -------------------------------------------------------------------------------
 
 
