@@ -411,8 +411,9 @@ class Direct(ConvAlgorithm):
         # Several channels per group: the tensor-core tiles win where they apply. With 4 or
         # more on a GPU the FMA tiles are not offered at all: on ResNeXt-50's grouped layers
         # (H100, bf16, 4 and 8 channels per group) they took 1.8 to 14 ms against the
-        # tensor-core tiles' 0.08 to 0.16, every layer and direction, and timing them was
-        # most of the tuner's time. The interpreter takes every family on the tests' shapes.
+        # tensor-core tiles' 0.08 to 0.16, every layer and direction: the tuner compiled and
+        # timed 3 or 4 of each layer's 7 or 8 candidates for nothing. The interpreter takes
+        # every family on the tests' shapes.
         fma_lose = dot and cg >= 4 and p.device == "cuda"
         fma = _fma_candidates(p) if cg <= MAX_CHANNELS_PER_GROUP and not fma_lose else []
         return dot + rows + fma
