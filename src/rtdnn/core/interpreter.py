@@ -36,9 +36,10 @@ def float32_to_bfloat16_bits(values):
     a quiet NaN of the same sign, values past the largest bfloat16 round to infinity)."""
     import numpy as np
 
-    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    floats = np.asarray(values, dtype=np.float32)
+    bits = floats.view(np.uint32).astype(np.uint64)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    nan = np.isnan(np.asarray(values, dtype=np.float32))
+    nan = np.isnan(floats)
     rounded[nan] = (bits[nan] >> 16) | 0x40
     return rounded.astype(np.uint16)
 
