@@ -55,10 +55,13 @@ def capture(fn: Callable[[], object]) -> Callable[[], object]:
     return g.replay
 
 
-def median_time_ms(run: Callable[[], object], rep_ms: int = 100) -> float:
+def median_time_ms(
+    run: Callable[[], object], rep_ms: int = 100, max_runs: int | None = None
+) -> float:
     """Median device time of `run()` in milliseconds, each run timed by events after an L2
     flush (`flush_l2`): about rep_ms / 4 ms of runs (flushes included) to warm up, then about
-    rep_ms ms of timed ones, at least 10."""
+    rep_ms ms of timed ones, at least 10 and at most `max_runs` (None: no cap; the warm-up is
+    capped at a quarter of it)."""
     timed = []
 
     def once():
@@ -76,21 +79,30 @@ def median_time_ms(run: Callable[[], object], rep_ms: int = 100) -> float:
         once()
     timed[-1][1].synchronize()
     per_run = first.elapsed_time(timed[-1][1]) / 5  # flush included
-    for _ in range(int(rep_ms / 4 / per_run)):
+    warm_up, timed_runs = int(rep_ms / 4 / per_run), max(10, int(rep_ms / per_run))
+    if max_runs is not None:
+        warm_up, timed_runs = min(warm_up, max_runs // 4), min(timed_runs, max(10, max_runs))
+    for _ in range(warm_up):
         once()
     timed.clear()
-    for _ in range(max(10, int(rep_ms / per_run))):
+    for _ in range(timed_runs):
         once()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in timed)
 
 
-def device_time_ms(fn: Callable[[], object], *, rep_ms: int = 100, graph: bool = True) -> float:
+def device_time_ms(
+    fn: Callable[[], object],
+    *,
+    rep_ms: int = 100,
+    max_runs: int | None = None,
+    graph: bool = True,
+) -> float:
     """Median time of `fn()` on the current CUDA device, in milliseconds, L2 flushed before
     each run, so that inputs come from device memory as they would inside a network. With
     graph=True (see `capture`) only device time is measured, not the host's cost of
-    launching."""
-    return median_time_ms(capture(fn) if graph else fn, rep_ms)
+    launching. `rep_ms` and `max_runs` as in `median_time_ms`."""
+    return median_time_ms(capture(fn) if graph else fn, rep_ms, max_runs)
 
 
 def copy_bandwidth(nbytes: int = 2**30) -> float:
