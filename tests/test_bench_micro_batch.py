@@ -208,3 +208,22 @@ def test_compile_ahead_runs_every_supported_algorithm_once(monkeypatch):
         0,
         0.0,
     )
+
+
+def test_stored_sizes_read_from_a_problem_built_on_the_meta_device():
+    """compile_ahead skips the sizes the tuning database holds: it finds them from operands on
+    the meta device (no memory), which must give the keys that measuring on real ones stored."""
+    from rtdnn.select import database
+
+    layer = micro_batch.TINY[1]
+    conv, t = micro_batch.operands(layer, 4, torch.float32, "cpu")
+    p = micro_batch.problem("backward_filter", conv, t)
+    env = database.environment("cpu")
+    q, _ = micro_batch.sub_problem(p, t, 0, 2)
+    database.database().store(q.key(), 2, env, [AlgoPerf("IMPLICIT_GEMM", 1.0, 0, True)])
+
+    conv, meta = micro_batch.operands(layer, 4, torch.float32, "meta")
+    assert meta.x.device.type == "meta"
+    p_meta = micro_batch.problem("backward_filter", conv, meta, "cpu")
+    assert p_meta.key() == p.key()
+    assert micro_batch.stored_sizes(p_meta, meta, [1, 2, 3, 4], env) == [2]

@@ -134,9 +134,23 @@ def operands(layer: dict, batch: int, dtype: torch.dtype, device: str):
     return conv, ConvTensors(x, w, y)
 
 
-def problem(direction: str, conv: ConvDesc, t: ConvTensors) -> ConvProblem:
+def problem(
+    direction: str, conv: ConvDesc, t: ConvTensors, device: str | None = None
+) -> ConvProblem:
+    """The problem of `t` in `direction`, on `device` (default: where `t` is; t may be on the
+    meta device when only the problem's key is wanted)."""
     x, w, y = (TensorDesc.of(a) for a in (t.x, t.w, t.y))
-    return ConvProblem.create(Direction.parse(direction), x, w, y, conv, t.x.device.type)
+    device = device or t.x.device.type
+    return ConvProblem.create(Direction.parse(direction), x, w, y, conv, device)
+
+
+def stored_sizes(
+    p: ConvProblem, t: ConvTensors, sizes: Sequence[int], env: database.Environment
+) -> list[int]:
+    """The micro-batch sizes of `p` (on `t`'s shapes) whose results the tuning database holds
+    for `env`."""
+    db = database.database()
+    return [b for b in sizes if db.lookup(sub_problem(p, t, 0, b)[0].key(), b, env)]
 
 
 def _compile_one(item: tuple[dict, int, str, str, str]) -> int:
@@ -174,7 +188,13 @@ def compile_ahead(
     if workers < 2:
         return 0, 0.0
     sizes = sorted({b for policy in policies for b in batch_sizes(policy, batch)})
-    items = [(layer, b, dtype, d, "cuda") for layer in layers for d in directions for b in sizes]
+    # What the tuning database holds is read back, not run: a cut-off run resumes cheaply.
+    env, items = database.environment("cuda"), []
+    for layer in layers:
+        conv, t = operands(layer, batch, DTYPES[dtype], "meta")
+        for d in directions:
+            held = set(stored_sizes(problem(d, conv, t, "cuda"), t, sizes, env))
+            items += [(layer, b, dtype, d, "cuda") for b in sizes if b not in held]
     start = time.perf_counter()
     # Spawned, not forked: CUDA does not survive a fork.
     with torch.multiprocessing.get_context("spawn").Pool(workers) as pool:
@@ -203,10 +223,7 @@ def measure_suite(
         conv, t = operands(layer, batch, dtype, device)
         for direction in directions:
             p = problem(direction, conv, t)
-            stored = [
-                b for b in sizes
-                if database.database().lookup(sub_problem(p, t, 0, b)[0].key(), b, env)
-            ]  # fmt: skip
+            stored = stored_sizes(p, t, sizes, env)
             table, seconds = {}, {}
             for b in sizes:
                 start = time.perf_counter()
