@@ -3,7 +3,11 @@
 that between them reach every algorithm (3x3 and 5x5 stride 1, 1x1, a strided RGB stem,
 depthwise and grouped), at a batch small enough for the float64 reference.
 
-    PYTHONPATH=src python benchmarks/probes/algo_accuracy.py [--batch N] [--out FILE.md]
+    PYTHONPATH=src python benchmarks/probes/algo_accuracy.py [--batch N] [--layers 0,3]
+        [--out FILE.md]
+
+--layers picks rows of LAYERS by index, so that several processes can share the layers (each
+compiles its own kernels: with RTDNN_AUTOTUNE=0, compiling is most of a GPU run's time).
 
 On a GPU the reference is torch's float64 convolution there; on a CPU (tiny shapes, the
 interpreter) rtdnn.reference's; the CPU run checks the script, its numbers are not the GPU's
@@ -72,10 +76,12 @@ def _ours(direction, algo, x, w, dy, conv, math_mode):
     return rtdnn.conv_backward_filter(x, dy, w.shape, **kw)
 
 
-def measure(batch: int, device: str) -> list[tuple]:
-    """(layer, dtype, direction, algorithm, relative error or a reason) for every case."""
+def measure(batch: int, device: str, picked: list[int] | None = None) -> list[tuple]:
+    """(layer, dtype, direction, algorithm, relative error or a reason) for every case of the
+    layers `picked` (indices into LAYERS; None: all)."""
     rows = []
     layers = LAYERS if device == "cuda" else TINY
+    layers = [layers[i] for i in picked] if picked is not None else layers
     gen = torch.Generator().manual_seed(0)
     for name, c, k, size, r, s, p, g in layers:
         conv = dict(stride=s, padding=p, groups=g)
@@ -126,10 +132,12 @@ def markdown(rows: list[tuple]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--layers", default=None, help="indices into LAYERS, e.g. 0,3")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    table = markdown(measure(args.batch or (8 if device == "cuda" else 1), device))
+    picked = [int(i) for i in args.layers.split(",")] if args.layers else None
+    table = markdown(measure(args.batch or (8 if device == "cuda" else 1), device, picked))
     print(table)
     if args.out:
         with open(args.out, "w") as f:
