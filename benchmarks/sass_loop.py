@@ -9,7 +9,8 @@ and cut (BENCHMARKS.md, "integer work out of the main loop").
 
     PYTHONPATH=src python benchmarks/sass_loop.py DIRECTION ALGO X_SHAPE W_SHAPE [k=v ...]
     e.g. backward_filter IMPLICIT_GEMM_SPLIT_K 2,64,56,56 64,64,3,3 padding=1
-    (TRITON_INTERPRET must be unset; bf16, channels-last; every tile candidate)
+    (TRITON_INTERPRET must be unset; channels-last; every tile candidate; dtype=fp16 or
+    dtype=fp32 for another dtype than bf16)
 """
 
 import collections
@@ -64,12 +65,16 @@ def main() -> None:
     direction, name, xs, ws, *conv_args = sys.argv[1:]
     shape = lambda s: tuple(int(v) for v in s.split(","))  # noqa: E731
     conv = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation")
+    dtype = torch.bfloat16
     for arg in conv_args:
         key, value = arg.split("=")
-        conv[key] = value if key == "mode" else int(value)
+        if key == "dtype":
+            dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[value]
+        else:
+            conv[key] = value if key == "mode" else int(value)
     channels_last = lambda t: t.movedim(1, -1).contiguous().movedim(-1, 1)  # noqa: E731
-    x = channels_last(torch.randn(shape(xs)).to(torch.bfloat16))
-    w = channels_last(torch.randn(shape(ws)).to(torch.bfloat16))
+    x = channels_last(torch.randn(shape(xs)).to(dtype))
+    w = channels_last(torch.randn(shape(ws)).to(dtype))
     algo = ALGORITHMS[name]
     p, scratch = _problem_for_selection(direction, x, w, math=None, **conv)
     p = dataclasses.replace(p, device="cuda")

@@ -167,3 +167,40 @@ def test_every_tile_candidate(direction, shape):
         out.fill_(float("nan"))
         algo.prepare(p, tiles)(tensors, ws, 1.0, 0.0)
         assert R.rel_error(out, ref) < 1e-2, tiles
+
+
+#: Filters wider than MAX_ROW_TAPS, where backward-filter's first stage is the flat kernel
+#: (direct_filter_partial_kernel) with hundreds of accumulator rows: AlexNet's RGB stem, 4 and
+#: 6 channels of 9-wide filters, one channel of 31x31. Compiling its 16-bit tiles of 512 rows x
+#: 16 channels in 4 warps aborted the process inside LLVM's SLP vectorizer (Triton 3.6).
+WIDE_FILTERS = [
+    ((2, 3, 47, 45), (16, 3, 11, 11), dict(stride=4, padding=2)),
+    ((2, 4, 20, 21), (16, 4, 9, 9), dict(padding=4)),
+    ((2, 6, 19, 23), (16, 6, 7, 9), dict(padding=3)),
+    ((1, 1, 40, 48), (16, 1, 31, 31), dict(padding=2)),
+]
+
+
+@pytest.mark.parametrize("case", ["bf16", "fp16"])
+@pytest.mark.parametrize("shape", WIDE_FILTERS)
+def test_wide_filter_backward_filter_every_tile(case, shape):
+    """Every backward-filter tile of a wide filter compiles and is right in 16-bit data."""
+    from rtdnn.algos import ALGORITHMS, ConvTensors
+    from rtdnn.ops.conv import _problem_for_selection
+
+    _, tol = CASES[case]
+    x, w, conv = _data(case, "channels_last", shape)
+    y_ref = R.conv_forward(x, w, **conv)
+    dy = _channels_last(torch.randn(y_ref.shape, device="cuda", dtype=x.dtype))
+    ref = R.conv_backward_filter(x, dy, w.shape, **conv)
+    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", math=None)
+    p, _ = _problem_for_selection("backward_filter", x, w, **{**args, **conv})
+    algo = ALGORITHMS["DIRECT"]
+    ws = torch.empty(max(algo.workspace_bytes(p), 1), dtype=torch.uint8, device="cuda")
+    out = _channels_last(torch.full(w.shape, float("nan"), device="cuda", dtype=x.dtype))
+    candidates = algo.tile_candidates(p)
+    assert candidates
+    for tiles in candidates:
+        out.fill_(float("nan"))
+        algo.prepare(p, tiles)(ConvTensors(x, out, dy), ws, 1.0, 0.0)
+        assert R.rel_error(out, ref) < tol, tiles

@@ -334,9 +334,13 @@ def _fma_candidates(p: ConvProblem) -> list[TileConfig]:
         if p.device != "cuda":
             return [DirectTiles(1, 16, 1, 1, 1, 1)]
         shapes = [(64, 2, 4), (32, 4, 4), (128, 1, 4)]
+        # The accumulator (rows x channels) is held in registers: at most 64 float32 values a
+        # thread in 4 warps, 32 for 16-bit data, where Triton 3.6's LLVM aborted the process
+        # (an SLP vectorizer assertion) compiling 512 rows x 16 channels (AlexNet's stem).
+        elements = 8192 if p.dtype == torch.float32 else 4096
         out = []
         for bc, unroll, warps in shapes:
-            bc = max(1, min(bc, 8192 // rows, triton.next_power_of_2(channels)))
+            bc = max(1, min(bc, elements // rows, triton.next_power_of_2(channels)))
             cfg = DirectTiles(1, bc, unroll, 1, warps, 1)
             if cfg not in out:
                 out.append(cfg)
