@@ -190,14 +190,15 @@ def test_wide_filter_backward_filter_every_tile(case, shape):
 
     _, tol = CASES[case]
     x, w, conv = _data(case, "channels_last", shape)
-    y_ref = R.conv_forward(x, w, **conv)
-    dy = _channels_last(torch.randn(y_ref.shape, device="cuda", dtype=x.dtype))
-    ref = R.conv_backward_filter(x, dy, w.shape, **conv)
     args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", math=None)
-    p, _ = _problem_for_selection("backward_filter", x, w, **{**args, **conv})
+    p, scratch = _problem_for_selection("backward_filter", x, w, **{**args, **conv})
+    # dy and dw in the layouts p describes: a 1-channel x is contiguous as well as channels-last,
+    # and p then takes dy as contiguous.
+    dy = torch.empty_like(scratch.y).normal_()
+    out = torch.empty_like(scratch.w).fill_(float("nan"))
+    ref = R.conv_backward_filter(x, dy, w.shape, **conv)
     algo = ALGORITHMS["DIRECT"]
     ws = torch.empty(max(algo.workspace_bytes(p), 1), dtype=torch.uint8, device="cuda")
-    out = _channels_last(torch.full(w.shape, float("nan"), device="cuda", dtype=x.dtype))
     candidates = algo.tile_candidates(p)
     assert candidates
     for tiles in candidates:
