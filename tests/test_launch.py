@@ -38,3 +38,23 @@ def test_arguments_in_kernel_order_with_tensors_as_addresses():
         0, (x, True)
     )[1]
     assert args == [x.data_ptr(), 2.0, 7, True, 16]
+
+
+def test_a_tensor_descriptor_keys_by_everything_but_its_address():
+    """Host-side TMA descriptors (attention's tiles) go to Triton's launcher as they are, which
+    builds each one's CUtensorMap; the key tells apart every geometry Triton could specialize
+    on, and descriptors of two tensors with the same geometry share a kernel."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def desc(t, block=(1, 1, 64, 64)):
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), list(block))
+
+    x, y = torch.empty(2, 3, 128, 64), torch.empty(2, 3, 128, 64)
+    assert _key(desc(x), 1.0, 32, True, 16) == _key(desc(y), 1.0, 32, True, 16)
+    assert _key(desc(x), 1.0, 32, True, 16) != _key(desc(x, (1, 1, 128, 64)), 1.0, 32, True, 16)
+    assert _key(desc(x), 1.0, 32, True, 16) != _key(desc(x.half()), 1.0, 32, True, 16)
+    z = torch.empty(2, 3, 256, 64)
+    assert _key(desc(x), 1.0, 32, True, 16) != _key(desc(z), 1.0, 32, True, 16)
+    launch = SlotLaunch(KERNEL, (1,), {}, ("X",), alpha=2.0, n=7, FLAG=True, BLOCK=16)
+    d = desc(x)
+    assert launch._signature(0, (d,))[1][0] is d  # Triton's launcher expands it

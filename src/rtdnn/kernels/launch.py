@@ -17,6 +17,7 @@ import torch
 import triton
 from triton import knobs
 from triton.runtime import _allocation
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..core import INTERPRETED
 from ..core.handle import stream_counters
@@ -162,6 +163,17 @@ class SlotLaunch:
             elif kind is int:
                 sig.append(((v & 15) == 0, v == 1, -(2**31) <= v < 2**31))
                 args[i] = v
+            elif kind is TensorDescriptor:
+                # A host-side TMA descriptor, which Triton's launcher (the C entry point's
+                # Python wrapper) turns into a CUtensorMap at each call. The key holds all of
+                # it but the address, so that it is at least as fine as Triton's
+                # specialization (the base's dtype and the block shape).
+                base = v.base
+                sig.append((
+                    TensorDescriptor, base.dtype, (base.data_ptr() & 15) == 0, tuple(v.shape),
+                    tuple(v.strides), tuple(v.block_shape), v.padding,
+                ))  # fmt: skip
+                args[i] = v
             elif kind is tuple:  # tensors read together (an operand and its index table)
                 ptrs = tuple(e.data_ptr() for e in v)
                 sig.append(tuple((e.dtype, (q & 15) == 0) for e, q in zip(v, ptrs, strict=True)))
@@ -187,22 +199,31 @@ _launches: dict[tuple, SlotLaunch] = {}
 
 
 def launch_cached(
-    fn, grid: tuple[int, ...], slots: dict, num_warps: int = 4, cooperative: bool = False, **fixed
+    fn,
+    grid: tuple[int, ...],
+    slots: dict,
+    num_warps: int = 4,
+    cooperative: bool = False,
+    num_stages: int | None = None,
+    **fixed,
 ) -> None:
     """fn[grid](**slots, **fixed, num_warps=num_warps) through a SlotLaunch kept per (kernel,
     grid, warps, fixed arguments): for ops that keep no prepared call of their own. Triton's
     own launch path costs tens of microseconds per call, more than many small kernels run;
     this costs a dictionary lookup. `fixed` holds what is the same from call to call for a
     problem (sizes, strides, compile-time constants; all hashable), `slots` the tensors and
-    scalars that change (alpha, beta). cooperative: a cooperative launch, for kernels whose
-    programs wait on each other: CUDA runs every program at once or refuses the launch
-    (an error, never a hang)."""
-    key = (fn, grid, num_warps, cooperative, *slots, *fixed.items())
+    scalars that change (alpha, beta; host-side tensor descriptors too). cooperative: a
+    cooperative launch, for kernels whose programs wait on each other: CUDA runs every program
+    at once or refuses the launch (an error, never a hang). num_stages: the software
+    pipeline's depth (Triton's default when None)."""
+    key = (fn, grid, num_warps, cooperative, num_stages, *slots, *fixed.items())
     launch = _launches.get(key)
     if launch is None:
         if len(_launches) >= 4096:  # a bound on what many distinct problems keep alive
             _launches.clear()
         options = dict(num_warps=num_warps)
+        if num_stages is not None:
+            options["num_stages"] = num_stages
         if cooperative and not INTERPRETED:
             options["launch_cooperative_grid"] = True
         launch = _launches[key] = SlotLaunch(fn, grid, options, tuple(slots), **fixed)

@@ -40,6 +40,7 @@ from ..core import (
     not_supported,
 )
 from ..kernels import attention as K
+from ..kernels.launch import launch_cached
 from ._common import check_real
 
 MAX_HEAD_SIZE = 256
@@ -197,6 +198,24 @@ def _descriptor(t: torch.Tensor, rows: int, cols: int) -> TensorDescriptor:
     return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, cols])
 
 
+def _launch(kernel, grid: tuple[int, ...], *args, **constants) -> None:
+    """kernel[grid](*args, **constants) through a launch kept per problem (launch_cached):
+    Triton's own path cost attention most of its host time in a ViT training step. The
+    tensors, tensor descriptors, scale, dropout probability and seed change from call to
+    call; sizes, strides, tiles and flags key the launch."""
+    named = dict(zip(kernel.arg_names, args, strict=False), **constants)
+    changing = {
+        name: value
+        for name, value in named.items()
+        if isinstance(value, torch.Tensor | TensorDescriptor)
+        or name in ("sm_scale", "p_drop", "seed")
+    }
+    fixed = {name: value for name, value in named.items() if name not in changing}
+    num_warps = fixed.pop("num_warps", 4)
+    num_stages = fixed.pop("num_stages", None)
+    launch_cached(kernel, grid, changing, num_warps=num_warps, num_stages=num_stages, **fixed)
+
+
 def _strides(t: torch.Tensor | None) -> tuple[int, ...]:
     return (0, 0, 0, 0) if t is None else tuple(t.stride())
 
@@ -245,8 +264,8 @@ def attention_forward(
             _descriptor(out, bm, bdv),
         )  # fmt: skip
     grid = (triton.cdiv(lq, cfg["BLOCK_M"]), n * h)
-    K.attention_forward_kernel[grid](
-        *tensors, lse, q4 if mask is None else mask,
+    _launch(
+        K.attention_forward_kernel, grid, *tensors, lse, q4 if mask is None else mask,
         scale, dropout_p, seed, h, lq, lk, e, ev, h // k4.shape[1],
         *q4.stride(), *k4.stride(), *v4.stride(), *out.stride(), *_strides(mask),
         HAS_MASK=mask is not None, CAUSAL=is_causal, DROPOUT=dropout_p > 0,
@@ -337,9 +356,10 @@ def attention_backward(
     # The preprocessing step: delta_i = sum_j dO_ij O_ij = sum_j P_ij dP_ij.
     delta = torch.empty((n, h, lq), dtype=torch.float32, device=q.device)
     rows = 16 if INTERPRETED else max(16, 8192 // bdv)
-    K.attention_backward_delta_kernel[(triton.cdiv(lq, rows), n * h)](
-        out4, do4, delta, h, lq, ev, *out4.stride(), *do4.stride(), BLOCK_M=rows, BLOCK_DV=bdv
-    )
+    _launch(
+        K.attention_backward_delta_kernel, (triton.cdiv(lq, rows), n * h), out4, do4, delta, h,
+        lq, ev, *out4.stride(), *do4.stride(), BLOCK_M=rows, BLOCK_DV=bdv,
+    )  # fmt: skip
 
     tma = _use_tma(q4, k4, v4, do4, dkdv_cfg)
 
@@ -366,12 +386,14 @@ def attention_backward(
         heads = 1
         dk = torch.empty((n, h, lk, e), dtype=torch.float32, device=q.device)
         dv = torch.empty((n, h, lk, ev), dtype=torch.float32, device=q.device)
-    K.attention_backward_dkdv_kernel[(key_blocks, n * h // heads)](
-        *tensors(dkdv_cfg), lse, delta, dk, dv, mask_arg, *common, heads, *strides,
+    _launch(
+        K.attention_backward_dkdv_kernel, (key_blocks, n * h // heads), *tensors(dkdv_cfg), lse,
+        delta, dk, dv, mask_arg, *common, heads, *strides,
         *dk.stride(), *dv.stride(), **flags, **dkdv_cfg,
     )  # fmt: skip
     dq = torch.empty((n, h, lq, e), dtype=q.dtype, device=q.device)
-    K.attention_backward_dq_kernel[(triton.cdiv(lq, dq_cfg["BLOCK_M"]), n * h)](
+    _launch(
+        K.attention_backward_dq_kernel, (triton.cdiv(lq, dq_cfg["BLOCK_M"]), n * h),
         *tensors(dq_cfg), lse, delta, dq, mask_arg, *common, *strides, *dq.stride(), **flags,
         **dq_cfg,
     )  # fmt: skip
@@ -417,7 +439,8 @@ def attention_dropout_mask(
     keep = torch.empty((n, h, lq, lk), dtype=torch.int8, device=device)
     block = 16 if INTERPRETED else 64
     grid = (triton.cdiv(lq, block), triton.cdiv(lk, block), n * h)
-    K.attention_dropout_keep_kernel[grid](
-        keep, seed, float(dropout_p), h, lq, lk, BLOCK_M=block, BLOCK_N=block
-    )
+    _launch(
+        K.attention_dropout_keep_kernel, grid, keep, seed, float(dropout_p), h, lq, lk,
+        BLOCK_M=block, BLOCK_N=block,
+    )  # fmt: skip
     return keep.bool()
