@@ -244,3 +244,79 @@ def test_gemm_refuses_a_column_matrix_past_32_bit_offsets(direction):
     assert reason is not None and "column matrix" in reason and "2**31 - 1" in reason
     assert select.choose(p).name != "GEMM"
     assert ALGORITHMS["GEMM"].supports(problem(direction, x[:1024], w, stride=4)) is None
+
+
+def test_heuristic_picks_gemm_for_backward_data_of_few_channels_on_a_gpu(monkeypatch):
+    """Backward-data of an RGB stem or a 1-channel layer on a GPU runs as GEMM, within the
+    workspace limit; forward, wider layers, grouped ones and the CPU keep the implicit GEMM."""
+    from dataclasses import replace
+
+    from rtdnn.algos import geometry, implicit_gemm
+
+    # No GPU here: nothing stored to ask the database for; an H100's 132 multiprocessors.
+    monkeypatch.setattr(select, "_known", lambda p: [])
+    for module in (geometry, implicit_gemm):
+        monkeypatch.setattr(module, "parallel_slots", lambda device: 264)
+    gpu = lambda direction, x, w, **conv: replace(problem(direction, x, w, **conv), device="cuda")  # noqa: E731
+    stem = torch.empty(64, 3, 224, 224), torch.empty(64, 3, 7, 7)
+    p = gpu("backward_data", *stem, stride=2, padding=3)
+    assert select.choose(p).name == "GEMM"
+    need = workspace("GEMM", p)
+    assert select.choose(p, workspace_limit=need - 1).name != "GEMM"
+    assert select.choose(p, "no_workspace").name == "IMPLICIT_GEMM"
+    one_channel = gpu("backward_data", torch.empty(32, 1, 161, 700), torch.empty(32, 1, 5, 20))
+    assert select.choose(one_channel).name == "GEMM"
+    others = [
+        gpu("forward", *stem, stride=2, padding=3),
+        gpu("backward_data", torch.empty(8, 16, 56, 56), torch.empty(32, 16, 3, 3), padding=1),
+        gpu("backward_data", torch.empty(8, 8, 56, 56), torch.empty(32, 2, 3, 3), groups=4),
+        problem("backward_data", *stem, stride=2, padding=3),  # the CPU
+    ]
+    for q in others:
+        assert select.choose(q).name != "GEMM", q
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_auto_runs_without_workspace_when_its_choice_cannot_be_allocated(
+    direction, gen, monkeypatch
+):
+    """auto picks GEMM (measured fastest); its workspace cannot be allocated: the call runs
+    the algorithm that needs none and is right, and so do later calls of the signature. A
+    forced GEMM fails as asked, naming the allocation."""
+    from rtdnn.core import AllocFailedError
+    from rtdnn.ops import conv as conv_ops
+
+    monkeypatch.setattr(select, "_measured", {})
+    monkeypatch.setattr(conv_ops, "_prepared", {})
+    x = make_tensor((2, 3, 5, 6), torch.float32, generator=gen)
+    w = make_tensor((4, 3, 3, 3), torch.float32, generator=gen)
+    dy = make_tensor((2, 4, 3, 4), torch.float32, generator=gen)
+    p = problem(direction, x, w)
+    gemm = ALGORITHMS["GEMM"]
+    select._measured[p] = [select.AlgoPerf("GEMM", 0.5, gemm.workspace_bytes(p), True)]
+    assert rtdnn.get_conv_algorithm(x, w, direction=direction, math=MATH) == "GEMM"
+
+    refused = []
+
+    def no_memory(nbytes, device):
+        if nbytes:
+            refused.append(nbytes)
+            raise AllocFailedError(f"workspace of {nbytes} bytes could not be allocated")
+        return None
+
+    monkeypatch.setattr(conv_ops, "stream_workspace", no_memory)
+    run = {
+        "forward": lambda **kw: rtdnn.conv_forward(x, w, math=MATH, **kw),
+        "backward_data": lambda **kw: rtdnn.conv_backward_data(dy, w, x.shape, math=MATH, **kw),
+        "backward_filter": lambda **kw: rtdnn.conv_backward_filter(x, dy, w.shape, math=MATH, **kw),
+    }[direction]
+    ref = {
+        "forward": lambda: reference.conv_forward(x, w),
+        "backward_data": lambda: reference.conv_backward_data(dy, w, x.shape),
+        "backward_filter": lambda: reference.conv_backward_filter(x, dy, w.shape),
+    }[direction]()
+    for _ in range(2):
+        assert_close(run(algo="auto"), ref)
+    assert refused == [gemm.workspace_bytes(p)]  # asked once; the signature then ran without
+    with pytest.raises(AllocFailedError, match="could not be allocated"):
+        run(algo="GEMM")

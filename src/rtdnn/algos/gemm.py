@@ -167,3 +167,21 @@ class Gemm(ConvAlgorithm):
             gemm(t.y, col, t.w, alpha=alpha, beta=beta, workspace=partials)
 
         return run_backward_filter
+
+
+#: Input channels up to which the heuristic runs backward-data of an ungrouped layer as GEMM.
+#: There the implicit GEMMs multiply an output of that many columns on a 16-wide tile, while GEMM's
+#: product is as wide as the filter's taps x channels and col2im visits only the taps that
+#: reach each pixel. Measured on an H100 (BENCHMARKS.md, "Backward-data of few-channel
+#: layers"), GEMM against IMPLICIT_GEMM, bf16: RGB stems 11x11/4 2.8x, 7x7/2 1.6x, 3x3/2 1.8x,
+#: VGG's 3x3/1 1.3x; a 1-channel 5x20/2 spectrogram layer 3.7x (TF32: 7.5x).
+PREFER_BACKWARD_DATA_UP_TO_C = 4
+
+
+def gemm_preferred(p: ConvProblem) -> bool:
+    """Whether the heuristic should try GEMM first for `p`: backward-data of an ungrouped
+    layer of at most PREFER_BACKWARD_DATA_UP_TO_C input channels, on a GPU, where GEMM runs
+    it (grouped layers were not measured)."""
+    few = p.groups == 1 and p.in_channels <= PREFER_BACKWARD_DATA_UP_TO_C
+    backward_data = p.direction == Direction.BACKWARD_DATA
+    return p.device == "cuda" and backward_data and few and Gemm().supports(p) is None

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from .. import select
 from ..algos import ConvAlgorithm, ConvTensors
 from ..core import (
+    AllocFailedError,
     ConvDesc,
     ConvProblem,
     Direction,
@@ -67,12 +68,22 @@ def _conv_desc(ndim, stride, padding, dilation, groups, mode, math) -> ConvDesc:
 # later calls with that signature only allocate the output and launch. Only calls that passed
 # validation are stored.
 class _Prepared:
-    """A validated call: its output's shape and strides, and what runs it."""
+    """A validated call: its output's shape and strides, and what runs it. `fallback`: the
+    algorithm to run instead when the chosen one's workspace cannot be allocated (algo="auto"
+    never fails for want of memory), or None."""
 
-    def __init__(self, p: ConvProblem, algorithm: ConvAlgorithm, shape, like: torch.Tensor):
+    def __init__(
+        self,
+        p: ConvProblem,
+        algorithm: ConvAlgorithm,
+        shape,
+        like: torch.Tensor,
+        fallback: ConvAlgorithm | None = None,
+    ):
         self.problem = p
         self.algorithm = algorithm
         self.workspace_bytes = algorithm.workspace_bytes(p)
+        self.fallback = fallback if self.workspace_bytes else None
         self.shape = tuple(shape)
         self.strides = layout_strides(self.shape, like)
         self.runner = None  # built on the first run, which may time tile shapes on real data
@@ -83,7 +94,14 @@ class _Prepared:
         return torch.empty_strided(self.shape, self.strides, dtype=like.dtype, device=like.device)
 
     def __call__(self, t: ConvTensors, alpha: float, beta: float) -> None:
-        workspace = stream_workspace(self.workspace_bytes, t.x.device)
+        try:
+            workspace = stream_workspace(self.workspace_bytes, t.x.device)
+        except AllocFailedError:
+            if self.fallback is None:
+                raise
+            # From now on this signature runs the fallback, which needs no workspace.
+            self.algorithm, self.fallback, self.runner = self.fallback, None, None
+            self.workspace_bytes, workspace = 0, None
         if self.runner is None:
             self.runner = self.algorithm.runner(self.problem, t, workspace)
         self.runner(t, workspace, alpha, beta)
@@ -139,7 +157,11 @@ def _prepare(
         direction, TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y), conv, x.device.type,
         tensors.bias is not None,
     )  # fmt: skip
-    return _Prepared(p, select.resolve(p, algo, workspace_limit, deterministic), out_shape, like)
+    algorithm = select.resolve(p, algo, workspace_limit, deterministic)
+    # auto's choice may need more memory than is free when it first runs; the algorithm that
+    # needs no workspace then runs instead. A forced algorithm fails as asked.
+    fallback = select.choose(p, "no_workspace", None, deterministic) if algo == "auto" else None
+    return _Prepared(p, algorithm, out_shape, like, fallback)
 
 
 def _shape_arg(name: str, shape, ndim: int) -> tuple[int, ...]:

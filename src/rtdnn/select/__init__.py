@@ -23,6 +23,7 @@ from ..algos import (
     tiles,
 )
 from ..algos.direct import direct_preferred
+from ..algos.gemm import gemm_preferred
 from ..algos.implicit_gemm import split_count
 from ..algos.winograd import winograd_preferred
 from ..core import ConvProblem, Direction, NotSupportedError, allocate_workspace, bad_param
@@ -67,6 +68,12 @@ def _heuristic_order(p: ConvProblem) -> list[str]:
     # on FMA units (see algos.winograd.PREFER_FROM_CHANNELS).
     if winograd_preferred(p):
         first.append("WINOGRAD_NONFUSED")
+    # Backward-data of an RGB stem or a 1-channel input: the implicit GEMMs' output is a few
+    # columns wide, GEMM's is not (see algos.gemm.PREFER_BACKWARD_DATA_UP_TO_C). Its
+    # workspace is large (450 MiB for ResNet-50's stem at batch 64): under a tighter limit the
+    # list goes on to the implicit GEMM.
+    if gemm_preferred(p):
+        first.append("GEMM")
     # Split-K pays off for backward-filter (a small output, a reduction over every pixel);
     # measured on resnet50 it lost to the plain kernel in forward, where Find can still pick it.
     if p.direction == Direction.BACKWARD_FILTER and split_count(p) > 1:
