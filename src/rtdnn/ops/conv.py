@@ -83,7 +83,7 @@ class _Prepared:
         self.problem = p
         self.algorithm = algorithm
         self.workspace_bytes = algorithm.workspace_bytes(p)
-        self.fallback = fallback if self.workspace_bytes else None
+        self.fallback = fallback
         self.shape = tuple(shape)
         self.strides = layout_strides(self.shape, like)
         self.runner = None  # built on the first run, which may time tile shapes on real data
@@ -160,7 +160,9 @@ def _prepare(
     algorithm = select.resolve(p, algo, workspace_limit, deterministic)
     # auto's choice may need more memory than is free when it first runs; the algorithm that
     # needs no workspace then runs instead. A forced algorithm fails as asked.
-    fallback = select.choose(p, "no_workspace", None, deterministic) if algo == "auto" else None
+    fallback = None
+    if algo == "auto" and algorithm.workspace_bytes(p):
+        fallback = select.choose(p, "no_workspace", None, deterministic)
     return _Prepared(p, algorithm, out_shape, like, fallback)
 
 
