@@ -39,8 +39,10 @@ def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-300))
 
 
-def compare(dtype, q_shape, k_shape, ev, **kw):
-    torch.manual_seed(0)
+def compare(dtype, q_shape, k_shape, ev, seed=0, **kw):
+    """rtdnn's output and gradients against torch's in float64; returns rtdnn's (q, k, v,
+    out)."""
+    torch.manual_seed(seed)
     q = torch.randn(q_shape, device="cuda").to(dtype).requires_grad_()
     k = torch.randn(k_shape, device="cuda").to(dtype).requires_grad_()
     v = torch.randn((*k_shape[:-1], ev), device="cuda").to(dtype).requires_grad_()
@@ -63,6 +65,7 @@ def compare(dtype, q_shape, k_shape, ev, **kw):
     ref.backward(dout)
     for name, got, want in zip("qkv", (q, k, v), refs, strict=True):
         assert rel(got.grad, want.grad) <= TOL[dtype], name
+    return q, k, v, out
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -70,6 +73,18 @@ def compare(dtype, q_shape, k_shape, ev, **kw):
 @pytest.mark.parametrize("causal", [False, True])
 def test_head_sizes(dtype, e, causal):
     compare(dtype, (2, 4, 300, e), (2, 4, 257, e), e, is_causal=causal)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_repeated_calls_on_fresh_tensors(dtype, causal):
+    """A problem's first call compiles through Triton's launch; later ones go through rtdnn's
+    cached launch, which passes the tensors and host-side tensor descriptors of each call. Each
+    call here has its own data, and earlier calls' tensors stay alive so that no address
+    repeats: a launch that kept an earlier call's tensor would give that call's result."""
+    kept = [compare(dtype, (2, 4, 640, 128), (2, 4, 640, 128), 128, seed, is_causal=causal)
+            for seed in range(3)]  # fmt: skip
+    assert len({t[0].data_ptr() for t in kept}) == 3
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

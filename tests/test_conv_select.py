@@ -248,7 +248,8 @@ def test_gemm_refuses_a_column_matrix_past_32_bit_offsets(direction):
 
 def test_heuristic_picks_gemm_for_backward_data_of_few_channels_on_a_gpu(monkeypatch):
     """Backward-data of an RGB stem or a 1-channel layer on a GPU runs as GEMM, within the
-    workspace limit; forward, wider layers, grouped ones and the CPU keep the implicit GEMM."""
+    workspace limit and 1 GiB; forward, wider layers, grouped ones, a larger workspace and the
+    CPU keep the implicit GEMM."""
     from dataclasses import replace
 
     from rtdnn.algos import geometry, implicit_gemm
@@ -264,13 +265,17 @@ def test_heuristic_picks_gemm_for_backward_data_of_few_channels_on_a_gpu(monkeyp
     need = workspace("GEMM", p)
     assert select.choose(p, workspace_limit=need - 1).name != "GEMM"
     assert select.choose(p, "no_workspace").name == "IMPLICIT_GEMM"
-    one_channel = gpu("backward_data", torch.empty(32, 1, 161, 700), torch.empty(32, 1, 5, 20))
+    one_channel = gpu(
+        "backward_data", torch.empty(32, 1, 161, 700), torch.empty(32, 1, 5, 20), stride=2
+    )
     assert select.choose(one_channel).name == "GEMM"
     others = [
         gpu("forward", *stem, stride=2, padding=3),
         gpu("backward_data", torch.empty(8, 16, 56, 56), torch.empty(32, 16, 3, 3), padding=1),
         gpu("backward_data", torch.empty(8, 8, 56, 56), torch.empty(32, 2, 3, 3), groups=4),
         problem("backward_data", *stem, stride=2, padding=3),  # the CPU
+        # AlexNet's stem at batch 256: 1.05 GiB of workspace, more than the heuristic takes.
+        gpu("backward_data", torch.empty(256, 3, 227, 227), torch.empty(96, 3, 11, 11), stride=4),
     ]
     for q in others:
         assert select.choose(q).name != "GEMM", q
@@ -281,8 +286,8 @@ def test_auto_runs_without_workspace_when_its_choice_cannot_be_allocated(
     direction, gen, monkeypatch
 ):
     """auto picks GEMM (measured fastest); its workspace cannot be allocated: the call runs
-    the algorithm that needs none and is right, and so do later calls of the signature. A
-    forced GEMM fails as asked, naming the allocation."""
+    the algorithm that needs none and is right, and so do a call that fails at the same time
+    and later calls of the signature. A forced GEMM fails as asked, naming the allocation."""
     from rtdnn.core import AllocFailedError
     from rtdnn.ops import conv as conv_ops
 
@@ -296,11 +301,15 @@ def test_auto_runs_without_workspace_when_its_choice_cannot_be_allocated(
     select._measured[p] = [select.AlgoPerf("GEMM", 0.5, gemm.workspace_bytes(p), True)]
     assert rtdnn.get_conv_algorithm(x, w, direction=direction, math=MATH) == "GEMM"
 
-    refused = []
+    refused, inner = [], []
 
     def no_memory(nbytes, device):
         if nbytes:
             refused.append(nbytes)
+            if len(refused) == 1:
+                # Another thread's call of the signature, failing while this one fails: both
+                # must run the fallback.
+                inner.append(run(algo="auto"))
             raise AllocFailedError(f"workspace of {nbytes} bytes could not be allocated")
         return None
 
@@ -317,6 +326,8 @@ def test_auto_runs_without_workspace_when_its_choice_cannot_be_allocated(
     }[direction]()
     for _ in range(2):
         assert_close(run(algo="auto"), ref)
-    assert refused == [gemm.workspace_bytes(p)]  # asked once; the signature then ran without
+    assert_close(inner[0], ref)
+    # Asked by the two overlapping calls; later calls of the signature ran without asking.
+    assert refused == [gemm.workspace_bytes(p)] * 2
     with pytest.raises(AllocFailedError, match="could not be allocated"):
         run(algo="GEMM")

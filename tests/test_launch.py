@@ -58,3 +58,14 @@ def test_a_tensor_descriptor_keys_by_everything_but_its_address():
     launch = SlotLaunch(KERNEL, (1,), {}, ("X",), alpha=2.0, n=7, FLAG=True, BLOCK=16)
     d = desc(x)
     assert launch._signature(0, (d,))[1][0] is d  # Triton's launcher expands it
+
+
+def test_missing_and_unknown_argument_names_are_refused():
+    """A launch with a value missing, or a name the kernel does not have (a misspelt
+    constant), fails when it is made, as Triton's own launch would."""
+    import pytest
+
+    with pytest.raises(TypeError, match=r"no value for \['BLOCK'\]"):
+        SlotLaunch(KERNEL, (1,), {}, ("X",), alpha=2.0, n=7, FLAG=True)
+    with pytest.raises(TypeError, match=r"no argument named \['BLOKC'\]"):
+        SlotLaunch(KERNEL, (1,), {}, ("X",), alpha=2.0, n=7, FLAG=True, BLOCK=16, BLOKC=16)

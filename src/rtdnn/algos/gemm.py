@@ -170,18 +170,23 @@ class Gemm(ConvAlgorithm):
 
 
 #: Input channels up to which the heuristic runs backward-data of an ungrouped layer as GEMM.
-#: There the implicit GEMMs multiply an output of that many columns on a 16-wide tile, while GEMM's
-#: product is as wide as the filter's taps x channels and col2im visits only the taps that
-#: reach each pixel. Measured on an H100 (BENCHMARKS.md, "Backward-data of few-channel
+#: There the implicit GEMMs multiply an output of that many columns on a 16-wide tile, while
+#: GEMM's product is as wide as the filter's taps x channels and col2im visits only the taps
+#: that reach each pixel. Measured on an H100 (BENCHMARKS.md, "Backward-data of few-channel
 #: layers"), GEMM against IMPLICIT_GEMM, bf16: RGB stems 11x11/4 2.8x, 7x7/2 1.6x, 3x3/2 1.8x,
 #: VGG's 3x3/1 1.3x; a 1-channel 5x20/2 spectrogram layer 3.7x (TF32: 7.5x).
 PREFER_BACKWARD_DATA_UP_TO_C = 4
+#: The most workspace the heuristic takes for it without being asked (Find, a plan or a
+#: micro-batch policy may take more): the buffer stays with the stream for later calls.
+#: ResNet-50's stem at batch 64 needs 450 MiB; AlexNet's at batch 256 needs 1.05 GiB.
+PREFER_UP_TO_WORKSPACE = 1 << 30
 
 
 def gemm_preferred(p: ConvProblem) -> bool:
     """Whether the heuristic should try GEMM first for `p`: backward-data of an ungrouped
-    layer of at most PREFER_BACKWARD_DATA_UP_TO_C input channels, on a GPU, where GEMM runs
-    it (grouped layers were not measured)."""
+    layer of at most PREFER_BACKWARD_DATA_UP_TO_C input channels, on a GPU, within
+    PREFER_UP_TO_WORKSPACE (grouped layers were not measured)."""
     few = p.groups == 1 and p.in_channels <= PREFER_BACKWARD_DATA_UP_TO_C
-    backward_data = p.direction == Direction.BACKWARD_DATA
-    return p.device == "cuda" and backward_data and few and Gemm().supports(p) is None
+    if p.device != "cuda" or p.direction != Direction.BACKWARD_DATA or not few:
+        return False
+    return Gemm().workspace_bytes(p) <= PREFER_UP_TO_WORKSPACE

@@ -16,12 +16,14 @@ powerOfTwo, all), and picks one plan per convolution for each workspace setting:
 Before measuring on a GPU, worker processes compile every kernel the measurements will run
 (each algorithm at each size, heuristic tiles), so that Triton's on-disk cache holds them and
 the serial measurements time instead of compiling one kernel after another (compiling was
-most of AlexNet's 381 s at powerOfTwo). The chosen plans are then run
-(ops.conv_plan.run_plan) and timed, and checked against the undivided plan's output. The
-report shows both times apart: "planned", the sum of the micro-batches' benchmarked times
-that the planner predicts, and "run", the plan executed. On a machine without a GPU the
-kernels run in Triton's interpreter and every time is an interpreter time, which says nothing
-about any GPU; the report says so.
+most of AlexNet's 381 s at powerOfTwo). Sizes the tuning database already holds are neither
+compiled nor measured (a run cut off by a time limit resumes); the plans that use them then
+compile their kernels when they first run, unless Triton's cache has them. The chosen plans
+are then run (ops.conv_plan.run_plan) and timed, and checked against the undivided plan's
+output. The report shows both times apart: "planned", the sum of the micro-batches'
+benchmarked times that the planner predicts, and "run", the plan executed. On a machine
+without a GPU the kernels run in Triton's interpreter and every time is an interpreter time,
+which says nothing about any GPU; the report says so.
 
 A suite layer may carry "count": how many convolutions of the network have its shape. Totals
 and the network budget count each of them (ResNet-50's 23 shapes are its 53 convolutions).
@@ -195,6 +197,8 @@ def compile_ahead(
         for d in directions:
             held = set(stored_sizes(problem(d, conv, t, "cuda"), t, sizes, env))
             items += [(layer, b, dtype, d, "cuda") for b in sizes if b not in held]
+    if not items:
+        return 0, 0.0
     start = time.perf_counter()
     # Spawned, not forked: CUDA does not survive a fork.
     with torch.multiprocessing.get_context("spawn").Pool(workers) as pool:

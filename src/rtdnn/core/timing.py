@@ -60,8 +60,8 @@ def median_time_ms(
 ) -> float:
     """Median device time of `run()` in milliseconds, each run timed by events after an L2
     flush (`flush_l2`): about rep_ms / 4 ms of runs (flushes included) to warm up, then about
-    rep_ms ms of timed ones, at least 10 and at most `max_runs` (None: no cap; the warm-up is
-    capped at a quarter of it)."""
+    rep_ms ms of timed ones, at least 10; `max_runs` caps the timed runs at max(10, max_runs)
+    and the warm-up at a quarter of max_runs (None: no cap)."""
     timed = []
 
     def once():

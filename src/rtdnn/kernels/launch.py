@@ -99,6 +99,9 @@ class SlotLaunch:
         missing = set(names) - set(fixed) - set(slots)
         if missing:
             raise TypeError(f"{fn.__name__}: no value for {sorted(missing)}")
+        unknown = (set(fixed) | set(slots)) - set(names)
+        if unknown:  # Triton's own launch refuses these too
+            raise TypeError(f"{fn.__name__}: no argument named {sorted(unknown)}")
         self.fn = fn
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.options = options
@@ -208,14 +211,14 @@ def launch_cached(
     **fixed,
 ) -> None:
     """fn[grid](**slots, **fixed, num_warps=num_warps) through a SlotLaunch kept per (kernel,
-    grid, warps, fixed arguments): for ops that keep no prepared call of their own. Triton's
-    own launch path costs tens of microseconds per call, more than many small kernels run;
-    this costs a dictionary lookup. `fixed` holds what is the same from call to call for a
-    problem (sizes, strides, compile-time constants; all hashable), `slots` the tensors and
-    scalars that change (alpha, beta; host-side tensor descriptors too). cooperative: a
-    cooperative launch, for kernels whose programs wait on each other: CUDA runs every program
-    at once or refuses the launch (an error, never a hang). num_stages: the software
-    pipeline's depth (Triton's default when None)."""
+    grid, warps, cooperative, stages, slot names, fixed arguments): for ops that keep no
+    prepared call of their own. Triton's own launch path costs tens of microseconds per call,
+    more than many small kernels run; this costs a dictionary lookup. `fixed` holds what is the
+    same from call to call for a problem (sizes, strides, compile-time constants; all
+    hashable), `slots` the tensors and scalars that change (alpha, beta; host-side tensor
+    descriptors too). cooperative: a cooperative launch, for kernels whose programs wait on
+    each other: CUDA runs every program at once or refuses the launch (an error, never a
+    hang). num_stages: the software pipeline's depth (Triton's default when None)."""
     key = (fn, grid, num_warps, cooperative, num_stages, *slots, *fixed.items())
     launch = _launches.get(key)
     if launch is None:

@@ -203,6 +203,8 @@ def _launch(kernel, grid: tuple[int, ...], *args, **constants) -> None:
     Triton's own path cost attention most of its host time in a ViT training step. The
     tensors, tensor descriptors, scale, dropout probability and seed change from call to
     call; sizes, strides, tiles and flags key the launch."""
+    if len(args) > len(kernel.arg_names):
+        raise TypeError(f"{kernel.__name__}: {len(args)} positional arguments, more than it takes")
     named = dict(zip(kernel.arg_names, args, strict=False), **constants)
     changing = {
         name: value

@@ -67,10 +67,26 @@ def _conv_desc(ndim, stride, padding, dilation, groups, mode, math) -> ConvDesc:
 # and devices and the parameters. So a call is validated and prepared once per signature, and
 # later calls with that signature only allocate the output and launch. Only calls that passed
 # validation are stored.
+class _Algorithm:
+    """An algorithm prepared for one problem: its workspace need, and its runner once built
+    (the first run may time tile shapes on real data)."""
+
+    def __init__(self, p: ConvProblem, algorithm: ConvAlgorithm):
+        self.algorithm = algorithm
+        self.workspace_bytes = algorithm.workspace_bytes(p)
+        self.runner = None
+
+    def run(self, p: ConvProblem, t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+        runner = self.runner  # read once: another thread may be building it too (harmless)
+        if runner is None:
+            runner = self.runner = self.algorithm.runner(p, t, workspace)
+        runner(t, workspace, alpha, beta)
+
+
 class _Prepared:
     """A validated call: its output's shape and strides, and what runs it. `fallback`: the
-    algorithm to run instead when the chosen one's workspace cannot be allocated (algo="auto"
-    never fails for want of memory), or None."""
+    algorithm that needs no workspace, run instead when the chosen one's workspace cannot be
+    allocated (algo="auto"), or None (a named algorithm fails as asked)."""
 
     def __init__(
         self,
@@ -81,12 +97,10 @@ class _Prepared:
         fallback: ConvAlgorithm | None = None,
     ):
         self.problem = p
-        self.algorithm = algorithm
-        self.workspace_bytes = algorithm.workspace_bytes(p)
-        self.fallback = fallback
+        self.chosen = _Algorithm(p, algorithm)
+        self.fallback = _Algorithm(p, fallback) if fallback is not None else None
         self.shape = tuple(shape)
         self.strides = layout_strides(self.shape, like)
-        self.runner = None  # built on the first run, which may time tile shapes on real data
 
     def output(self, out: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
         if out is not None:
@@ -94,17 +108,19 @@ class _Prepared:
         return torch.empty_strided(self.shape, self.strides, dtype=like.dtype, device=like.device)
 
     def __call__(self, t: ConvTensors, alpha: float, beta: float) -> None:
+        chosen = self.chosen
         try:
-            workspace = stream_workspace(self.workspace_bytes, t.x.device)
+            workspace = stream_workspace(chosen.workspace_bytes, t.x.device)
         except AllocFailedError:
-            if self.fallback is None:
+            # Building the fallback may time tile shapes, which a CUDA graph's capture forbids.
+            if self.fallback is None or (t.x.is_cuda and torch.cuda.is_current_stream_capturing()):
                 raise
-            # From now on this signature runs the fallback, which needs no workspace.
-            self.algorithm, self.fallback, self.runner = self.fallback, None, None
-            self.workspace_bytes, workspace = 0, None
-        if self.runner is None:
-            self.runner = self.algorithm.runner(self.problem, t, workspace)
-        self.runner(t, workspace, alpha, beta)
+            # The signature runs the fallback from now on, on every stream and thread (any
+            # thread that gets here makes the same switch): asking again for memory that was
+            # not there would cost every call. get_conv_algorithm still names the choice.
+            chosen = self.chosen = self.fallback
+            workspace = None
+        chosen.run(self.problem, t, workspace, alpha, beta)
 
 
 _prepared: dict[tuple, _Prepared] = {}
@@ -158,8 +174,8 @@ def _prepare(
         tensors.bias is not None,
     )  # fmt: skip
     algorithm = select.resolve(p, algo, workspace_limit, deterministic)
-    # auto's choice may need more memory than is free when it first runs; the algorithm that
-    # needs no workspace then runs instead. A forced algorithm fails as asked.
+    # auto's choice may need more memory than is free when a call asks for its workspace; the
+    # algorithm that needs none then runs instead.
     fallback = None
     if algo == "auto" and algorithm.workspace_bytes(p):
         fallback = select.choose(p, "no_workspace", None, deterministic)
