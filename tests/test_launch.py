@@ -60,12 +60,10 @@ def test_a_tensor_descriptor_keys_by_everything_but_its_address():
     assert launch._signature(0, (d,))[1][0] is d  # Triton's launcher expands it
 
 
-def test_missing_and_unknown_argument_names_are_refused():
-    """A launch with a value missing, or a name the kernel does not have (a misspelt
-    constant), fails when it is made, as Triton's own launch would."""
+def test_a_missing_argument_is_refused():
+    """A launch without a value for every argument fails when it is made. (Extra names are
+    allowed: ops pass one dict of sizes to kernels that take some of them.)"""
     import pytest
 
     with pytest.raises(TypeError, match=r"no value for \['BLOCK'\]"):
         SlotLaunch(KERNEL, (1,), {}, ("X",), alpha=2.0, n=7, FLAG=True)
-    with pytest.raises(TypeError, match=r"no argument named \['BLOKC'\]"):
-        SlotLaunch(KERNEL, (1,), {}, ("X",), alpha=2.0, n=7, FLAG=True, BLOCK=16, BLOKC=16)

@@ -99,9 +99,6 @@ class SlotLaunch:
         missing = set(names) - set(fixed) - set(slots)
         if missing:
             raise TypeError(f"{fn.__name__}: no value for {sorted(missing)}")
-        unknown = (set(fixed) | set(slots)) - set(names)
-        if unknown:  # Triton's own launch refuses these too
-            raise TypeError(f"{fn.__name__}: no argument named {sorted(unknown)}")
         self.fn = fn
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.options = options
