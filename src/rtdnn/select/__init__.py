@@ -137,10 +137,10 @@ def resolve(
     return a
 
 
-#: Timed runs per algorithm in Find, after a warm-up of a quarter as many: the median of 30
-#: L2-flushed graph replays is stable to about 1%, and a cap keeps Find of a fast convolution
-#: (a 0.05 ms micro-batch) from spending 50 ms of runs on each algorithm. mu-cuDNN's policy
-#: "all" runs Find at every batch size from 1 to N.
+#: Timed runs per algorithm in Find (at most; after a warm-up of a quarter as many): a median
+#: of 30 L2-flushed graph replays, where 50 ms of runs of a fast convolution (a 0.05 ms
+#: micro-batch) would be hundreds. mu-cuDNN's policy "all" runs Find at every batch size from
+#: 1 to N (ResNet-18 at batch 64: about 6 minutes of Find on an H100, BENCHMARKS.md).
 FIND_RUNS = 30
 
 
