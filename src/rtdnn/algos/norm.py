@@ -21,6 +21,7 @@ import triton
 
 from ..core import NotSupportedError, cached_call
 from ..core.handle import stream_counters, stream_scratch
+from ..core.prepared import PreparedCalls
 from ..core.tensor import MAX_ELEMENTS, memory_span
 from ..kernels.launch import SlotLaunch
 from ..kernels.norm_addressing import ACTIVATIONS, Layout, NormGeometry
@@ -288,7 +289,7 @@ def use_row_path(g: Geometry, itemsize: int, device: torch.device, pol: TilePoli
 # -- plans ----------------------------------------------------------------------------------
 
 #: Validated call signatures -> prepared calls, filled by the ops layer.
-cache: dict[tuple, object] = {}
+cache = PreparedCalls()
 
 
 def clear_plans() -> None:

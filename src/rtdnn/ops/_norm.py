@@ -2,9 +2,8 @@
 
 Every public function validates all of its arguments before any kernel runs. What depends only
 on the tensors' shapes, strides, dtypes and devices (and on flags such as the mode) is checked
-once per call signature: the result, a prepared call that holds the engine's plan, is kept in
-`engine.cache` under that signature, and later calls with the same signature check only their
-scalar arguments and go straight to the kernels. The prepared calls hold no tensors.
+once per call signature (core.prepared): the prepared call, which holds the engine's plan, is
+kept in `engine.cache`.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from collections.abc import Sequence
 
 import torch
 
-from ..algos import norm as engine
 from ..core import (
     bad_param,
     check_out,
@@ -123,46 +121,6 @@ def float_contiguous(t: torch.Tensor) -> torch.Tensor:
     if t.dtype is torch.float32 and t.is_contiguous():
         return t
     return t.to(torch.float32).contiguous()
-
-
-def key(name: str, tensors, *flags) -> tuple | None:
-    """The call signature: tensors' shapes, strides, dtypes and devices, and flags (values
-    with their types, so that True and 1 differ). None if an argument is not a tensor."""
-    parts = []
-    for t in tensors:
-        if t is None:
-            parts.append(None)
-        elif isinstance(t, torch.Tensor):
-            parts.append((t.shape, t.stride(), t.dtype, t.device))
-        else:
-            return None
-    return (name, *parts, *((type(f), tuple(f) if isinstance(f, list) else f) for f in flags))
-
-
-def lookup(k: tuple | None):
-    if k is None:
-        return None
-    try:
-        return engine.cache.get(k)
-    except TypeError:  # an unhashable flag: validate without the cache
-        return None
-
-
-def store(k: tuple | None, call):
-    if k is not None:
-        try:
-            engine.cache[k] = call
-        except TypeError:
-            pass
-    return call
-
-
-def nonzero(v: object) -> object:
-    """beta != 0 for the cache key, whatever beta is (check_scaling judges it later)."""
-    try:
-        return bool(v != 0)
-    except Exception:
-        return v
 
 
 def zeros(shape, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:

@@ -41,6 +41,7 @@ from ..core import (
     check_scaling,
     check_tensor,
 )
+from ..core.prepared import nonzero, signature
 from . import _norm as V
 
 MODES = ("spatial", "per_activation")
@@ -84,8 +85,8 @@ def batch_norm_forward_training(
     activation. Statistics take two reads of x (one for the statistics, one to normalize).
     """
     tensors = (x, weight, bias, running_mean, running_var, z, out)
-    k = V.key("bn_train", tensors, mode, activation, V.nonzero(beta))
-    call = V.lookup(k) or V.store(k, _train_call(*tensors, mode, activation, beta))
+    k = signature("bn_train", tensors, mode, activation, nonzero(beta))
+    call = engine.cache.get(k, lambda: _train_call(*tensors, mode, activation, beta))
     momentum = V.momentum(momentum)
     eps = V.eps(eps)
     check_scaling(alpha, beta, out)
@@ -174,8 +175,8 @@ def batch_norm_forward_inference(
     float dtype and strides.
     """
     tensors = (x, weight, bias, running_mean, running_var, z, out)
-    k = V.key("bn_infer", tensors, mode, activation, V.nonzero(beta))
-    call = V.lookup(k) or V.store(k, _infer_call(*tensors, mode, activation, beta))
+    k = signature("bn_infer", tensors, mode, activation, nonzero(beta))
+    call = engine.cache.get(k, lambda: _infer_call(*tensors, mode, activation, beta))
     eps = V.eps(eps)
     check_scaling(alpha, beta, out)
     if out is not None:
@@ -253,8 +254,8 @@ def batch_norm_backward(
     needed). Two passes over dy and x: sums per statistic, then dx.
     """
     tensors = (dy, x, saved_mean, saved_invstd, weight, bias, z, out)
-    k = V.key("bn_bwd", tensors, activation, mode, training, V.nonzero(beta))
-    call = V.lookup(k) or V.store(k, _backward_call(*tensors, activation, mode, training, beta))
+    k = signature("bn_bwd", tensors, activation, mode, training, nonzero(beta))
+    call = engine.cache.get(k, lambda: _backward_call(*tensors, activation, mode, training, beta))
     check_scaling(alpha, beta, out)
     check_out_disjoint(
         out,

@@ -23,6 +23,7 @@ import torch
 
 from ..algos import norm as engine
 from ..core import bad_param, check_out_disjoint, check_scaling, check_tensor
+from ..core.prepared import nonzero, signature
 from . import _norm as V
 from ._common import check_batch
 
@@ -37,8 +38,8 @@ def _groups(x: torch.Tensor, num_groups: object) -> int:
 
 def _forward(x, num_groups, weight, bias, eps, alpha, beta, out, instance):
     tensors = (x, weight, bias, out)
-    k = V.key("in" if instance else "gn", tensors, num_groups, V.nonzero(beta))
-    call = V.lookup(k) or V.store(k, _forward_call(*tensors, num_groups, beta, instance))
+    k = signature("in" if instance else "gn", tensors, num_groups, nonzero(beta))
+    call = engine.cache.get(k, lambda: _forward_call(*tensors, num_groups, beta, instance))
     eps = V.eps(eps)
     check_scaling(alpha, beta, out)
     check_out_disjoint(out, x=x, weight=weight, bias=bias)
@@ -91,10 +92,10 @@ def _param_view(t: torch.Tensor | None, xv: torch.Tensor):
 
 def _backward(dy, x, num_groups, mean, rstd, weight, param_grads, alpha, beta, out, instance):
     tensors = (dy, x, mean, rstd, weight, out)
-    k = V.key("in_bwd" if instance else "gn_bwd", tensors, num_groups, param_grads,
-              V.nonzero(beta))  # fmt: skip
-    call = V.lookup(k) or V.store(
-        k, _backward_call(*tensors, num_groups, param_grads, beta, instance)
+    k = signature("in_bwd" if instance else "gn_bwd", tensors, num_groups, param_grads,
+              nonzero(beta))  # fmt: skip
+    call = engine.cache.get(
+        k, lambda: _backward_call(*tensors, num_groups, param_grads, beta, instance)
     )
     check_scaling(alpha, beta, out)
     check_out_disjoint(out, dy=dy, x=x, mean=mean, rstd=rstd, weight=weight)

@@ -28,6 +28,7 @@ from ..core import (
     check_scaling,
     check_tensor,
 )
+from ..core.prepared import nonzero, signature
 from . import _norm as V
 
 
@@ -60,8 +61,8 @@ def _fit(x: torch.Tensor, kept: tuple[int, ...]) -> bool:
 
 def _forward(x, normalized_shape, weight, bias, eps, alpha, beta, out, rms: bool):
     tensors = (x, weight, bias, out)
-    k = V.key("rms" if rms else "ln", tensors, normalized_shape, V.nonzero(beta))
-    call = V.lookup(k) or V.store(k, _forward_call(*tensors, normalized_shape, beta, rms))
+    k = signature("rms" if rms else "ln", tensors, normalized_shape, nonzero(beta))
+    call = engine.cache.get(k, lambda: _forward_call(*tensors, normalized_shape, beta, rms))
     eps = V.eps(eps)
     check_scaling(alpha, beta, out)
     check_out_disjoint(out, x=x, weight=weight, bias=bias)
@@ -108,10 +109,10 @@ def _forward_call(x, weight, bias, out, normalized_shape, beta, rms):
 
 def _backward(dy, x, normalized_shape, mean, rstd, weight, param_grads, alpha, beta, out, rms):
     tensors = (dy, x, mean, rstd, weight, out)
-    k = V.key("rms_bwd" if rms else "ln_bwd", tensors, normalized_shape, param_grads,
-              V.nonzero(beta))  # fmt: skip
-    call = V.lookup(k) or V.store(
-        k, _backward_call(*tensors, normalized_shape, param_grads, beta, rms)
+    k = signature("rms_bwd" if rms else "ln_bwd", tensors, normalized_shape, param_grads,
+              nonzero(beta))  # fmt: skip
+    call = engine.cache.get(
+        k, lambda: _backward_call(*tensors, normalized_shape, param_grads, beta, rms)
     )
     check_scaling(alpha, beta, out)
     check_out_disjoint(out, dy=dy, x=x, mean=mean, rstd=rstd, weight=weight)

@@ -32,16 +32,21 @@ from ..core import (
     check_runnable,
     check_scaling,
     check_tensor,
+    default_matmul_math_mode,
     not_supported,
     resolve_math_mode,
 )
 from ..core.handle import stream_workspace
+from ..core.prepared import PreparedCalls, nonzero, signature
 from ..kernels import brgemm, strided
 from ..kernels.launch import BrgemmLaunch, Operand, Output, TileConfig
 from ..kernels.strided import StridedGeometry
 from ._common import finish_empty
 
 ACTIVATIONS = {None: brgemm.identity, "identity": brgemm.identity, "relu": brgemm.relu}
+
+#: Checked call signatures -> prepared calls (core.prepared).
+_calls = PreparedCalls()
 
 
 def _matrix(t: torch.Tensor, transpose: bool = False) -> StridedGeometry:
@@ -87,30 +92,44 @@ def _launch(
     )  # fmt: skip
 
 
-def _gemm(a, a_geo, b, b_geo, c, alpha, beta, bias=None, activation=None, math=None) -> None:
-    """c = act(alpha * A @ B + bias + beta * c) for strided 2-D A, B and c."""
+def _prepare_gemm(a, a_geo, b, b_geo, c, bias, activation, precision):
+    """The call c = act(alpha * A @ B + bias + beta * c) for strided 2-D A, B and c of these
+    shapes and strides: tiles (timed on the first call's tensors on the GPU), split and launch
+    chosen once. Returns run(a, b, c, alpha, beta, bias)."""
     m, n, depth = a_geo.rows, b_geo.cols, a_geo.cols
     c_geo = _matrix(c)
     device = c.device.type
-    tf32 = resolve_math_mode(math, matmul=True) == "tf32"
-    precision = "tf32" if c.dtype == torch.float32 and tf32 else "ieee"
     act = ACTIVATIONS[activation]
     splits = _splits(m, n, depth, device)
     candidates = list(_candidates(device, c.dtype, m, n, depth))
     key = ("linear", a_geo, b_geo, c_geo, c.dtype, precision, splits)
 
-    def workspace_for(launch: BrgemmLaunch):
-        return stream_workspace(launch.partial_bytes, c.device)
-
     def make_run(tiles):
         launch = _launch(a_geo, b_geo, c_geo, depth, tiles, precision, act, splits)
         scratch = torch.empty_strided(c.shape, c.stride(), dtype=c.dtype, device=c.device)
-        ws = workspace_for(launch)
+        ws = stream_workspace(launch.partial_bytes, c.device)
         return lambda: launch(a, b, scratch, bias=bias, workspace=ws)
 
     tiles = tune(key, candidates, make_run) if device == "cuda" else candidates[0]
     launch = _launch(a_geo, b_geo, c_geo, depth, tiles, precision, act, splits)
-    launch(a, b, c, alpha=alpha, beta=beta, bias=bias, workspace=workspace_for(launch))
+    partial_bytes, target = launch.partial_bytes, c.device
+
+    def run(a, b, c, alpha, beta, bias=None):
+        ws = stream_workspace(partial_bytes, target) if partial_bytes else None
+        launch(a, b, c, alpha=alpha, beta=beta, bias=bias, workspace=ws)
+
+    return run
+
+
+def _gemm(a, a_geo, b, b_geo, c, alpha, beta, bias=None, activation=None, math=None) -> None:
+    """c = act(alpha * A @ B + bias + beta * c) for strided 2-D A, B and c, on arguments the
+    caller has checked (the recurrent layers' GEMMs, c in float32 or in a's dtype), prepared
+    once per signature."""
+    precision = _precision(math, c.dtype)
+    key = ("gemm", a_geo, b_geo, c.shape, c.stride(), a.dtype, c.dtype, c.device, precision,
+           activation, bias is None)  # fmt: skip
+    run = _calls.get(key, lambda: _prepare_gemm(a, a_geo, b, b_geo, c, bias, activation, precision))
+    run(a, b, c, alpha, beta, bias)
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -118,13 +137,11 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, t.shape[-1]) if t.dim() != 2 else t
 
 
-def _out(out, shape, like, **reads: torch.Tensor | None) -> torch.Tensor:
-    """`out` (checked: shape, dtype, device, no overlap with what the GEMM reads: every
-    output element reads a whole row and column) or a new tensor."""
+def _result(out: torch.Tensor | None, shape, like: torch.Tensor) -> torch.Tensor:
+    """`out` (checked: shape, dtype, device) or a new tensor."""
     if out is None:
         return torch.empty(shape, dtype=like.dtype, device=like.device)
     check_out(out, shape, like)
-    check_out_disjoint(out, **reads)
     return out
 
 
@@ -135,6 +152,16 @@ def _out_rows(out: torch.Tensor) -> torch.Tensor:
         raise not_supported(
             "out.stride()", out.stride(), "out's leading dims must flatten into one (a view)"
         ) from None
+
+
+def _math_key(math: object) -> tuple:
+    """What decides the math mode: `math`, and torch's TF32 switch when it is None."""
+    return (math, default_matmul_math_mode() if math is None else None)
+
+
+def _precision(math: str | None, dtype: torch.dtype) -> str:
+    tf32 = resolve_math_mode(math, matmul=True) == "tf32"
+    return "tf32" if dtype == torch.float32 and tf32 else "ieee"
 
 
 def linear(
@@ -154,6 +181,15 @@ def linear(
     Returns y (*, out_features), or `out` written in place. No rows (x.shape[:-1] holding a
     0) give an empty y, and zero weight and bias gradients.
     """
+    check_scaling(alpha, beta, out)
+    key = signature("linear", (x, w, bias, out), activation, _math_key(math), nonzero(beta))
+    call = _calls.get(key, lambda: _linear_call(x, w, bias, out, activation, math, beta))
+    # Every output element reads a whole row and column: nothing runs in place.
+    check_out_disjoint(out, x=x, w=w, bias=bias)
+    return call(x, w, bias, out, alpha, beta)
+
+
+def _linear_call(x, w, bias, out, activation, math, beta):
     x = check_tensor("x", x, empty=True)
     w = check_tensor("w", w, ndim=2, dtype=x.dtype, device=x.device)
     if x.shape[-1] != w.shape[1]:
@@ -162,18 +198,28 @@ def linear(
         bias = check_tensor("bias", bias, ndim=1, dtype=x.dtype, device=x.device)
         if bias.shape[0] != w.shape[0]:
             raise bad_param("bias.shape", tuple(bias.shape), f"({w.shape[0]},)")
-        bias = bias.contiguous()
     if activation not in ACTIVATIONS:
         raise bad_param("activation", activation, f"one of {sorted(map(str, ACTIVATIONS))}")
-    check_scaling(alpha, beta, out)
-    resolve_math_mode(math, matmul=True)
+    check_scaling(0.0, beta, out)
+    precision = _precision(math, x.dtype)
     check_runnable(x.device)
-    y = _out(out, (*x.shape[:-1], w.shape[0]), x, x=x, w=w, bias=bias)
+    shape = (*x.shape[:-1], w.shape[0])
+    y = _result(out, shape, x)
+    copy_bias = bias is not None and not bias.is_contiguous()
     if y.numel() == 0:  # no rows
-        return y
+        return lambda x, w, bias, out, alpha, beta: _result(out, shape, x)
     x2, y2 = _rows(x), _out_rows(y)
-    _gemm(x2, _matrix(x2), w, _matrix(w, transpose=True), y2, alpha, beta, bias, activation, math)
-    return y
+    b = bias.contiguous() if copy_bias else bias
+    run = _prepare_gemm(
+        x2, _matrix(x2), w, _matrix(w, transpose=True), y2, b, activation, precision
+    )
+
+    def call(x, w, bias, out, alpha, beta):
+        y = out if out is not None else torch.empty(shape, dtype=x.dtype, device=x.device)
+        run(_rows(x), w, _out_rows(y), alpha, beta, bias.contiguous() if copy_bias else bias)
+        return y
+
+    return call
 
 
 def linear_backward_data(
@@ -186,19 +232,34 @@ def linear_backward_data(
     math: str | None = None,
 ) -> torch.Tensor:
     """dx = alpha * dy @ w + beta * out. dy: (*, out_features); returns (*, in_features)."""
+    check_scaling(alpha, beta, out)
+    key = signature("linear_bwd_data", (dy, w, out), _math_key(math), nonzero(beta))
+    call = _calls.get(key, lambda: _backward_data_call(dy, w, out, math, beta))
+    check_out_disjoint(out, dy=dy, w=w)
+    return call(dy, w, out, alpha, beta)
+
+
+def _backward_data_call(dy, w, out, math, beta):
     dy = check_tensor("dy", dy, empty=True)
     w = check_tensor("w", w, ndim=2, dtype=dy.dtype, device=dy.device)
     if dy.shape[-1] != w.shape[0]:
         raise bad_param("dy.shape[-1]", dy.shape[-1], f"w.shape[0] = {w.shape[0]}")
-    check_scaling(alpha, beta, out)
-    resolve_math_mode(math, matmul=True)
+    check_scaling(0.0, beta, out)
+    precision = _precision(math, dy.dtype)
     check_runnable(dy.device)
-    dx = _out(out, (*dy.shape[:-1], w.shape[1]), dy, dy=dy, w=w)
+    shape = (*dy.shape[:-1], w.shape[1])
+    dx = _result(out, shape, dy)
     if dx.numel() == 0:  # no rows
+        return lambda dy, w, out, alpha, beta: _result(out, shape, dy)
+    dy2 = _rows(dy)
+    run = _prepare_gemm(dy2, _matrix(dy2), w, _matrix(w), _out_rows(dx), None, None, precision)
+
+    def call(dy, w, out, alpha, beta):
+        dx = out if out is not None else torch.empty(shape, dtype=dy.dtype, device=dy.device)
+        run(_rows(dy), w, _out_rows(dx), alpha, beta)
         return dx
-    dy2, dx2 = _rows(dy), _out_rows(dx)
-    _gemm(dy2, _matrix(dy2), w, _matrix(w), dx2, alpha, beta, math=math)
-    return dx
+
+    return call
 
 
 def linear_backward_weight(
@@ -214,19 +275,35 @@ def linear_backward_weight(
 
     x: (*, in_features); dy: (*, out_features). Returns (out_features, in_features).
     """
+    check_scaling(alpha, beta, out)
+    key = signature("linear_bwd_weight", (x, dy, out), _math_key(math), nonzero(beta))
+    call = _calls.get(key, lambda: _backward_weight_call(x, dy, out, math, beta))
+    check_out_disjoint(out, x=x, dy=dy)
+    return call(x, dy, out, alpha, beta)
+
+
+def _backward_weight_call(x, dy, out, math, beta):
     x = check_tensor("x", x, empty=True)
     dy = check_tensor("dy", dy, dtype=x.dtype, device=x.device, empty=True)
     if dy.shape[:-1] != x.shape[:-1]:
         raise bad_param("dy.shape", tuple(dy.shape), f"(*{tuple(x.shape[:-1])}, out_features)")
-    check_scaling(alpha, beta, out)
-    resolve_math_mode(math, matmul=True)
+    check_scaling(0.0, beta, out)
+    precision = _precision(math, x.dtype)
     check_runnable(x.device)
-    dw = _out(out, (dy.shape[-1], x.shape[-1]), x, x=x, dy=dy)
+    shape = (dy.shape[-1], x.shape[-1])
+    dw = _result(out, shape, x)
     if x.numel() == 0:  # a sum over no rows
-        return finish_empty(dw, beta)
+        return lambda x, dy, out, alpha, beta: finish_empty(_result(out, shape, x), beta)
     x2, dy2 = _rows(x), _rows(dy)
-    _gemm(dy2, _matrix(dy2, transpose=True), x2, _matrix(x2), dw, alpha, beta, math=math)
-    return dw
+    run = _prepare_gemm(dy2, _matrix(dy2, transpose=True), x2, _matrix(x2), dw, None, None,
+                        precision)  # fmt: skip
+
+    def call(x, dy, out, alpha, beta):
+        dw = out if out is not None else torch.empty(shape, dtype=x.dtype, device=x.device)
+        run(_rows(dy), _rows(x), dw, alpha, beta)
+        return dw
+
+    return call
 
 
 def linear_backward_bias(

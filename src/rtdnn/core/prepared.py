@@ -1,0 +1,66 @@
+"""Prepared calls: what a public function checks and decides once per call signature.
+
+A layer calls the same function with tensors of the same shapes, strides, dtypes and devices
+on every step, so everything that depends only on those (the checks, the tiles, the kernel
+launches) is done on the first call of a signature. The result, a prepared call that holds
+no tensors, is kept under the signature; later calls with that signature check only what
+the signature does not fix (scalars, overlaps between the tensors given) and go straight to
+the kernels. A signature that fails its checks stores nothing, so it fails again next time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+def signature(name: str, tensors, *flags) -> tuple | None:
+    """A call's signature: its tensors' shapes, strides, dtypes and devices (None stays None),
+    and flags (with their types, so that True and 1 differ; lists as tuples). None when an
+    argument that should be a tensor is not one: such a call is checked every time."""
+    parts = []
+    for t in tensors:
+        if t is None:
+            parts.append(None)
+        elif isinstance(t, torch.Tensor):
+            parts.append((t.shape, t.stride(), t.dtype, t.device))
+        else:
+            return None
+    return (name, *parts, *((type(f), tuple(f) if isinstance(f, list) else f) for f in flags))
+
+
+def nonzero(v: object) -> object:
+    """v != 0 for a signature, whatever v is (the checks judge it later)."""
+    try:
+        return bool(v != 0)
+    except Exception:
+        return v
+
+
+class PreparedCalls:
+    """Signatures -> prepared calls, for one family of functions."""
+
+    def __init__(self, limit: int = 4096):
+        self.calls: dict[tuple, Callable] = {}
+        self.limit = limit  # a bound on what many distinct problems keep
+
+    def get(self, key: tuple | None, prepare: Callable[[], Callable]) -> Callable:
+        """The call prepared under `key`, or `prepare()` (which checks the arguments and
+        raises on bad ones), kept under `key` unless key is None or unhashable (symbolic
+        sizes while tracing)."""
+        if key is None:
+            return prepare()
+        try:
+            call = self.calls.get(key)
+        except TypeError:
+            return prepare()
+        if call is None:
+            call = prepare()
+            if len(self.calls) >= self.limit:
+                self.calls.clear()
+            self.calls[key] = call
+        return call
+
+    def clear(self) -> None:
+        self.calls.clear()
