@@ -42,6 +42,7 @@ from ..kernels import brgemm, strided
 from ..kernels.launch import BrgemmLaunch, Operand, Output, TileConfig
 from ..kernels.strided import StridedGeometry
 from ._common import finish_empty
+from .tensor_ops import reduce_tensor
 
 ACTIVATIONS = {None: brgemm.identity, "identity": brgemm.identity, "relu": brgemm.relu}
 
@@ -310,9 +311,8 @@ def linear_backward_bias(
     dy: torch.Tensor, *, alpha: float = 1.0, beta: float = 0.0, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """db = alpha * (dy summed over every leading index) + beta * out; (out_features,)."""
-    from .conv import conv_backward_bias
-
     dy = check_tensor("dy", dy, empty=True)
-    dy2 = _rows(dy)
-    # The per-channel sum of the convolution, with rows as the batch and one pixel each.
-    return conv_backward_bias(dy2.unsqueeze(-1), alpha=alpha, beta=beta, out=out)
+    check_out_disjoint(out, dy=dy)  # named as the caller knows it (reduce_tensor says "x")
+    # A sum over rows: float32 partial sums over slices of the rows, then a fixed-order
+    # finish (deterministic).
+    return reduce_tensor(_rows(dy), "add", 0, keepdim=False, alpha=alpha, beta=beta, out=out)

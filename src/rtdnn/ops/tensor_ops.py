@@ -34,7 +34,9 @@ from ..core import (
     check_runnable,
     check_scaling,
     check_tensor,
+    empty_like_layout,
 )
+from ..core.prepared import PreparedCalls, nonzero, signature
 from ..core.tensor import _overlaps_itself as overlaps_itself
 from ..kernels import elementwise as ew
 from ..kernels import reduction as red
@@ -203,6 +205,10 @@ def transform_tensor(
     return y
 
 
+#: Checked reduce_tensor signatures -> prepared calls (core.prepared).
+_reduce_calls = PreparedCalls()
+
+
 def reduce_dims(dims, nd: int) -> tuple[int, ...]:
     """reduce_tensor's dims argument checked against nd dims: sorted, wrapped, no repeats."""
     if dims is None:
@@ -246,6 +252,16 @@ def reduce_tensor(
     position of the chosen element within the reduced dims, row-major in x's dim order; ties
     go to the first, NaN wins as in torch.max.
     """
+    check_scaling(alpha, beta, out)
+    key = signature("reduce", (x, out), op, dims, keepdim, indices, nonzero(beta))
+    call = _reduce_calls.get(key, lambda: _reduce_call(x, op, dims, keepdim, indices, beta, out))
+    if out is not None:
+        check_no_overlap(out, [("x", x)])
+    return call(x, out, alpha, beta)
+
+
+def _reduce_call(x, op, dims, keepdim, indices, beta, out):
+    """reduce_tensor's arguments checked, its plan made: the call for this signature."""
     if op not in red.OPS:
         raise bad_param("op", op, f"one of {REDUCE_OPS}")
     x = check_tensor("x", x, empty=True)
@@ -259,14 +275,15 @@ def reduce_tensor(
     shape = full if keepdim else tuple(s for d, s in enumerate(x.shape) if d not in reduced)
     if x.numel() == 0 and op in red.INDEXED and any(x.shape[d] == 0 for d in reduced):
         raise bad_param("x.shape", tuple(x.shape), f"no empty reduced dim for op={op!r}")
-    y = output(out, shape, x, alpha, beta, reads=[("x", x)])
+    y = output(out, shape, x, 0.0, beta, reads=[])
+
+    def result(x, out):
+        return out if out is not None else empty_like_layout(shape, x)
+
     if x.numel() == 0:
-        return _reduce_empty(y, op, alpha, beta, indices)
-    y_full = y
-    if not keepdim:
-        for d in reduced:
-            y_full = y_full.unsqueeze(d)
+        return lambda x, out, alpha, beta: _reduce_empty(result(x, out), op, alpha, beta, indices)
     slots = 2 * parallel_slots(x.device.type)
+    y_full = y.view(full)
     plan = red.plan_reduce(
         x.shape, x.stride(), y_full.stride(), reduced, slots=slots, elem_bytes=x.element_size()
     )
@@ -275,16 +292,21 @@ def reduce_tensor(
             "x's strides leave more than 4 kept or 4 reduced dims after merging contiguous "
             "ones: make x contiguous first"
         )
-    idx = None
-    if indices:
-        # The kernel writes indices at out's offsets: give them out's strides.
-        idx = torch.empty_strided(y_full.shape, y_full.stride(), dtype=torch.int64, device=x.device)
-    red.launch_reduce(x, y_full, idx, plan, op, alpha, beta)
-    if not indices:
-        return y
-    if not keepdim:
-        idx = idx.squeeze(reduced) if reduced else idx
-    return y, idx
+    # The kernel writes indices at out's offsets: they take out's strides.
+    idx_strides = y_full.stride()
+
+    def call(x, out, alpha, beta):
+        y = result(x, out)
+        y_full = y.view(full) if not keepdim else y
+        idx = None
+        if indices:
+            idx = torch.empty_strided(full, idx_strides, dtype=torch.int64, device=x.device)
+        red.launch_reduce(x, y_full, idx, plan, op, alpha, beta)
+        if not indices:
+            return y
+        return y, idx if keepdim else idx.view(shape)
+
+    return call
 
 
 def _reduce_empty(y: torch.Tensor, op: str, alpha: float, beta: float, indices: bool):
