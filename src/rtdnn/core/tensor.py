@@ -226,6 +226,12 @@ def memory_span(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
     return 1 + sum((s - 1) * abs(st) for s, st in zip(shape, strides, strict=True))
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for ints, on the host: triton.cdiv is a constexpr function, whose calls
+    from Python cost microseconds each."""
+    return -(-a // b)
+
+
 def cached_call(fn, *args):
     """fn(*args) for an lru_cache'd fn, or its uncached original when an argument cannot be
     hashed (symbolic sizes while tracing, lists)."""

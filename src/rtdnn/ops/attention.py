@@ -35,19 +35,42 @@ from ..algos.geometry import multiprocessor_count
 from ..core import (
     INTERPRETED,
     bad_param,
+    cdiv,
     check_tensor,
     default_matmul_math_mode,
     not_supported,
 )
+from ..core.prepared import PreparedCalls, signature
 from ..kernels import attention as K
-from ..kernels.launch import launch_cached
+from ..kernels.launch import SlotLaunch, launch_cached
 from ._common import check_real
+
+#: Checked call signatures -> prepared calls (core.prepared), and those checked alone.
+_calls = PreparedCalls()
+_checked = PreparedCalls()
 
 MAX_HEAD_SIZE = 256
 
 
 def check_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> float:
-    """Validate every argument (nothing runs before this); return the resolved scale."""
+    """Validate every argument (nothing runs before this); return the resolved scale. What
+    the tensors' shapes, dtypes and devices decide is checked once per call signature."""
+    key = signature("check_attention", (q, k, v, attn_mask), is_causal, enable_gqa)
+    _checked.get(key, lambda: _check_tensors(q, k, v, attn_mask, is_causal, enable_gqa))
+    dropout_p = check_real("dropout_p", dropout_p)
+    if not 0.0 <= dropout_p < 1.0:
+        raise bad_param("dropout_p", dropout_p, "a probability in [0, 1)")
+    if dropout_p > 0.0 and q.shape[-2] * k.shape[-2] >= 2**31:
+        raise not_supported(
+            "dropout_p", dropout_p, "dropout where L x S < 2**31 (the mask's 32-bit counters)"
+        )
+    if scale is None:
+        return 1.0 / math.sqrt(q.shape[-1])
+    return check_real("scale", scale)
+
+
+def _check_tensors(q, k, v, attn_mask, is_causal, enable_gqa) -> bool:
+    """check_attention's checks of the tensors and flags; True when they pass."""
     check_tensor("query", q, ndim=(3, 4))
     check_tensor("key", k, ndim=q.dim(), dtype=q.dtype, device=q.device)
     check_tensor("value", v, ndim=q.dim(), dtype=q.dtype, device=q.device)
@@ -76,13 +99,6 @@ def check_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
                 )
             if hq % hk:
                 raise bad_param("enable_gqa", True, f"key heads ({hk}) dividing query heads ({hq})")
-    dropout_p = check_real("dropout_p", dropout_p)
-    if not 0.0 <= dropout_p < 1.0:
-        raise bad_param("dropout_p", dropout_p, "a probability in [0, 1)")
-    if dropout_p > 0.0 and q.shape[-2] * k.shape[-2] >= 2**31:
-        raise not_supported(
-            "dropout_p", dropout_p, "dropout where L x S < 2**31 (the mask's 32-bit counters)"
-        )
     if attn_mask is not None:
         if is_causal:
             raise bad_param("is_causal", True, "False when attn_mask is given (one or the other)")
@@ -99,9 +115,7 @@ def check_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
             ok = False
         if not ok:
             raise bad_param("attn_mask.shape", tuple(attn_mask.shape), f"broadcastable to {full}")
-    if scale is None:
-        return 1.0 / math.sqrt(q.shape[-1])
-    return check_real("scale", scale)
+    return True
 
 
 def _as4(t: torch.Tensor) -> torch.Tensor:
@@ -198,11 +212,10 @@ def _descriptor(t: torch.Tensor, rows: int, cols: int) -> TensorDescriptor:
     return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, cols])
 
 
-def _launch(kernel, grid: tuple[int, ...], *args, **constants) -> None:
-    """kernel[grid](*args, **constants) through a launch kept per problem (launch_cached):
-    Triton's own path cost attention most of its host time in a ViT training step. The
-    tensors, tensor descriptors, scale, dropout probability and seed change from call to
-    call; sizes, strides, tiles and flags key the launch."""
+def _split(kernel, args: tuple, constants: dict) -> tuple[dict, dict, dict]:
+    """A kernel's arguments as (changing, fixed, options): the tensors, tensor descriptors,
+    scale, dropout probability and seed change from call to call; sizes, strides, tiles and
+    flags are fixed for a problem; num_warps and num_stages are launch options."""
     if len(args) > len(kernel.arg_names):
         raise TypeError(f"{kernel.__name__}: {len(args)} positional arguments, more than it takes")
     named = dict(zip(kernel.arg_names, args, strict=False), **constants)
@@ -213,9 +226,35 @@ def _launch(kernel, grid: tuple[int, ...], *args, **constants) -> None:
         or name in ("sm_scale", "p_drop", "seed")
     }
     fixed = {name: value for name, value in named.items() if name not in changing}
-    num_warps = fixed.pop("num_warps", 4)
-    num_stages = fixed.pop("num_stages", None)
-    launch_cached(kernel, grid, changing, num_warps=num_warps, num_stages=num_stages, **fixed)
+    options = dict(num_warps=fixed.pop("num_warps", 4), num_stages=fixed.pop("num_stages", None))
+    return changing, fixed, options
+
+
+def _launch(kernel, grid: tuple[int, ...], *args, **constants) -> None:
+    """kernel[grid](*args, **constants) through a launch kept per problem (launch_cached), for
+    calls that keep no prepared launch of their own."""
+    changing, fixed, options = _split(kernel, args, constants)
+    launch_cached(kernel, grid, changing, **options, **fixed)
+
+
+class _Launch:
+    """One kernel of a prepared call: made from a first call's arguments (as _launch takes
+    them), called with the changing ones by name. Holds no tensors."""
+
+    def __init__(self, kernel, grid: tuple[int, ...], *args, **constants):
+        changing, fixed, options = _split(kernel, args, constants)
+        if options["num_stages"] is None:
+            del options["num_stages"]
+        self.names = tuple(changing)
+        self.launch = SlotLaunch(kernel, grid, options, self.names, **fixed)
+
+    def __call__(self, **changing) -> None:
+        self.launch(*[changing[name] for name in self.names])
+
+
+def _aligned(*tensors: torch.Tensor) -> bool:
+    """16-byte aligned data pointers (what tensor descriptors need besides strides)."""
+    return all(t.data_ptr() % 16 == 0 for t in tensors)
 
 
 def _strides(t: torch.Tensor | None) -> tuple[int, ...]:
@@ -250,31 +289,55 @@ def attention_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward on validated arguments (check_attention): (out, lse), lse float32 of shape
     q.shape[:-1], the base-2 log-sum-exp of each row's scaled scores (+inf for an empty row),
-    taken before dropout."""
+    taken before dropout. Tiles and launch are prepared once per call signature."""
+    flags = (is_causal, dropout_p > 0, scale < 0, default_matmul_math_mode())
+    key = signature("attention_forward", (q, k, v, attn_mask), *flags, _aligned(q, k, v))
+    call = _calls.get(key, lambda: _forward_call(q, k, v, attn_mask, *flags[:3]))
+    return call(q, k, v, attn_mask, scale, dropout_p, seed)
+
+
+def _forward_call(q, k, v, attn_mask, is_causal: bool, dropout: bool, neg_scale: bool):
     q4, k4, v4 = _as4(q), _as4(k), _as4(v)
     n, h, lq, e = q4.shape
     lk, ev = k4.shape[2], v4.shape[3]
     out = torch.empty((n, h, lq, ev), dtype=q.dtype, device=q.device)
     lse = torch.empty((n, h, lq), dtype=torch.float32, device=q.device)
     mask = _mask4(attn_mask, q, lk)
-    cfg = _forward_config(q, e, ev, mask is not None or dropout_p > 0)
-    tensors = (q4, k4, v4, out)
-    if _use_tma(*tensors, cfg):
-        bm, bn, bd, bdv = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_D"], cfg["BLOCK_DV"]
-        tensors = (
+    cfg = _forward_config(q, e, ev, mask is not None or dropout)
+    tma = _use_tma(q4, k4, v4, out, cfg)
+    bm, bn, bd, bdv = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_D"], cfg["BLOCK_DV"]
+
+    def operands(q4, k4, v4, out) -> tuple:
+        """Q, K, V and the output as the kernel reads and writes them."""
+        if not tma:
+            return q4, k4, v4, out
+        return (
             _descriptor(q4, bm, bd), _descriptor(k4, bn, bd), _descriptor(v4, bn, bdv),
             _descriptor(out, bm, bdv),
         )  # fmt: skip
-    grid = (triton.cdiv(lq, cfg["BLOCK_M"]), n * h)
-    _launch(
-        K.attention_forward_kernel, grid, *tensors, lse, q4 if mask is None else mask,
-        scale, dropout_p, seed, h, lq, lk, e, ev, h // k4.shape[1],
+
+    launch = _Launch(
+        K.attention_forward_kernel, (cdiv(lq, bm), n * h), *operands(q4, k4, v4, out), lse,
+        q4 if mask is None else mask, 1.0, 0.0, 0, h, lq, lk, e, ev, h // k4.shape[1],
         *q4.stride(), *k4.stride(), *v4.stride(), *out.stride(), *_strides(mask),
-        HAS_MASK=mask is not None, CAUSAL=is_causal, DROPOUT=dropout_p > 0,
-        NEG_SCALE=scale < 0, TMA=tensors[0] is not q4, **cfg,
+        HAS_MASK=mask is not None, CAUSAL=is_causal, DROPOUT=dropout, NEG_SCALE=neg_scale,
+        TMA=tma, **cfg,
     )  # fmt: skip
-    shape = (*q.shape[:-1], ev)
-    return out.view(shape), lse.view(q.shape[:-1])
+    shape, lse_shape = (*q.shape[:-1], ev), tuple(q.shape[:-1])
+
+    def call(q, k, v, attn_mask, scale, dropout_p, seed):
+        q4, k4, v4 = _as4(q), _as4(k), _as4(v)
+        out = torch.empty((n, h, lq, ev), dtype=q.dtype, device=q.device)
+        lse = torch.empty((n, h, lq), dtype=torch.float32, device=q.device)
+        mask = _mask4(attn_mask, q, lk)
+        tq, tk, tv, to = operands(q4, k4, v4, out)
+        launch(
+            Q=tq, K=tk, V=tv, OUT=to, LSE=lse, M=q4 if mask is None else mask, sm_scale=scale,
+            p_drop=dropout_p, seed=seed,
+        )  # fmt: skip
+        return out.view(shape), lse.view(lse_shape)
+
+    return call
 
 
 def _backward_config(
@@ -344,7 +407,15 @@ def attention_backward(
     seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) given the forward's out and lse, on validated arguments (the
-    forward's dropout_p and seed)."""
+    forward's dropout_p and seed). Tiles and launches are prepared once per call signature."""
+    flags = (is_causal, dropout_p > 0, scale < 0, default_matmul_math_mode())
+    tensors = (dout, q, k, v, out, lse, attn_mask)
+    key = signature("attention_backward", tensors, *flags, _aligned(q, k, v, dout))
+    call = _calls.get(key, lambda: _backward_call(*tensors, *flags[:3]))
+    return call(*tensors, scale, dropout_p, seed)
+
+
+def _backward_call(dout, q, k, v, out, lse, attn_mask, is_causal, dropout, neg_scale):
     q4, k4, v4, do4, out4 = _as4(q), _as4(k), _as4(v), _as4(dout), _as4(out)
     n, h, lq, e = q4.shape
     hk, lk, ev = k4.shape[1], k4.shape[2], v4.shape[3]
@@ -352,20 +423,20 @@ def attention_backward(
     lse = lse.reshape(n, h, lq).contiguous()
     mask = _mask4(attn_mask, q, lk)
     mask_arg = q4 if mask is None else mask
-    dkdv_cfg, dq_cfg = _backward_config(q, e, ev, mask is not None or dropout_p > 0, is_causal)
+    dkdv_cfg, dq_cfg = _backward_config(q, e, ev, mask is not None or dropout, is_causal)
     bdv = dkdv_cfg["BLOCK_DV"]
 
     # The preprocessing step: delta_i = sum_j dO_ij O_ij = sum_j P_ij dP_ij.
     delta = torch.empty((n, h, lq), dtype=torch.float32, device=q.device)
     rows = 16 if INTERPRETED else max(16, 8192 // bdv)
-    _launch(
-        K.attention_backward_delta_kernel, (triton.cdiv(lq, rows), n * h), out4, do4, delta, h,
+    delta_launch = _Launch(
+        K.attention_backward_delta_kernel, (cdiv(lq, rows), n * h), out4, do4, delta, h,
         lq, ev, *out4.stride(), *do4.stride(), BLOCK_M=rows, BLOCK_DV=bdv,
     )  # fmt: skip
 
     tma = _use_tma(q4, k4, v4, do4, dkdv_cfg)
 
-    def tensors(cfg: dict) -> tuple:
+    def operands(cfg: dict, q4, k4, v4, do4) -> tuple:
         """Q, K, V and dO as the kernel with these tiles reads them."""
         if not tma:
             return q4, k4, v4, do4
@@ -375,34 +446,55 @@ def attention_backward(
             _descriptor(do4, bm, bdv),
         )  # fmt: skip
 
-    common = (scale, dropout_p, seed, h, lq, lk, e, ev, group)
+    common = (1.0, 0.0, 0, h, lq, lk, e, ev, group)
     strides = (*q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *_strides(mask))
-    flags = dict(HAS_MASK=mask is not None, CAUSAL=is_causal, DROPOUT=dropout_p > 0, TMA=tma)
+    flags = dict(HAS_MASK=mask is not None, CAUSAL=is_causal, DROPOUT=dropout, TMA=tma)
 
-    key_blocks = triton.cdiv(lk, dkdv_cfg["BLOCK_N"])
+    key_blocks = cdiv(lk, dkdv_cfg["BLOCK_N"])
     if _sum_group_in_kernel(q, n, hk, group, key_blocks):
         heads = group
-        dk = torch.empty((n, hk, lk, e), dtype=k.dtype, device=q.device)
-        dv = torch.empty((n, hk, lk, ev), dtype=v.dtype, device=q.device)
+        dk_shape, dv_shape, d_dtype = (n, hk, lk, e), (n, hk, lk, ev), k.dtype
     else:
         heads = 1
-        dk = torch.empty((n, h, lk, e), dtype=torch.float32, device=q.device)
-        dv = torch.empty((n, h, lk, ev), dtype=torch.float32, device=q.device)
-    _launch(
-        K.attention_backward_dkdv_kernel, (key_blocks, n * h // heads), *tensors(dkdv_cfg), lse,
-        delta, dk, dv, mask_arg, *common, heads, *strides,
-        *dk.stride(), *dv.stride(), **flags, **dkdv_cfg,
+        dk_shape, dv_shape, d_dtype = (n, h, lk, e), (n, h, lk, ev), torch.float32
+    dk = torch.empty(dk_shape, dtype=d_dtype, device=q.device)
+    dv = torch.empty(dv_shape, dtype=d_dtype, device=q.device)
+    dkdv_launch = _Launch(
+        K.attention_backward_dkdv_kernel, (key_blocks, n * h // heads),
+        *operands(dkdv_cfg, q4, k4, v4, do4), lse, delta, dk, dv, mask_arg, *common, heads,
+        *strides, *dk.stride(), *dv.stride(), **flags, **dkdv_cfg,
     )  # fmt: skip
     dq = torch.empty((n, h, lq, e), dtype=q.dtype, device=q.device)
-    _launch(
-        K.attention_backward_dq_kernel, (triton.cdiv(lq, dq_cfg["BLOCK_M"]), n * h),
-        *tensors(dq_cfg), lse, delta, dq, mask_arg, *common, *strides, *dq.stride(), **flags,
-        **dq_cfg,
+    dq_launch = _Launch(
+        K.attention_backward_dq_kernel, (cdiv(lq, dq_cfg["BLOCK_M"]), n * h),
+        *operands(dq_cfg, q4, k4, v4, do4), lse, delta, dq, mask_arg, *common, *strides,
+        *dq.stride(), **flags, **dq_cfg,
     )  # fmt: skip
-    if heads != group:  # each key/value head gets the sum over the query heads of its group
-        dk = dk.view(n, hk, group, lk, e).sum(2).to(k.dtype)
-        dv = dv.view(n, hk, group, lk, ev).sum(2).to(v.dtype)
-    return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)
+
+    def call(dout, q, k, v, out, lse, attn_mask, scale, dropout_p, seed):
+        q4, k4, v4, do4 = _as4(q), _as4(k), _as4(v), _as4(dout)
+        lse = lse.reshape(n, h, lq).contiguous()
+        mask = _mask4(attn_mask, q, lk)
+        mask_arg = q4 if mask is None else mask
+        delta = torch.empty((n, h, lq), dtype=torch.float32, device=q.device)
+        delta_launch(OUT=_as4(out), DO=do4, DELTA=delta)
+        dk = torch.empty(dk_shape, dtype=d_dtype, device=q.device)
+        dv = torch.empty(dv_shape, dtype=d_dtype, device=q.device)
+        dq = torch.empty((n, h, lq, e), dtype=q.dtype, device=q.device)
+        scalars = dict(sm_scale=scale, p_drop=dropout_p, seed=seed)
+        tq, tk, tv, tdo = operands(dkdv_cfg, q4, k4, v4, do4)
+        dkdv_launch(
+            Q=tq, K=tk, V=tv, DO=tdo, LSE=lse, DELTA=delta, DK=dk, DV_OUT=dv, M=mask_arg,
+            **scalars,
+        )  # fmt: skip
+        tq, tk, tv, tdo = operands(dq_cfg, q4, k4, v4, do4)
+        dq_launch(Q=tq, K=tk, V=tv, DO=tdo, LSE=lse, DELTA=delta, DQ=dq, M=mask_arg, **scalars)
+        if heads != group:  # each key/value head gets the sum over the query heads of its group
+            dk = dk.view(n, hk, group, lk, e).sum(2).to(k.dtype)
+            dv = dv.view(n, hk, group, lk, ev).sum(2).to(v.dtype)
+        return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)
+
+    return call
 
 
 def scaled_dot_product_attention(
@@ -440,7 +532,7 @@ def attention_dropout_mask(
     n, h, lq, lk = shape
     keep = torch.empty((n, h, lq, lk), dtype=torch.int8, device=device)
     block = 16 if INTERPRETED else 64
-    grid = (triton.cdiv(lq, block), triton.cdiv(lk, block), n * h)
+    grid = (cdiv(lq, block), cdiv(lk, block), n * h)
     _launch(
         K.attention_dropout_keep_kernel, grid, keep, seed, float(dropout_p), h, lq, lk,
         BLOCK_M=block, BLOCK_N=block,
