@@ -248,11 +248,22 @@ def launch(
     op, out, inputs: list, plan_: EwPlan, *, alpha=1.0, beta=0.0, p=(0.0, 0.0, 0.0), seed=0
 ):  # fmt: skip
     """Run elementwise_kernel with a plan made for these tensors' shapes and strides."""
-    a, b, c = (list(inputs) + [out] * 3)[:3]
-    launch = _prepared(op, plan_, len(inputs), beta != 0)
-    launch(
-        a, b, c, out, float(alpha), float(beta), float(p[0]), float(p[1]), float(p[2]), int(seed)
-    )
+    prepared_launch(op, plan_, len(inputs), beta != 0)(out, inputs, alpha, beta, p, seed)
+
+
+def prepared_launch(op, plan_: EwPlan, num_in: int, beta_nonzero: bool):
+    """launch's kernel for one plan, prepared once: run(out, inputs, alpha, beta, p, seed)
+    with num_in inputs, beta != 0 exactly when beta_nonzero."""
+    launch = _prepared(op, plan_, num_in, beta_nonzero)
+
+    def run(out, inputs, alpha=1.0, beta=0.0, p=(0.0, 0.0, 0.0), seed=0) -> None:
+        a, b, c = (*inputs, out, out, out)[:3]
+        launch(
+            a, b, c, out, float(alpha), float(beta), float(p[0]), float(p[1]), float(p[2]),
+            int(seed),
+        )  # fmt: skip
+
+    return run
 
 
 @functools.lru_cache(maxsize=4096)

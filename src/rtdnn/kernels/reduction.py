@@ -460,20 +460,24 @@ def _prepared(
     return main, finish
 
 
-def launch_reduce(x, out, idx, plan: ReducePlan, op: str, alpha: float, beta: float) -> None:
-    """idx: an int64 tensor with out's shape and strides, or None. Split partials live in the
-    stream's scratch buffers."""
-    with_index = idx is not None
-    main, finish = _prepared(plan, op, with_index, beta != 0)
-    part_v = part_i = out
-    if finish is not None:
-        geo = plan.geo
-        numel = plan.splits * geo.kept[0] * geo.kept[1] * geo.kept[2] * geo.kept[3]
-        part_v = part_i = stream_scratch(x.device, "reduce_part", numel)
-        if with_index:
-            part_i = stream_scratch(x.device, "reduce_index", numel, torch.int32)
-    idx_arg = idx if with_index else out
-    alpha, beta = float(alpha), float(beta)
-    main(x, out, idx_arg, part_v, part_i, alpha, beta)
-    if finish is not None:
-        finish(out, idx_arg, part_v, part_i, alpha, beta)
+def reduce_launch(plan: ReducePlan, op: str, with_index: bool, beta_nonzero: bool):
+    """The launches of a reduction with this plan, as run(x, out, idx, alpha, beta): idx an
+    int64 tensor with out's shape and strides when with_index, else None. Split partials
+    live in the stream's scratch buffers."""
+    main, finish = _prepared(plan, op, with_index, beta_nonzero)
+    geo = plan.geo
+    partials = plan.splits * geo.kept[0] * geo.kept[1] * geo.kept[2] * geo.kept[3]
+
+    def run(x, out, idx, alpha: float, beta: float) -> None:
+        part_v = part_i = out
+        if finish is not None:
+            part_v = part_i = stream_scratch(x.device, "reduce_part", partials)
+            if with_index:
+                part_i = stream_scratch(x.device, "reduce_index", partials, torch.int32)
+        idx_arg = idx if with_index else out
+        alpha, beta = float(alpha), float(beta)
+        main(x, out, idx_arg, part_v, part_i, alpha, beta)
+        if finish is not None:
+            finish(out, idx_arg, part_v, part_i, alpha, beta)
+
+    return run

@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import torch
 
-from ..core import bad_param, check_tensor
+from ..core import bad_param, check_no_overlap, check_scaling, check_tensor
+from ..core.prepared import PreparedCalls, nonzero, signature
 from ..kernels import elementwise as ew
 from ..kernels.activation import ACTIVATIONS
 from ._common import check_real, check_span, elementwise_plan, output
 
 MODES = tuple(ACTIVATIONS)
+
+#: Checked call signatures -> prepared calls (core.prepared).
+_calls = PreparedCalls()
 
 _DEFAULT_COEF = {
     "clipped_relu": 6.0,
@@ -86,18 +90,30 @@ def activation_forward(
 
     `out` may be `x` itself (in place).
     """
+    check_scaling(alpha, beta, out)
+    key = signature("activation", (x, out), mode, coef, nonzero(beta))
+    call = _calls.get(key, lambda: _forward_call(x, mode, coef, out, beta))
+    if out is not None:
+        check_no_overlap(out, [("x", x)], same_index_ok=True)
+    return call(x, out, alpha, beta)
+
+
+def _forward_call(x, mode, coef, out, beta):
     act = _mode(mode)
     x = check_tensor("x", x, empty=True)
     check_span("x", x)
     p = _params(mode, coef)
-    y = output(
-        out, x.shape, x, alpha, beta, reads=[("x", x)], in_place_ok=True, preserve_strides=True
-    )
+    y = output(out, x.shape, x, 0.0, beta, reads=[], in_place_ok=True, preserve_strides=True)
     if y.numel() == 0:
+        return lambda x, out, alpha, beta: out if out is not None else torch.empty_like(x)
+    run = ew.prepared_launch(act.forward, elementwise_plan(x.shape, y, [x]), 1, beta != 0)
+
+    def call(x, out, alpha, beta):
+        y = out if out is not None else torch.empty_like(x)
+        run(y, (x,), alpha, beta, p)
         return y
-    plan = elementwise_plan(x.shape, y, [x])
-    ew.launch(act.forward, y, [x], plan, alpha=alpha, beta=beta, p=p)
-    return y
+
+    return call
 
 
 def activation_backward(
@@ -117,6 +133,15 @@ def activation_backward(
     `activation_needs(mode)` names is read; the other may be None. Returns dx in dy's layout,
     or `out`.
     """
+    check_scaling(alpha, beta, out)
+    key = signature("activation_backward", (dy, x, y, out), mode, coef, nonzero(beta))
+    call = _calls.get(key, lambda: _backward_call(dy, x, y, mode, coef, out, beta))
+    if out is not None:
+        check_no_overlap(out, [("dy", dy), ("x", x), ("y", y)], same_index_ok=True)
+    return call(dy, x, y, out, alpha, beta)
+
+
+def _backward_call(dy, x, y, mode, coef, out, beta):
     act = _mode(mode)
     dy = check_tensor("dy", dy, empty=True)
     check_span("dy", dy)
@@ -133,12 +158,16 @@ def activation_backward(
         if act.needs == name:
             inputs.append(t)
     p = _params(mode, coef)
-    reads = [("dy", dy), ("x", x), ("y", y)]
-    dx = output(
-        out, dy.shape, dy, alpha, beta, reads=reads, in_place_ok=True, preserve_strides=True
-    )
+    dx = output(out, dy.shape, dy, 0.0, beta, reads=[], in_place_ok=True, preserve_strides=True)
     if dx.numel() == 0:
+        return lambda dy, x, y, out, alpha, beta: out if out is not None else torch.empty_like(dy)
+    run = ew.prepared_launch(act.backward, elementwise_plan(dy.shape, dx, inputs), len(inputs),
+                             beta != 0)  # fmt: skip
+    needs_x, needs_y = act.needs == "x", act.needs == "y"
+
+    def call(dy, x, y, out, alpha, beta):
+        dx = out if out is not None else torch.empty_like(dy)
+        run(dx, (dy, x) if needs_x else (dy, y) if needs_y else (dy,), alpha, beta, p)
         return dx
-    plan = elementwise_plan(dy.shape, dx, inputs)
-    ew.launch(act.backward, dx, inputs, plan, alpha=alpha, beta=beta, p=p)
-    return dx
+
+    return call

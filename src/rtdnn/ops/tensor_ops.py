@@ -294,6 +294,7 @@ def _reduce_call(x, op, dims, keepdim, indices, beta, out):
         )
     # The kernel writes indices at out's offsets: they take out's strides.
     idx_strides = y_full.stride()
+    run = red.reduce_launch(plan, op, indices, beta != 0)
 
     def call(x, out, alpha, beta):
         y = result(x, out)
@@ -301,7 +302,7 @@ def _reduce_call(x, op, dims, keepdim, indices, beta, out):
         idx = None
         if indices:
             idx = torch.empty_strided(full, idx_strides, dtype=torch.int64, device=x.device)
-        red.launch_reduce(x, y_full, idx, plan, op, alpha, beta)
+        run(x, y_full, idx, alpha, beta)
         if not indices:
             return y
         return y, idx if keepdim else idx.view(shape)
