@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 import torch
 import triton
 
-from ..core import INTERPRETED, ConvProblem, Direction
+from ..core import INTERPRETED, ConvProblem, Direction, cdiv
 from ..kernels.brgemm import identity
 from ..kernels.depthwise import (
     depthwise_filter_rows_kernel,
@@ -112,19 +112,19 @@ def filter_chunks(p: ConvProblem) -> tuple[int, int]:
     that leaves fewer programs than scheduling slots."""
     pixels = p.batch * math.prod(p.out_spatial)
     k = p.out_channels
-    c_blocks = triton.cdiv(k, _NOMINAL_BLOCK_C) * _filter_row_programs(p)
+    c_blocks = cdiv(k, _NOMINAL_BLOCK_C) * _filter_row_programs(p)
     # On the CPU a few chunks, so that the tests' tiny shapes still split.
-    chunks = triton.cdiv(8 * parallel_slots(p.device), c_blocks) if p.device == "cuda" else 4
-    chunks = min(chunks, triton.cdiv(pixels, 32 if p.device == "cuda" else 4))
+    chunks = cdiv(8 * parallel_slots(p.device), c_blocks) if p.device == "cuda" else 4
+    chunks = min(chunks, cdiv(pixels, 32 if p.device == "cuda" else 4))
     data_bytes = (p.batch * math.prod(p.in_spatial) * p.in_channels + pixels * k) * p.dtype.itemsize
     partial_bytes_per_chunk = 2 * k * _filter_rows(p) * 4
     if p.device == "cuda":  # tiny test shapes on the CPU still split
         # Small layers are latency-bound: keep at least one program per scheduling slot.
-        floor = triton.cdiv(parallel_slots(p.device), c_blocks)
+        floor = cdiv(parallel_slots(p.device), c_blocks)
         chunks = min(chunks, max(floor, data_bytes // (4 * partial_bytes_per_chunk)))
     chunks = max(1, chunks)
-    per_chunk = triton.cdiv(pixels, chunks)
-    return triton.cdiv(pixels, per_chunk), per_chunk
+    per_chunk = cdiv(pixels, chunks)
+    return cdiv(pixels, per_chunk), per_chunk
 
 
 def direct_preferred(p: ConvProblem) -> bool:
@@ -187,7 +187,7 @@ def _block_diagonal_elements(p: ConvProblem, lanes: tuple[int, int, int]) -> int
     filter row."""
     sg, block_i, block_o = lanes
     tile = triton.next_power_of_2(p.kernel[-1]) * block_i * block_o
-    return triton.cdiv(p.groups, sg) * math.prod(p.kernel[:-1]) * tile
+    return cdiv(p.groups, sg) * math.prod(p.kernel[:-1]) * tile
 
 
 def _depthwise(p: ConvProblem) -> bool:
@@ -201,7 +201,7 @@ def _packs_filter(p: ConvProblem) -> bool:
 
 def _packed_rows(p: ConvProblem) -> int:
     """Row length (channels, padded to 16 so that every row starts 64-byte aligned)."""
-    return triton.cdiv(p.out_channels, 16) * 16
+    return cdiv(p.out_channels, 16) * 16
 
 
 def _rows_apply(p: ConvProblem) -> bool:
@@ -215,7 +215,7 @@ def _rows_apply(p: ConvProblem) -> bool:
     geo = conv_geometry(p)
     if p.direction == Direction.BACKWARD_FILTER:
         return geo.kernel[2] <= MAX_ROW_TAPS
-    ring = geo.dilation[1] == 1 and triton.cdiv(geo.kernel[1], geo.stride[1]) <= MAX_RING_ROWS
+    ring = geo.dilation[1] == 1 and cdiv(geo.kernel[1], geo.stride[1]) <= MAX_RING_ROWS
     if p.direction == Direction.FORWARD:
         return ring
     # Backward-data by stride phases (see _data_passes): each phase must hold a tap.
@@ -229,8 +229,8 @@ def _row_chunks(p: ConvProblem) -> tuple[int, int]:
     divided among at most filter_chunks(p) chunks, so the same workspace holds them."""
     od, oh, _ = conv_geometry(p).out_size
     rows = p.batch * od * oh
-    per_chunk = triton.cdiv(rows, filter_chunks(p)[0])
-    return triton.cdiv(rows, per_chunk), per_chunk
+    per_chunk = cdiv(rows, filter_chunks(p)[0])
+    return cdiv(rows, per_chunk), per_chunk
 
 
 def _rows_candidates(p: ConvProblem) -> list[TileConfig]:
@@ -252,7 +252,7 @@ def _rows_candidates(p: ConvProblem) -> list[TileConfig]:
     # Candidates that stay within 255 registers without spilling in the sm_90 compile (the
     # ring holds ceil(KH / stride) + R - 1 rows), the most often fastest on the H100's
     # depthwise suite first: it is what runs untuned.
-    elif triton.cdiv(kh, geo.stride[1]) <= 3:
+    elif cdiv(kh, geo.stride[1]) <= 3:
         shapes = [(8, 4, 32), (8, 2, 32), (16, 2, 32), (8, 2, 64)]
     elif kh <= 5:
         shapes = [(8, 4, 32), (8, 2, 32), (8, 2, 64), (8, 1, 32)]
@@ -295,7 +295,7 @@ def _dot_rows_apply(p: ConvProblem) -> bool:
     if p.direction == Direction.BACKWARD_FILTER or not _dot_tiles_offered(p):
         return False
     geo = conv_geometry(p)
-    ring = geo.dilation[1] == 1 and triton.cdiv(geo.kernel[1], geo.stride[1]) <= MAX_RING_ROWS
+    ring = geo.dilation[1] == 1 and cdiv(geo.kernel[1], geo.stride[1]) <= MAX_RING_ROWS
     # Backward-data: the forward ring on dy at stride 1 (strided layers keep the stride
     # phases of direct_dot_backward_data_kernel).
     return ring and (p.direction == Direction.FORWARD or geo.stride == (1, 1, 1))
@@ -435,7 +435,7 @@ def _packing(p: ConvProblem, geo, flip: bool):
     k, kp = p.out_channels, _packed_rows(p)
     taps = math.prod(geo.kernel)
     pack = KernelLaunch(
-        pack_filter_kernel, (triton.cdiv(taps * k, 256),), dict(num_warps=4), geo=geo, K=k,
+        pack_filter_kernel, (cdiv(taps * k, 256),), dict(num_warps=4), geo=geo, K=k,
         KP=kp, FLIP=flip, BLOCK=256,
     )  # fmt: skip
     _, kh, kw = geo.kernel
@@ -458,7 +458,7 @@ def _prepare_rows(p: ConvProblem, tiles: TileConfig) -> Runner:
     if p.direction == Direction.BACKWARD_FILTER:
         chunks, per_chunk = _row_chunks(p)
         partial = KernelLaunch(
-            depthwise_filter_rows_kernel, (chunks * triton.cdiv(k, bc) * kd * kh,), warps,
+            depthwise_filter_rows_kernel, (chunks * cdiv(k, bc) * kd * kh,), warps,
             geo=geo, K=k, rows_per_chunk=per_chunk, KG=kg, KD=kd, KH=kh, KW=kw, BLOCK_W=bw,
             BLOCK_C=bc,
         )  # fmt: skip
@@ -473,7 +473,7 @@ def _prepare_rows(p: ConvProblem, tiles: TileConfig) -> Runner:
     def launch_for(run_geo, strides, first_tap, key) -> KernelLaunch:
         od, oh, ow = run_geo.out_size
         rows = min(tiles.block_k, oh)
-        grid = (p.batch * od * triton.cdiv(oh, rows) * triton.cdiv(ow, bw) * triton.cdiv(k, bc),)
+        grid = (p.batch * od * cdiv(oh, rows) * cdiv(ow, bw) * cdiv(k, bc),)
         pd, ph, pw = strides
         rd, rh, rw = run_geo.kernel
         return KernelLaunch(
@@ -530,7 +530,7 @@ def _data_passes(geo) -> list[tuple]:
         for q in range(s):
             taps = len(range(q, r, s))
             first = (q - pad) % s  # the first dx index of the phase
-            count = max(0, triton.cdiv(size - first, s))
+            count = max(0, cdiv(size - first, s))
             m0 = (first + pad - q) // s  # its dy row for tap q
             options.append((taps, first, count, taps - 1 - m0, r - 1 - q - s * (taps - 1)))
         per_dim.append(options)
@@ -560,7 +560,7 @@ def _filter_runner(p: ConvProblem, geo, partial: KernelLaunch, chunks: int, laun
     # Enough programs over the filter's elements, each adding up to 64 chunks per step.
     block_chunks = min(64, triton.next_power_of_2(chunks))
     block_e = 32 if p.device == "cuda" else 16
-    grid = (triton.cdiv(elements, block_e),)
+    grid = (cdiv(elements, block_e),)
     nbytes = chunks * elements * 4
 
     def run_backward_filter(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
@@ -591,7 +591,7 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
     if tensor_cores:
         sg, block_i, block_o = super_group(p, bc)
         # Programs per pixel block: one per super-group of SG groups.
-        channel_blocks = triton.cdiv(g, sg)
+        channel_blocks = cdiv(g, sg)
         sizes = dict(C=p.in_channels, K=p.out_channels, groups=g)
         tiling = dict(
             SG=sg, UPCAST=INTERPRETED, BLOCK_I=block_i, BLOCK_O=block_o,
@@ -604,7 +604,7 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
         """The tensor-core ring's grid over run_geo's output rows, and its rows per band."""
         od, oh, ow = run_geo.out_size
         rows = min(tiles.block_k, oh)
-        return (p.batch * od * triton.cdiv(oh, rows) * triton.cdiv(ow, bp) * channel_blocks,), rows
+        return (p.batch * od * cdiv(oh, rows) * cdiv(ow, bp) * channel_blocks,), rows
 
     if p.direction != Direction.BACKWARD_FILTER:
         # The tensor-core tiles and the depthwise FMA tiles read a packed filter (see the
@@ -618,7 +618,7 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
             data_ring = ring and p.direction == Direction.BACKWARD_DATA
             pack_geo = _flipped_filter(p) if data_ring else geo
             pack = KernelLaunch(
-                pack_block_diagonal_kernel, (triton.cdiv(packed_elements, 1024),),
+                pack_block_diagonal_kernel, (cdiv(packed_elements, 1024),),
                 dict(num_warps=4), geo=pack_geo, total=packed_elements, ROWS=kd * kh,
                 TRANSPOSED=p.direction == Direction.BACKWARD_DATA, BLOCK=1024,
                 **{k: v for k, v in tiling.items() if k != "UPCAST"}, **sizes,
@@ -642,10 +642,10 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
             kernel = direct_dot_rows_forward_kernel
             fixed = dict(**sizes, **tiling, S=geo.stride[1], ROWS=rows, BLOCK_W=bp)
         elif tensor_cores:
-            grid = (triton.cdiv(pixels, bp) * channel_blocks,)
+            grid = (cdiv(pixels, bp) * channel_blocks,)
             kernel, fixed = direct_dot_forward_kernel, dict(**sizes, **tiling, BLOCK_P=bp)
         else:
-            grid = (triton.cdiv(pixels, bp) * triton.cdiv(p.out_channels, bc),)
+            grid = (cdiv(pixels, bp) * cdiv(p.out_channels, bc),)
             kernel = direct_forward_kernel
             fixed = dict(K=p.out_channels, BLOCK_C=bc, BLOCK_P=bp, **shape)
 
@@ -695,16 +695,16 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
             phased = geo.stride != (1, 1, 1)
             if phased:
                 per_phase = p.batch * math.prod(
-                    triton.cdiv(n, s) for n, s in zip(geo.in_size, geo.stride, strict=True)
+                    cdiv(n, s) for n, s in zip(geo.in_size, geo.stride, strict=True)
                 )
-                blocks = math.prod(geo.stride) * triton.cdiv(per_phase, bp)
+                blocks = math.prod(geo.stride) * cdiv(per_phase, bp)
             else:
-                blocks = triton.cdiv(pixels, bp)
+                blocks = cdiv(pixels, bp)
             grid = (blocks * channel_blocks,)
             kernel = direct_dot_backward_data_kernel
             fixed = dict(**sizes, **tiling, PHASED=phased)
         else:
-            grid = (triton.cdiv(pixels, bp) * triton.cdiv(p.in_channels, bc),)
+            grid = (cdiv(pixels, bp) * cdiv(p.in_channels, bc),)
             kernel = direct_backward_data_kernel
             fixed = dict(C=p.in_channels, BLOCK_C=bc, **shape)
 
@@ -729,13 +729,13 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
             pixels_per_chunk=per_chunk, BLOCK_P=bp, **sizes, **tiling,
         )  # fmt: skip
     elif _by_rows(p):
-        programs = chunks * triton.cdiv(k, bc) * _filter_row_programs(p)
+        programs = chunks * cdiv(k, bc) * _filter_row_programs(p)
         partial = KernelLaunch(
             direct_filter_rows_kernel, (programs,), warps, geo=geo, K=k,
             pixels_per_chunk=per_chunk, BLOCK_P=bp, BLOCK_C=bc, **shape,
         )  # fmt: skip
     else:
-        programs = chunks * triton.cdiv(k, bc)
+        programs = chunks * cdiv(k, bc)
         partial = KernelLaunch(
             direct_filter_partial_kernel, (programs,), warps, geo=geo, K=k,
             pixels_per_chunk=per_chunk, BLOCK_R=triton.next_power_of_2(_filter_rows(p)),

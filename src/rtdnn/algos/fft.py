@@ -52,7 +52,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from ..core import ConvProblem, Direction
+from ..core import ConvProblem, Direction, cdiv
 from ..kernels.fft import (
     CmacGeometry,
     PackGeometry,
@@ -165,7 +165,7 @@ def make_plan(p: ConvProblem, tiled: bool) -> FftPlan:
         else:
             length.append(tile)
             step.append(tile - taps + 1)
-            tiles.append(triton.cdiv(extent, tile - taps + 1))
+            tiles.append(cdiv(extent, tile - taps + 1))
     total = math.prod(tiles)
     volume = math.prod(length)
     freqs = math.prod(length[:-1]) * (length[-1] // 2 + 1)
@@ -178,8 +178,8 @@ def make_plan(p: ConvProblem, tiled: bool) -> FftPlan:
         most = max(1, WAVE_BYTES // per_tile)
     else:
         most = CPU_TILES_PER_WAVE
-    waves = triton.cdiv(total, min(most, total))
-    per_wave = triton.cdiv(total, waves)
+    waves = cdiv(total, min(most, total))
+    per_wave = cdiv(total, waves)
     rows = per_wave * n
     sizes = (rows * c, rows * k, filt)  # x side, dy side, filter
     real_bytes = max(sizes) * volume * 4
@@ -344,7 +344,7 @@ class Fft(ConvAlgorithm):
         )  # fmt: skip
         volume = math.prod(length)
         bc, bq = copy_blocks(chans, volume, src.strides[1], p.device)
-        grid = (rows * triton.cdiv(chans, bc) * triton.cdiv(volume, bq),)
+        grid = (rows * cdiv(chans, bc) * cdiv(volume, bq),)
         return KernelLaunch(
             fft_pack_kernel, grid, dict(num_warps=4), geo=geo, BLOCK_C=bc, BLOCK_Q=bq
         )
@@ -393,7 +393,7 @@ class Fft(ConvAlgorithm):
         bc, bq = copy_blocks(unpack_geo.chans, valid, out_desc.strides[1], p.device)
         unpack_grid = (
             (1 if filter_out else per_wave) * unpack_geo.rows
-            * triton.cdiv(unpack_geo.chans, bc) * triton.cdiv(valid, bq),
+            * cdiv(unpack_geo.chans, bc) * cdiv(valid, bq),
         )  # fmt: skip
         unpacks: dict[tuple[bool, bool], KernelLaunch] = {}
 

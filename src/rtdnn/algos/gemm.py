@@ -14,7 +14,7 @@ import math
 import torch
 import triton
 
-from ..core import ConvProblem, Direction
+from ..core import ConvProblem, Direction, cdiv
 from ..core.tensor import MAX_ELEMENTS
 from ..kernels import conv_addressing as ca
 from ..kernels import strided
@@ -101,7 +101,7 @@ class Gemm(ConvAlgorithm):
                 Operand(ca.dy_rows_a_setup, ca.dy_rows_a_load, geo),
                 Operand(ca.filter_cols_b_setup, ca.filter_cols_b_load, geo),
                 Output(strided.strided_c_addr, dcol_geo),
-                m=m, n=taps * cg, steps=triton.cdiv(kg, tiles.block_k), batches=g,
+                m=m, n=taps * cg, steps=cdiv(kg, tiles.block_k), batches=g,
                 tiles=tiles, precision=precision,
             )  # fmt: skip
             in_pixels = p.batch * math.prod(p.in_spatial)
@@ -112,7 +112,7 @@ class Gemm(ConvAlgorithm):
             phases = tuple(map(tap_phase, plain.stride, plain.dilation))
             col2im = KernelLaunch(
                 col2im_kernel,
-                (triton.cdiv(in_pixels, block_m), triton.cdiv(cg, block_n), g),
+                (cdiv(in_pixels, block_m), cdiv(cg, block_n), g),
                 dict(num_warps=8), geo=plain, col_geo=col_geo, phases=phases, BLOCK_M=block_m,
                 BLOCK_N=block_n,
             )  # fmt: skip
@@ -131,7 +131,7 @@ class Gemm(ConvAlgorithm):
         block_m = max(tiles.block_m, 4096 // block_k)
         im2col = KernelLaunch(
             im2col_kernel,
-            (triton.cdiv(m, block_m), taps * triton.cdiv(cg, block_k), g),
+            (cdiv(m, block_m), taps * cdiv(cg, block_k), g),
             warps, geo=plain, col_geo=col_geo, BLOCK_M=block_m, BLOCK_K=block_k,
         )  # fmt: skip
         if p.direction == Direction.FORWARD:
@@ -139,7 +139,7 @@ class Gemm(ConvAlgorithm):
                 Operand(col_a_setup, col_a_load, ColGeometry(geo, col_geo)),
                 Operand(ca.fwd_b_setup, ca.fwd_b_load, geo),
                 Output(ca.fwd_c_addr, geo),
-                m=m, n=kg, steps=taps * triton.cdiv(cg, tiles.block_k), batches=g,
+                m=m, n=kg, steps=taps * cdiv(cg, tiles.block_k), batches=g,
                 tiles=tiles, precision=precision,
             )  # fmt: skip
 
@@ -156,7 +156,7 @@ class Gemm(ConvAlgorithm):
             Operand(ca.bwd_filter_a_setup, ca.bwd_filter_a_load, geo),
             Operand(strided.strided_b_setup, strided.strided_b_load, col_b),
             Output(ca.bwd_filter_c_addr, geo),
-            m=kg, n=cg, steps=triton.cdiv(m, tiles.block_k), batches=g * taps, tiles=tiles,
+            m=kg, n=cg, steps=cdiv(m, tiles.block_k), batches=g * taps, tiles=tiles,
             precision=precision, splits=self._splits(p),
         )  # fmt: skip
 

@@ -14,10 +14,9 @@ import os
 from dataclasses import asdict, dataclass
 
 import torch
-import triton
 import triton.language as tl
 
-from ..core import INTERPRETED, ConvProblem, Direction, TensorDesc
+from ..core import INTERPRETED, ConvProblem, Direction, TensorDesc, cdiv
 from ..core.handle import stream_counters
 from ..kernels import conv_addressing as ca
 from ..kernels import conv_tma, strided
@@ -76,9 +75,9 @@ def split_count(p: ConvProblem) -> int:
     rows, cols, depth, batches = gemm_shape(p)
     if p.direction == Direction.FORWARD and not packed(p):
         depth *= math.prod(p.kernel)
-    tiles = triton.cdiv(rows, 128) * triton.cdiv(cols, 128) * batches
+    tiles = cdiv(rows, 128) * cdiv(cols, 128) * batches
     most = max(1, depth // (16 * 64 if p.device == "cuda" else 32))
-    return max(1, min(triton.cdiv(parallel_slots(p.device), tiles), most, MAX_SPLITS))
+    return max(1, min(cdiv(parallel_slots(p.device), tiles), most, MAX_SPLITS))
 
 
 @dataclass(frozen=True)
@@ -301,22 +300,22 @@ class ImplicitGemm(ConvAlgorithm):
             a = Operand(ca.fwd_a_setup, ca.fwd_packed_a_load, geo)
             b = Operand(ca.fwd_b_setup, ca.fwd_packed_b_load, geo)
             c = Output(ca.fwd_c_addr, geo)
-            steps = triton.cdiv(depth, tiles.block_k)
+            steps = cdiv(depth, tiles.block_k)
         elif p.direction == Direction.FORWARD:
             a = Operand(ca.fwd_a_setup, ca.fwd_a_load, geo)
             b = Operand(ca.fwd_b_setup, ca.fwd_b_load, geo)
             c = Output(ca.fwd_c_addr, geo)
-            steps = taps * triton.cdiv(depth, tiles.block_k)
+            steps = taps * cdiv(depth, tiles.block_k)
         elif packed(p):
             a = Operand(ca.bwd_filter_packed_a_setup, ca.bwd_filter_a_load, geo)
             b = Operand(ca.bwd_filter_packed_b_setup, ca.bwd_filter_packed_b_load, geo)
             c = Output(ca.bwd_filter_packed_c_addr, geo)
-            steps = triton.cdiv(depth, tiles.block_k)
+            steps = cdiv(depth, tiles.block_k)
         else:
             a = Operand(ca.bwd_filter_a_setup, ca.bwd_filter_a_load, geo)
             b = Operand(ca.bwd_filter_b_setup, ca.bwd_filter_b_load, geo)
             c = Output(ca.bwd_filter_c_addr, geo)
-            steps = triton.cdiv(depth, tiles.block_k)
+            steps = cdiv(depth, tiles.block_k)
         pointwise = pointwise_operands(p, geo)
         if pointwise is not None:
             a, b = pointwise
@@ -349,10 +348,10 @@ class ImplicitGemm(ConvAlgorithm):
         forward = p.direction == Direction.FORWARD
         kernel = KernelLaunch(
             conv_tma.tma_conv_kernel,
-            (row_tiles * triton.cdiv(geo.cols, tiles.block_n), p.groups),
+            (row_tiles * cdiv(geo.cols, tiles.block_n), p.groups),
             dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages),
             geo=geo, M=row_tiles * tiles.block_m,
-            STEPS=math.prod(p.kernel) * triton.cdiv(geo.red, tiles.block_k),
+            STEPS=math.prod(p.kernel) * cdiv(geo.red, tiles.block_k),
             BACKWARD_DATA=not forward, ACTIVATION=identity, PRECISION=dot_precision(p),
             UPCAST=INTERPRETED, BLOCK_K=tiles.block_k, GROUP_M=tiles.group_m,
         )  # fmt: skip
@@ -377,9 +376,9 @@ class ImplicitGemm(ConvAlgorithm):
         sums in the workspace, the same bytes the pointer path declares)."""
         geo = tma_filter_geometry(p, tiles)
         rects = conv_tma.rectangles(geo)
-        per_split = triton.cdiv(rects, self.splits(p))
-        splits = triton.cdiv(rects, per_split)
-        tiles_kc = triton.cdiv(geo.kg, tiles.block_m) * triton.cdiv(geo.cg, tiles.block_n)
+        per_split = cdiv(rects, self.splits(p))
+        splits = cdiv(rects, per_split)
+        tiles_kc = cdiv(geo.kg, tiles.block_m) * cdiv(geo.cg, tiles.block_n)
         entries = p.groups * math.prod(p.kernel)
         kernel = KernelLaunch(
             conv_tma.tma_conv_filter_kernel, (tiles_kc, entries * splits),
@@ -417,7 +416,7 @@ class ImplicitGemm(ConvAlgorithm):
             b = Operand(ca.bwd_data_b_setup, ca.bwd_data_b_load, g)
             if pointwise is not None:
                 a, b = pointwise
-            steps = math.prod(phase.taps) * triton.cdiv(kg, tiles.block_k)
+            steps = math.prod(phase.taps) * cdiv(kg, tiles.block_k)
             gemms.append(
                 BrgemmLaunch(
                     a,

@@ -35,9 +35,8 @@ import math
 from dataclasses import dataclass
 
 import torch
-import triton
 
-from ..core import ConvProblem, Direction
+from ..core import ConvProblem, Direction, cdiv
 from ..kernels import conv_addressing as ca
 from ..kernels import conv_precomp as cp
 from ..kernels.conv_addressing import ConvGeometry, DataGeometry
@@ -74,7 +73,7 @@ def _tables(p: ConvProblem, geo: ConvGeometry) -> Tables:
             origins=False, bits=True) -> None:  # fmt: skip
         nonlocal size
         rows = geo.n * math.prod(count)
-        words = triton.cdiv(math.prod(taps), cp.BITS) if bits else 0
+        words = cdiv(math.prod(taps), cp.BITS) if bits else 0
         origin_at = size
         words_at = size + (rows if origins else 0)
         size = words_at + words * rows
@@ -141,7 +140,7 @@ class ImplicitPrecompGemm(ImplicitGemm):
         builds = [
             KernelLaunch(
                 cp.build_table_kernel,
-                (triton.cdiv(spec.rows, BUILD_BLOCK),),
+                (cdiv(spec.rows, BUILD_BLOCK),),
                 dict(num_warps=4),
                 spec=spec,
                 WITH_ORIGIN=origin,
@@ -181,11 +180,11 @@ class ImplicitPrecompGemm(ImplicitGemm):
             if packed(p):
                 a = Operand(cp.fwd_a_setup, cp.gather_packed_a_load, x_geo)
                 b = Operand(ca.fwd_b_setup, ca.fwd_packed_b_load, geo)
-                steps = triton.cdiv(depth, tiles.block_k)
+                steps = cdiv(depth, tiles.block_k)
             else:
                 a = Operand(cp.fwd_a_setup, cp.gather_a_load, x_geo)
                 b = Operand(ca.fwd_b_setup, ca.fwd_b_load, geo)
-                steps = math.prod(p.kernel) * triton.cdiv(depth, tiles.block_k)
+                steps = math.prod(p.kernel) * cdiv(depth, tiles.block_k)
             c = Output(ca.fwd_c_addr, geo)
         else:
             dy_geo = GatherGeometry(geo, tables.gathers[1])
@@ -197,7 +196,7 @@ class ImplicitPrecompGemm(ImplicitGemm):
                 a = Operand(cp.bwd_filter_a_setup, cp.bwd_filter_a_load, dy_geo)
                 b = Operand(cp.bwd_filter_b_setup, cp.bwd_filter_b_load, x_geo)
                 c = Output(ca.bwd_filter_c_addr, geo)
-            steps = triton.cdiv(depth, tiles.block_k)
+            steps = cdiv(depth, tiles.block_k)
         return BrgemmLaunch(
             a, b, c, m=rows, n=cols, steps=steps, batches=batches, tiles=tiles,
             precision=dot_precision(p),
@@ -216,7 +215,7 @@ class ImplicitPrecompGemm(ImplicitGemm):
                     Output(ca.bwd_data_c_addr, g),
                     m=gather.rows,
                     n=geo.cg,
-                    steps=math.prod(phase.taps) * triton.cdiv(geo.kg, tiles.block_k),
+                    steps=math.prod(phase.taps) * cdiv(geo.kg, tiles.block_k),
                     batches=p.groups,
                     tiles=tiles,
                     precision=dot_precision(p),

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from ..core import NotSupportedError, cached_call
+from ..core import NotSupportedError, cached_call, cdiv
 from ..core.handle import stream_counters, stream_scratch
 from ..core.prepared import PreparedCalls
 from ..core.tensor import MAX_ELEMENTS, memory_span
@@ -159,7 +159,7 @@ class Geometry:
         return math.prod(self.rsize)
 
     def for_tiles(self, block_r: int) -> NormGeometry:
-        chunks = triton.cdiv(self.rsize[3], block_r)
+        chunks = cdiv(self.rsize[3], block_r)
         return NormGeometry(
             self.ksize, self.rsize, self.kept, chunks, chunks * math.prod(self.rsize[:3])
         )
@@ -255,11 +255,11 @@ def _slices(
     at most max_slices summaries per kept index for the merge (see MergeTree) or finish pass
     to read, in order."""
     tiles = g.for_tiles(t.block_r).tiles
-    kept_blocks = triton.cdiv(g.kept, t.block_k)
+    kept_blocks = cdiv(g.kept, t.block_k)
     target = (per_slot or pol.programs_per_slot) * parallel_slots(device.type)
-    slices = max(1, min(tiles, pol.max_slices, triton.cdiv(target, kept_blocks)))
-    per_slice = triton.cdiv(tiles, slices)
-    return triton.cdiv(tiles, per_slice), per_slice
+    slices = max(1, min(tiles, pol.max_slices, cdiv(target, kept_blocks)))
+    per_slice = cdiv(tiles, slices)
+    return cdiv(tiles, per_slice), per_slice
 
 
 class MergeTree:
@@ -270,7 +270,7 @@ class MergeTree:
 
     def __init__(self, slices: int, kept_blocks: int, t: Tiles, pol: TilePolicy):
         self.fan_in = max(1, math.isqrt(slices - 1) + 1) if slices > 1 else 1
-        groups = triton.cdiv(slices, self.fan_in)
+        groups = cdiv(slices, self.fan_in)
         self.counters = kept_blocks * (groups + 1)
         per_step = max(1, 512 * t.num_warps // t.block_k)
         largest = max(self.fan_in, groups)
@@ -283,7 +283,7 @@ def use_row_path(g: Geometry, itemsize: int, device: torch.device, pol: TilePoli
     if pol.force_path is not None:
         return pol.force_path == "row"
     t = row_tiles(g, itemsize, pol)
-    return _single(g, t) or triton.cdiv(g.kept, t.block_k) >= parallel_slots(device.type)
+    return _single(g, t) or cdiv(g.kept, t.block_k) >= parallel_slots(device.type)
 
 
 # -- plans ----------------------------------------------------------------------------------
@@ -346,7 +346,7 @@ class ForwardPlan:
         if not running and use_row_path(g, itemsize, x.device, pol):
             t = row_tiles(g, itemsize, pol)
             self.row = SlotLaunch(
-                norm_row_forward_kernel, (triton.cdiv(g.kept, t.block_k),),
+                norm_row_forward_kernel, (cdiv(g.kept, t.block_k),),
                 dict(num_warps=t.num_warps), _FWD_SLOTS, geo=g.for_tiles(t.block_r), xl=xl,
                 yl=yl, zl=zl, pl=pl, inv_count=1.0 / g.count, SINGLE=_single(g, t),
                 BLOCK_R=t.block_r, BLOCK_K=t.block_k, **flags,
@@ -354,7 +354,7 @@ class ForwardPlan:
             return
         t = split_tiles(g, itemsize, pol)
         geo = g.for_tiles(t.block_r)
-        kept_blocks = triton.cdiv(g.kept, t.block_k)
+        kept_blocks = cdiv(g.kept, t.block_k)
         slices, per_slice = _slices(g, t, x.device, pol, pol.stats_programs_per_slot)
         opts = dict(num_warps=t.num_warps)
         self.part_numel = 4 * slices * g.kept
@@ -407,7 +407,7 @@ class ApplyPlan:
         g = geometry(x.shape, kept, _strides(views, x.stride()))
         t = split_tiles(g, x.element_size(), pol)
         geo = g.for_tiles(t.block_r)
-        kept_blocks = triton.cdiv(g.kept, t.block_k)
+        kept_blocks = cdiv(g.kept, t.block_k)
         slices, per_slice = _slices(g, t, x.device, pol)
         xl, yl, zl, pl, sl = (_layout_of(g, i) for i in range(5))
         self.launch = SlotLaunch(
@@ -437,7 +437,7 @@ class RowBackwardPlan:
         g = geometry(x.shape, kept, [x.stride(), dy.stride(), dx.stride(), param])
         xl, dyl, dxl, pl = g.layouts
         t = row_tiles(g, x.element_size(), pol)
-        kept_blocks = triton.cdiv(g.kept, t.block_k)
+        kept_blocks = cdiv(g.kept, t.block_k)
         programs = min(kept_blocks, pol.row_programs_per_slot * parallel_slots(x.device.type))
         single = _single(g, t)
         params = g.count
@@ -457,10 +457,10 @@ class RowBackwardPlan:
             # rows (several MB on short rows) is a short tail, not a serial walk by two dozen
             # programs (5 us of a 70 us layer-norm backward, measured).
             slots = parallel_slots(x.device.type)
-            bk = max(8, min(_pow2(params), _pow2(triton.cdiv(params, slots))))
+            bk = max(8, min(_pow2(params), _pow2(cdiv(params, slots))))
             bp = min(_pow2(programs), max(1, 8192 // bk), 4 * pol.finish_block)
             self.finish = SlotLaunch(
-                param_grad_finish_kernel, (triton.cdiv(params, bk),), dict(num_warps=8),
+                param_grad_finish_kernel, (cdiv(params, bk),), dict(num_warps=8),
                 ("PW", "PB", "DW", "DB"), n_params=params, n_parts=programs,
                 HAS_DB=bias_grad, BLOCK_P=bp, BLOCK=bk,
             )  # fmt: skip
@@ -506,7 +506,7 @@ class SplitBackwardPlan:
         xl, dyl, dxl, pl, zl, sl, dzl = (_layout_of(g, i) for i in range(7))
         t = split_tiles(g, x.element_size(), pol)
         geo = g.for_tiles(t.block_r)
-        kept_blocks = triton.cdiv(g.kept, t.block_k)
+        kept_blocks = cdiv(g.kept, t.block_k)
         # The partial pass reduces (fewer, longer programs, like the forward's statistics
         # pass); the elementwise pass has its own slicing.
         slices, per_slice = _slices(g, t, x.device, pol, pol.sums_programs_per_slot)
@@ -541,7 +541,7 @@ class SplitBackwardPlan:
             bn = min(_pow2(outer), max(1, pol.finish_block // bs))
             bg = max(1, min(_pow2(n_groups), 2048 // (bs * bn * bc)))
             self.finish = SlotLaunch(
-                norm_bwd_finish_kernel, (triton.cdiv(n_groups, bg),), dict(num_warps=4),
+                norm_bwd_finish_kernel, (cdiv(n_groups, bg),), dict(num_warps=4),
                 ("PART", "W", "DW", "DB", "COEF"), outer=outer, groups=n_groups,
                 group_size=group_size, slices=slices, inv_count=inv_count,
                 HAS_W=w is not None, PARAM_GRADS=grads, BLOCK_N=bn, BLOCK_S=bs, BLOCK_C=bc,

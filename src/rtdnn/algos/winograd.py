@@ -72,7 +72,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from ..core import ConvProblem, Direction
+from ..core import ConvProblem, Direction, cdiv
 from ..core.tensor import MAX_ELEMENTS
 from ..kernels import strided
 from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
@@ -143,14 +143,14 @@ def _filter_splits(p: ConvProblem, points: int, tiles: int) -> int:
     kg, cg = p.out_channels // g, p.in_channels // g
     if p.device != "cuda":
         return 2 if tiles >= 32 else 1
-    outputs = triton.cdiv(kg, 128) * triton.cdiv(cg, 128) * points * g
-    return max(1, min(triton.cdiv(parallel_slots(p.device), outputs), tiles // 512))
+    outputs = cdiv(kg, 128) * cdiv(cg, 128) * points * g
+    return max(1, min(cdiv(parallel_slots(p.device), outputs), tiles // 512))
 
 
 def plan(p: ConvProblem, m: int) -> Plan:
     tr = transforms(m)
     h, w = _tiled_size(p)
-    th, tw = triton.cdiv(h, m), triton.cdiv(w, m)
+    th, tw = cdiv(h, m), cdiv(w, m)
     tiles = p.batch * th * tw
     g, c, k = p.groups, p.in_channels, p.out_channels
     points = tr.points
@@ -300,12 +300,12 @@ class WinogradNonfused(ConvAlgorithm):
         bt_, bc_ = _transform_blocks(a, c_in)
         warps = dict(num_warps=4)
         transform_in = KernelLaunch(
-            tile_transform_kernel, (triton.cdiv(pl.tiles, bt_), triton.cdiv(c_in, bc_)), warps,
+            tile_transform_kernel, (cdiv(pl.tiles, bt_), cdiv(c_in, bc_)), warps,
             geo=in_geo, MAT=tr.bt, L=a, STEP=m, BLOCK_T=bt_, BLOCK_C=bc_,
         )  # fmt: skip
         block = 128 if p.device == "cuda" else 64
         transform_w = KernelLaunch(
-            filter_transform_kernel, (triton.cdiv(filt_geo.elements, block),), warps,
+            filter_transform_kernel, (cdiv(filt_geo.elements, block),), warps,
             geo=filt_geo, MAT=tr.g, BLOCK=block,
         )  # fmt: skip
         v_geo = StridedGeometry(pl.tiles, ig, g, pl.tiles * c_in, ig, 0, c_in, 1, 0)
@@ -315,11 +315,11 @@ class WinogradNonfused(ConvAlgorithm):
             Operand(strided.strided_a_setup, strided.strided_a_load, v_geo),
             Operand(strided.strided_b_setup, strided.strided_b_load, u_geo),
             Output(strided.strided_c_addr, m_geo),
-            m=pl.tiles, n=og, steps=triton.cdiv(ig, tiles.block_k), batches=points * g,
+            m=pl.tiles, n=og, steps=cdiv(ig, tiles.block_k), batches=points * g,
             tiles=tiles, precision=precision,
         )  # fmt: skip
         bt_o, bc_o = _transform_blocks(a, c_out)
-        out_grid = (triton.cdiv(pl.tiles, bt_o), triton.cdiv(c_out, bc_o))
+        out_grid = (cdiv(pl.tiles, bt_o), cdiv(c_out, bc_o))
         outputs: dict[tuple, KernelLaunch] = {}
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
@@ -366,12 +366,12 @@ class WinogradNonfused(ConvAlgorithm):
         warps = dict(num_warps=4)
         bt_x, bc_x = _transform_blocks(a, c)
         transform_x = KernelLaunch(
-            tile_transform_kernel, (triton.cdiv(pl.tiles, bt_x), triton.cdiv(c, bc_x)), warps,
+            tile_transform_kernel, (cdiv(pl.tiles, bt_x), cdiv(c, bc_x)), warps,
             geo=x_geo, MAT=tr.bt, L=a, STEP=m, BLOCK_T=bt_x, BLOCK_C=bc_x,
         )  # fmt: skip
         bt_y, bc_y = _transform_blocks(a, k)
         transform_dy = KernelLaunch(
-            tile_transform_kernel, (triton.cdiv(pl.tiles, bt_y), triton.cdiv(k, bc_y)), warps,
+            tile_transform_kernel, (cdiv(pl.tiles, bt_y), cdiv(k, bc_y)), warps,
             geo=dy_geo, MAT=tr.a, L=m, STEP=m, BLOCK_T=bt_y, BLOCK_C=bc_y,
         )  # fmt: skip
         # D[p, g] = Y[p, :, group's k]^T @ V[p, :, group's c], reduced over the tiles.
@@ -382,11 +382,11 @@ class WinogradNonfused(ConvAlgorithm):
             Operand(strided.strided_a_setup, strided.strided_a_load, y_geo),
             Operand(strided.strided_b_setup, strided.strided_b_load, v_geo),
             Output(strided.strided_c_addr, d_geo),
-            m=kg, n=cg, steps=triton.cdiv(pl.tiles, tiles.block_k), batches=points * g,
+            m=kg, n=cg, steps=cdiv(pl.tiles, tiles.block_k), batches=points * g,
             tiles=tiles, precision=precision, splits=pl.splits,
         )  # fmt: skip
         block = 128 if p.device == "cuda" else 64
-        finish_grid = (triton.cdiv(dw_geo.elements, block),)
+        finish_grid = (cdiv(dw_geo.elements, block),)
         finishes: dict[bool, KernelLaunch] = {}
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
@@ -454,10 +454,10 @@ class WinogradFused(WinogradNonfused):
         u_bytes = pl.regions[1] * 4
         block = 128 if p.device == "cuda" else 64
         transform_w = KernelLaunch(
-            filter_transform_kernel, (triton.cdiv(filt_geo.elements, block),),
+            filter_transform_kernel, (cdiv(filt_geo.elements, block),),
             dict(num_warps=4), geo=filt_geo, MAT=tr.g, BLOCK=block,
         )  # fmt: skip
-        grid = (triton.cdiv(pl.tiles, tiles.block_m) * triton.cdiv(outs, tiles.block_n), g)
+        grid = (cdiv(pl.tiles, tiles.block_m) * cdiv(outs, tiles.block_n), g)
         forward = p.direction == Direction.FORWARD
         launches: dict[tuple, KernelLaunch] = {}
 

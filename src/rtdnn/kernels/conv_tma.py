@@ -35,6 +35,7 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
+from ..core import cdiv
 from .arrival import last_to_arrive
 from .brgemm import epilogue, identity, tile_coords
 
@@ -312,5 +313,5 @@ def rectangles(geo: TmaGeometry | TmaFilterGeometry) -> int:
     """How many rectangles of box_n x box_h x box_w pixels cover the written image (forward,
     backward-data) or dy (backward-filter), as _rectangle counts them."""
     od, oh, ow = geo.dst_size if isinstance(geo, TmaGeometry) else geo.out_size
-    per_image = od * triton.cdiv(oh, int(geo.box_h)) * triton.cdiv(ow, int(geo.box_w))
-    return triton.cdiv(geo.n, int(geo.box_n)) * per_image
+    per_image = od * cdiv(oh, int(geo.box_h)) * cdiv(ow, int(geo.box_w))
+    return cdiv(geo.n, int(geo.box_n)) * per_image

@@ -35,6 +35,7 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
+from ..core import cdiv
 from .launch import SlotLaunch
 from .layout import merge_dims, next_pow2
 
@@ -230,7 +231,7 @@ def plan(
     out_st = arranged[0]
     in_st = arranged[1 : 1 + len(ins)] + [zero] * (3 - len(ins))
     idx_st = arranged[-1] if index else zero
-    tiles = (triton.cdiv(size0, block_0), triton.cdiv(size1, block_1))
+    tiles = (cdiv(size0, block_0), cdiv(size1, block_1))
     geo = EwGeometry(full_sizes, tiles, in_st[0], in_st[1], in_st[2], out_st, idx_st)
     programs = tiles[0] * tiles[1]
     for s in full_sizes[:4]:

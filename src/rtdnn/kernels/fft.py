@@ -21,6 +21,8 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
+from ..core import cdiv
+
 
 class PackGeometry(NamedTuple):
     """Buffer position q (per dim, 0 <= q < length) of tile t reads source index
@@ -224,9 +226,4 @@ def fft_cmac_kernel(
 
 
 def cmac_programs(geo: CmacGeometry, block_m: int, block_n: int, block_f: int) -> int:
-    return (
-        triton.cdiv(geo.m, block_m)
-        * triton.cdiv(geo.n, block_n)
-        * geo.groups
-        * triton.cdiv(geo.freqs, block_f)
-    )
+    return cdiv(geo.m, block_m) * cdiv(geo.n, block_n) * geo.groups * cdiv(geo.freqs, block_f)

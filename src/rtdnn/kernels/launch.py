@@ -14,12 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
-import triton
 from triton import knobs
 from triton.runtime import _allocation
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ..core import INTERPRETED
+from ..core import INTERPRETED, cdiv
 from ..core.handle import stream_counters
 from .brgemm import brgemm_kernel, identity
 
@@ -287,10 +286,10 @@ class BrgemmLaunch:
     ):
         # steps == 0 is valid: C = beta * C + bias (e.g. pixels no filter tap reaches).
         splits = max(1, min(splits, steps))
-        self.steps_per_split = triton.cdiv(steps, splits)
-        self.splits = triton.cdiv(steps, self.steps_per_split) if steps else 1
+        self.steps_per_split = cdiv(steps, splits)
+        self.splits = cdiv(steps, self.steps_per_split) if steps else 1
         self.partial_bytes = batches * self.splits * m * n * 4 if self.splits > 1 else 0
-        self.tiles = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
+        self.tiles = cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n)
         self.config = dict(
             a=a, b=b, c=c, m=m, n=n, steps=steps, batches=batches, tiles=tiles,
             precision=precision, activation=activation,

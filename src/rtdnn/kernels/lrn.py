@@ -34,6 +34,7 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
+from ..core import cdiv
 from .layout import merge_dims, next_pow2
 
 GATHER_MAX = 1024
@@ -392,8 +393,8 @@ def plan_lrn(
 
 
 def _plan(p_sizes, p_st, strides, P, C, block_p, block_c, warps, gather, rows) -> LrnPlan:
-    p_tiles = triton.cdiv(P, block_p)
-    c_tiles = triton.cdiv(C, block_c)
+    p_tiles = cdiv(P, block_p)
+    c_tiles = cdiv(C, block_c)
     geo = LrnGeometry(
         tuple(p_sizes[:3]), P, C,
         *(tuple(m) + (st[1],) for m, st in zip(p_st, strides, strict=True)), p_tiles, c_tiles,

@@ -29,6 +29,7 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
+from ..core import cdiv
 from .layout import next_pow2
 
 MAX = tl.constexpr(0)
@@ -374,10 +375,10 @@ def pool_tiles(n: int, c: int, size: tuple, cl: bool, elem_bytes: int) -> PoolTi
         rows, inner = n * c * d * h, w
     tile = 4 * 32 * max(1, 16 // elem_bytes)  # elements per step
     block_i = min(next_pow2(inner), 64)
-    steps = min(4, triton.cdiv(inner, block_i))
+    steps = min(4, cdiv(inner, block_i))
     block_r = max(1, min(next_pow2(rows), tile // block_i))
-    inner_tiles = triton.cdiv(inner, block_i * steps)
-    grid = (triton.cdiv(rows, block_r) * inner_tiles,)
+    inner_tiles = cdiv(inner, block_i * steps)
+    grid = (cdiv(rows, block_r) * inner_tiles,)
     warps = max(1, min(8, block_r * block_i // (8 * 32)))
     return PoolTiles(grid, rows, inner, inner_tiles, block_r, block_i, steps, warps)
 

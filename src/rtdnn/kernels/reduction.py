@@ -34,6 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..core import cdiv
 from ..core.handle import stream_scratch
 from .launch import SlotLaunch
 from .layout import merge_dims, next_pow2
@@ -417,15 +418,15 @@ def plan_reduce(
     else:  # reduced dim contiguous, or neither
         block_r = min(next_pow2(rin), tile)
         block_k = min(next_pow2(kin), max(1, tile // block_r))
-    k_tiles = triton.cdiv(kin, block_k)
-    r_chunks = triton.cdiv(rin, block_r)
+    k_tiles = cdiv(kin, block_k)
+    r_chunks = cdiv(rin, block_r)
     work = r_sizes[0] * r_sizes[1] * r_sizes[2] * r_chunks
     kept_programs = k_tiles * k_sizes[0] * k_sizes[1] * k_sizes[2]
     splits = 1
     if kept_programs < slots and work > 1:
-        splits = min(work, triton.cdiv(slots, kept_programs))
-    per_split = triton.cdiv(work, splits)
-    splits = triton.cdiv(work, per_split)
+        splits = min(work, cdiv(slots, kept_programs))
+    per_split = cdiv(work, splits)
+    splits = cdiv(work, per_split)
     geo = ReduceGeometry(k_sizes, r_sizes, xk, xr, ok, ir, k_tiles, r_chunks, per_split, count)
     warps = max(1, min(8, block_k * block_r // (32 * per_thread)))
     return ReducePlan(geo, (kept_programs, splits), splits, block_k, block_r, k_fast, warps)
@@ -453,7 +454,7 @@ def _prepared(
     block_s = min(next_pow2(plan.splits), 1024)
     block = max(1, min(next_pow2(n_kept), 4096 // block_s))
     finish = SlotLaunch(
-        reduce_finish_kernel, (triton.cdiv(n_kept, block),), dict(num_warps=4),
+        reduce_finish_kernel, (cdiv(n_kept, block),), dict(num_warps=4),
         ("OUT", "IDX", "PART_V", "PART_I", "alpha", "beta"), geo=geo, splits=plan.splits,
         BLOCK_S=block_s, BLOCK=block, **flags,
     )  # fmt: skip

@@ -20,6 +20,7 @@ equal to its width. One program owns a BLOCK_B x BLOCK_H tile of (rows, H).
 import triton
 import triton.language as tl
 
+from ..core import cdiv
 from .mathfn import sigmoid, tanh
 
 RNN_TANH = tl.constexpr(0)
@@ -395,4 +396,4 @@ def blocks(batch: int, hidden: int) -> tuple[int, int]:
 
 
 def grid(rows: int, hidden: int, block_b: int, block_h: int) -> tuple[int, int]:
-    return triton.cdiv(rows, block_b), triton.cdiv(hidden, block_h)
+    return cdiv(rows, block_b), cdiv(hidden, block_h)

@@ -28,6 +28,7 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
+from ..core import cdiv
 from .layout import merge_dims, next_pow2
 
 FAST = tl.constexpr(0)
@@ -312,16 +313,16 @@ def plan_softmax(
         block_r = min(next_pow2(R), split_block // 2 if elem_bytes >= 4 else split_block)
         tile = block_r
     block_p = max(1, min(next_pow2(P), tile // block_r))
-    p_tiles = triton.cdiv(P, block_p)
+    p_tiles = cdiv(P, block_p)
     programs = p_tiles * p_sizes[0] * p_sizes[1] * p_sizes[2]
     splits, seg_len = 1, R
     if not fused:
         # Enough segments for SPLIT_WAVES programs per parallel slot: a long row's segments
         # each loop over a few chunks, and every row's segments run side by side.
-        chunks = triton.cdiv(R, block_r)
-        splits = max(1, min(chunks, max_splits, triton.cdiv(SPLIT_WAVES * slots, programs)))
-        seg_len = triton.cdiv(chunks, splits) * block_r
-        splits = triton.cdiv(R, seg_len)
+        chunks = cdiv(R, block_r)
+        splits = max(1, min(chunks, max_splits, cdiv(SPLIT_WAVES * slots, programs)))
+        seg_len = cdiv(chunks, splits) * block_r
+        splits = cdiv(R, seg_len)
     geo = SoftmaxGeometry(tuple(p_sizes[:3]), P, R, st(0), st(1), st(2), p_tiles, seg_len)
     if all(t[3] == 1 for t in (st(0), st(1), st(2))) and block_p > 1:
         # Positions contiguous (NCHW channel mode): each warp reads 256 bytes along p, and at

@@ -21,12 +21,12 @@ from __future__ import annotations
 import functools
 
 import torch
-import triton
 
 from ..algos.geometry import parallel_slots
 from ..algos.tiles import tile_candidates, tune
 from ..core import (
     bad_param,
+    cdiv,
     check_out,
     check_out_disjoint,
     check_runnable,
@@ -63,8 +63,8 @@ def _splits(m: int, n: int, k: int, device: str) -> int:
     """Split the reduction when the output has too few tiles to fill the device."""
     if device != "cuda":
         return 1 if k < 64 else 2
-    tiles = triton.cdiv(m, 128) * triton.cdiv(n, 128)
-    return max(1, min(triton.cdiv(parallel_slots(device), tiles), k // 1024))
+    tiles = cdiv(m, 128) * cdiv(n, 128)
+    return max(1, min(cdiv(parallel_slots(device), tiles), k // 1024))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -88,7 +88,7 @@ def _launch(
         Operand(strided.strided_a_setup, strided.matrix_a_load, a_geo),
         Operand(strided.strided_b_setup, strided.matrix_b_load, b_geo),
         Output(strided.strided_c_addr, c_geo),
-        m=c_geo.rows, n=c_geo.cols, steps=triton.cdiv(depth, tiles.block_k), batches=1,
+        m=c_geo.rows, n=c_geo.cols, steps=cdiv(depth, tiles.block_k), batches=1,
         tiles=tiles, precision=precision, activation=activation, splits=splits,
     )  # fmt: skip
 

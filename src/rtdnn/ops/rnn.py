@@ -38,6 +38,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from ..core import (
     INTERPRETED,
     bad_param,
+    cdiv,
     check_runnable,
     check_tensor,
     not_supported,
@@ -199,7 +200,7 @@ def _persistent_tiles(spec: RnnSpec, batch_sizes, device: torch.device):
             # Up to 4 gate accumulators of BLOCK_B x BLOCK_H float32 stay within registers.
             if block_b > fit_b or block_h > fit_h or block_b * block_h > 4096:
                 continue
-            programs = triton.cdiv(hid, block_h) * triton.cdiv(batch, block_b)
+            programs = cdiv(hid, block_h) * cdiv(batch, block_b)
             if programs > sms:
                 continue
             key = (block_b * hid + spec.gates * block_h * hid, -programs)

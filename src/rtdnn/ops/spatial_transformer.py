@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 import triton
 
-from ..core import bad_param, check_runnable, check_tensor, empty_like_layout, not_supported
+from ..core import bad_param, cdiv, check_runnable, check_tensor, empty_like_layout, not_supported
 from ..core.tensor import resolve_deterministic
 from ..kernels import spatial_transformer as k
 from ._common import check_span
@@ -62,7 +62,7 @@ def affine_grid(theta: torch.Tensor, size: Sequence[int], align_corners: bool = 
     )
     check_runnable(theta.device)
     P = D * H * W
-    k.affine_grid_kernel[(size[0], triton.cdiv(P, _BLOCK))](
+    k.affine_grid_kernel[(size[0], cdiv(P, _BLOCK))](
         theta.contiguous(), grid, P, D, H, W, THREE_D=three_d, ALIGN=align, BLOCK=_BLOCK
     )
     return grid
@@ -147,7 +147,7 @@ def grid_sample(
     if y.numel() == 0:
         return y
     block, block_c = _sample_tile(x, mode)
-    k.grid_sample_kernel[(N, triton.cdiv(P, block))](
+    k.grid_sample_kernel[(N, cdiv(P, block))](
         x, grid, y, C, P, OH, OW, ID, IH, IW,
         *_strides5(x), *_grid_strides(grid), *_strides5(y),
         MODE=MODES[mode], PADDING=PADDINGS[padding_mode], ALIGN=align,
@@ -215,7 +215,7 @@ def grid_sample_backward(
     common = dict(
         MODE=MODES[mode], PADDING=PADDINGS[padding_mode], ALIGN=align, THREE_D=x.dim() == 5
     )
-    k.grid_sample_backward_kernel[(N, triton.cdiv(P, _BLOCK))](
+    k.grid_sample_backward_kernel[(N, cdiv(P, _BLOCK))](
         dy, x, grid, acc, dgrid, C, P, OH, OW, ID, IH, IW,
         *_strides5(dy), *_strides5(x), *_grid_strides(grid),
         INPUT_GRAD=input_grad and not serial, BLOCK=_BLOCK, **common,
@@ -224,7 +224,7 @@ def grid_sample_backward(
         return None, dgrid
     if serial:
         block_c = min(64, triton.next_power_of_2(C))
-        k.grid_sample_input_grad_serial_kernel[(N, triton.cdiv(C, block_c))](
+        k.grid_sample_input_grad_serial_kernel[(N, cdiv(C, block_c))](
             dy, grid, acc, C, P, OH, OW, ID, IH, IW,
             *_strides5(dy), *_grid_strides(grid), BLOCK_C=block_c, **common,
         )  # fmt: skip
