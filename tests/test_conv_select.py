@@ -331,3 +331,25 @@ def test_auto_runs_without_workspace_when_its_choice_cannot_be_allocated(
     assert refused == [gemm.workspace_bytes(p)] * 2
     with pytest.raises(AllocFailedError, match="could not be allocated"):
         run(algo="GEMM")
+
+
+def test_gemm_preferred_bound_scales_with_device_memory(monkeypatch):
+    """Few-channel backward-data prefers GEMM on a GPU while its workspace is within 1/32 of
+    the device's memory (AlexNet's stem at batch 256 needs 1.05 GiB: taken on an 80 GB
+    device, not on a 16 GB one)."""
+    from rtdnn.algos import gemm
+
+    x = torch.empty(256, 3, 227, 227, device="meta")
+    w = torch.empty(64, 3, 11, 11, device="meta")
+    conv = ConvDesc.create(2, 4, 2, 1, 1, "cross_correlation", MATH)
+    y = empty_like_layout(conv_output_shape(x.shape, w.shape, conv), x)
+    descs = (TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y))
+    p = ConvProblem.create(Direction.BACKWARD_DATA, *descs, conv, "cuda")
+    needed = gemm.Gemm().workspace_bytes(p)
+    assert 1 << 30 < needed < 2 << 30
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    for memory, preferred in ((80 << 30, True), (16 << 30, False)):
+        monkeypatch.setattr(gemm, "device_memory_bytes", lambda index, m=memory: m)
+        assert gemm.gemm_preferred(p) is preferred
+    cpu = ConvProblem.create(Direction.BACKWARD_DATA, *descs, conv, "cpu")
+    assert not gemm.gemm_preferred(cpu)

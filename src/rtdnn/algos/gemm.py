@@ -29,7 +29,7 @@ from ..kernels.im2col import (
 from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
 from ..kernels.strided import StridedGeometry
 from .base import ConvAlgorithm, ConvTensors, Runner
-from .geometry import conv_geometry, dot_precision, static_taps
+from .geometry import conv_geometry, device_memory_bytes, dot_precision, static_taps
 from .implicit_gemm import gemm_shape, split_count
 from .tiles import gemm_candidates
 
@@ -177,16 +177,21 @@ class Gemm(ConvAlgorithm):
 #: VGG's 3x3/1 1.3x; a 1-channel 5x20/2 spectrogram layer 3.7x (TF32: 7.5x).
 PREFER_BACKWARD_DATA_UP_TO_C = 4
 #: The most workspace the heuristic takes for it without being asked (Find, a plan or a
-#: micro-batch policy may take more): the buffer stays with the stream for later calls.
-#: ResNet-50's stem at batch 64 needs 450 MiB; AlexNet's at batch 256 needs 1.05 GiB.
-PREFER_UP_TO_WORKSPACE = 1 << 30
+#: micro-batch policy may take more), as a share of the device's memory, since the buffer
+#: stays with the stream for later calls: 2.5 GiB on an 80 GB H100. ResNet-50's stem at batch
+#: 64 needs 450 MiB; AlexNet's at batch 256 1.05 GiB, where GEMM measured 2.8x IMPLICIT_GEMM
+#: (a fixed 1 GiB bound left it out). If the allocation fails, `auto` falls back to an
+#: algorithm without workspace.
+PREFER_UP_TO_MEMORY_SHARE = 1 / 32
 
 
 def gemm_preferred(p: ConvProblem) -> bool:
     """Whether the heuristic should try GEMM first for `p`: backward-data of an ungrouped
     layer of at most PREFER_BACKWARD_DATA_UP_TO_C input channels, on a GPU, within
-    PREFER_UP_TO_WORKSPACE (grouped layers were not measured)."""
+    PREFER_UP_TO_MEMORY_SHARE of the current device's memory (grouped layers were not
+    measured)."""
     few = p.groups == 1 and p.in_channels <= PREFER_BACKWARD_DATA_UP_TO_C
     if p.device != "cuda" or p.direction != Direction.BACKWARD_DATA or not few:
         return False
-    return Gemm().workspace_bytes(p) <= PREFER_UP_TO_WORKSPACE
+    memory = device_memory_bytes(torch.cuda.current_device())
+    return Gemm().workspace_bytes(p) <= memory * PREFER_UP_TO_MEMORY_SHARE

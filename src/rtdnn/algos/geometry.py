@@ -107,6 +107,11 @@ def multiprocessor_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+@functools.cache
+def device_memory_bytes(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).total_memory
+
+
 def parallel_slots(device: str) -> int:
     """How many tiles the device runs at once, roughly; fixed on the CPU so tests are stable."""
     if device == "cuda":
