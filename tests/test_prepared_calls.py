@@ -113,3 +113,22 @@ def test_attention_repeated_calls_and_scalar_checks():
         rtdnn.ops.scaled_dot_product_attention(q, k, v, dropout_p=1.5)
     with pytest.raises(rtdnn.BadParamError, match="scale"):
         rtdnn.ops.scaled_dot_product_attention(q, k, v, scale=math.inf)
+
+
+def test_pooling_repeated_calls_and_checks():
+    for _ in range(2):  # max pooling's backward recomputes the argmax of the new x
+        x = torch.randn(2, 3, 7, 6)
+        y = ops.pooling_forward(x, "max", 3, stride=2, padding=1)
+        ref = torch.nn.functional.max_pool2d(x.double(), 3, 2, 1)
+        assert rel(y, ref) < 1e-6
+        dy = torch.randn_like(y)
+        dx = ops.pooling_backward(dy, x, y, "max", 3, stride=2, padding=1)
+        xr = x.double().requires_grad_()
+        torch.nn.functional.max_pool2d(xr, 3, 2, 1).backward(dy.double())
+        assert rel(dx, xr.grad) < 1e-6
+        g = ops.adaptive_avg_pool(x, (1, 1))
+        assert rel(g, x.double().mean((2, 3), keepdim=True)) < 1e-6
+    with pytest.raises(rtdnn.BadParamError, match="alpha"):
+        ops.pooling_forward(x, "max", 3, stride=2, padding=1, alpha=math.nan)
+    with pytest.raises(rtdnn.BadParamError):  # out overlapping x
+        ops.pooling_forward(x, "max", 3, stride=2, padding=1, out=x[:, :, :4, :3])

@@ -197,6 +197,28 @@ class SlotLaunch:
 _launches: dict[tuple, SlotLaunch] = {}
 
 
+def slot_launch(
+    fn,
+    grid: tuple[int, ...],
+    slots: tuple[str, ...],
+    num_warps: int = 4,
+    cooperative: bool = False,
+    num_stages: int | None = None,
+    **fixed,
+) -> SlotLaunch:
+    """A SlotLaunch of fn with these launch options, for a caller that keeps it (a prepared
+    call); launch_cached keeps one per key for callers that keep nothing. cooperative: a
+    cooperative launch, for kernels whose programs wait on each other: CUDA runs every
+    program at once or refuses the launch (an error, never a hang). num_stages: the software
+    pipeline's depth (Triton's default when None)."""
+    options = dict(num_warps=num_warps)
+    if num_stages is not None:
+        options["num_stages"] = num_stages
+    if cooperative and not INTERPRETED:
+        options["launch_cooperative_grid"] = True
+    return SlotLaunch(fn, grid, options, tuple(slots), **fixed)
+
+
 def launch_cached(
     fn,
     grid: tuple[int, ...],
@@ -209,23 +231,19 @@ def launch_cached(
     """fn[grid](**slots, **fixed, num_warps=num_warps) through a SlotLaunch kept per (kernel,
     grid, warps, cooperative, stages, slot names, fixed arguments): for ops that keep no
     prepared call of their own. Triton's own launch path costs tens of microseconds per call,
-    more than many small kernels run; this costs a dictionary lookup. `fixed` holds what is the
-    same from call to call for a problem (sizes, strides, compile-time constants; all
-    hashable), `slots` the tensors and scalars that change (alpha, beta; host-side tensor
-    descriptors too). cooperative: a cooperative launch, for kernels whose programs wait on
-    each other: CUDA runs every program at once or refuses the launch (an error, never a
-    hang). num_stages: the software pipeline's depth (Triton's default when None)."""
+    more than many small kernels run; this costs a dictionary lookup (of a key as long as the
+    arguments: a prepared call's slot_launch skips even that). `fixed` holds what is the same
+    from call to call for a problem (sizes, strides, compile-time constants; all hashable),
+    `slots` the tensors and scalars that change (alpha, beta; host-side tensor descriptors
+    too). See slot_launch for the options."""
     key = (fn, grid, num_warps, cooperative, num_stages, *slots, *fixed.items())
     launch = _launches.get(key)
     if launch is None:
         if len(_launches) >= 4096:  # a bound on what many distinct problems keep alive
             _launches.clear()
-        options = dict(num_warps=num_warps)
-        if num_stages is not None:
-            options["num_stages"] = num_stages
-        if cooperative and not INTERPRETED:
-            options["launch_cooperative_grid"] = True
-        launch = _launches[key] = SlotLaunch(fn, grid, options, tuple(slots), **fixed)
+        launch = _launches[key] = slot_launch(
+            fn, grid, tuple(slots), num_warps, cooperative, num_stages, **fixed
+        )
     launch(*slots.values())
 
 

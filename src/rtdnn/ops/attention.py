@@ -42,7 +42,7 @@ from ..core import (
 )
 from ..core.prepared import PreparedCalls, signature
 from ..kernels import attention as K
-from ..kernels.launch import SlotLaunch, launch_cached
+from ..kernels.launch import launch_cached, slot_launch
 from ._common import check_real
 
 #: Checked call signatures -> prepared calls (core.prepared), and those checked alone.
@@ -243,10 +243,8 @@ class _Launch:
 
     def __init__(self, kernel, grid: tuple[int, ...], *args, **constants):
         changing, fixed, options = _split(kernel, args, constants)
-        if options["num_stages"] is None:
-            del options["num_stages"]
         self.names = tuple(changing)
-        self.launch = SlotLaunch(kernel, grid, options, self.names, **fixed)
+        self.launch = slot_launch(kernel, grid, self.names, **options, **fixed)
 
     def __call__(self, **changing) -> None:
         self.launch(*[changing[name] for name in self.names])

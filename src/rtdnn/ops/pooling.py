@@ -24,13 +24,24 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core import bad_param, channels_last, check_tensor
+from ..core import (
+    bad_param,
+    channels_last,
+    check_out_disjoint,
+    check_scaling,
+    check_tensor,
+    empty_like_layout,
+)
+from ..core.prepared import PreparedCalls, nonzero, signature
 from ..kernels import pooling as K
-from ..kernels.launch import launch_cached
+from ..kernels.launch import slot_launch
 from ._common import check_batch, check_span, int_tuple, output, spatial5
 
 MODES = tuple(K.MODES)
 IntOrSeq = int | Sequence[int]
+
+#: Checked call signatures -> prepared calls (core.prepared).
+_calls = PreparedCalls()
 
 
 @dataclass(frozen=True)
@@ -118,26 +129,45 @@ def pooling_forward(
     window, stride (default: window), padding, dilation: an int or one per spatial dim.
     A batch of N = 0 gives an empty y.
     """
+    check_scaling(alpha, beta, out)
+    conf = (mode, window, stride, padding, dilation, ceil_mode)
+    key = signature("pool", (x, out), *conf, nonzero(beta))
+    call = _calls.get(key, lambda: _forward_call(x, out, *conf, beta))
+    check_out_disjoint(out, x=x)
+    return call(x, out, alpha, beta)
+
+
+def _forward_call(x, out, mode, window, stride, padding, dilation, ceil_mode, beta):
     x = check_batch("x", check_tensor("x", x, ndim=(3, 4, 5), empty=True))
     check_span("x", x)
     p = pool_desc(x.dim(), mode, window, stride, padding, dilation, ceil_mode)
-    out_sp = pool_output_size(x.shape[2:], p)
-    y = output(out, (*x.shape[:2], *out_sp), x, alpha, beta, reads=[("x", x)])
+    shape = (*x.shape[:2], *pool_output_size(x.shape[2:], p))
+    y = output(out, shape, x, 0.0, beta, reads=[])
+
+    def result(x, out):
+        return out if out is not None else empty_like_layout(shape, x)
+
     if y.numel() == 0:  # a batch of 0
-        return y
+        return lambda x, out, alpha, beta: result(x, out)
     shape5, x_st = spatial5(x.shape, x.stride())
     out5, y_st = spatial5(y.shape, y.stride())
     cl = _is_cl(x)
     tiles = K.pool_tiles(shape5[0], shape5[1], out5[2:], cl, x.element_size())
     geo = _geometry(p, shape5, x_st, y_st, (0,) * 5, out5[2:], tiles)
     kd, kh, kw = _window3(p)
-    launch_cached(
-        K.pool_fwd_kernel, tiles.grid, dict(X=x, Y=y, IDX=y, alpha=float(alpha), beta=float(beta)),
-        tiles.num_warps, geo=geo, MODE=K.MODES[mode], KD=kd, KH=kh, KW=kw, CL=cl, STORE_Y=True,
+    launch = slot_launch(
+        K.pool_fwd_kernel, tiles.grid, ("X", "Y", "IDX", "alpha", "beta"), tiles.num_warps,
+        geo=geo, MODE=K.MODES[mode], KD=kd, KH=kh, KW=kw, CL=cl, STORE_Y=True,
         STORE_IDX=False, BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i,
         STEPS=tiles.steps,
     )  # fmt: skip
-    return y
+
+    def call(x, out, alpha, beta):
+        y = result(x, out)
+        launch(x, y, y, float(alpha), float(beta))
+        return y
+
+    return call
 
 
 def pooling_backward(
@@ -162,6 +192,15 @@ def pooling_backward(
     argmax from x (one byte per output), which moves fewer bytes than reading y. Returns dx
     in x's memory format, or `out`.
     """
+    check_scaling(alpha, beta, out)
+    conf = (mode, window, stride, padding, dilation, ceil_mode)
+    key = signature("pool_bwd", (dy, x, y, out), *conf, nonzero(beta))
+    call = _calls.get(key, lambda: _backward_call(dy, x, y, out, *conf, beta))
+    check_out_disjoint(out, dy=dy, x=x)
+    return call(dy, x, out, alpha, beta)
+
+
+def _backward_call(dy, x, y, out, mode, window, stride, padding, dilation, ceil_mode, beta):
     x = check_batch("x", check_tensor("x", x, ndim=(3, 4, 5), empty=True))
     dy = check_tensor("dy", dy, ndim=x.dim(), dtype=x.dtype, device=x.device, empty=True)
     check_span("x", x)
@@ -174,51 +213,61 @@ def pooling_backward(
         check_tensor("y", y, dtype=x.dtype, device=x.device, empty=True)
         if tuple(y.shape) != y_shape:
             raise bad_param("y.shape", tuple(y.shape), f"{y_shape}, the pooling output's shape")
-    dx = output(out, x.shape, x, alpha, beta, reads=[("dy", dy), ("x", x)])
+    dx = output(out, x.shape, x, 0.0, beta, reads=[])
+
+    def result(x, out):
+        return out if out is not None else empty_like_layout(x.shape, x)
+
     if dx.numel() == 0:  # a batch of 0
-        return dx
+        return lambda dy, x, out, alpha, beta: result(x, out)
     shape5, x_st = spatial5(x.shape, x.stride())
     out5, dy_st = spatial5(dy.shape, dy.stride())
     _, dx_st = spatial5(dx.shape, dx.stride())
     kd, kh, kw = _window3(p)
     mode_id = K.MODES[mode]
-    taps = None
+    argmax = None
     tap_st = (0,) * 5
     if mode == "max":
         # Pass 1: the argmax tap of every window, laid out like the tiles of pass 2.
         cl = _is_cl(x)
         n, c, od, oh, ow = out5
+        tap_dtype = _tap_dtype(kd * kh * kw)
         if cl:
-            taps = torch.empty((n, od, oh, ow, c), dtype=_tap_dtype(kd * kh * kw), device=x.device)
-            tap_st = (od * oh * ow * c, 1, oh * ow * c, ow * c, c)
+            tap_shape, tap_st = (n, od, oh, ow, c), (od * oh * ow * c, 1, oh * ow * c, ow * c, c)
         else:
-            taps = torch.empty((n, c, od, oh, ow), dtype=_tap_dtype(kd * kh * kw), device=x.device)
-            tap_st = taps.stride()
+            tap_shape = (n, c, od, oh, ow)
+            tap_st = (c * od * oh * ow, od * oh * ow, oh * ow, ow, 1)
         tiles = K.pool_tiles(n, c, out5[2:], cl, x.element_size())
         geo = _geometry(p, shape5, x_st, (0,) * 5, tap_st, out5[2:], tiles)
-        launch_cached(
-            K.pool_fwd_kernel, tiles.grid, dict(X=x, Y=taps, IDX=taps), tiles.num_warps,
-            geo=geo, alpha=1.0, beta=0.0, MODE=mode_id, KD=kd, KH=kh, KW=kw, CL=cl,
-            STORE_Y=False, STORE_IDX=True, BETA_NONZERO=False, BLOCK_R=tiles.block_r,
-            BLOCK_I=tiles.block_i, STEPS=tiles.steps,
+        argmax = slot_launch(
+            K.pool_fwd_kernel, tiles.grid, ("X", "Y", "IDX"), tiles.num_warps, geo=geo,
+            alpha=1.0, beta=0.0, MODE=mode_id, KD=kd, KH=kh, KW=kw, CL=cl, STORE_Y=False,
+            STORE_IDX=True, BETA_NONZERO=False, BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i,
+            STEPS=tiles.steps,
         )  # fmt: skip
     cl = _is_cl(dx)
     tiles = K.pool_tiles(shape5[0], shape5[1], shape5[2:], cl, dx.element_size())
     geo = _geometry(p, shape5, dx_st, dy_st, tap_st, out5[2:], tiles)
-    stride3 = geo.stride
-    dil3 = geo.dilation
     md, mh, mw = (
         K.windows_per_input(k, s, d, o)
-        for k, s, d, o in zip((kd, kh, kw), stride3, dil3, out5[2:], strict=True)
+        for k, s, d, o in zip((kd, kh, kw), geo.stride, geo.dilation, out5[2:], strict=True)
     )
-    slots = dict(DY=dy, IDX=taps if taps is not None else dy, DX=dx, alpha=float(alpha),
-                 beta=float(beta))  # fmt: skip
-    launch_cached(
-        K.pool_bwd_kernel, tiles.grid, slots, tiles.num_warps, geo=geo, MODE=mode_id, KD=kd,
-        KH=kh, KW=kw, MD=md, MH=mh, MW=mw, CL=cl, BETA_NONZERO=beta != 0,
-        BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
+    scatter = slot_launch(
+        K.pool_bwd_kernel, tiles.grid, ("DY", "IDX", "DX", "alpha", "beta"), tiles.num_warps,
+        geo=geo, MODE=mode_id, KD=kd, KH=kh, KW=kw, MD=md, MH=mh, MW=mw, CL=cl,
+        BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
     )  # fmt: skip
-    return dx
+
+    def call(dy, x, out, alpha, beta):
+        dx = result(x, out)
+        taps = dy
+        if argmax is not None:
+            taps = torch.empty(tap_shape, dtype=tap_dtype, device=x.device)
+            argmax(x, taps, taps)
+        scatter(dy, taps, dx, float(alpha), float(beta))
+        return dx
+
+    return call
 
 
 def adaptive_size(x: torch.Tensor, output_size) -> tuple[int, ...]:
@@ -243,28 +292,50 @@ def adaptive_avg_pool(
     output_size: an int or one per spatial dim (None keeps that dim). Output size 1 in every
     dim is global average pooling, run as a reduction.
     """
+    check_scaling(alpha, beta, out)
+    key = signature("adaptive_pool", (x, out), output_size, nonzero(beta))
+    call = _calls.get(key, lambda: _adaptive_call(x, out, output_size, beta))
+    check_out_disjoint(out, x=x)
+    return call(x, out, alpha, beta)
+
+
+def _adaptive_call(x, out, output_size, beta):
     x = check_batch("x", check_tensor("x", x, ndim=(3, 4, 5), empty=True))
     check_span("x", x)
     osize = adaptive_size(x, output_size)
-    y = output(out, (*x.shape[:2], *osize), x, alpha, beta, reads=[("x", x)])
+    shape = (*x.shape[:2], *osize)
+    y = output(out, shape, x, 0.0, beta, reads=[])
+
+    def result(x, out):
+        return out if out is not None else empty_like_layout(shape, x)
+
     if y.numel() == 0:  # a batch of 0
-        return y
+        return lambda x, out, alpha, beta: result(x, out)
     if all(o == 1 for o in osize):
         from .tensor_ops import reduce_tensor
 
-        return reduce_tensor(x, "avg", tuple(range(2, x.dim())), alpha=alpha, beta=beta, out=y)
+        dims = tuple(range(2, x.dim()))
+        return lambda x, out, alpha, beta: reduce_tensor(
+            x, "avg", dims, alpha=alpha, beta=beta, out=result(x, out)
+        )
     shape5, x_st = spatial5(x.shape, x.stride())
     out5, y_st = spatial5(y.shape, y.stride())
     cl = _is_cl(x)
     tiles = K.pool_tiles(shape5[0], shape5[1], out5[2:], cl, x.element_size())
     geo = _geometry(None, shape5, x_st, y_st, (0,) * 5, out5[2:], tiles)
     kd, kh, kw = (K.adaptive_max_window(i, o) for i, o in zip(shape5[2:], out5[2:], strict=True))
-    launch_cached(
-        K.adaptive_fwd_kernel, tiles.grid, dict(X=x, Y=y, alpha=float(alpha), beta=float(beta)),
-        tiles.num_warps, geo=geo, KD=kd, KH=kh, KW=kw, CL=cl, BETA_NONZERO=beta != 0,
-        BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
+    launch = slot_launch(
+        K.adaptive_fwd_kernel, tiles.grid, ("X", "Y", "alpha", "beta"), tiles.num_warps,
+        geo=geo, KD=kd, KH=kh, KW=kw, CL=cl, BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r,
+        BLOCK_I=tiles.block_i, STEPS=tiles.steps,
     )  # fmt: skip
-    return y
+
+    def call(x, out, alpha, beta):
+        y = result(x, out)
+        launch(x, y, float(alpha), float(beta))
+        return y
+
+    return call
 
 
 def adaptive_avg_pool_backward(
@@ -279,6 +350,14 @@ def adaptive_avg_pool_backward(
 
     dy: (N, C, *O); x_shape: the forward input's shape (N, C, *S). dx is in dy's format.
     """
+    check_scaling(alpha, beta, out)
+    key = signature("adaptive_pool_bwd", (dy, out), x_shape, nonzero(beta))
+    call = _calls.get(key, lambda: _adaptive_backward_call(dy, out, x_shape, beta))
+    check_out_disjoint(out, dy=dy)
+    return call(dy, out, alpha, beta)
+
+
+def _adaptive_backward_call(dy, out, x_shape, beta):
     dy = check_batch("dy", check_tensor("dy", dy, ndim=(3, 4, 5), empty=True))
     check_span("dy", dy)
     try:
@@ -289,18 +368,28 @@ def adaptive_avg_pool_backward(
         raise bad_param("x_shape", x_shape, f"(N, C, *S) with N, C = {tuple(dy.shape[:2])}")
     if x_shape[0] < 0 or any(s < 1 for s in x_shape[1:]):
         raise bad_param("x_shape", x_shape, "no dimension below 1 (a batch of 0 is fine)")
-    dx = output(out, x_shape, dy, alpha, beta, reads=[("dy", dy)])
+    dx = output(out, x_shape, dy, 0.0, beta, reads=[])
+
+    def result(dy, out):
+        return out if out is not None else empty_like_layout(x_shape, dy)
+
     if dx.numel() == 0:  # a batch of 0
-        return dx
+        return lambda dy, out, alpha, beta: result(dy, out)
     shape5, dx_st = spatial5(dx.shape, dx.stride())
     out5, dy_st = spatial5(dy.shape, dy.stride())
     cl = _is_cl(dx)
     tiles = K.pool_tiles(shape5[0], shape5[1], shape5[2:], cl, dx.element_size())
     geo = _geometry(None, shape5, dx_st, dy_st, (0,) * 5, out5[2:], tiles)
     md, mh, mw = (K.adaptive_max_window(o, i) for i, o in zip(shape5[2:], out5[2:], strict=True))
-    launch_cached(
-        K.adaptive_bwd_kernel, tiles.grid, dict(DY=dy, DX=dx, alpha=float(alpha), beta=float(beta)),
-        tiles.num_warps, geo=geo, MD=md, MH=mh, MW=mw, CL=cl, BETA_NONZERO=beta != 0,
-        BLOCK_R=tiles.block_r, BLOCK_I=tiles.block_i, STEPS=tiles.steps,
+    launch = slot_launch(
+        K.adaptive_bwd_kernel, tiles.grid, ("DY", "DX", "alpha", "beta"), tiles.num_warps,
+        geo=geo, MD=md, MH=mh, MW=mw, CL=cl, BETA_NONZERO=beta != 0, BLOCK_R=tiles.block_r,
+        BLOCK_I=tiles.block_i, STEPS=tiles.steps,
     )  # fmt: skip
-    return dx
+
+    def call(dy, out, alpha, beta):
+        dx = result(dy, out)
+        launch(dy, dx, float(alpha), float(beta))
+        return dx
+
+    return call
