@@ -132,3 +132,26 @@ def test_pooling_repeated_calls_and_checks():
         ops.pooling_forward(x, "max", 3, stride=2, padding=1, alpha=math.nan)
     with pytest.raises(rtdnn.BadParamError):  # out overlapping x
         ops.pooling_forward(x, "max", 3, stride=2, padding=1, out=x[:, :, :4, :3])
+
+
+def test_flags_are_keyed_element_by_element():
+    """A sequence flag's elements keep their types: a call that passes [True] where ints are
+    due is refused whatever was called before with [1]."""
+    assert signature("f", (), [1]) != signature("f", (), [True])
+    x = torch.randn(2, 3, 4)
+    ops.reduce_tensor(x, "add", [1])
+    with pytest.raises(rtdnn.BadParamError, match="dims"):
+        ops.reduce_tensor(x, "add", [True])
+    ops.activation_forward(x, "hardtanh", coef=(-1.0, 1.0))
+    with pytest.raises(rtdnn.BadParamError, match="coef"):
+        ops.activation_forward(x, "hardtanh", coef=(-1.0, True))
+
+
+def test_attention_under_fake_tensors():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.randn(2, 3, 5, 16, requires_grad=True)
+        k = v = torch.randn(2, 3, 7, 16)
+        out = rtdnn.scaled_dot_product_attention(q, k, v)
+    assert out.shape == (2, 3, 5, 16)

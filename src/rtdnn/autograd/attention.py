@@ -85,10 +85,6 @@ def _backward(ctx, dout, _dlse=None):
 attention_forward.register_autograd(_backward, setup_context=_setup)
 
 
-#: The seed of every call without dropout (which reads none), made once.
-_NO_SEED = torch.zeros((), dtype=torch.int64)
-
-
 @public(ops.scaled_dot_product_attention)
 def scaled_dot_product_attention_api(
     query: Tensor,
@@ -112,5 +108,4 @@ def scaled_dot_product_attention_api(
         raise not_supported(
             "attn_mask.requires_grad", True, "attention gives no gradient to the mask"
         )
-    seed_tensor = _NO_SEED if p == 0 else torch.tensor(seed, dtype=torch.int64)
-    return attention_forward(*args, seed_tensor)[0]
+    return attention_forward(*args, torch.tensor(seed, dtype=torch.int64))[0]

@@ -17,7 +17,8 @@ import torch
 
 def signature(name: str, tensors, *flags) -> tuple | None:
     """A call's signature: its tensors' shapes, strides, dtypes and devices (None stays None),
-    and flags (with their types, so that True and 1 differ; lists as tuples). None when an
+    and flags with their types, so that True and 1 differ (a list or tuple flag keyed element
+    by element, each with its type: the checks of [True] and [1] differ). None when an
     argument that should be a tensor is not one: such a call is checked every time."""
     parts = []
     for t in tensors:
@@ -27,7 +28,13 @@ def signature(name: str, tensors, *flags) -> tuple | None:
             parts.append((t.shape, t.stride(), t.dtype, t.device))
         else:
             return None
-    return (name, *parts, *((type(f), tuple(f) if isinstance(f, list) else f) for f in flags))
+    return (name, *parts, *(_flag(f) for f in flags))
+
+
+def _flag(f: object) -> tuple:
+    if isinstance(f, list | tuple):
+        return (type(f), tuple(_flag(e) for e in f))
+    return (type(f), f)
 
 
 def nonzero(v: object) -> object:

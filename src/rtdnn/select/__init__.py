@@ -70,8 +70,9 @@ def _heuristic_order(p: ConvProblem) -> list[str]:
         first.append("WINOGRAD_NONFUSED")
     # Backward-data of an RGB stem or a 1-channel input: the implicit GEMMs' output is a few
     # columns wide, GEMM's is not (see algos.gemm.PREFER_BACKWARD_DATA_UP_TO_C). Its
-    # workspace is large (450 MiB for ResNet-50's stem at batch 64): up to 1 GiB, and under a
-    # tighter limit the list goes on to the implicit GEMM.
+    # workspace is large (450 MiB for ResNet-50's stem at batch 64): up to 1/32 of the
+    # device's memory (algos.gemm.PREFER_UP_TO_MEMORY_SHARE), and under a tighter limit the
+    # list goes on to the implicit GEMM.
     if gemm_preferred(p):
         first.append("GEMM")
     # Split-K pays off for backward-filter (a small output, a reduction over every pixel);
