@@ -248,16 +248,19 @@ def test_gemm_refuses_a_column_matrix_past_32_bit_offsets(direction):
 
 def test_heuristic_picks_gemm_for_backward_data_of_few_channels_on_a_gpu(monkeypatch):
     """Backward-data of an RGB stem or a 1-channel layer on a GPU runs as GEMM, within the
-    workspace limit and 1 GiB; forward, wider layers, grouped ones, a larger workspace and the
-    CPU keep the implicit GEMM."""
+    workspace limit and 1/32 of the device's memory; forward, wider layers, grouped ones, a
+    larger workspace and the CPU keep the implicit GEMM."""
     from dataclasses import replace
 
-    from rtdnn.algos import geometry, implicit_gemm
+    from rtdnn.algos import gemm, geometry, implicit_gemm
 
-    # No GPU here: nothing stored to ask the database for; an H100's 132 multiprocessors.
+    # No GPU here: nothing stored to ask the database for; an H100's 132 multiprocessors and
+    # 80 GB.
     monkeypatch.setattr(select, "_known", lambda p: [])
     for module in (geometry, implicit_gemm):
         monkeypatch.setattr(module, "parallel_slots", lambda device: 264)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(gemm, "device_memory_bytes", lambda index: 80 << 30)
     gpu = lambda direction, x, w, **conv: replace(problem(direction, x, w, **conv), device="cuda")  # noqa: E731
     stem = torch.empty(64, 3, 224, 224), torch.empty(64, 3, 7, 7)
     p = gpu("backward_data", *stem, stride=2, padding=3)
@@ -274,11 +277,16 @@ def test_heuristic_picks_gemm_for_backward_data_of_few_channels_on_a_gpu(monkeyp
         gpu("backward_data", torch.empty(8, 16, 56, 56), torch.empty(32, 16, 3, 3), padding=1),
         gpu("backward_data", torch.empty(8, 8, 56, 56), torch.empty(32, 2, 3, 3), groups=4),
         problem("backward_data", *stem, stride=2, padding=3),  # the CPU
-        # AlexNet's stem at batch 256: 1.05 GiB of workspace, more than the heuristic takes.
-        gpu("backward_data", torch.empty(256, 3, 227, 227), torch.empty(96, 3, 11, 11), stride=4),
     ]
     for q in others:
         assert select.choose(q).name != "GEMM", q
+    # AlexNet's stem at batch 256: 1.05 GiB of workspace, within 1/32 of 80 GB, not of 16 GB.
+    alexnet = gpu(
+        "backward_data", torch.empty(256, 3, 227, 227), torch.empty(96, 3, 11, 11), stride=4
+    )
+    assert select.choose(alexnet).name == "GEMM"
+    monkeypatch.setattr(gemm, "device_memory_bytes", lambda index: 16 << 30)
+    assert select.choose(alexnet).name != "GEMM"
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
