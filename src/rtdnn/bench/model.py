@@ -186,8 +186,9 @@ def run_model(
 
         steps_fns[label] = (net, infer, train)
     # Rounds alternate between the two models and the median is kept, so that a slow spell of
-    # the host or the GPU does not land on one side only.
-    rounds = 3 if cuda else 1
+    # the host or the GPU does not land on one side only. Eager rounds of one run spread by up
+    # to 15% with the host's speed: five of them give a steadier median than three.
+    rounds = 5 if cuda else 1
     samples: dict[str, list[float]] = {}
     for _ in range(rounds):
         for label, (net, infer, train) in steps_fns.items():
