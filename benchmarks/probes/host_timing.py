@@ -29,6 +29,33 @@ def host_us(fn, calls: int = 100, reps: int = 20) -> tuple[float, float]:
     return host / (calls * reps) * 1e6, span / (calls * reps) * 1e6
 
 
+def autocast():
+    """bf16 autocast on the GPU, as `rtdnn bench --model` runs."""
+    return torch.autocast("cuda", dtype=torch.bfloat16)
+
+
+def train_step(m, x: torch.Tensor):
+    """A function running one training step of the layer m on x: autocast forward, then
+    backward from a gradient of ones."""
+
+    def step():
+        with autocast():
+            y = m(x)
+        y.backward(torch.ones_like(y))
+
+    return step
+
+
+def forward_only(m, x: torch.Tensor):
+    """A function running m's autocast forward on x (recorded by autograd if x needs grad)."""
+
+    def step():
+        with autocast():
+            m(x)
+
+    return step
+
+
 class Identity(torch.autograd.Function):
     """The least a Python autograd node costs."""
 

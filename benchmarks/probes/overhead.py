@@ -7,7 +7,7 @@ host_timing.host_us for how the host's own cost is separated from time spent wai
 import torch
 import triton
 import triton.language as tl
-from host_timing import Identity, host_us
+from host_timing import Identity, autocast, forward_only, host_us, train_step
 from triton.runtime import driver
 
 import rtdnn
@@ -43,27 +43,6 @@ y_copy = torch.empty_like(x)
 xg = x32.clone().requires_grad_()
 
 
-def autocast():
-    return torch.autocast("cuda", dtype=torch.bfloat16)
-
-
-def train_step(m):
-    def step():
-        with autocast():
-            y = m(xg)
-        y.backward(torch.ones_like(y))
-
-    return step
-
-
-def forward_only(m):
-    def step():
-        with autocast():
-            m(xg)
-
-    return step
-
-
 def backward_only(m):
     with autocast():
         y = m(xg)
@@ -87,21 +66,21 @@ rows = [
     ("conv module, no grad, autocast", no_grad(autocast()(lambda: ours[conv](x32)))),
     ("torch conv module, no grad, bf16", no_grad(lambda: torch.nn.functional.conv2d(x, w,
                                                                                    padding=1))),
-    ("conv module forward with grad (autocast)", forward_only(ours[conv])),
-    ("conv module train step (autocast)", train_step(ours[conv])),
-    ("torch conv train step (autocast)", train_step(conv)),
+    ("conv module forward with grad (autocast)", forward_only(ours[conv], xg)),
+    ("conv module train step (autocast)", train_step(ours[conv], xg)),
+    ("torch conv train step (autocast)", train_step(conv, xg)),
     ("bn eval op", lambda: ops.batch_norm_forward_inference(
         x, bn.weight, bn.bias, bn.running_mean, bn.running_var)),
     ("bn module eval, no grad", no_grad(lambda: ours[bn].eval()(x))),
     ("torch bn eval, no grad", no_grad(lambda: bn.eval()(x))),
-    ("bn module train step", train_step(ours[bn].train())),
-    ("torch bn train step", train_step(bn.train())),
+    ("bn module train step", train_step(ours[bn].train(), xg)),
+    ("torch bn train step", train_step(bn.train(), xg)),
     ("relu op", lambda: ops.activation_forward(x, "relu")),
     ("relu module, no grad", no_grad(lambda: ours[relu](x))),
     ("torch relu, no grad", no_grad(lambda: torch.relu(x))),
-    ("relu module train step", train_step(ours[relu])),
-    ("torch relu train step", train_step(relu)),
-    ("bn+relu fused module train step", train_step(bn_relu.train())),
+    ("relu module train step", train_step(ours[relu], xg)),
+    ("torch relu train step", train_step(relu, xg)),
+    ("bn+relu fused module train step", train_step(bn_relu.train(), xg)),
     ("one prepared launch (SlotLaunch)", lambda: copy_launch(x, y_copy)),
     ("  current device (Triton driver)", lambda: driver.active.get_current_device()),
     ("  current stream (Triton driver)", lambda: driver.active.get_current_stream(0)),
@@ -112,7 +91,7 @@ rows = [
     ("conv backward_filter op", lambda: ops.conv_backward_filter(x, x, w.shape, padding=1)),
     ("rtdnn conv backward only (autocast graph)", backward_only(ours[conv])),
     ("torch conv backward only (autocast graph)", backward_only(conv)),
-    ("identity autograd.Function train step", train_step(Identity.apply)),
+    ("identity autograd.Function train step", train_step(Identity.apply, xg)),
 ]  # fmt: skip
 for name, fn in rows:
     try:

@@ -9,7 +9,7 @@ own cost is separated from GPU time.
 import sys
 
 import torch
-from host_timing import host_us
+from host_timing import forward_only, host_us, train_step
 from torchvision.models.vision_transformer import EncoderBlock
 
 import rtdnn
@@ -21,27 +21,6 @@ block = EncoderBlock(12, 768, 3072, 0.0, 0.0).to(dev)
 ours, _ = rtdnn.convert(block)
 x = torch.randn(1, 197, 768, device=dev, requires_grad=True)
 xb = x.detach().bfloat16()
-
-
-def autocast():
-    return torch.autocast(dev, dtype=torch.bfloat16)
-
-
-def train_step(m):
-    def step():
-        with autocast():
-            y = m(x)
-        y.float().sum().backward()
-
-    return step
-
-
-def forward_only(m):
-    def step():
-        with autocast():
-            m(x)
-
-    return step
 
 
 def module_pairs():
@@ -71,10 +50,10 @@ for name, theirs, mine in module_pairs():
     if name == "attention":
         theirs, mine = mha(theirs), mha(mine)
     rows += [
-        (f"torch {name} train step", train_step(theirs)),
-        (f"rtdnn {name} train step", train_step(mine)),
-        (f"torch {name} forward (grad)", forward_only(theirs)),
-        (f"rtdnn {name} forward (grad)", forward_only(mine)),
+        (f"torch {name} train step", train_step(theirs, x)),
+        (f"rtdnn {name} train step", train_step(mine, x)),
+        (f"torch {name} forward (grad)", forward_only(theirs, x)),
+        (f"rtdnn {name} forward (grad)", forward_only(mine, x)),
     ]
 rows += [
     ("torch F.linear", lambda: torch.nn.functional.linear(xr, w, bias)),
@@ -102,7 +81,7 @@ if len(sys.argv) > 1:
     import cProfile
     import pstats
 
-    step = train_step(ours)
+    step = train_step(ours, x)
     for _ in range(20):
         step()
     torch.cuda.synchronize()
