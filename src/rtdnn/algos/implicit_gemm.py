@@ -9,6 +9,7 @@ partial sums to a workspace, summed afterwards in a fixed order (deterministic).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -22,18 +23,28 @@ from ..kernels import conv_addressing as ca
 from ..kernels import conv_tma, strided
 from ..kernels.brgemm import identity
 from ..kernels.conv_addressing import DataGeometry
-from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
+from ..kernels.launch import (
+    BrgemmLaunch,
+    KernelLaunch,
+    MatrixLayout,
+    Operand,
+    Output,
+    TileConfig,
+    TmaGemmLaunch,
+    TmaGemmTiles,
+)
 from ..kernels.strided import StridedGeometry
 from .base import ConvAlgorithm, ConvTensors, Runner
 from .geometry import (
     conv_geometry,
     data_phases,
     dot_precision,
+    multiprocessor_count,
     parallel_slots,
     static_phase_taps,
     static_taps,
 )
-from .tiles import gemm_candidates
+from .tiles import gemm_candidates, tma_gemm_candidates, tma_gemm_usable
 
 #: Below this many channels per group, forward and backward-filter pack (tap, channel) into
 #: one reduction (or column) index rather than giving each tap its own mostly empty chunk.
@@ -268,6 +279,33 @@ def pointwise_operands(p: ConvProblem, geo) -> tuple[Operand, Operand] | None:
     return Operand(a_setup, a_load, a), Operand(b_setup, b_load, b)
 
 
+def pointwise_layouts(p: ConvProblem) -> tuple[MatrixLayout, MatrixLayout, tuple[int, int]] | None:
+    """A's and B's layouts and C's (row, column) strides of an ungrouped 1x1, stride-1,
+    unpadded convolution as the plain GEMM that the TMA GEMM (kernels/gemm_tma.py) reads, or
+    None where it cannot (see tiles.tma_gemm_usable): channels-last pixels and a filter with
+    contiguous input channels give unit-stride matrices."""
+    geo = conv_geometry(p)
+    if p.groups != 1 or any(geo.offsets) or pointwise_operands(p, geo) is None:
+        return None
+    sx, sy = pixel_stride(p.x), pixel_stride(p.y)
+    pixels = p.batch * math.prod(p.out_spatial)
+    c, k = p.in_channels, p.out_channels
+    xs_c, ys_k = p.x.strides[1], p.y.strides[1]
+    ws_k, ws_c = geo.w_strides[0], geo.w_strides[1]
+    if p.direction == Direction.FORWARD:  # x[P, c] @ w^T[c, k] -> y[P, k]
+        a, b = MatrixLayout.of(pixels, c, sx, xs_c), MatrixLayout.of(c, k, ws_c, ws_k)
+        out = (sy, ys_k)
+    elif p.direction == Direction.BACKWARD_DATA:  # dy[P, k] @ w[k, c] -> dx[P, c]
+        a, b = MatrixLayout.of(pixels, k, sy, ys_k), MatrixLayout.of(k, c, ws_k, ws_c)
+        out = (sx, xs_c)
+    else:  # dy^T[k, P] @ x[P, c] -> dw[k, c]
+        a, b = MatrixLayout.of(k, pixels, ys_k, sy), MatrixLayout.of(pixels, c, sx, xs_c)
+        out = (ws_k, ws_c)
+    if a is None or b is None or not tma_gemm_usable(p.device, p.dtype, a, b):
+        return None
+    return a, b, out
+
+
 class ImplicitGemm(ConvAlgorithm):
     name = "IMPLICIT_GEMM"
 
@@ -280,11 +318,26 @@ class ImplicitGemm(ConvAlgorithm):
     def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
         rows, cols, depth, _ = gemm_shape(p)
         candidates = gemm_candidates(p, rows, cols, depth)
+        plain = self._tma_gemm_candidates(p, rows, cols, depth)
         if self.splits(p) > 1 and p.direction != Direction.BACKWARD_FILTER:
-            return candidates  # the TMA forward does not split its reduction
-        return candidates + _tma_candidates(p, candidates)
+            return plain + candidates  # the TMA forward does not split its reduction
+        return plain + candidates + _tma_candidates(p, candidates)
+
+    def _tma_gemm_candidates(
+        self, p: ConvProblem, rows: int, cols: int, depth: int
+    ) -> list[TmaGemmTiles]:
+        """The TMA GEMM's tiles for a 1x1 layer it can read (first: the untuned choice), split
+        no more than this algorithm's workspace holds."""
+        if pointwise_layouts(p) is None:
+            return []
+        most = self.splits(p)
+        tiles = tma_gemm_candidates(p.device, p.dtype, rows, cols, depth, splits=most > 1)
+        out = [dataclasses.replace(t, splits=min(t.splits, most)) for t in tiles]
+        return list(dict.fromkeys(out))
 
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
+        if isinstance(tiles, TmaGemmTiles):
+            return self._prepare_tma_gemm(p, tiles)
         geo = static_taps(conv_geometry(p))
         if packed(p):
             # Few channels, few distinct counts: the (tap, channel) split of every packed
@@ -330,6 +383,36 @@ class ImplicitGemm(ConvAlgorithm):
                 gemm(t.x, t.w, t.y, alpha=alpha, beta=beta, bias=t.bias, workspace=workspace)
             else:
                 gemm(t.y, t.x, t.w, alpha=alpha, beta=beta, workspace=workspace)
+
+        return run
+
+    def _prepare_tma_gemm(self, p: ConvProblem, tiles: TmaGemmTiles) -> Runner:
+        """A 1x1 layer as a plain GEMM read through TMA descriptors (kernels/gemm_tma.py); the
+        pointer path's first tiles run instead where a call's operands are not 16-byte
+        aligned."""
+        layouts = pointwise_layouts(p)
+        if layouts is None:
+            raise ValueError("TMA GEMM tiles for a problem it cannot read")
+        a, b, c_strides = layouts
+        programs = multiprocessor_count(torch.cuda.current_device()) if p.device == "cuda" else 4
+        gemm = TmaGemmLaunch(
+            a, b, c_strides, tiles=tiles, programs=programs, precision=dot_precision(p)
+        )
+        rows, cols, depth, _ = gemm_shape(p)
+        plain = self.prepare(p, gemm_candidates(p, rows, cols, depth)[0])
+        direction = p.direction
+
+        def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            if direction == Direction.FORWARD:
+                operands, out, bias = (t.x, t.w), t.y, t.bias
+            elif direction == Direction.BACKWARD_DATA:
+                operands, out, bias = (t.y, t.w), t.x, None
+            else:
+                operands, out, bias = (t.y, t.x), t.w, None
+            if (operands[0].data_ptr() | operands[1].data_ptr()) & 15:
+                plain(t, workspace, alpha, beta)
+                return
+            gemm(*operands, out, alpha=alpha, beta=beta, bias=bias, workspace=workspace)
 
         return run
 

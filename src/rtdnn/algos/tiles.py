@@ -17,9 +17,10 @@ from typing import Protocol
 import torch
 import triton
 
-from ..core import ConvProblem
+from ..core import INTERPRETED, ConvProblem, cdiv
 from ..core.timing import device_time_ms
-from ..kernels.launch import TileConfig
+from ..kernels.launch import MatrixLayout, TileConfig, TmaGemmTiles
+from .geometry import multiprocessor_count
 
 CPU_TILES = TileConfig(32, 32, 16, group_m=1, num_warps=1, num_stages=1)
 
@@ -94,6 +95,75 @@ def tile_candidates(
             continue
         out.append(TileConfig(bm, bn, bk_, 8, warps, stages))
     return out or [TileConfig(64, 64, bk, 8, 4, 4)]
+
+
+#: The TMA GEMM runs on Hopper and later GPUs; tests set this to run it under Triton's
+#: interpreter too, which has no such rule.
+TMA_GEMM_IN_INTERPRETER = False
+
+# (block_m, block_n, block_k, warps, stages), the untuned choice first: the fastest shapes of
+# an H200 sweep over ViT-B/16's and ResNet-50's plain GEMMs (benchmarks/probes/
+# plain_gemm_probe.py), 128 x 64 and 256 x 64 for outputs 64 columns wide.
+_TMA_SHAPES = (
+    (128, 128, 64, 4, 4),
+    (128, 256, 64, 8, 3),
+    (256, 128, 64, 8, 3),
+    (128, 128, 128, 8, 3),
+    (64, 128, 64, 4, 5),
+)
+_TMA_NARROW_SHAPES = ((128, 64, 64, 4, 4), (256, 64, 64, 8, 3))
+
+
+def tma_gemm_usable(device: str, dtype: torch.dtype, *layouts: MatrixLayout) -> bool:
+    """Whether the TMA GEMM (kernels/gemm_tma.py) can read these operands: 16-bit data (its
+    float32 operands would need K-major tiles that a transposed operand does not give), each
+    stored with a unit last stride and a row stride of whole 16-byte units, on a Hopper or
+    later GPU. Each call still checks its tensors' 16-byte alignment."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return False
+    if device == "cuda":
+        if torch.cuda.get_device_capability()[0] < 9:
+            return False
+    elif not (INTERPRETED and TMA_GEMM_IN_INTERPRETER):
+        return False
+    for layout in layouts:
+        shape, strides = layout.stored()
+        if strides[0] < shape[1] or (strides[0] * dtype.itemsize) % 16:
+            return False
+    return True
+
+
+def _tma_splits(device: str, tiles: int, k_tiles: int) -> int:
+    """Reduction splits for `tiles` output tiles: enough jobs for every multiprocessor, each
+    at least 8 steps long, at most 32 (an H200 ran ResNet-50's 64 x 256 weight gradient over
+    200k pixels fastest in 32)."""
+    if device != "cuda":
+        return 2 if k_tiles >= 4 else 1  # tests: the long reductions split
+    sms = multiprocessor_count(torch.cuda.current_device())
+    if tiles >= sms:
+        return 1
+    return max(1, min(cdiv(sms, tiles), k_tiles // 8, 32))
+
+
+def tma_gemm_candidates(
+    device: str, dtype: torch.dtype, m: int, n: int, k: int, splits: bool = True
+) -> list[TmaGemmTiles]:
+    """TMA GEMM tiles for an m x n output over a reduction of k, the untuned choice first;
+    each shape with its split (when the output has too few tiles for the device and `splits`
+    allows), and unsplit. The caller checks tma_gemm_usable first."""
+    if device != "cuda":
+        # The interpreter: small tiles, split when it can so that tests cover the reduction.
+        s = _tma_splits(device, 1, cdiv(k, 16)) if splits else 1
+        return [TmaGemmTiles(32, 32, 16, group_m=1, num_warps=1, num_stages=1, splits=s)]
+    shapes = _TMA_NARROW_SHAPES + _TMA_SHAPES if n <= 64 else _TMA_SHAPES
+    out = []
+    for bm, bn, bk, warps, stages in shapes:
+        if bm > 2 * max(64, m) or bn > 2 * max(64, n):
+            continue  # far larger than the output: mostly masked work
+        s = _tma_splits(device, cdiv(m, bm) * cdiv(n, bn), cdiv(k, bk)) if splits else 1
+        for count in dict.fromkeys((s, 1)):
+            out.append(TmaGemmTiles(bm, bn, bk, 8, warps, stages, splits=count))
+    return out
 
 
 def tune(key, candidates: list[TileConfig], make_run) -> TileConfig:

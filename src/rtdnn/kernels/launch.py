@@ -21,6 +21,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from ..core import INTERPRETED, cdiv
 from ..core.handle import stream_counters
 from .brgemm import brgemm_kernel, identity
+from .gemm_tma import gemm_tma_kernel
 
 #: brgemm_kernel's UPCAST flag (bfloat16 tiles multiplied as float32 under the interpreter).
 #: A constant of its own, apart from INTERPRETED (which says how to launch), so that the
@@ -38,6 +39,14 @@ class TileConfig:
     group_m: int = 8
     num_warps: int = 4
     num_stages: int = 3
+
+
+@dataclass(frozen=True)
+class TmaGemmTiles(TileConfig):
+    """Tiles of the TMA GEMM on plain matrices (kernels/gemm_tma.py), with its split of the
+    reduction (1: none), which the tile tuner chooses along with the shape."""
+
+    splits: int = 1
 
 
 def _launch_hooks_installed() -> bool:
@@ -360,3 +369,105 @@ class BrgemmLaunch:
             arrivals = stream_counters(c.device, self.tiles * self.config["batches"])
         bias_arg = bias if bias is not None else c
         launch(a, b, c, bias_arg, ws, arrivals, float(alpha), float(beta))
+
+
+@dataclass(frozen=True)
+class MatrixLayout:
+    """How a GEMM operand sits in memory: a rows x cols matrix, stored as it is (row stride
+    `stride`, unit column stride) or, when `transposed`, as its cols x rows transpose (unit
+    stride along rows)."""
+
+    rows: int
+    cols: int
+    stride: int
+    transposed: bool
+
+    @classmethod
+    def of(cls, rows: int, cols: int, s_row: int, s_col: int) -> MatrixLayout | None:
+        """The layout of a rows x cols matrix with these strides, or None when neither
+        dimension has a unit stride (or the matrix is one row or column, whose other stride
+        is arbitrary)."""
+        if rows == 1 or cols == 1:
+            return None
+        if s_col == 1:
+            return cls(rows, cols, s_row, False)
+        if s_row == 1:
+            return cls(rows, cols, s_col, True)
+        return None
+
+    def stored(self) -> tuple[list[int], list[int]]:
+        """The shape and strides of the stored (unit-stride last) matrix."""
+        if self.transposed:
+            return [self.cols, self.rows], [self.stride, 1]
+        return [self.rows, self.cols], [self.stride, 1]
+
+
+class TmaGemmLaunch:
+    """C = act(alpha * A @ B + bias + beta * C), A (m x k) and B (k x n) plain matrices read
+    through TMA descriptors (kernels/gemm_tma.py), C any m x n strides. Fixed at construction
+    like BrgemmLaunch, and called the same way; the caller checks that both operands' bases
+    are 16-byte aligned (the copy engine's rule) before each call.
+    """
+
+    def __init__(
+        self,
+        a: MatrixLayout,
+        b: MatrixLayout,
+        c_strides: tuple[int, int],
+        *,
+        tiles: TmaGemmTiles,
+        programs: int,
+        precision: str = "ieee",
+        activation=identity,
+    ):
+        m, k, n = a.rows, a.cols, b.cols
+        bm, bn, bk = tiles.block_m, tiles.block_n, tiles.block_k
+        k_tiles = cdiv(k, bk)
+        splits = max(1, min(tiles.splits, k_tiles))
+        splits = cdiv(k_tiles, cdiv(k_tiles, splits))  # none left empty
+        self.splits = splits
+        self.tiles = cdiv(m, bm) * cdiv(n, bn)
+        self.partial_bytes = splits * m * n * 4 if splits > 1 else 0
+        self.a_shape, self.a_strides = a.stored()
+        self.b_shape, self.b_strides = b.stored()
+        self.a_block = [bk, bm] if a.transposed else [bm, bk]
+        self.b_block = [bn, bk] if b.transposed else [bk, bn]
+        self.config = dict(
+            M=m, N=n, K=k, stride_cm=c_strides[0], stride_cn=c_strides[1],
+            A_T=a.transposed, B_T=b.transposed, ACTIVATION=activation, SPLITS=splits,
+            NUM_PROGRAMS=max(1, min(self.tiles * splits, programs)), PRECISION=precision,
+            UPCAST=UPCAST, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=tiles.group_m,
+        )  # fmt: skip
+        self.options = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+        self._variants: dict[tuple[bool, bool], SlotLaunch] = {}
+
+    def _variant(self, has_bias: bool, beta_nonzero: bool) -> SlotLaunch:
+        return SlotLaunch(
+            gemm_tma_kernel, (self.config["NUM_PROGRAMS"],), self.options,
+            ("A", "B", "C", "BIAS", "WS", "ARRIVALS", "alpha", "beta"),
+            HAS_BIAS=has_bias, BETA_NONZERO=beta_nonzero, **self.config,
+        )  # fmt: skip
+
+    def __call__(
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        c: torch.Tensor,
+        *,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        bias: torch.Tensor | None = None,
+        workspace: torch.Tensor | None = None,
+    ) -> None:
+        key = (bias is not None, beta != 0)
+        launch = self._variants.get(key)
+        if launch is None:
+            launch = self._variants[key] = self._variant(*key)
+        a_desc = TensorDescriptor(a, self.a_shape, self.a_strides, self.a_block)
+        b_desc = TensorDescriptor(b, self.b_shape, self.b_strides, self.b_block)
+        ws = arrivals = c  # not read without split-K
+        if self.splits > 1:
+            ws = workspace.view(torch.float32)
+            arrivals = stream_counters(c.device, self.tiles)
+        bias_arg = bias if bias is not None else c
+        launch(a_desc, b_desc, c, bias_arg, ws, arrivals, float(alpha), float(beta))

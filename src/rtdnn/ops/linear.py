@@ -22,8 +22,8 @@ import functools
 
 import torch
 
-from ..algos.geometry import parallel_slots
-from ..algos.tiles import tile_candidates, tune
+from ..algos.geometry import multiprocessor_count, parallel_slots
+from ..algos.tiles import tile_candidates, tma_gemm_candidates, tma_gemm_usable, tune
 from ..core import (
     bad_param,
     cdiv,
@@ -39,7 +39,15 @@ from ..core import (
 from ..core.handle import stream_workspace
 from ..core.prepared import PreparedCalls, nonzero, signature
 from ..kernels import brgemm, strided
-from ..kernels.launch import BrgemmLaunch, Operand, Output, TileConfig
+from ..kernels.launch import (
+    BrgemmLaunch,
+    MatrixLayout,
+    Operand,
+    Output,
+    TileConfig,
+    TmaGemmLaunch,
+    TmaGemmTiles,
+)
 from ..kernels.strided import StridedGeometry
 from ._common import finish_empty
 from .tensor_ops import reduce_tensor
@@ -93,27 +101,63 @@ def _launch(
     )  # fmt: skip
 
 
+def _layout(g: StridedGeometry) -> MatrixLayout | None:
+    return MatrixLayout.of(g.rows, g.cols, g.s_row, g.s_col)
+
+
 def _prepare_gemm(a, a_geo, b, b_geo, c, bias, activation, precision):
     """The call c = act(alpha * A @ B + bias + beta * c) for strided 2-D A, B and c of these
     shapes and strides: tiles (timed on the first call's tensors on the GPU), split and launch
-    chosen once. Returns run(a, b, c, alpha, beta, bias)."""
+    chosen once. On Hopper, 16-bit operands with a unit-stride dimension are offered to the
+    TMA GEMM too (its tiles first: the untuned choice), which falls back to the pointer
+    path's first tiles on a call whose operands are not 16-byte aligned. Returns run(a, b, c,
+    alpha, beta, bias)."""
     m, n, depth = a_geo.rows, b_geo.cols, a_geo.cols
     c_geo = _matrix(c)
     device = c.device.type
     act = ACTIVATIONS[activation]
     splits = _splits(m, n, depth, device)
     candidates = list(_candidates(device, c.dtype, m, n, depth))
+    a_layout, b_layout = _layout(a_geo), _layout(b_geo)
+    if a_layout and b_layout and tma_gemm_usable(device, a.dtype, a_layout, b_layout):
+        candidates = tma_gemm_candidates(device, c.dtype, m, n, depth) + candidates
     key = ("linear", a_geo, b_geo, c_geo, c.dtype, precision, splits)
+    programs = multiprocessor_count(c.device.index or 0) if device == "cuda" else 4
+
+    def build(tiles):
+        if isinstance(tiles, TmaGemmTiles):
+            return TmaGemmLaunch(
+                a_layout, b_layout, (c_geo.s_row, c_geo.s_col), tiles=tiles,
+                programs=programs, precision=precision, activation=act,
+            )  # fmt: skip
+        return _launch(a_geo, b_geo, c_geo, depth, tiles, precision, act, splits)
 
     def make_run(tiles):
-        launch = _launch(a_geo, b_geo, c_geo, depth, tiles, precision, act, splits)
+        launch = build(tiles)
         scratch = torch.empty_strided(c.shape, c.stride(), dtype=c.dtype, device=c.device)
         ws = stream_workspace(launch.partial_bytes, c.device)
         return lambda: launch(a, b, scratch, bias=bias, workspace=ws)
 
     tiles = tune(key, candidates, make_run) if device == "cuda" else candidates[0]
-    launch = _launch(a_geo, b_geo, c_geo, depth, tiles, precision, act, splits)
+    launch = build(tiles)
     partial_bytes, target = launch.partial_bytes, c.device
+    if isinstance(tiles, TmaGemmTiles):
+        pointer_tiles = next(t for t in candidates if not isinstance(t, TmaGemmTiles))
+        pointer = _launch(a_geo, b_geo, c_geo, depth, pointer_tiles, precision, act, splits)
+
+        def run(a, b, c, alpha, beta, bias=None):
+            if (a.data_ptr() | b.data_ptr()) & 15:  # the copy engine reads aligned bases only
+                ws = (
+                    stream_workspace(pointer.partial_bytes, target)
+                    if pointer.partial_bytes
+                    else None
+                )
+                pointer(a, b, c, alpha=alpha, beta=beta, bias=bias, workspace=ws)
+                return
+            ws = stream_workspace(partial_bytes, target) if partial_bytes else None
+            launch(a, b, c, alpha=alpha, beta=beta, bias=bias, workspace=ws)
+
+        return run
 
     def run(a, b, c, alpha, beta, bias=None):
         ws = stream_workspace(partial_bytes, target) if partial_bytes else None

@@ -1,0 +1,135 @@
+"""The TMA GEMM (kernels/gemm_tma.py) compiled for the GPU (Hopper or later): every tile
+candidate, split and unsplit, in the three operand orientations that linear layers and 1x1
+convolutions use, in bfloat16 and float16, with bias, ReLU, alpha and beta, against the float64
+reference on NaN-poisoned outputs; then the ops that run it (linear in every direction, 1x1
+channels-last convolutions), the pointer path taking over for a misaligned view, and the split
+weight gradient repeating bit for bit. Run with RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU
+of compute capability 9 or more."""
+
+import os
+
+import pytest
+import torch
+
+from rtdnn import ops
+from rtdnn import reference as R
+from rtdnn.algos import tiles
+from rtdnn.kernels import launch
+from rtdnn.kernels.launch import MatrixLayout, TmaGemmLaunch
+
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(
+        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
+    ),
+    pytest.mark.skipif(
+        torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 9,
+        reason="TMA needs compute capability 9 or more",
+    ),
+    pytest.mark.gpu,
+]
+
+DTYPES = {"bf16": (torch.bfloat16, 1e-2), "fp16": (torch.float16, 2e-3)}
+# (m, n, k): tails in every dimension; a long reduction over a small output (split).
+SHAPES = [(1000, 136, 520), (130, 64, 8200)]
+ORIENTATIONS = {"x@w^T": (False, True), "dy@w": (False, False), "dy^T@x": (True, False)}
+
+
+def _stored(rows, cols, transposed, dtype):
+    """A rows x cols operand and its storage (the transpose when `transposed`)."""
+    data = torch.randn(cols, rows) if transposed else torch.randn(rows, cols)
+    data = data.to(device="cuda", dtype=dtype)
+    return (data.t() if transposed else data), data
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("orientation", ORIENTATIONS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_candidate(dtype_name, orientation, shape):
+    dtype, tol = DTYPES[dtype_name]
+    m, n, k = shape
+    a_t, b_t = ORIENTATIONS[orientation]
+    a, a_data = _stored(m, k, a_t, dtype)
+    b, b_data = _stored(k, n, b_t, dtype)
+    bias = torch.randn(n, device="cuda").to(dtype)
+    prior = torch.randn(m, n, device="cuda").to(dtype)
+    product = a.double() @ b.double()
+    a_layout = MatrixLayout(m, k, m if a_t else k, a_t)
+    b_layout = MatrixLayout(k, n, k if b_t else n, b_t)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    candidates = tiles.tma_gemm_candidates("cuda", dtype, m, n, k)
+    if k > 8000:  # two output tiles over 8200: split
+        assert any(t.splits > 1 for t in candidates)
+    for t in candidates:
+        gemm = TmaGemmLaunch(a_layout, b_layout, (n, 1), tiles=t, programs=sms)
+        ws = torch.empty(max(1, gemm.partial_bytes), dtype=torch.uint8, device="cuda")
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        gemm(a_data, b_data, out, alpha=0.5, bias=bias, workspace=ws)
+        ref = 0.5 * product + bias.double()
+        assert R.rel_error(out, ref.cpu()) < tol, t
+        out = prior.clone()
+        gemm(a_data, b_data, out, alpha=1.0, beta=-2.0, workspace=ws)
+        ref = product - 2.0 * prior.double()
+        assert R.rel_error(out, ref.cpu()) < tol, t
+
+
+@pytest.fixture
+def tma_launches(monkeypatch):
+    """Records each TMA GEMM launch's splits; the tile tuner off, so that the first candidate
+    (the TMA GEMM's) runs and the tuner's trials are not counted."""
+    monkeypatch.setenv("RTDNN_AUTOTUNE", "0")
+    splits: list[int] = []
+    call = launch.TmaGemmLaunch.__call__
+
+    def recorded(self, *args, **kwargs):
+        splits.append(self.splits)
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(launch.TmaGemmLaunch, "__call__", recorded)
+    return splits
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+def test_linear_every_direction(tma_launches, dtype_name):
+    dtype, tol = DTYPES[dtype_name]
+    x = torch.randn(3, 197, 776, device="cuda").to(dtype)
+    w = torch.randn(1000, 776, device="cuda").to(dtype) / 28
+    bias = torch.randn(1000, device="cuda").to(dtype)
+    dy = torch.randn(3, 197, 1000, device="cuda").to(dtype)
+    y = ops.linear(x, w, bias, activation="relu")
+    ref = torch.relu(x.double() @ w.double().t() + bias.double())
+    assert R.rel_error(y, ref.cpu()) < tol
+    dx = ops.linear_backward_data(dy, w)
+    assert R.rel_error(dx, (dy.double() @ w.double()).cpu()) < tol
+    dw = ops.linear_backward_weight(x, dy)
+    ref = dy.double().reshape(-1, 1000).t() @ x.double().reshape(-1, 776)
+    assert R.rel_error(dw, ref.cpu()) < tol
+    assert torch.equal(dw, ops.linear_backward_weight(x, dy))  # a fixed order of the splits
+    assert len(tma_launches) == 4
+    # A view 2 bytes past alignment: the same prepared call takes the pointer path.
+    shifted = torch.empty(3 * 197 * 776 + 1, device="cuda", dtype=dtype)[1:].view(3, 197, 776)
+    shifted.copy_(x)
+    y2 = ops.linear(shifted, w, bias, activation="relu")
+    assert R.rel_error(y2, ref.cpu()) < tol
+    assert len(tma_launches) == 4
+
+
+@pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K"])
+def test_pointwise_convolution_every_direction(tma_launches, algo):
+    dtype, tol = DTYPES["bf16"]
+    cl = torch.channels_last
+    x = torch.randn(8, 256, 14, 14, device="cuda").to(dtype).to(memory_format=cl)
+    w = (torch.randn(520, 256, 1, 1, device="cuda") / 16).to(dtype).to(memory_format=cl)
+    bias = torch.randn(520, device="cuda").to(dtype)
+    y_ref = torch.nn.functional.conv2d(x.double(), w.double(), bias.double())
+    y = ops.conv_forward(x, w, bias, algo=algo)
+    assert R.rel_error(y, y_ref.cpu()) < tol
+    dy = torch.randn_like(y_ref).to(dtype).to(memory_format=cl)
+    if algo == "IMPLICIT_GEMM":
+        dx = ops.conv_backward_data(dy, w, x.shape, algo=algo)
+        ref = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double())
+        assert R.rel_error(dx, ref.cpu()) < tol
+    dw = ops.conv_backward_filter(x, dy, w.shape, algo=algo)
+    ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double())
+    assert R.rel_error(dw, ref.cpu()) < tol
+    assert len(tma_launches) == (3 if algo == "IMPLICIT_GEMM" else 2)
