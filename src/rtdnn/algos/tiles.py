@@ -133,35 +133,49 @@ def tma_gemm_usable(device: str, dtype: torch.dtype, *layouts: MatrixLayout) -> 
     return True
 
 
-def _tma_splits(device: str, tiles: int, k_tiles: int) -> int:
-    """Reduction splits for `tiles` output tiles: enough jobs for every multiprocessor, each
-    at least 8 steps long, at most 32 (an H200 ran ResNet-50's 64 x 256 weight gradient over
-    200k pixels fastest in 32)."""
+def _tma_splits(device: str, tiles: int, k_tiles: int) -> tuple[int, ...]:
+    """Reduction splits to offer for `tiles` output tiles, the untuned choice first. Too few
+    tiles for the device: enough jobs for every multiprocessor, each at least 8 steps long, at
+    most 32 (an H200 ran ResNet-50's 64 x 256 weight gradient over 200k pixels fastest in 32).
+    Enough tiles, but a last wave that leaves most multiprocessors idle (144 tiles on 132):
+    also the fewest splits that even the waves out."""
     if device != "cuda":
-        return 2 if k_tiles >= 4 else 1  # tests: the long reductions split
+        return (2,) if k_tiles >= 4 else (1,)  # tests: the long reductions split
     sms = multiprocessor_count(torch.cuda.current_device())
-    if tiles >= sms:
-        return 1
-    return max(1, min(cdiv(sms, tiles), k_tiles // 8, 32))
+    if tiles < sms:
+        split = max(1, min(cdiv(sms, tiles), k_tiles // 8, 32))
+        return (split, 1) if split > 1 else (1,)
+
+    def busy(splits: int) -> float:  # the share of the multiprocessors' time spent on jobs
+        jobs = tiles * splits
+        return jobs / (cdiv(jobs, sms) * sms)
+
+    if busy(1) < 0.8:
+        for split in range(2, 9):
+            if k_tiles // split < 8:
+                break
+            if busy(split) >= 0.85:
+                return (1, split)
+    return (1,)
 
 
 def tma_gemm_candidates(
     device: str, dtype: torch.dtype, m: int, n: int, k: int, splits: bool = True
 ) -> list[TmaGemmTiles]:
     """TMA GEMM tiles for an m x n output over a reduction of k, the untuned choice first;
-    each shape with its split (when the output has too few tiles for the device and `splits`
-    allows), and unsplit. The caller checks tma_gemm_usable first."""
+    each shape unsplit and, where `splits` allows, split (_tma_splits). The caller checks
+    tma_gemm_usable first."""
     if device != "cuda":
         # The interpreter: small tiles, split when it can so that tests cover the reduction.
-        s = _tma_splits(device, 1, cdiv(k, 16)) if splits else 1
+        s = _tma_splits(device, 1, cdiv(k, 16))[0] if splits else 1
         return [TmaGemmTiles(32, 32, 16, group_m=1, num_warps=1, num_stages=1, splits=s)]
     shapes = _TMA_NARROW_SHAPES + _TMA_SHAPES if n <= 64 else _TMA_SHAPES
     out = []
     for bm, bn, bk, warps, stages in shapes:
         if bm > 2 * max(64, m) or bn > 2 * max(64, n):
             continue  # far larger than the output: mostly masked work
-        s = _tma_splits(device, cdiv(m, bm) * cdiv(n, bn), cdiv(k, bk)) if splits else 1
-        for count in dict.fromkeys((s, 1)):
+        counts = _tma_splits(device, cdiv(m, bm) * cdiv(n, bn), cdiv(k, bk)) if splits else (1,)
+        for count in counts:
             out.append(TmaGemmTiles(bm, bn, bk, 8, warps, stages, splits=count))
     return out
 

@@ -21,16 +21,17 @@ Persistent: NUM_PROGRAMS programs (one per multiprocessor at most) walk the outp
 grouped order, so each program's next tile's loads overlap its current tile's epilogue (the
 loops are flattened into one software pipeline).
 
-Split-K (SPLITS > 1, for short outputs over long reductions such as weight gradients): the jobs
-are (split, tile) pairs; each writes a float32 partial tile to WS, and the last split of a tile
-to arrive sums the partials in a fixed order (deterministic) and applies the epilogue, as
-brgemm_kernel does. The output goes through pointer stores (any strides, masked edges).
+Split-K (SPLITS > 1, for short outputs over long reductions such as weight gradients, and to
+even out the last wave of tiles): the jobs are (split, tile) pairs; each writes a float32
+partial tile to WS, and split_sum_kernel adds them in a fixed order (deterministic) and applies
+the epilogue, over small tiles on every multiprocessor. (brgemm_kernel's finish in the same
+launch, by the last split of a tile to arrive, is one program per tile: at 32 splits it took
+longer than the GEMM.) The output goes through pointer stores (any strides, masked edges).
 """
 
 import triton
 import triton.language as tl
 
-from .arrival import last_to_arrive
 from .brgemm import epilogue, tile_coords
 
 
@@ -41,7 +42,6 @@ def gemm_tma_kernel(
     C,
     BIAS,
     WS,
-    ARRIVALS,
     M,
     N,
     K,
@@ -104,12 +104,38 @@ def gemm_tma_kernel(
             # WS is float32 [SPLITS, M, N], row-major; int64 offsets: it can pass 2^31 elements.
             partial = WS + offs_m[:, None] * N + offs_n[None, :]
             tl.store(partial + split.to(tl.int64) * M * N, acc, mask=inside)
-            if last_to_arrive(ARRIVALS + tile, SPLITS):
-                total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                for s in range(SPLITS):
-                    part = partial + tl.full((), s, tl.int64) * M * N
-                    total += tl.load(part, mask=inside, other=0.0, cache_modifier=".cg")
-                epilogue(
-                    C, offs, inside, total, alpha, beta, BIAS, offs_n, offs_n < N, HAS_BIAS,
-                    BETA_NONZERO, ACTIVATION,
-                )  # fmt: skip
+
+
+@triton.jit
+def split_sum_kernel(
+    WS,
+    C,
+    BIAS,
+    M,
+    N,
+    stride_cm,
+    stride_cn,
+    alpha,
+    beta,
+    SPLITS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BETA_NONZERO: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """The split GEMM's finish: C = act(alpha * sum_s WS[s] + bias + beta * C), the partial
+    sums added in split order (deterministic), over small tiles so that every multiprocessor
+    takes a share (a tile's last split summing them alone took longer than the GEMM)."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    partial = WS + offs_m[:, None] * N + offs_n[None, :]
+    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for s in range(SPLITS):
+        total += tl.load(partial + tl.full((), s, tl.int64) * M * N, mask=inside, other=0.0)
+    offs = offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    epilogue(
+        C, offs, inside, total, alpha, beta, BIAS, offs_n, offs_n < N, HAS_BIAS, BETA_NONZERO,
+        ACTIVATION,
+    )  # fmt: skip

@@ -21,7 +21,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from ..core import INTERPRETED, cdiv
 from ..core.handle import stream_counters
 from .brgemm import brgemm_kernel, identity
-from .gemm_tma import gemm_tma_kernel
+from .gemm_tma import gemm_tma_kernel, split_sum_kernel
 
 #: brgemm_kernel's UPCAST flag (bfloat16 tiles multiplied as float32 under the interpreter).
 #: A constant of its own, apart from INTERPRETED (which says how to launch), so that the
@@ -405,9 +405,13 @@ class MatrixLayout:
 class TmaGemmLaunch:
     """C = act(alpha * A @ B + bias + beta * C), A (m x k) and B (k x n) plain matrices read
     through TMA descriptors (kernels/gemm_tma.py), C any m x n strides. Fixed at construction
-    like BrgemmLaunch, and called the same way; the caller checks that both operands' bases
-    are 16-byte aligned (the copy engine's rule) before each call.
+    like BrgemmLaunch, and called the same way (split: `partial_bytes` of workspace, summed by
+    a second launch); the caller checks that both operands' bases are 16-byte aligned (the
+    copy engine's rule) before each call.
     """
+
+    #: The split finish's tiles, the first that gives every program two or more.
+    FINISH_TILES = ((64, 64), (32, 64), (16, 64), (16, 32), (8, 32))
 
     def __init__(
         self,
@@ -426,26 +430,43 @@ class TmaGemmLaunch:
         splits = max(1, min(tiles.splits, k_tiles))
         splits = cdiv(k_tiles, cdiv(k_tiles, splits))  # none left empty
         self.splits = splits
-        self.tiles = cdiv(m, bm) * cdiv(n, bn)
         self.partial_bytes = splits * m * n * 4 if splits > 1 else 0
         self.a_shape, self.a_strides = a.stored()
         self.b_shape, self.b_strides = b.stored()
         self.a_block = [bk, bm] if a.transposed else [bm, bk]
         self.b_block = [bn, bk] if b.transposed else [bk, bn]
-        self.config = dict(
+        jobs = cdiv(m, bm) * cdiv(n, bn) * splits
+        self.gemm = dict(
             M=m, N=n, K=k, stride_cm=c_strides[0], stride_cn=c_strides[1],
             A_T=a.transposed, B_T=b.transposed, ACTIVATION=activation, SPLITS=splits,
-            NUM_PROGRAMS=max(1, min(self.tiles * splits, programs)), PRECISION=precision,
-            UPCAST=UPCAST, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=tiles.group_m,
+            NUM_PROGRAMS=max(1, min(jobs, programs)), PRECISION=precision, UPCAST=UPCAST,
+            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=tiles.group_m,
         )  # fmt: skip
         self.options = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages)
-        self._variants: dict[tuple[bool, bool], SlotLaunch] = {}
+        fm, fn = next(
+            (t for t in self.FINISH_TILES if cdiv(m, t[0]) * cdiv(n, t[1]) >= 2 * programs),
+            self.FINISH_TILES[-1],
+        )
+        self.finish = dict(
+            grid=(cdiv(m, fm), cdiv(n, fn)), M=m, N=n, stride_cm=c_strides[0],
+            stride_cn=c_strides[1], SPLITS=splits, ACTIVATION=activation, BLOCK_M=fm,
+            BLOCK_N=fn,
+        )  # fmt: skip
+        self._variants: dict[tuple[bool, bool], tuple[SlotLaunch, SlotLaunch | None]] = {}
 
-    def _variant(self, has_bias: bool, beta_nonzero: bool) -> SlotLaunch:
-        return SlotLaunch(
-            gemm_tma_kernel, (self.config["NUM_PROGRAMS"],), self.options,
-            ("A", "B", "C", "BIAS", "WS", "ARRIVALS", "alpha", "beta"),
-            HAS_BIAS=has_bias, BETA_NONZERO=beta_nonzero, **self.config,
+    def _variant(self, has_bias: bool, beta_nonzero: bool):
+        flags = dict(HAS_BIAS=has_bias, BETA_NONZERO=beta_nonzero)
+        gemm = SlotLaunch(
+            gemm_tma_kernel, (self.gemm["NUM_PROGRAMS"],), self.options,
+            ("A", "B", "C", "BIAS", "WS", "alpha", "beta"), **flags, **self.gemm,
+        )  # fmt: skip
+        if self.splits == 1:
+            return gemm, None
+        finish = dict(self.finish)
+        grid = finish.pop("grid")
+        return gemm, SlotLaunch(
+            split_sum_kernel, grid, dict(num_warps=4), ("WS", "C", "BIAS", "alpha", "beta"),
+            **flags, **finish,
         )  # fmt: skip
 
     def __call__(
@@ -460,14 +481,17 @@ class TmaGemmLaunch:
         workspace: torch.Tensor | None = None,
     ) -> None:
         key = (bias is not None, beta != 0)
-        launch = self._variants.get(key)
-        if launch is None:
-            launch = self._variants[key] = self._variant(*key)
+        launches = self._variants.get(key)
+        if launches is None:
+            launches = self._variants[key] = self._variant(*key)
+        gemm, finish = launches
         a_desc = TensorDescriptor(a, self.a_shape, self.a_strides, self.a_block)
         b_desc = TensorDescriptor(b, self.b_shape, self.b_strides, self.b_block)
-        ws = arrivals = c  # not read without split-K
-        if self.splits > 1:
-            ws = workspace.view(torch.float32)
-            arrivals = stream_counters(c.device, self.tiles)
         bias_arg = bias if bias is not None else c
-        launch(a_desc, b_desc, c, bias_arg, ws, arrivals, float(alpha), float(beta))
+        alpha, beta = float(alpha), float(beta)
+        if finish is None:
+            gemm(a_desc, b_desc, c, bias_arg, c, alpha, beta)
+            return
+        ws = workspace.view(torch.float32)
+        gemm(a_desc, b_desc, c, bias_arg, ws, alpha, beta)
+        finish(ws, c, bias_arg, alpha, beta)
