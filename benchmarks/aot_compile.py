@@ -7,7 +7,7 @@ ptxas), and runs, on CPU tensors with the GPU tile shapes, a forward and backwar
 the demo's CNN and a small ResNet-style block (convolutions with bias, batch norm, pooling,
 linear, cross-entropy). Results are meaningless: only compilation is checked.
 
-    PYTHONPATH=src python benchmarks/aot_compile.py [--conv-tests] [--prims]
+    PYTHONPATH=src python benchmarks/aot_compile.py [--conv-tests] [--prims] [--split-finish]
     (TRITON_INTERPRET must be unset)
 
 Relies on Triton 3.6 internals (CudaDriver, JITFunction.run's warm-up flag); a development aid.
@@ -94,6 +94,22 @@ def main() -> None:
             engine.clear_plans()
             x = torch.randn(8, 64, 14, 14).to(torch.bfloat16).to(memory_format=torch.channels_last)
             rtdnn.batch_norm_forward_training(x, torch.randn(64), torch.randn(64))
+    if "--split-finish" in sys.argv:  # split-K finished by a launch of its own
+        from rtdnn.kernels.launch import BrgemmLaunch
+
+        BrgemmLaunch.FINISH_APART_FROM = 2
+        for dtype, math_mode in ((torch.bfloat16, None), (torch.float32, "tf32")):
+            x = torch.randn(4, 64, 9, 9).to(dtype).movedim(1, -1).contiguous().movedim(-1, 1)
+            w = torch.randn(64, 64, 3, 3).to(dtype).movedim(1, -1).contiguous().movedim(-1, 1)
+            y = rtdnn.conv_forward(x, w, padding=1, math=math_mode)
+            for algo in ("IMPLICIT_GEMM_SPLIT_K", "IMPLICIT_PRECOMP_GEMM"):
+                rtdnn.conv_backward_filter(x, y, w.shape, padding=1, algo=algo, math=math_mode)
+            small = torch.randn(2, 512, 2, 2).to(dtype).to(memory_format=torch.channels_last)
+            w2 = torch.randn(64, 512, 3, 3).to(dtype).to(memory_format=torch.channels_last)
+            rtdnn.conv_forward(small, w2, torch.randn(64).to(dtype), padding=1,
+                               algo="IMPLICIT_GEMM_SPLIT_K", math=math_mode)  # fmt: skip
+            rows = torch.randn(4096, 256).to(dtype)
+            rtdnn.linear_backward_weight(rows, torch.randn(4096, 32).to(dtype))
     print(f"compiled {len(compiled)} kernel variants for sm_90")
 
 

@@ -21,8 +21,11 @@ Convolution in every direction, explicit-GEMM convolution and linear layers are 
 kernel with different addressing (see `conv_addressing.py` and `strided.py`).
 
 Split-K: with SPLITS > 1 the steps of each tile are divided among SPLITS programs which write
-float32 partial tiles to a workspace; the last of them to finish (see arrival.py) sums them in
-a fixed order (deterministic) and applies the epilogue, all in the one launch.
+float32 partial tiles to a workspace. With FINISH the last of them to finish (see arrival.py)
+sums them in a fixed order (deterministic) and applies the epilogue, all in the one launch;
+that is one program per tile reading every split's partial tile, which is slow for many
+splits, so without FINISH split_finish_kernel does it in a second launch, over small tiles
+that every multiprocessor shares (the same order, the same result).
 
 UPCAST is set only under Triton's interpreter (TRITON_INTERPRET=1), whose tl.dot returns
 garbage for bfloat16 tiles: the tiles are converted to float32 first, which gives the product
@@ -114,6 +117,7 @@ def brgemm_kernel(
     HAS_BIAS: tl.constexpr,
     BETA_NONZERO: tl.constexpr,
     SPLITS: tl.constexpr,
+    FINISH: tl.constexpr,
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -171,16 +175,58 @@ def brgemm_kernel(
         first = (batch * SPLITS).to(tl.int64)  # this batch entry's first partial tile
         tile = WS + offs_m[:, None] * N + offs_n[None, :]
         tl.store(tile + (first + split) * M * N, acc, mask=inside)
-        counter = ARRIVALS + batch * tl.num_programs(0) + tl.program_id(0)
-        if last_to_arrive(counter, SPLITS):
-            # Address C before the loop: Triton 3.6 loses a geometry leaf specialized to 1
-            # when the geometry is read after a loop it was live across (a GPU compile error).
-            offs, mask, chan = C_ADDR(c_geo, batch, offs_m, offs_n)
-            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for s in range(SPLITS):
-                partial = tile + (first + s) * M * N
-                total += tl.load(partial, mask=inside, other=0.0, cache_modifier=".cg")
-            epilogue(
-                C, offs, mask, total, alpha, beta, BIAS, chan, offs_n < N, HAS_BIAS,
-                BETA_NONZERO, ACTIVATION,
-            )  # fmt: skip
+        if FINISH:
+            counter = ARRIVALS + batch * tl.num_programs(0) + tl.program_id(0)
+            if last_to_arrive(counter, SPLITS):
+                # Address C before the loop: Triton 3.6 loses a geometry leaf specialized to 1
+                # when the geometry is read after a loop it was live across (a GPU compile
+                # error).
+                offs, mask, chan = C_ADDR(c_geo, batch, offs_m, offs_n)
+                total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for s in range(SPLITS):
+                    partial = tile + (first + s) * M * N
+                    total += tl.load(partial, mask=inside, other=0.0, cache_modifier=".cg")
+                epilogue(
+                    C, offs, mask, total, alpha, beta, BIAS, chan, offs_n < N, HAS_BIAS,
+                    BETA_NONZERO, ACTIVATION,
+                )  # fmt: skip
+
+
+@triton.jit
+def split_finish_kernel(
+    WS,
+    C,
+    BIAS,
+    geos,
+    M,
+    N,
+    alpha,
+    beta,
+    C_GEO: tl.constexpr,
+    C_ADDR: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BETA_NONZERO: tl.constexpr,
+    SPLITS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """The split-K finish as a launch of its own: C[b] = act(alpha * sum_s WS[b, s] + bias +
+    beta * C[b]), WS float32 [batches, SPLITS, M, N], the partial sums added in split order
+    (deterministic); one BLOCK_M x BLOCK_N tile of one batch entry per program."""
+    c_geo = geos[C_GEO]
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    batch = tl.program_id(2)
+    inside = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    # C addressed before the loop, as in brgemm_kernel's finish (a Triton 3.6 compile error).
+    offs, mask, chan = C_ADDR(c_geo, batch, offs_m, offs_n)
+    first = (batch * SPLITS).to(tl.int64)  # int64: a workspace can pass 2^31 elements
+    tile = WS + offs_m[:, None] * N + offs_n[None, :]
+    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for s in range(SPLITS):
+        total += tl.load(tile + (first + s) * M * N, mask=inside, other=0.0)
+    epilogue(
+        C, offs, mask, total, alpha, beta, BIAS, chan, offs_n < N, HAS_BIAS, BETA_NONZERO,
+        ACTIVATION,
+    )  # fmt: skip

@@ -23,10 +23,11 @@ loops are flattened into one software pipeline).
 
 Split-K (SPLITS > 1, for short outputs over long reductions such as weight gradients, and to
 even out the last wave of tiles): the jobs are (split, tile) pairs; each writes a float32
-partial tile to WS, and split_sum_kernel adds them in a fixed order (deterministic) and applies
-the epilogue, over small tiles on every multiprocessor. (brgemm_kernel's finish in the same
-launch, by the last split of a tile to arrive, is one program per tile: at 32 splits it took
-longer than the GEMM.) The output goes through pointer stores (any strides, masked edges).
+partial tile to WS, and brgemm.split_finish_kernel, a second launch, adds them in a fixed order
+(deterministic) and applies the epilogue, over small tiles on every multiprocessor. (A finish
+in the same launch by the last split of a tile to arrive, as brgemm_kernel can do, is one
+program per tile: at 32 splits it took longer than the GEMM.) The output goes through pointer
+stores (any strides, masked edges).
 """
 
 import triton
@@ -104,38 +105,3 @@ def gemm_tma_kernel(
             # WS is float32 [SPLITS, M, N], row-major; int64 offsets: it can pass 2^31 elements.
             partial = WS + offs_m[:, None] * N + offs_n[None, :]
             tl.store(partial + split.to(tl.int64) * M * N, acc, mask=inside)
-
-
-@triton.jit
-def split_sum_kernel(
-    WS,
-    C,
-    BIAS,
-    M,
-    N,
-    stride_cm,
-    stride_cn,
-    alpha,
-    beta,
-    SPLITS: tl.constexpr,
-    ACTIVATION: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    BETA_NONZERO: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    """The split GEMM's finish: C = act(alpha * sum_s WS[s] + bias + beta * C), the partial
-    sums added in split order (deterministic), over small tiles so that every multiprocessor
-    takes a share (a tile's last split summing them alone took longer than the GEMM)."""
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    inside = (offs_m < M)[:, None] & (offs_n < N)[None, :]
-    partial = WS + offs_m[:, None] * N + offs_n[None, :]
-    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for s in range(SPLITS):
-        total += tl.load(partial + tl.full((), s, tl.int64) * M * N, mask=inside, other=0.0)
-    offs = offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    epilogue(
-        C, offs, inside, total, alpha, beta, BIAS, offs_n, offs_n < N, HAS_BIAS, BETA_NONZERO,
-        ACTIVATION,
-    )  # fmt: skip

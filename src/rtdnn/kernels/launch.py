@@ -20,8 +20,9 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..core import INTERPRETED, cdiv
 from ..core.handle import stream_counters
-from .brgemm import brgemm_kernel, identity
-from .gemm_tma import gemm_tma_kernel, split_sum_kernel
+from .brgemm import brgemm_kernel, identity, split_finish_kernel
+from .gemm_tma import gemm_tma_kernel
+from .strided import StridedGeometry, strided_c_addr
 
 #: brgemm_kernel's UPCAST flag (bfloat16 tiles multiplied as float32 under the interpreter).
 #: A constant of its own, apart from INTERPRETED (which says how to launch), so that the
@@ -292,9 +293,16 @@ class BrgemmLaunch:
     """C[b] = act(alpha * sum_t A[b, t] @ B[b, t] + bias + beta * C[b]) for b < batches.
 
     Sizes, addressing and tiles are fixed at construction; call with the tensors. With
-    splits > 1 the workspace must hold `partial_bytes` bytes of float32 partial sums, and the
-    tiles count their arrivals in the current stream's counters (core.handle).
+    splits > 1 the workspace must hold `partial_bytes` bytes of float32 partial sums. Below
+    FINISH_APART_FROM splits the last split of each tile sums them in the same launch (the
+    tiles count their arrivals in the current stream's counters, core.handle); from there on
+    a second launch does (split_finish).
     """
+
+    #: From this many splits the partial sums are finished by a launch of their own: a tile's
+    #: last split summing 32 partial tiles alone took longer than the GEMM itself (ResNet-50's
+    #: 1x1 weight gradients on the TMA GEMM, 2x slower than with a second launch, H200).
+    FINISH_APART_FROM = 8
 
     def __init__(
         self,
@@ -321,7 +329,8 @@ class BrgemmLaunch:
             a=a, b=b, c=c, m=m, n=n, steps=steps, batches=batches, tiles=tiles,
             precision=precision, activation=activation,
         )  # fmt: skip
-        self._variants: dict[tuple[bool, bool], SlotLaunch] = {}
+        self.finish_apart = self.splits >= self.FINISH_APART_FROM
+        self._variants: dict[tuple[bool, bool], tuple[SlotLaunch, SlotLaunch | None]] = {}
 
     def _variant(self, has_bias: bool, beta_nonzero: bool):
         cfg = self.config
@@ -336,6 +345,9 @@ class BrgemmLaunch:
         for g in (a.geo, b.geo, c.geo):
             if g not in geos:
                 geos.append(g)
+        finish = None
+        if self.finish_apart:
+            finish = split_finish(c, m, n, cfg["batches"], self.splits, **flags)
         return SlotLaunch(
             brgemm_kernel,
             (self.tiles, cfg["batches"] * self.splits),
@@ -345,8 +357,9 @@ class BrgemmLaunch:
             STEPS=cfg["steps"], steps_per_split=self.steps_per_split,
             A_SETUP=a.setup, A_LOAD=a.load, B_SETUP=b.setup, B_LOAD=b.load, C_ADDR=c.addr,
             PRECISION=cfg["precision"], UPCAST=UPCAST, BLOCK_M=t.block_m,
-            BLOCK_N=t.block_n, BLOCK_K=t.block_k, GROUP_M=t.group_m, **flags,
-        )  # fmt: skip
+            BLOCK_N=t.block_n, BLOCK_K=t.block_k, GROUP_M=t.group_m,
+            FINISH=not self.finish_apart, **flags,
+        ), finish  # fmt: skip
 
     def __call__(
         self,
@@ -360,15 +373,42 @@ class BrgemmLaunch:
         workspace: torch.Tensor | None = None,
     ) -> None:
         key = (bias is not None, beta != 0)
-        launch = self._variants.get(key)
-        if launch is None:
-            launch = self._variants[key] = self._variant(*key)
-        ws = arrivals = c  # not read without split-K
+        launches = self._variants.get(key)
+        if launches is None:
+            launches = self._variants[key] = self._variant(*key)
+        launch, finish = launches
+        ws = arrivals = c  # not read without split-K (nor the counters with a finish apart)
         if self.splits > 1:
             ws = workspace.view(torch.float32)
-            arrivals = stream_counters(c.device, self.tiles * self.config["batches"])
+            if finish is None:
+                arrivals = stream_counters(c.device, self.tiles * self.config["batches"])
         bias_arg = bias if bias is not None else c
-        launch(a, b, c, bias_arg, ws, arrivals, float(alpha), float(beta))
+        alpha, beta = float(alpha), float(beta)
+        launch(a, b, c, bias_arg, ws, arrivals, alpha, beta)
+        if finish is not None:
+            finish(ws, c, bias_arg, alpha, beta)
+
+
+#: The split finish's tiles, the first that gives FINISH_PROGRAMS programs or more.
+FINISH_TILES = ((64, 64), (32, 64), (16, 64), (16, 32), (8, 32))
+FINISH_PROGRAMS = 256  # about two per multiprocessor on the largest GPUs
+
+
+def split_finish(c: Output, m: int, n: int, batches: int, splits: int, **flags) -> SlotLaunch:
+    """The launch that sums a split GEMM's float32 partials (workspace [batches, splits, m,
+    n]) in split order into C, addressed by `c`, with the epilogue `flags` (ACTIVATION,
+    HAS_BIAS, BETA_NONZERO): brgemm.split_finish_kernel over tiles small enough that every
+    multiprocessor takes a share. Slots: WS, C, BIAS, alpha, beta."""
+    bm, bn = next(
+        (t for t in FINISH_TILES if cdiv(m, t[0]) * cdiv(n, t[1]) * batches >= FINISH_PROGRAMS),
+        FINISH_TILES[-1],
+    )
+    flags.pop("SPLITS", None)
+    return SlotLaunch(
+        split_finish_kernel, (cdiv(m, bm), cdiv(n, bn), batches), dict(num_warps=4),
+        ("WS", "C", "BIAS", "alpha", "beta"), geos=(c.geo,), M=m, N=n, C_GEO=0, C_ADDR=c.addr,
+        SPLITS=splits, BLOCK_M=bm, BLOCK_N=bn, **flags,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -410,9 +450,6 @@ class TmaGemmLaunch:
     copy engine's rule) before each call.
     """
 
-    #: The split finish's tiles, the first that gives every program two or more.
-    FINISH_TILES = ((64, 64), (32, 64), (16, 64), (16, 32), (8, 32))
-
     def __init__(
         self,
         a: MatrixLayout,
@@ -443,15 +480,11 @@ class TmaGemmLaunch:
             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=tiles.group_m,
         )  # fmt: skip
         self.options = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages)
-        fm, fn = next(
-            (t for t in self.FINISH_TILES if cdiv(m, t[0]) * cdiv(n, t[1]) >= 2 * programs),
-            self.FINISH_TILES[-1],
+        self.activation = activation
+        # The output as the split finish addresses it: a strided m x n matrix.
+        self.c = Output(
+            strided_c_addr, StridedGeometry(m, n, 1, 0, 0, 0, c_strides[0], c_strides[1], 0)
         )
-        self.finish = dict(
-            grid=(cdiv(m, fm), cdiv(n, fn)), M=m, N=n, stride_cm=c_strides[0],
-            stride_cn=c_strides[1], SPLITS=splits, ACTIVATION=activation, BLOCK_M=fm,
-            BLOCK_N=fn,
-        )  # fmt: skip
         self._variants: dict[tuple[bool, bool], tuple[SlotLaunch, SlotLaunch | None]] = {}
 
     def _variant(self, has_bias: bool, beta_nonzero: bool):
@@ -462,12 +495,8 @@ class TmaGemmLaunch:
         )  # fmt: skip
         if self.splits == 1:
             return gemm, None
-        finish = dict(self.finish)
-        grid = finish.pop("grid")
-        return gemm, SlotLaunch(
-            split_sum_kernel, grid, dict(num_warps=4), ("WS", "C", "BIAS", "alpha", "beta"),
-            **flags, **finish,
-        )  # fmt: skip
+        m, n = self.gemm["M"], self.gemm["N"]
+        return gemm, split_finish(self.c, m, n, 1, self.splits, ACTIVATION=self.activation, **flags)
 
     def __call__(
         self,

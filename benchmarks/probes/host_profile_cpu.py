@@ -1,0 +1,84 @@
+"""Where the host's Python time goes in a converted model's training step, without a GPU: the
+model runs on the CPU with every Triton launch stubbed out (no kernel runs, results are
+meaningless), so what is timed is rtdnn's Python per call (checks, plans, allocation, the
+autograd nodes) plus PyTorch's own CPU ops for the layers rtdnn does not replace. Prints the
+step's host milliseconds, the launches it would make, and the profile's top functions.
+
+    PYTHONPATH=src python benchmarks/probes/host_profile_cpu.py [MODEL] [BATCH] [TOP]
+    (MODEL: a torchvision model name, default efficientnet_b0; needs torchvision)
+
+A CUDA launch costs the host more than a stub does (the driver call, CUDA allocations), so
+the figures are a floor of the GPU machine's host time per step, for comparing versions.
+"""
+
+import cProfile
+import os
+import pstats
+import sys
+import time
+import types
+
+os.environ["TRITON_INTERPRET"] = "1"  # rtdnn takes CPU tensors; the stubs below run nothing
+# torchvision's compiled operators may not match this torch build: its meta registrations are
+# not needed for the models.
+sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("meta"))
+
+import torch  # noqa: E402
+import torchvision  # noqa: E402
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
+
+import rtdnn  # noqa: E402
+from rtdnn.kernels import launch  # noqa: E402
+
+LAUNCHES = [0]
+
+
+def _no_kernel(self, *args, **kwargs):
+    LAUNCHES[0] += 1
+
+
+def stub_launches() -> None:
+    """Every Triton kernel launch becomes a count."""
+    InterpretedFunction.run = _no_kernel
+    InterpretedFunction.__getitem__ = lambda self, grid: types.MethodType(_no_kernel, self)
+    launch.SlotLaunch.__call__ = _no_kernel
+
+
+def main() -> None:
+    name = sys.argv[1] if len(sys.argv) > 1 else "efficientnet_b0"
+    batch = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    top = int(sys.argv[3]) if len(sys.argv) > 3 else 40
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None)
+    model = model.to(torch.bfloat16).to(memory_format=torch.channels_last).train()
+    converted, _ = rtdnn.convert(model, fuse=True)
+    x = torch.randn(batch, 3, 64, 64, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    target = torch.randint(0, 1000, (batch,))
+    loss_fn = rtdnn.nn.CrossEntropyLoss()
+    stub_launches()
+
+    def step():
+        loss = loss_fn(converted(x).float(), target)
+        loss.backward()
+
+    for _ in range(3):
+        step()
+    LAUNCHES[0] = 0
+    steps = 10
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    ms = (time.perf_counter() - t0) / steps * 1e3
+    print(f"{name}, batch {batch}: {ms:.1f} ms host per training step, "
+          f"{LAUNCHES[0] / steps:.0f} launches (stubbed)")  # fmt: skip
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(steps):
+        step()
+    profile.disable()
+    stats = pstats.Stats(profile).strip_dirs().sort_stats("tottime")
+    stats.print_stats(top)
+
+
+if __name__ == "__main__":
+    main()
