@@ -52,7 +52,9 @@ def main() -> None:
     model = getattr(torchvision.models, name)(weights=None)
     model = model.to(torch.bfloat16).to(memory_format=torch.channels_last).train()
     converted, _ = rtdnn.convert(model, fuse=True)
-    x = torch.randn(batch, 3, 64, 64, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    size = 224 if name.startswith("vit") else 64  # ViT's patch grid is fixed
+    x = torch.randn(batch, 3, size, size, dtype=torch.bfloat16)
+    x = x.to(memory_format=torch.channels_last)
     target = torch.randint(0, 1000, (batch,))
     loss_fn = rtdnn.nn.CrossEntropyLoss()
     stub_launches()

@@ -302,7 +302,9 @@ class BrgemmLaunch:
     #: From this many splits the partial sums are finished by a launch of their own: a tile's
     #: last split summing 32 partial tiles alone took longer than the GEMM itself (ResNet-50's
     #: 1x1 weight gradients on the TMA GEMM, 2x slower than with a second launch, H200).
-    FINISH_APART_FROM = 8
+    #: Below it, where the finish is short, the second launch's own cost is not worth paying;
+    #: where exactly the two cross has not been measured.
+    FINISH_APART_FROM = 16
 
     def __init__(
         self,
