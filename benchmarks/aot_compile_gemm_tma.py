@@ -1,9 +1,9 @@
 """Compile the TMA GEMM (kernels/gemm_tma.py) for sm_90 without a GPU (a CPU-only check; see
 aot_compile.py): the three orientations a linear layer and a 1x1 convolution use (A and B as
-stored, B transposed; A transposed), bfloat16 and float16, every tile candidate of a GPU,
-split and unsplit, with and without bias and beta; and report registers, spills, TMA copies
-and warp-group MMAs of each. Results of the launches are meaningless: only compilation is
-checked.
+stored, with a float32 output; B transposed; A transposed), bfloat16 and float16, every tile
+candidate of a GPU, split and unsplit, with and without bias and beta; and report registers,
+spills, TMA copies and warp-group MMAs of each. Results of the launches are meaningless: only
+compilation is checked.
 
     PYTHONPATH=src python benchmarks/aot_compile_gemm_tma.py
     (TRITON_INTERPRET must be unset)
@@ -45,7 +45,8 @@ def main() -> None:
             b = MatrixLayout(k, n, k if b_t else n, b_t)
             a_data = torch.empty(k * m, dtype=dtype)
             b_data = torch.empty(k * n, dtype=dtype)
-            c = torch.empty(m, n, dtype=dtype)
+            # A float32 output too: the GEMM algorithm's backward-data writes float32 columns.
+            c = torch.empty(m, n, dtype=dtype if a_t or b_t else torch.float32)
             for t in tiles_module.tma_gemm_candidates("cuda", dtype, 128, n, k):
                 for bias, beta in ((None, 0.0), (torch.empty(n, dtype=dtype), 1.0)):
                     launch = TmaGemmLaunch(a, b, (n, 1), tiles=t, programs=132)

@@ -4,8 +4,9 @@ every direction (bias, ReLU, alpha and beta; rows, columns and reductions not a 
 tile; the weight gradient split over programs and summed in a fixed order) and 1x1
 channels-last convolutions in every direction, in float16 and bfloat16, against the float64
 reference with NaN-poisoned outputs; the pointer path taking over for a misaligned operand;
-and which operands the path refuses. On a GPU it runs on Hopper and later only; here
-TMA_GEMM_IN_INTERPRETER turns it on."""
+the GEMM algorithm's product of the column matrix (1x1 strided and 3x3 layers, every
+direction); and which operands the path refuses. On a GPU it runs on Hopper and later only;
+here TMA_GEMM_IN_INTERPRETER turns it on."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 from conftest import assert_close, make_tensor, poisoned_like
 
-from rtdnn import ops
+from rtdnn import ops, reference
 from rtdnn.algos import implicit_gemm as ig
 from rtdnn.algos import tiles
 from rtdnn.kernels import launch
@@ -153,3 +154,47 @@ def test_pointwise_layouts_refuse_grouped_and_strided_convolutions(monkeypatch):
     p, _ = _problem_for_selection("forward", nchw, w, math=None, stride=1, padding=0,
                                   dilation=1, groups=1, mode="cross_correlation")  # fmt: skip
     assert ig.pointwise_layouts(p) is None
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
+@pytest.mark.parametrize(
+    "kernel, stride, padding, mode",
+    [
+        (1, 2, 0, "cross_correlation"),  # a ResNet projection: col is every other pixel
+        (3, 1, 1, "cross_correlation"),  # backward-filter: one GEMM over all 9 taps
+        (1, 1, 0, "convolution"),  # a 1x1 filter flips to itself
+    ],
+)
+def test_gemm_algorithm(tma_launches, direction, kernel, stride, padding, mode):
+    gen = torch.Generator().manual_seed(2)
+    dtype = torch.bfloat16
+    conv = dict(stride=stride, padding=padding, mode=mode)
+    x = make_tensor((2, 16, 7, 6), dtype, "channels_last", gen)
+    w = make_tensor((24, 16, kernel, kernel), dtype, "channels_last", gen)
+    bias = torch.randn(24, generator=gen).to(dtype)
+    y_ref = reference.conv_forward(x, w, bias, **conv)
+    dy = make_tensor(tuple(y_ref.shape), dtype, "channels_last", gen)
+    if direction == "forward":
+        out = ops.conv_forward(x, w, bias, algo="GEMM", out=poisoned_like(dy), **conv)
+        ref = y_ref
+    elif direction == "backward_data":
+        out = ops.conv_backward_data(dy, w, x.shape, algo="GEMM", out=poisoned_like(x), **conv)
+        ref = reference.conv_backward_data(dy, w, x.shape, **conv)
+    else:
+        out = ops.conv_backward_filter(x, dy, w.shape, algo="GEMM", out=poisoned_like(w), **conv)
+        ref = reference.conv_backward_filter(x, dy, w.shape, **conv)
+    assert_close(out, ref)
+    assert len(tma_launches) == 1  # (split or not, as the workspace allows)
+
+
+def test_gemm_algorithm_refuses_flipped_taps_and_nchw_filters(tma_launches):
+    gen = torch.Generator().manual_seed(3)
+    dtype = torch.bfloat16
+    x = make_tensor((2, 16, 5, 5), dtype, "channels_last", gen)
+    for w, mode in (
+        (make_tensor((24, 16, 3, 3), dtype, "channels_last", gen), "convolution"),
+        (make_tensor((24, 16, 3, 3), dtype, "contiguous", gen), "cross_correlation"),
+    ):
+        y = ops.conv_forward(x, w, padding=1, mode=mode, algo="GEMM")
+        assert_close(y, reference.conv_forward(x, w, padding=1, mode=mode))
+    assert tma_launches == []

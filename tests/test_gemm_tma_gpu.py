@@ -2,9 +2,9 @@
 candidate, split and unsplit, in the three operand orientations that linear layers and 1x1
 convolutions use, in bfloat16 and float16, with bias, ReLU, alpha and beta, against the float64
 reference on NaN-poisoned outputs; then the ops that run it (linear in every direction, 1x1
-channels-last convolutions), the pointer path taking over for a misaligned view, and the split
-weight gradient repeating bit for bit. Run with RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU
-of compute capability 9 or more."""
+channels-last convolutions, the GEMM algorithm's product of the column matrix), the pointer
+path taking over for a misaligned view, and the split weight gradient repeating bit for bit.
+Run with RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU of compute capability 9 or more."""
 
 import os
 
@@ -133,3 +133,30 @@ def test_pointwise_convolution_every_direction(tma_launches, algo):
     ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double())
     assert R.rel_error(dw, ref.cpu()) < tol
     assert len(tma_launches) == (3 if algo == "IMPLICIT_GEMM" else 2)
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, conv",
+    [
+        ((8, 256, 28, 28), (512, 256, 1, 1), dict(stride=2)),  # a ResNet-50 projection
+        ((8, 64, 14, 14), (64, 64, 3, 3), dict(padding=1)),
+    ],
+)
+def test_gemm_algorithm_every_direction(tma_launches, x_shape, w_shape, conv):
+    dtype, tol = DTYPES["bf16"]
+    cl = torch.channels_last
+    x = torch.randn(x_shape, device="cuda").to(dtype).to(memory_format=cl)
+    fan_in = w_shape[1] * w_shape[2] * w_shape[3]
+    w = (torch.randn(w_shape, device="cuda") / fan_in**0.5).to(dtype).to(memory_format=cl)
+    bias = torch.randn(w_shape[0], device="cuda").to(dtype)
+    y_ref = torch.nn.functional.conv2d(x.double(), w.double(), bias.double(), **conv)
+    y = ops.conv_forward(x, w, bias, algo="GEMM", **conv)
+    assert R.rel_error(y, y_ref.cpu()) < tol
+    dy = torch.randn_like(y_ref).to(dtype).to(memory_format=cl)
+    dx = ops.conv_backward_data(dy, w, x.shape, algo="GEMM", **conv)
+    ref = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), **conv)
+    assert R.rel_error(dx, ref.cpu()) < tol
+    dw = ops.conv_backward_filter(x, dy, w.shape, algo="GEMM", **conv)
+    ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), **conv)
+    assert R.rel_error(dw, ref.cpu()) < tol
+    assert len(tma_launches) == 3

@@ -9,6 +9,7 @@ The workspace is exactly the column matrix (plus split-K partial sums for backwa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -26,12 +27,27 @@ from ..kernels.im2col import (
     im2col_kernel,
     tap_phase,
 )
-from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
+from ..kernels.launch import (
+    BrgemmLaunch,
+    KernelLaunch,
+    MatrixLayout,
+    Operand,
+    Output,
+    TileConfig,
+    TmaGemmLaunch,
+    TmaGemmTiles,
+)
 from ..kernels.strided import StridedGeometry
 from .base import ConvAlgorithm, ConvTensors, Runner
-from .geometry import conv_geometry, device_memory_bytes, dot_precision, static_taps
-from .implicit_gemm import gemm_shape, split_count
-from .tiles import gemm_candidates
+from .geometry import (
+    conv_geometry,
+    device_memory_bytes,
+    dot_precision,
+    multiprocessor_count,
+    static_taps,
+)
+from .implicit_gemm import gemm_shape, pixel_stride, split_count
+from .tiles import gemm_candidates, tma_gemm_candidates, tma_gemm_usable
 
 
 def _col_sizes(p: ConvProblem) -> tuple[int, int, int, int]:
@@ -47,6 +63,46 @@ def _col_bytes(p: ConvProblem) -> int:
 
 def _align(nbytes: int, to: int = 256) -> int:
     return (nbytes + to - 1) // to * to
+
+
+def _filter_row_stride(p: ConvProblem) -> int | None:
+    """The stride between a filter's output channels when each output channel's (tap, channel)
+    values lie in one run ordered as the column matrix's (taps row-major, channels innermost:
+    a channels-last filter), else None (a true convolution flips the taps)."""
+    w = p.w
+    if p.conv.mode == "convolution" and math.prod(p.kernel) > 1:
+        return None
+    expected = 1
+    for d in [1, *range(w.ndim - 1, 1, -1)]:  # channels, then the kernel dims innermost first
+        if w.shape[d] != 1 and w.strides[d] != expected:
+            return None
+        expected *= w.shape[d]
+    return w.strides[0]
+
+
+def tma_layouts(p: ConvProblem) -> tuple[MatrixLayout, MatrixLayout, tuple[int, int]] | None:
+    """A's and B's layouts and C's (row, column) strides of GEMM's product as the TMA GEMM
+    (kernels/gemm_tma.py) reads it, or None where it cannot (tiles.tma_gemm_usable): an
+    ungrouped layer whose dy (or y) has evenly spaced channels-last pixels and whose filter is
+    channels-last. Backward-filter is then one GEMM over every tap, dw[k, (tap, c)] = dy^T @
+    col, not one per tap."""
+    if p.groups != 1 or p.x.offset or p.w.offset or p.y.offset:
+        return None
+    ws_k, sy = _filter_row_stride(p), pixel_stride(p.y)
+    if ws_k is None or sy is None:
+        return None
+    _, m, taps, cg = _col_sizes(p)
+    j, k, ys_k = taps * cg, p.out_channels, p.y.strides[1]
+    col = MatrixLayout.of(m, j, j, 1)
+    if p.direction == Direction.FORWARD:  # col[m, j] @ w^T[j, k] -> y[m, k]
+        a, b, out = col, MatrixLayout.of(j, k, 1, ws_k), (sy, ys_k)
+    elif p.direction == Direction.BACKWARD_FILTER:  # dy^T[k, m] @ col[m, j] -> dw[k, j]
+        a, b, out = MatrixLayout.of(k, m, ys_k, sy), col, (ws_k, 1)
+    else:  # dy[m, k] @ w[k, j] -> dcol[m, j], float32
+        a, b, out = MatrixLayout.of(m, k, sy, ys_k), MatrixLayout.of(k, j, ws_k, 1), (j, 1)
+    if a is None or b is None or not tma_gemm_usable(p.device, p.dtype, a, b):
+        return None
+    return a, b, out
 
 
 class Gemm(ConvAlgorithm):
@@ -73,14 +129,29 @@ class Gemm(ConvAlgorithm):
         rows, cols, _, batches = gemm_shape(p)
         return _align(col) + batches * splits * rows * cols * 4
 
-    def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
+    def _pointer_candidates(self, p: ConvProblem) -> list[TileConfig]:
         g, m, taps, cg = _col_sizes(p)
         if p.direction == Direction.BACKWARD_DATA:
             return gemm_candidates(p, m, taps * cg, p.out_channels // g)
         rows, cols, depth, _ = gemm_shape(p)
         return gemm_candidates(p, rows, cols, depth)
 
+    def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
+        """The TMA GEMM's tiles first where it can read the product (tma_layouts), then the
+        pointer tiles."""
+        pointer = self._pointer_candidates(p)
+        layouts = tma_layouts(p)
+        if layouts is None:
+            return pointer
+        a, b, _ = layouts
+        most = self._splits(p)  # what the workspace holds
+        tma = tma_gemm_candidates(p.device, p.dtype, a.rows, b.cols, a.cols, splits=most > 1)
+        tma = [dataclasses.replace(t, splits=min(t.splits, most)) for t in tma]
+        return list(dict.fromkeys(tma)) + pointer
+
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
+        if isinstance(tiles, TmaGemmTiles):
+            return self._prepare_tma(p, tiles)
         # The GEMM's operands split each step by the filter size as a constant; im2col and
         # col2im take the plain geometry (the interpreter cannot take a constant filter size
         # in col2im's loop over taps).
@@ -90,10 +161,8 @@ class Gemm(ConvAlgorithm):
         kg = p.out_channels // g
         col_dtype = torch.float32 if p.direction == Direction.BACKWARD_DATA else p.dtype
         col_bytes = _col_bytes(p)
-        # col[g, m, tap, c], contiguous; as A of the forward GEMM, step i is the tap.
-        col_geo = StridedGeometry(m, cg, 1, m * taps * cg, 0, cg, taps * cg, 1, 0)
+        col_geo = _col_geometry(p)
         precision = dot_precision(p)
-        warps = dict(num_warps=tiles.num_warps)
 
         if p.direction == Direction.BACKWARD_DATA:
             dcol_geo = StridedGeometry(m, taps * cg, 1, m * taps * cg, 0, 0, taps * cg, 1, 0)
@@ -104,18 +173,7 @@ class Gemm(ConvAlgorithm):
                 m=m, n=taps * cg, steps=cdiv(kg, tiles.block_k), batches=g,
                 tiles=tiles, precision=precision,
             )  # fmt: skip
-            in_pixels = p.batch * math.prod(p.in_spatial)
-            # col2im is a gather bound by memory: its tiles fit the group's channels (3 in
-            # an RGB stem) rather than the GEMM's tile, about 4096 elements per program.
-            block_n = min(64, triton.next_power_of_2(cg))
-            block_m = 4096 // block_n
-            phases = tuple(map(tap_phase, plain.stride, plain.dilation))
-            col2im = KernelLaunch(
-                col2im_kernel,
-                (cdiv(in_pixels, block_m), cdiv(cg, block_n), g),
-                dict(num_warps=8), geo=plain, col_geo=col_geo, phases=phases, BLOCK_M=block_m,
-                BLOCK_N=block_n,
-            )  # fmt: skip
+            col2im = _col2im(p, plain, col_geo)
 
             def run_backward_data(t: ConvTensors, workspace, alpha, beta) -> None:
                 dcol = workspace[:col_bytes].view(col_dtype)
@@ -125,15 +183,7 @@ class Gemm(ConvAlgorithm):
 
             return run_backward_data
 
-        # im2col copies a channel chunk per tap: chunks as wide as the group's channels, not
-        # the GEMM's (col's layout does not depend on them), about 4096 elements per program.
-        block_k = min(tiles.block_k, triton.next_power_of_2(cg))
-        block_m = max(tiles.block_m, 4096 // block_k)
-        im2col = KernelLaunch(
-            im2col_kernel,
-            (cdiv(m, block_m), taps * cdiv(cg, block_k), g),
-            warps, geo=plain, col_geo=col_geo, BLOCK_M=block_m, BLOCK_K=block_k,
-        )  # fmt: skip
+        im2col = _im2col(p, plain, col_geo, tiles)
         if p.direction == Direction.FORWARD:
             gemm = BrgemmLaunch(
                 Operand(col_a_setup, col_a_load, ColGeometry(geo, col_geo)),
@@ -167,6 +217,91 @@ class Gemm(ConvAlgorithm):
             gemm(t.y, col, t.w, alpha=alpha, beta=beta, workspace=partials)
 
         return run_backward_filter
+
+    def _prepare_tma(self, p: ConvProblem, tiles: TmaGemmTiles) -> Runner:
+        """The column matrix's product on the TMA GEMM (kernels/gemm_tma.py), im2col and
+        col2im as on the pointer path; the pointer path's first tiles run instead where a
+        call's tensors are not 16-byte aligned."""
+        layouts = tma_layouts(p)
+        if layouts is None:
+            raise ValueError("TMA GEMM tiles for a problem it cannot read")
+        a, b, c_strides = layouts
+        programs = multiprocessor_count(torch.cuda.current_device()) if p.device == "cuda" else 4
+        gemm = TmaGemmLaunch(
+            a, b, c_strides, tiles=tiles, programs=programs, precision=dot_precision(p)
+        )
+        pointer = self.prepare(p, self._pointer_candidates(p)[0])
+        plain, col_geo, col_bytes = conv_geometry(p), _col_geometry(p), _col_bytes(p)
+        direction = p.direction
+
+        if direction == Direction.BACKWARD_DATA:
+            col2im = _col2im(p, plain, col_geo)
+
+            def run_backward_data(t: ConvTensors, workspace, alpha, beta) -> None:
+                if (t.y.data_ptr() | t.w.data_ptr()) & 15:
+                    pointer(t, workspace, alpha, beta)
+                    return
+                dcol = workspace[:col_bytes].view(torch.float32)
+                gemm(t.y, t.w, dcol)
+                col2im(COL=dcol, DX=t.x, alpha=float(alpha), beta=float(beta),
+                       BETA_NONZERO=beta != 0)  # fmt: skip
+
+            return run_backward_data
+
+        im2col = _im2col(p, plain, col_geo, tiles)
+
+        def run(t: ConvTensors, workspace, alpha, beta) -> None:
+            # The column matrix starts the workspace, which is 256-byte aligned.
+            if (t.w.data_ptr() if direction == Direction.FORWARD else t.y.data_ptr()) & 15:
+                pointer(t, workspace, alpha, beta)
+                return
+            col = workspace[:col_bytes].view(p.dtype)
+            im2col(X=t.x, COL=col)
+            if direction == Direction.FORWARD:
+                gemm(col, t.w, t.y, alpha=alpha, beta=beta, bias=t.bias)
+            else:
+                partials = workspace[_align(col_bytes) :] if gemm.splits > 1 else None
+                gemm(t.y, col, t.w, alpha=alpha, beta=beta, workspace=partials)
+
+        return run
+
+
+def _col_geometry(p: ConvProblem) -> StridedGeometry:
+    """col[g, m, tap, c], contiguous; as A of the forward GEMM, step i is the tap."""
+    g, m, taps, cg = _col_sizes(p)
+    return StridedGeometry(m, cg, 1, m * taps * cg, 0, cg, taps * cg, 1, 0)
+
+
+def _im2col(p: ConvProblem, plain, col_geo: StridedGeometry, tiles: TileConfig) -> KernelLaunch:
+    """The launch that copies x into the column matrix. It copies a channel chunk per tap:
+    chunks as wide as the group's channels, not the GEMM's (col's layout does not depend on
+    them), about 4096 elements per program."""
+    g, m, taps, cg = _col_sizes(p)
+    block_k = min(tiles.block_k, triton.next_power_of_2(cg))
+    block_m = max(tiles.block_m, 4096 // block_k)
+    return KernelLaunch(
+        im2col_kernel,
+        (cdiv(m, block_m), taps * cdiv(cg, block_k), g),
+        dict(num_warps=tiles.num_warps), geo=plain, col_geo=col_geo, BLOCK_M=block_m,
+        BLOCK_K=block_k,
+    )  # fmt: skip
+
+
+def _col2im(p: ConvProblem, plain, col_geo: StridedGeometry) -> KernelLaunch:
+    """The launch that sums the float32 column matrix into dx (alpha, beta). col2im is a
+    gather bound by memory: its tiles fit the group's channels (3 in an RGB stem) rather than
+    the GEMM's tile, about 4096 elements per program."""
+    g, _, _, cg = _col_sizes(p)
+    in_pixels = p.batch * math.prod(p.in_spatial)
+    block_n = min(64, triton.next_power_of_2(cg))
+    block_m = 4096 // block_n
+    phases = tuple(map(tap_phase, plain.stride, plain.dilation))
+    return KernelLaunch(
+        col2im_kernel,
+        (cdiv(in_pixels, block_m), cdiv(cg, block_n), g),
+        dict(num_warps=8), geo=plain, col_geo=col_geo, phases=phases, BLOCK_M=block_m,
+        BLOCK_N=block_n,
+    )  # fmt: skip
 
 
 #: Input channels up to which the heuristic runs backward-data of an ungrouped layer as GEMM.
