@@ -130,6 +130,9 @@ def test_refused_operands(monkeypatch):
     assert MatrixLayout.of(64, 64, 128, 2) is None
     assert MatrixLayout.of(1, 64, 64, 1) is None
     assert MatrixLayout.of(64, 32, 1, 64) == MatrixLayout(64, 32, 64, True)
+    monkeypatch.setenv("RTDNN_TMA_GEMM", "0")  # the user's switch
+    assert not tiles.tma_gemm_usable("cpu", torch.bfloat16, plain, plain)
+    monkeypatch.delenv("RTDNN_TMA_GEMM")
     monkeypatch.setattr(tiles, "TMA_GEMM_IN_INTERPRETER", False)
     assert not tiles.tma_gemm_usable("cpu", torch.bfloat16, plain, plain)
 

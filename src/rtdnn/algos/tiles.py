@@ -100,6 +100,8 @@ def tile_candidates(
 #: The TMA GEMM runs on Hopper and later GPUs; tests set this to run it under Triton's
 #: interpreter too, which has no such rule.
 TMA_GEMM_IN_INTERPRETER = False
+#: Set to 0 to keep plain matrices on the pointer tiles (read when a call is prepared).
+TMA_GEMM_ENV = "RTDNN_TMA_GEMM"
 
 # (block_m, block_n, block_k, warps, stages), the untuned choice first: the fastest shapes of
 # an H200 sweep over ViT-B/16's and ResNet-50's plain GEMMs (benchmarks/probes/
@@ -118,8 +120,9 @@ def tma_gemm_usable(device: str, dtype: torch.dtype, *layouts: MatrixLayout) -> 
     """Whether the TMA GEMM (kernels/gemm_tma.py) can read these operands: 16-bit data (its
     float32 operands would need K-major tiles that a transposed operand does not give), each
     stored with a unit last stride and a row stride of whole 16-byte units, on a Hopper or
-    later GPU. Each call still checks its tensors' 16-byte alignment."""
-    if dtype not in (torch.float16, torch.bfloat16):
+    later GPU, unless RTDNN_TMA_GEMM=0. Each call still checks its tensors' 16-byte
+    alignment."""
+    if dtype not in (torch.float16, torch.bfloat16) or os.environ.get(TMA_GEMM_ENV) == "0":
         return False
     if device == "cuda":
         if torch.cuda.get_device_capability()[0] < 9:
