@@ -254,6 +254,27 @@ __all__ = [
 
 
 @pytest.fixture
+def tma_launches(monkeypatch) -> list[int]:
+    """Records the splits of each TMA GEMM launch (kernels/gemm_tma.py), in order. The path is
+    turned on under the interpreter (on a GPU it runs on Hopper and later), and the tile tuner
+    off, so that its tiles, the first candidates, run and the tuner's trials are not counted."""
+    from rtdnn.algos import tiles
+    from rtdnn.kernels import launch
+
+    monkeypatch.setattr(tiles, "TMA_GEMM_IN_INTERPRETER", True)
+    monkeypatch.setenv("RTDNN_AUTOTUNE", "0")
+    splits: list[int] = []
+    call = launch.TmaGemmLaunch.__call__
+
+    def recorded(self, *args, **kwargs):
+        splits.append(self.splits)
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(launch.TmaGemmLaunch, "__call__", recorded)
+    return splits
+
+
+@pytest.fixture
 def norm_tile_policy(monkeypatch):
     """Change the normalization engine's CPU tile policy for one test, so that tiny inputs take
     a chosen path; prepared launches are forgotten around it."""

@@ -17,25 +17,9 @@ from conftest import assert_close, make_tensor, poisoned_like
 from rtdnn import ops, reference
 from rtdnn.algos import implicit_gemm as ig
 from rtdnn.algos import tiles
-from rtdnn.kernels import launch
 from rtdnn.kernels.launch import MatrixLayout
 
 DTYPES = (torch.float16, torch.bfloat16)
-
-
-@pytest.fixture
-def tma_launches(monkeypatch):
-    """Turns the TMA GEMM on in the interpreter and records each of its launches' splits."""
-    monkeypatch.setattr(tiles, "TMA_GEMM_IN_INTERPRETER", True)
-    splits: list[int] = []
-    call = launch.TmaGemmLaunch.__call__
-
-    def recorded(self, *args, **kwargs):
-        splits.append(self.splits)
-        return call(self, *args, **kwargs)
-
-    monkeypatch.setattr(launch.TmaGemmLaunch, "__call__", recorded)
-    return splits
 
 
 def _randn(*shape, dtype):

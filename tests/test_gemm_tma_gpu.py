@@ -14,7 +14,6 @@ import torch
 from rtdnn import ops
 from rtdnn import reference as R
 from rtdnn.algos import tiles
-from rtdnn.kernels import launch
 from rtdnn.kernels.launch import MatrixLayout, TmaGemmLaunch
 
 pytestmark = [
@@ -71,22 +70,6 @@ def test_every_candidate(dtype_name, orientation, shape):
         gemm(a_data, b_data, out, alpha=1.0, beta=-2.0, workspace=ws)
         ref = product - 2.0 * prior.double()
         assert R.rel_error(out, ref.cpu()) < tol, t
-
-
-@pytest.fixture
-def tma_launches(monkeypatch):
-    """Records each TMA GEMM launch's splits; the tile tuner off, so that the first candidate
-    (the TMA GEMM's) runs and the tuner's trials are not counted."""
-    monkeypatch.setenv("RTDNN_AUTOTUNE", "0")
-    splits: list[int] = []
-    call = launch.TmaGemmLaunch.__call__
-
-    def recorded(self, *args, **kwargs):
-        splits.append(self.splits)
-        return call(self, *args, **kwargs)
-
-    monkeypatch.setattr(launch.TmaGemmLaunch, "__call__", recorded)
-    return splits
 
 
 @pytest.mark.parametrize("dtype_name", DTYPES)
