@@ -105,7 +105,8 @@ TMA_GEMM_ENV = "RTDNN_TMA_GEMM"
 
 # (block_m, block_n, block_k, warps, stages), the untuned choice first: the fastest shapes of
 # an H200 sweep over ViT-B/16's and ResNet-50's plain GEMMs (benchmarks/probes/
-# plain_gemm_probe.py), 128 x 64 and 256 x 64 for outputs 64 columns wide.
+# plain_gemm_probe.py); 128 x 64 and 256 x 64, first for outputs 64 columns wide, were not in
+# that sweep (its 128-wide tiles computed half padding there).
 _TMA_SHAPES = (
     (128, 128, 64, 4, 4),
     (128, 256, 64, 8, 3),
