@@ -5,8 +5,9 @@
 # Everything lands under $OUT as it finishes, so a time-out keeps what was done. Not in the
 # default STAGES: suites (every convolution suite in bf16, fp16 and TF32 beside cuDNN), models
 # (EfficientNet-B0, MobileNet-V3, ConvNeXt-T), algos (every algorithm forced, strict float32),
-# families (attention, RNN, CTC, grid_sample beside torch), each minutes long, and tma (the
-# TMA kernels). The ops stage runs the memory-bound primitives and normalization.
+# families (attention, RNN, CTC, grid_sample beside torch), each minutes long, tma (the
+# TMA kernels) and plain (the TMA GEMM of plain matrices, split-K's finish, the resnet50
+# suite). The ops stage runs the memory-bound primitives and normalization.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=src RTDNN_GPU_TESTS=1
 STAGES=${STAGES:-"tests overhead model ops demo"}
@@ -57,6 +58,24 @@ for stage in $STAGES; do
           > "$OUT/bench_$op.log" 2>&1
         echo "$op: exit $?"; grep -E "^\|" "$OUT/bench_$op.log" | cut -c1-200
       done ;;
+    plain)  # the TMA GEMM of plain matrices and split-K's second-launch finish: their GPU
+      # tests, the plain-GEMM probe (every TMA tile beside cuBLAS), the resnet50 suite in each
+      # direction (PLAIN_DIRECTIONS), and GEMM forced on it (the 1x1 stride-2 projections'
+      # candidate: im2col of every other pixel, then the TMA GEMM)
+      RTDNN_AUTOTUNE=0 timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider \
+        tests/test_gemm_tma_gpu.py tests/test_split_finish_gpu.py > "$OUT/plain_tests.log" 2>&1
+      grep -E " passed| failed|^FAILED" "$OUT/plain_tests.log" | tail -6 | cut -c1-300
+      timeout "${PROBE_LIMIT:-200}" python3 benchmarks/probes/plain_gemm_probe.py \
+        "$OUT/plain_gemm.txt" > "$OUT/plain_gemm.log" 2>&1
+      sed -n '/^best ratio/,$p' "$OUT/plain_gemm.txt" | grep -v cublas
+      for d in ${PLAIN_DIRECTIONS:-backward_filter forward backward_data}; do
+        timeout "${SUITE_LIMIT:-200}" python3 -m rtdnn.cli bench --suite resnet50 --dtype bf16 \
+          --direction "$d" --out "$OUT/$d" > "$OUT/suite_resnet50_$d.log" 2>&1
+        echo "resnet50 $d: exit $?"; grep -iE "geomean" "$OUT/suite_resnet50_$d.log" | head -2
+      done
+      RTDNN_AUTOTUNE=0 timeout "${ALGO_LIMIT:-240}" python3 -m rtdnn.cli bench --algo GEMM \
+        --suite resnet50 --out "$OUT/algo_gemm" > "$OUT/algo_gemm.log" 2>&1
+      grep -E "down|conv1 " "$OUT/algo_gemm.log" | cut -c1-200 ;;
     tma)  # the experimental TMA forward: its GPU tests, then its tiles beside the pointer
       # path's and cuDNN on the resnet50 suite's stride-1 layers (benchmarks/probes/tma_probe.py)
       RTDNN_AUTOTUNE=0 timeout "${TMA_TEST_LIMIT:-200}" python3 -m pytest -v -rf -n 8 \
