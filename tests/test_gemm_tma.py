@@ -17,6 +17,7 @@ from conftest import assert_close, make_tensor, poisoned_like
 from rtdnn import ops, reference
 from rtdnn.algos import implicit_gemm as ig
 from rtdnn.algos import tiles
+from rtdnn.kernels import launch
 from rtdnn.kernels.launch import MatrixLayout
 
 DTYPES = (torch.float16, torch.bfloat16)
@@ -184,4 +185,23 @@ def test_gemm_algorithm_refuses_flipped_taps_and_nchw_filters(tma_launches):
     ):
         y = ops.conv_forward(x, w, padding=1, mode=mode, algo="GEMM")
         assert_close(y, reference.conv_forward(x, w, padding=1, mode=mode))
+    assert tma_launches == []
+
+
+def test_gemm_algorithm_with_a_misaligned_workspace_takes_the_pointer_path(tma_launches):
+    from rtdnn.algos import ALGORITHMS, ConvTensors
+    from rtdnn.ops.conv import _problem_for_selection
+
+    gen = torch.Generator().manual_seed(4)
+    x = make_tensor((2, 16, 6, 6), torch.float16, "channels_last", gen)
+    w = make_tensor((24, 16, 1, 1), torch.float16, "channels_last", gen)
+    conv = dict(stride=2, padding=0, dilation=1, groups=1, mode="cross_correlation")
+    p, _ = _problem_for_selection("forward", x, w, math=None, **conv)
+    algo = ALGORITHMS["GEMM"]
+    tiles = algo.tile_candidates(p)[0]
+    assert isinstance(tiles, launch.TmaGemmTiles)
+    y = poisoned_like(make_tensor((2, 24, 3, 3), torch.float16, "channels_last", gen))
+    workspace = torch.empty(algo.workspace_bytes(p) + 16, dtype=torch.uint8)[2:]
+    algo.prepare(p, tiles)(ConvTensors(x, w, y, None), workspace, 1.0, 0.0)
+    assert_close(y, reference.conv_forward(x, w, stride=2))
     assert tma_launches == []

@@ -251,8 +251,10 @@ class Gemm(ConvAlgorithm):
         im2col = _im2col(p, plain, col_geo, tiles)
 
         def run(t: ConvTensors, workspace, alpha, beta) -> None:
-            # The column matrix starts the workspace, which is 256-byte aligned.
-            if (t.w.data_ptr() if direction == Direction.FORWARD else t.y.data_ptr()) & 15:
+            # The column matrix, the other operand, starts the workspace (rtdnn's own are
+            # 256-byte aligned; a caller's may not be).
+            other = t.w if direction == Direction.FORWARD else t.y
+            if (other.data_ptr() | workspace.data_ptr()) & 15:
                 pointer(t, workspace, alpha, beta)
                 return
             col = workspace[:col_bytes].view(p.dtype)
