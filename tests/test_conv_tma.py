@@ -18,6 +18,7 @@ from rtdnn import reference
 from rtdnn.algos import ALGORITHMS, ConvTensors
 from rtdnn.algos import implicit_gemm as ig
 from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
+from rtdnn.kernels.launch import BrgemmLaunch
 
 TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 
@@ -113,15 +114,19 @@ def test_backward_filter(x_shape, w_shape, block_m, conv, box, gen):
     run_tma("backward_filter", x_shape, w_shape, _tiles(16, 16, 16), gen=gen, **conv)
 
 
+@pytest.mark.parametrize("finish", ["in the launch", "apart"])
 @pytest.mark.parametrize(
     "x_shape,w_shape,conv",
     [((2, 16, 8, 8), (16, 16, 1, 1), {}), ((2, 16, 40), (32, 16, 3), dict(padding=1))],
 )
-def test_backward_filter_split(x_shape, w_shape, conv, gen):
+def test_backward_filter_split(x_shape, w_shape, conv, finish, gen, monkeypatch):
     """IMPLICIT_GEMM_SPLIT_K's TMA tiles split the rectangles over programs whose partial sums
-    the last to arrive adds in order, within the algorithm's declared workspace."""
-    p = run_tma("backward_filter", x_shape, w_shape, _tiles(16, 16, 16), gen=gen,
-                algo_name="IMPLICIT_GEMM_SPLIT_K", **conv)  # fmt: skip
+    the last to arrive adds in order, or a second launch does (BrgemmLaunch.FINISH_APART_FROM
+    splits or more), within the algorithm's declared workspace; alpha and beta on a prior
+    output."""
+    monkeypatch.setattr(BrgemmLaunch, "FINISH_APART_FROM", 2 if finish == "apart" else 10**9)
+    p = run_tma("backward_filter", x_shape, w_shape, _tiles(16, 16, 16), gen=gen, alpha=0.5,
+                beta=1.5, algo_name="IMPLICIT_GEMM_SPLIT_K", **conv)  # fmt: skip
     assert ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"].splits(p) > 1
 
 

@@ -32,6 +32,7 @@ from ..kernels.launch import (
     TileConfig,
     TmaGemmLaunch,
     TmaGemmTiles,
+    split_finish,
 )
 from ..kernels.strided import StridedGeometry
 from .base import ConvAlgorithm, ConvTensors, Runner
@@ -463,12 +464,23 @@ class ImplicitGemm(ConvAlgorithm):
         splits = cdiv(rects, per_split)
         tiles_kc = cdiv(geo.kg, tiles.block_m) * cdiv(geo.cg, tiles.block_n)
         entries = p.groups * math.prod(p.kernel)
+        # Many splits: the partials are summed by a launch of their own, as BrgemmLaunch does.
+        apart = splits >= BrgemmLaunch.FINISH_APART_FROM
         kernel = KernelLaunch(
             conv_tma.tma_conv_filter_kernel, (tiles_kc, entries * splits),
             dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages),
             geo=geo, rects_per_split=per_split, PRECISION=dot_precision(p), UPCAST=INTERPRETED,
-            SPLITS=splits, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+            SPLITS=splits, FINISH=not apart, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
         )  # fmt: skip
+        finishes = {}  # by beta != 0
+        if apart:
+            dw = Output(ca.bwd_filter_c_addr, static_taps(conv_geometry(p)))
+            kg, cg = p.out_channels // p.groups, p.in_channels // p.groups
+            for beta_nonzero in (False, True):
+                finishes[beta_nonzero] = split_finish(
+                    dw, kg, cg, entries, splits, ACTIVATION=identity, HAS_BIAS=False,
+                    BETA_NONZERO=beta_nonzero,
+                )  # fmt: skip
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
             if t.x.data_ptr() % 16 or t.y.data_ptr() % 16:
@@ -477,11 +489,14 @@ class ImplicitGemm(ConvAlgorithm):
             ws = arrivals = t.w  # not read without splits
             if splits > 1:
                 ws = workspace.view(torch.float32)
-                arrivals = stream_counters(t.w.device, tiles_kc * entries)
+                if not apart:
+                    arrivals = stream_counters(t.w.device, tiles_kc * entries)
             kernel(
                 X=t.x, DY=t.y, DW=t.w, WS=ws, ARRIVALS=arrivals, alpha=float(alpha),
                 beta=float(beta), BETA_NONZERO=beta != 0,
             )  # fmt: skip
+            if apart:
+                finishes[beta != 0](ws, t.w, t.w, float(alpha), float(beta))
 
         return run
 

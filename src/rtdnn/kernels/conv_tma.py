@@ -219,7 +219,7 @@ class TmaFilterGeometry(NamedTuple):
 def tma_conv_filter_kernel(
     X, DY, DW, WS, ARRIVALS, geo, rects_per_split, alpha, beta,
     BETA_NONZERO: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    SPLITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPLITS: tl.constexpr, FINISH: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """dw[k, c, tap] = alpha * sum_{n, o} dy[n, k, o] x[n, c, o - pad + tap * dil]
     + beta * dw[k, c, tap], at stride 1.
@@ -228,8 +228,9 @@ def tma_conv_filter_kernel(
     pixel rectangles: the rectangle of dy (A, [pixels, BLOCK_M] transposed) against the same
     rectangle of x shifted by the tap (B, [pixels, BLOCK_N]); out-of-image pixels of either
     read as zeros. With SPLITS > 1 the programs of one output tile write float32 partial
-    tiles to WS ([groups x taps, SPLITS, K/g, C/g]) and the last to arrive adds them in order
-    (deterministic) and stores, as brgemm_kernel's split-K does."""
+    tiles to WS ([groups x taps, SPLITS, K/g, C/g]) and, with FINISH, the last to arrive adds
+    them in order (deterministic) and stores, as brgemm_kernel's split-K does; without it
+    brgemm.split_finish_kernel does, in a second launch."""
     BOX_N: tl.constexpr = geo.box_n
     BOX_H: tl.constexpr = geo.box_h
     BOX_W: tl.constexpr = geo.box_w
@@ -291,14 +292,15 @@ def tma_conv_filter_kernel(
         tile = WS + offs_k[:, None] * cg + offs_c[None, :]
         first = (entry * SPLITS).to(tl.int64)  # this (group, tap)'s first partial tile
         tl.store(tile + (first + split) * kg * cg, acc, mask=mask)
-        counter = ARRIVALS + entry * tl.num_programs(0) + tl.program_id(0)
-        if last_to_arrive(counter, SPLITS):
-            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for s in range(SPLITS):
-                partial = tile + (first + s) * kg * cg
-                total += tl.load(partial, mask=mask, other=0.0, cache_modifier=".cg")
-            epilogue(DW, offs, mask, total, alpha, beta, DW, chan_k, offs_k < kg, False,
-                     BETA_NONZERO, identity)  # fmt: skip
+        if FINISH:
+            counter = ARRIVALS + entry * tl.num_programs(0) + tl.program_id(0)
+            if last_to_arrive(counter, SPLITS):
+                total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for s in range(SPLITS):
+                    partial = tile + (first + s) * kg * cg
+                    total += tl.load(partial, mask=mask, other=0.0, cache_modifier=".cg")
+                epilogue(DW, offs, mask, total, alpha, beta, DW, chan_k, offs_k < kg, False,
+                         BETA_NONZERO, identity)  # fmt: skip
 
 
 def rectangle(rows: int, cols: int, block: int) -> tuple[int, int, int]:
