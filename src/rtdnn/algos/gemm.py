@@ -15,7 +15,7 @@ import math
 import torch
 import triton
 
-from ..core import ConvProblem, Direction, cdiv
+from ..core import ConvProblem, Direction, cdiv, tma_aligned
 from ..core.tensor import MAX_ELEMENTS
 from ..kernels import conv_addressing as ca
 from ..kernels import strided
@@ -43,11 +43,10 @@ from .geometry import (
     conv_geometry,
     device_memory_bytes,
     dot_precision,
-    multiprocessor_count,
     static_taps,
 )
 from .implicit_gemm import gemm_shape, pixel_stride, split_count
-from .tiles import gemm_candidates, tma_gemm_candidates, tma_gemm_usable
+from .tiles import gemm_candidates, tma_gemm_candidates, tma_gemm_programs, tma_gemm_usable
 
 
 def _col_sizes(p: ConvProblem) -> tuple[int, int, int, int]:
@@ -226,10 +225,10 @@ class Gemm(ConvAlgorithm):
         if layouts is None:
             raise ValueError("TMA GEMM tiles for a problem it cannot read")
         a, b, c_strides = layouts
-        programs = multiprocessor_count(torch.cuda.current_device()) if p.device == "cuda" else 4
         gemm = TmaGemmLaunch(
-            a, b, c_strides, tiles=tiles, programs=programs, precision=dot_precision(p)
-        )
+            a, b, c_strides, tiles=tiles, programs=tma_gemm_programs(p.device),
+            precision=dot_precision(p),
+        )  # fmt: skip
         pointer = self.prepare(p, self._pointer_candidates(p)[0])
         plain, col_geo, col_bytes = conv_geometry(p), _col_geometry(p), _col_bytes(p)
         direction = p.direction
@@ -238,7 +237,7 @@ class Gemm(ConvAlgorithm):
             col2im = _col2im(p, plain, col_geo)
 
             def run_backward_data(t: ConvTensors, workspace, alpha, beta) -> None:
-                if (t.y.data_ptr() | t.w.data_ptr()) & 15:
+                if not tma_aligned(t.y, t.w):
                     pointer(t, workspace, alpha, beta)
                     return
                 dcol = workspace[:col_bytes].view(torch.float32)
@@ -254,7 +253,7 @@ class Gemm(ConvAlgorithm):
             # The column matrix, the other operand, starts the workspace (rtdnn's own are
             # 256-byte aligned; a caller's may not be).
             other = t.w if direction == Direction.FORWARD else t.y
-            if (other.data_ptr() | workspace.data_ptr()) & 15:
+            if not tma_aligned(other, workspace):
                 pointer(t, workspace, alpha, beta)
                 return
             col = workspace[:col_bytes].view(p.dtype)

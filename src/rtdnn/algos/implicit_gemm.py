@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 import torch
 import triton.language as tl
 
-from ..core import INTERPRETED, ConvProblem, Direction, TensorDesc, cdiv
+from ..core import INTERPRETED, ConvProblem, Direction, TensorDesc, cdiv, tma_aligned
 from ..core.handle import stream_counters
 from ..kernels import conv_addressing as ca
 from ..kernels import conv_tma, strided
@@ -40,12 +40,11 @@ from .geometry import (
     conv_geometry,
     data_phases,
     dot_precision,
-    multiprocessor_count,
     parallel_slots,
     static_phase_taps,
     static_taps,
 )
-from .tiles import gemm_candidates, tma_gemm_candidates, tma_gemm_usable
+from .tiles import gemm_candidates, tma_gemm_candidates, tma_gemm_programs, tma_gemm_usable
 
 #: Below this many channels per group, forward and backward-filter pack (tap, channel) into
 #: one reduction (or column) index rather than giving each tap its own mostly empty chunk.
@@ -395,10 +394,10 @@ class ImplicitGemm(ConvAlgorithm):
         if layouts is None:
             raise ValueError("TMA GEMM tiles for a problem it cannot read")
         a, b, c_strides = layouts
-        programs = multiprocessor_count(torch.cuda.current_device()) if p.device == "cuda" else 4
         gemm = TmaGemmLaunch(
-            a, b, c_strides, tiles=tiles, programs=programs, precision=dot_precision(p)
-        )
+            a, b, c_strides, tiles=tiles, programs=tma_gemm_programs(p.device),
+            precision=dot_precision(p),
+        )  # fmt: skip
         rows, cols, depth, _ = gemm_shape(p)
         plain = self.prepare(p, gemm_candidates(p, rows, cols, depth)[0])
         direction = p.direction
@@ -410,7 +409,7 @@ class ImplicitGemm(ConvAlgorithm):
                 operands, out, bias = (t.y, t.w), t.x, None
             else:
                 operands, out, bias = (t.y, t.x), t.w, None
-            if (operands[0].data_ptr() | operands[1].data_ptr()) & 15:
+            if not tma_aligned(*operands):
                 plain(t, workspace, alpha, beta)
                 return
             gemm(*operands, out, alpha=alpha, beta=beta, bias=bias, workspace=workspace)
@@ -442,7 +441,7 @@ class ImplicitGemm(ConvAlgorithm):
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
             src, dst = (t.x, t.y) if forward else (t.y, t.x)
-            if src.data_ptr() % 16 or t.w.data_ptr() % 16:
+            if not tma_aligned(src, t.w):
                 plain(t, workspace, alpha, beta)
                 return
             bias = t.bias if forward and t.bias is not None else None
@@ -483,7 +482,7 @@ class ImplicitGemm(ConvAlgorithm):
                 )  # fmt: skip
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
-            if t.x.data_ptr() % 16 or t.y.data_ptr() % 16:
+            if not tma_aligned(t.x, t.y):
                 plain(t, workspace, alpha, beta)
                 return
             ws = arrivals = t.w  # not read without splits

@@ -137,6 +137,12 @@ def tma_gemm_usable(device: str, dtype: torch.dtype, *layouts: MatrixLayout) -> 
     return True
 
 
+def tma_gemm_programs(device: str) -> int:
+    """The most programs a persistent TMA GEMM launch runs: one per multiprocessor (a few
+    under the interpreter)."""
+    return multiprocessor_count(torch.cuda.current_device()) if device == "cuda" else 4
+
+
 def _tma_splits(device: str, tiles: int, k_tiles: int) -> tuple[int, ...]:
     """Reduction splits to offer for `tiles` output tiles, the untuned choice first. Too few
     tiles for the device: enough jobs for every multiprocessor, each at least 8 steps long, at

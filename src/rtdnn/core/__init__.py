@@ -37,6 +37,7 @@ from .tensor import (
     layout_strides,
     resolve_deterministic,
     resolve_math_mode,
+    tma_aligned,
 )
 
 __all__ = [
@@ -74,4 +75,5 @@ __all__ = [
     "not_supported",
     "resolve_deterministic",
     "resolve_math_mode",
+    "tma_aligned",
 ]

@@ -147,6 +147,12 @@ def check_out(out: torch.Tensor, shape: Sequence[int], like: torch.Tensor) -> No
         raise BadParamError("out has overlapping elements (a broadcast view): it cannot be written")
 
 
+def tma_aligned(*tensors: torch.Tensor) -> bool:
+    """Whether every tensor's data starts on a 16-byte boundary: what the copy engine needs of
+    a tensor descriptor's base (its strides are checked when a call is prepared)."""
+    return all(t.data_ptr() % 16 == 0 for t in tensors)
+
+
 def check_no_overlap(
     out: torch.Tensor,
     inputs: Iterable[tuple[str, torch.Tensor | None]],

@@ -39,6 +39,7 @@ from ..core import (
     check_tensor,
     default_matmul_math_mode,
     not_supported,
+    tma_aligned,
 )
 from ..core.prepared import PreparedCalls, signature
 from ..kernels import attention as K
@@ -250,11 +251,6 @@ class _Launch:
         self.launch(*[changing[name] for name in self.names])
 
 
-def _aligned(*tensors: torch.Tensor) -> bool:
-    """16-byte aligned data pointers (what tensor descriptors need besides strides)."""
-    return all(t.data_ptr() % 16 == 0 for t in tensors)
-
-
 def _strides(t: torch.Tensor | None) -> tuple[int, ...]:
     return (0, 0, 0, 0) if t is None else tuple(t.stride())
 
@@ -289,7 +285,7 @@ def attention_forward(
     q.shape[:-1], the base-2 log-sum-exp of each row's scaled scores (+inf for an empty row),
     taken before dropout. Tiles and launch are prepared once per call signature."""
     flags = (is_causal, dropout_p > 0, scale < 0, default_matmul_math_mode())
-    key = signature("attention_forward", (q, k, v, attn_mask), *flags, _aligned(q, k, v))
+    key = signature("attention_forward", (q, k, v, attn_mask), *flags, tma_aligned(q, k, v))
     call = _calls.get(key, lambda: _forward_call(q, k, v, attn_mask, *flags[:3]))
     return call(q, k, v, attn_mask, scale, dropout_p, seed)
 
@@ -408,7 +404,7 @@ def attention_backward(
     forward's dropout_p and seed). Tiles and launches are prepared once per call signature."""
     flags = (is_causal, dropout_p > 0, scale < 0, default_matmul_math_mode())
     tensors = (dout, q, k, v, out, lse, attn_mask)
-    key = signature("attention_backward", tensors, *flags, _aligned(q, k, v, dout))
+    key = signature("attention_backward", tensors, *flags, tma_aligned(q, k, v, dout))
     call = _calls.get(key, lambda: _backward_call(*tensors, *flags[:3]))
     return call(*tensors, scale, dropout_p, seed)
 

@@ -22,8 +22,14 @@ import functools
 
 import torch
 
-from ..algos.geometry import multiprocessor_count, parallel_slots
-from ..algos.tiles import tile_candidates, tma_gemm_candidates, tma_gemm_usable, tune
+from ..algos.geometry import parallel_slots
+from ..algos.tiles import (
+    tile_candidates,
+    tma_gemm_candidates,
+    tma_gemm_programs,
+    tma_gemm_usable,
+    tune,
+)
 from ..core import (
     bad_param,
     cdiv,
@@ -35,6 +41,7 @@ from ..core import (
     default_matmul_math_mode,
     not_supported,
     resolve_math_mode,
+    tma_aligned,
 )
 from ..core.handle import stream_workspace
 from ..core.prepared import PreparedCalls, nonzero, signature
@@ -122,7 +129,7 @@ def _prepare_gemm(a, a_geo, b, b_geo, c, bias, activation, precision):
     if a_layout and b_layout and tma_gemm_usable(device, a.dtype, a_layout, b_layout):
         candidates = tma_gemm_candidates(device, c.dtype, m, n, depth) + candidates
     key = ("linear", a_geo, b_geo, c_geo, c.dtype, precision, splits)
-    programs = multiprocessor_count(c.device.index or 0) if device == "cuda" else 4
+    programs = tma_gemm_programs(device)
 
     def build(tiles):
         if isinstance(tiles, TmaGemmTiles):
@@ -146,7 +153,7 @@ def _prepare_gemm(a, a_geo, b, b_geo, c, bias, activation, precision):
         pointer = _launch(a_geo, b_geo, c_geo, depth, pointer_tiles, precision, act, splits)
 
         def run(a, b, c, alpha, beta, bias=None):
-            if (a.data_ptr() | b.data_ptr()) & 15:  # the copy engine reads aligned bases only
+            if not tma_aligned(a, b):
                 ws = (
                     stream_workspace(pointer.partial_bytes, target)
                     if pointer.partial_bytes
