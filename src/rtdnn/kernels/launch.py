@@ -349,7 +349,10 @@ class BrgemmLaunch:
                 geos.append(g)
         finish = None
         if self.finish_apart:
-            finish = split_finish(c, m, n, cfg["batches"], self.splits, **flags)
+            finish = split_finish(
+                c, m, n, cfg["batches"], self.splits, ACTIVATION=cfg["activation"],
+                HAS_BIAS=has_bias, BETA_NONZERO=beta_nonzero,
+            )  # fmt: skip
         return SlotLaunch(
             brgemm_kernel,
             (self.tiles, cfg["batches"] * self.splits),
@@ -405,7 +408,6 @@ def split_finish(c: Output, m: int, n: int, batches: int, splits: int, **flags) 
         (t for t in FINISH_TILES if cdiv(m, t[0]) * cdiv(n, t[1]) * batches >= FINISH_PROGRAMS),
         FINISH_TILES[-1],
     )
-    flags.pop("SPLITS", None)
     return SlotLaunch(
         split_finish_kernel, (cdiv(m, bm), cdiv(n, bn), batches), dict(num_warps=4),
         ("WS", "C", "BIAS", "alpha", "beta"), geos=(c.geo,), M=m, N=n, C_GEO=0, C_ADDR=c.addr,
