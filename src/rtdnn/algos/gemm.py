@@ -9,7 +9,6 @@ The workspace is exactly the column matrix (plus split-K partial sums for backwa
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import torch
@@ -143,10 +142,9 @@ class Gemm(ConvAlgorithm):
         if layouts is None:
             return pointer
         a, b, _ = layouts
-        most = self._splits(p)  # what the workspace holds
-        tma = tma_gemm_candidates(p.device, p.dtype, a.rows, b.cols, a.cols, splits=most > 1)
-        tma = [dataclasses.replace(t, splits=min(t.splits, most)) for t in tma]
-        return list(dict.fromkeys(tma)) + pointer
+        # Split no more than the workspace holds.
+        splits = self._splits(p)
+        return tma_gemm_candidates(p.device, p.dtype, a.rows, b.cols, a.cols, splits) + pointer
 
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
         if isinstance(tiles, TmaGemmTiles):

@@ -9,7 +9,6 @@ partial sums to a workspace, summed afterwards in a fixed order (deterministic).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -330,10 +329,7 @@ class ImplicitGemm(ConvAlgorithm):
         no more than this algorithm's workspace holds."""
         if pointwise_layouts(p) is None:
             return []
-        most = self.splits(p)
-        tiles = tma_gemm_candidates(p.device, p.dtype, rows, cols, depth, splits=most > 1)
-        out = [dataclasses.replace(t, splits=min(t.splits, most)) for t in tiles]
-        return list(dict.fromkeys(out))
+        return tma_gemm_candidates(p.device, p.dtype, rows, cols, depth, self.splits(p))
 
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
         if isinstance(tiles, TmaGemmTiles):

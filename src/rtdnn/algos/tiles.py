@@ -170,24 +170,23 @@ def _tma_splits(device: str, tiles: int, k_tiles: int) -> tuple[int, ...]:
 
 
 def tma_gemm_candidates(
-    device: str, dtype: torch.dtype, m: int, n: int, k: int, splits: bool = True
+    device: str, dtype: torch.dtype, m: int, n: int, k: int, max_splits: int = 32
 ) -> list[TmaGemmTiles]:
     """TMA GEMM tiles for an m x n output over a reduction of k, the untuned choice first;
-    each shape unsplit and, where `splits` allows, split (_tma_splits). The caller checks
-    tma_gemm_usable first."""
+    each shape unsplit and split (_tma_splits), into at most `max_splits` (what the caller's
+    workspace holds; 1: never split). The caller checks tma_gemm_usable first."""
     if device != "cuda":
         # The interpreter: small tiles, split when it can so that tests cover the reduction.
-        s = _tma_splits(device, 1, cdiv(k, 16))[0] if splits else 1
+        s = min(_tma_splits(device, 1, cdiv(k, 16))[0], max_splits)
         return [TmaGemmTiles(32, 32, 16, group_m=1, num_warps=1, num_stages=1, splits=s)]
     shapes = _TMA_NARROW_SHAPES + _TMA_SHAPES if n <= 64 else _TMA_SHAPES
     out = []
     for bm, bn, bk, warps, stages in shapes:
         if bm > 2 * max(64, m) or bn > 2 * max(64, n):
             continue  # far larger than the output: mostly masked work
-        counts = _tma_splits(device, cdiv(m, bm) * cdiv(n, bn), cdiv(k, bk)) if splits else (1,)
-        for count in counts:
-            out.append(TmaGemmTiles(bm, bn, bk, 8, warps, stages, splits=count))
-    return out
+        for count in _tma_splits(device, cdiv(m, bm) * cdiv(n, bn), cdiv(k, bk)):
+            out.append(TmaGemmTiles(bm, bn, bk, 8, warps, stages, splits=min(count, max_splits)))
+    return list(dict.fromkeys(out))
 
 
 def tune(key, candidates: list[TileConfig], make_run) -> TileConfig:

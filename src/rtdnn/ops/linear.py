@@ -147,28 +147,17 @@ def _prepare_gemm(a, a_geo, b, b_geo, c, bias, activation, precision):
 
     tiles = tune(key, candidates, make_run) if device == "cuda" else candidates[0]
     launch = build(tiles)
-    partial_bytes, target = launch.partial_bytes, c.device
+    pointer = None  # the TMA GEMM's stand-in for a call whose operands are not 16-byte aligned
     if isinstance(tiles, TmaGemmTiles):
         pointer_tiles = next(t for t in candidates if not isinstance(t, TmaGemmTiles))
         pointer = _launch(a_geo, b_geo, c_geo, depth, pointer_tiles, precision, act, splits)
-
-        def run(a, b, c, alpha, beta, bias=None):
-            if not tma_aligned(a, b):
-                ws = (
-                    stream_workspace(pointer.partial_bytes, target)
-                    if pointer.partial_bytes
-                    else None
-                )
-                pointer(a, b, c, alpha=alpha, beta=beta, bias=bias, workspace=ws)
-                return
-            ws = stream_workspace(partial_bytes, target) if partial_bytes else None
-            launch(a, b, c, alpha=alpha, beta=beta, bias=bias, workspace=ws)
-
-        return run
+    target = c.device
 
     def run(a, b, c, alpha, beta, bias=None):
-        ws = stream_workspace(partial_bytes, target) if partial_bytes else None
-        launch(a, b, c, alpha=alpha, beta=beta, bias=bias, workspace=ws)
+        chosen = launch if pointer is None or tma_aligned(a, b) else pointer
+        nbytes = chosen.partial_bytes
+        ws = stream_workspace(nbytes, target) if nbytes else None
+        chosen(a, b, c, alpha=alpha, beta=beta, bias=bias, workspace=ws)
 
     return run
 
