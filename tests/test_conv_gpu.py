@@ -137,3 +137,32 @@ def test_nn_conv2d_autograd_bf16():
     for a, b in ((y2, y1), (x2.grad, x1.grad), (mine.weight.grad, ref.weight.grad),
                  (mine.bias.grad, ref.bias.grad)):  # fmt: skip
         assert R.rel_error(a, b.double().cpu()) < 2e-2
+
+
+@pytest.mark.parametrize("where", ["side_stream", "cuda_graph"])
+def test_strided_backward_data_phases_overlap_safely(where):
+    """Backward-data at stride 2 runs its four stride phases on side streams at once
+    (core.run_concurrently): on a caller's own stream and inside a captured CUDA graph,
+    replayed on new dy, every pixel is written (the output is poisoned first) and right."""
+    xs, ws, conv = (8, 128, 14, 14), (128, 128, 3, 3), dict(stride=2, padding=1)
+    w = _channels_last(torch.randn(ws, device="cuda", dtype=torch.bfloat16) / 34)
+    dy = _channels_last(torch.randn(8, 128, 7, 7, device="cuda", dtype=torch.bfloat16))
+    out = _channels_last(torch.full(xs, float("nan"), device="cuda", dtype=torch.bfloat16))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+
+    def call():
+        rtdnn.conv_backward_data(dy, w, xs, out=out, algo="IMPLICIT_GEMM", **conv)
+
+    with torch.cuda.stream(stream):
+        call()
+        if where == "cuda_graph":
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                call()
+            dy.copy_(torch.randn_like(dy))
+            out.fill_(float("nan"))
+            graph.replay()
+    torch.cuda.current_stream().wait_stream(stream)
+    ref = R.conv_backward_data(dy, w, xs, **conv)
+    assert R.rel_error(out, ref) < 1e-2

@@ -361,3 +361,40 @@ def test_gemm_preferred_bound_scales_with_device_memory(monkeypatch):
         assert gemm.gemm_preferred(p) is preferred
     cpu = ConvProblem.create(Direction.BACKWARD_DATA, *descs, conv, "cpu")
     assert not gemm.gemm_preferred(cpu)
+
+
+@pytest.mark.parametrize(
+    "c,k,size,kernel,stride,channels_last,capability,preferred",
+    [
+        (512, 512, 7, 3, 1, True, (9, 0), True),  # ResNet-50 l4.x.conv2: 3136 pixels
+        (1024, 2048, 14, 1, 2, True, (9, 0), True),  # l4.0.down, a 1x1 stride-2 projection
+        (256, 256, 14, 3, 1, True, (9, 0), False),  # 256 output channels: the implicit GEMM
+        (256, 512, 56, 1, 2, True, (9, 0), False),  # 50176 pixels: the implicit GEMM
+        (1024, 512, 14, 1, 1, True, (9, 0), False),  # 1x1 stride 1: already on the TMA GEMM
+        (512, 512, 7, 3, 1, False, (9, 0), False),  # NCHW: no TMA GEMM for its product
+        (512, 512, 7, 3, 1, True, (8, 0), False),  # before Hopper: no TMA GEMM
+    ],
+)
+def test_gemm_preferred_for_late_filter_gradients(
+    monkeypatch, c, k, size, kernel, stride, channels_last, capability, preferred
+):
+    """Backward-filter of late layers (many output channels, few pixels) prefers GEMM where
+    the TMA GEMM takes its column matrix's product (algos.gemm.PREFER_BACKWARD_FILTER_FROM_K);
+    forward never does."""
+    from rtdnn.algos import gemm, geometry
+
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.empty(64, c, size, size, device="meta", dtype=torch.bfloat16, memory_format=fmt)
+    w = torch.empty(k, c, kernel, kernel, device="meta", dtype=torch.bfloat16)
+    w = w.contiguous(memory_format=fmt)
+    conv = ConvDesc.create(2, stride, kernel // 2, 1, 1, "cross_correlation", MATH)
+    y = empty_like_layout(conv_output_shape(x.shape, w.shape, conv), x)
+    descs = (TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: capability)
+    monkeypatch.setattr(gemm, "device_memory_bytes", lambda index: 80 << 30)
+    monkeypatch.setattr(geometry, "multiprocessor_count", lambda index: 132)
+    p = ConvProblem.create(Direction.BACKWARD_FILTER, *descs, conv, "cuda")
+    assert gemm.gemm_preferred(p) is preferred
+    forward = ConvProblem.create(Direction.FORWARD, *descs, conv, "cuda")
+    assert not gemm.gemm_preferred(forward)

@@ -3,7 +3,10 @@ poisoned with NaN first), timed (first tile candidate, triton.testing.do_bench m
 broken down kernel by kernel (torch.profiler), beside cuDNN in the same process.
 
     PYTHONPATH=src python benchmarks/probes/layer_algos.py SUITE LAYER:DIRECTION[:BATCH] ...
-        [--dtype fp32|tf32|bf16|fp16]
+        [--dtype fp32|tf32|bf16|fp16] [--algos GEMM,IMPLICIT_GEMM,...] [--all-tiles]
+
+--all-tiles times every tile candidate of each algorithm (the tuner's choice is the fastest)
+and breaks the fastest down, instead of the first candidate (the untuned choice).
 
 fp32 is strict float32 (cuDNN with TF32 off), tf32 float32 data with TF32 products.
 """
@@ -23,7 +26,15 @@ DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
           "fp16": torch.float16}  # fmt: skip
 
 
-def run(suite: str, name: str, direction: str, batch: int | None, dtype: str) -> None:
+def run(
+    suite: str,
+    name: str,
+    direction: str,
+    batch: int | None,
+    dtype: str,
+    algos: list[str] | None = None,
+    all_tiles: bool = False,
+) -> None:
     layer = next(entry for entry in load_suite(suite) if entry["name"] == name)
     torch.backends.cudnn.allow_tf32 = dtype != "fp32"
     torch.backends.cudnn.benchmark = True
@@ -44,20 +55,29 @@ def run(suite: str, name: str, direction: str, batch: int | None, dtype: str) ->
         "backward_filter": ConvTensors(x, out, dy),
     }[direction]
     for algo in ALGORITHMS.values():
+        if algos is not None and algo.name not in algos:
+            continue
         reason = algo.supports(p)
         if reason is not None:
             print(f"  {algo.name:22s} not supported: {reason[:100]}")
             continue
         need = algo.workspace_bytes(p)
         ws = torch.empty(max(need, 16), dtype=torch.uint8, device="cuda")
-        tiles = algo.tile_candidates(p)[0]
-        runner = algo.prepare(p, tiles)
-        out.fill_(float("nan"))
-        runner(tensors, ws, 1.0, 0.0)
-        err = R.rel_error(out, ref)
-        ms = do_bench(lambda: runner(tensors, ws, 1.0, 0.0), return_mode="median")  # noqa: B023
-        print(f"  {algo.name:22s} {ms:8.3f} ms ({base / ms:5.2f}x cuDNN) workspace "
-              f"{need / 2**20:8.1f} MiB rel err {err:.1e}  {tiles}", flush=True)  # fmt: skip
+        candidates = algo.tile_candidates(p)
+        best = None
+        for tiles in candidates if all_tiles else candidates[:1]:
+            runner = algo.prepare(p, tiles)
+            out.fill_(float("nan"))
+            runner(tensors, ws, 1.0, 0.0)
+            err = R.rel_error(out, ref)
+            ms = do_bench(lambda: runner(tensors, ws, 1.0, 0.0), return_mode="median")  # noqa: B023
+            print(f"  {algo.name:22s} {ms:8.3f} ms ({base / ms:5.2f}x cuDNN) workspace "
+                  f"{need / 2**20:8.1f} MiB rel err {err:.1e}  {tiles}", flush=True)  # fmt: skip
+            if best is None or ms < best[0]:
+                best = (ms, runner, tiles)
+        ms, runner, tiles = best
+        if all_tiles:
+            print(f"  {algo.name:22s} best {ms:8.3f} ms ({base / ms:5.2f}x cuDNN)  {tiles}")
         for kernel, us in sorted(
             kernel_times(lambda: runner(tensors, ws, 1.0, 0.0), 5).items(),  # noqa: B023
             key=lambda kv: -kv[1],
@@ -72,10 +92,14 @@ def main() -> None:
     parser.add_argument("suite")
     parser.add_argument("layers", nargs="+", help="LAYER:DIRECTION[:BATCH]")
     parser.add_argument("--dtype", default="tf32", choices=sorted(DTYPES))
+    parser.add_argument("--algos", help="comma-separated algorithm names (default: all)")
+    parser.add_argument("--all-tiles", action="store_true", help="time every tile candidate")
     args = parser.parse_args()
+    algos = args.algos.split(",") if args.algos else None
     for spec in args.layers:
         name, direction, *batch = spec.split(":")
-        run(args.suite, name, direction, int(batch[0]) if batch else None, args.dtype)
+        batch = int(batch[0]) if batch else None
+        run(args.suite, name, direction, batch, args.dtype, algos, args.all_tiles)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from .geometry import (
     dot_precision,
     static_taps,
 )
-from .implicit_gemm import gemm_shape, pixel_stride, split_count
+from .implicit_gemm import gemm_shape, pixel_stride, pointwise_layouts, split_count
 from .tiles import gemm_candidates, tma_gemm_candidates, tma_gemm_programs, tma_gemm_usable
 
 
@@ -310,6 +310,18 @@ def _col2im(p: ConvProblem, plain, col_geo: StridedGeometry) -> KernelLaunch:
 #: layers"), GEMM against IMPLICIT_GEMM, bf16: RGB stems 11x11/4 2.8x, 7x7/2 1.6x, 3x3/2 1.8x,
 #: VGG's 3x3/1 1.3x; a 1-channel 5x20/2 spectrogram layer 3.7x (TF32: 7.5x).
 PREFER_BACKWARD_DATA_UP_TO_C = 4
+#: Backward-filter of an ungrouped layer whose product the TMA GEMM takes (tma_layouts): the
+#: heuristic runs it as GEMM from this many output channels, over at most
+#: PREFER_BACKWARD_FILTER_UP_TO_PIXELS output pixels (batch x spatial). Each column-matrix
+#: element costs 4 bytes of traffic (written, then read) and feeds K multiply-adds, so im2col
+#: adds about 2 / K bytes per FLOP: at K >= 512 that is well under the time the TMA GEMM
+#: saves over the implicit GEMM's pointer tiles (at 30 to 40% of the matmul ceiling there).
+#: Measured on an H200, bf16, batch 64 (BENCHMARKS.md, "GEMM for late weight gradients"):
+#: ResNet-50's 1x1 stride-2 projections at 14x14 and 7x7 output 1.44x and 1.42x
+#: IMPLICIT_GEMM_SPLIT_K, its 3x3 layers at 7x7 1.19x and 1.24x; at 28x28 output (50176 pixels)
+#: the projection ran 0.72x, and at 256 output channels the 3x3 layers 0.86x.
+PREFER_BACKWARD_FILTER_FROM_K = 512
+PREFER_BACKWARD_FILTER_UP_TO_PIXELS = 16384
 #: The most workspace the heuristic takes for it without being asked (Find, a plan or a
 #: micro-batch policy may take more), as a share of the device's memory, since the buffer
 #: stays with the stream for later calls: 2.5 GiB on an 80 GB H100. ResNet-50's stem at batch
@@ -319,13 +331,30 @@ PREFER_BACKWARD_DATA_UP_TO_C = 4
 PREFER_UP_TO_MEMORY_SHARE = 1 / 32
 
 
+def _late_filter_gradient(p: ConvProblem) -> bool:
+    """Backward-filter in GEMM's region (PREFER_BACKWARD_FILTER_FROM_K): many output
+    channels, few pixels, a product the TMA GEMM reads, and not a layer the implicit GEMM
+    already runs on the TMA GEMM itself (1x1 stride 1: no im2col to pay for there)."""
+    pixels = p.batch * math.prod(p.out_spatial)
+    return (
+        p.out_channels >= PREFER_BACKWARD_FILTER_FROM_K
+        and pixels <= PREFER_BACKWARD_FILTER_UP_TO_PIXELS
+        and tma_layouts(p) is not None
+        and pointwise_layouts(p) is None
+    )
+
+
 def gemm_preferred(p: ConvProblem) -> bool:
-    """Whether the heuristic should try GEMM first for `p`: backward-data of an ungrouped
-    layer of at most PREFER_BACKWARD_DATA_UP_TO_C input channels, on a GPU, within
-    PREFER_UP_TO_MEMORY_SHARE of the current device's memory (grouped layers were not
-    measured)."""
-    few = p.groups == 1 and p.in_channels <= PREFER_BACKWARD_DATA_UP_TO_C
-    if p.device != "cuda" or p.direction != Direction.BACKWARD_DATA or not few:
+    """Whether the heuristic should try GEMM first for `p`, on a GPU, within
+    PREFER_UP_TO_MEMORY_SHARE of the current device's memory: backward-data of an ungrouped
+    layer of at most PREFER_BACKWARD_DATA_UP_TO_C input channels (grouped layers were not
+    measured), and backward-filter of a late layer on Hopper (_late_filter_gradient)."""
+    if p.device != "cuda":
+        return False
+    if p.direction == Direction.BACKWARD_DATA:
+        if p.groups != 1 or p.in_channels > PREFER_BACKWARD_DATA_UP_TO_C:
+            return False
+    elif p.direction != Direction.BACKWARD_FILTER or not _late_filter_gradient(p):
         return False
     memory = device_memory_bytes(torch.cuda.current_device())
     return Gemm().workspace_bytes(p) <= memory * PREFER_UP_TO_MEMORY_SHARE

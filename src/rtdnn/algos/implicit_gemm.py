@@ -9,6 +9,7 @@ partial sums to a workspace, summed afterwards in a fixed order (deterministic).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -17,7 +18,7 @@ import torch
 import triton.language as tl
 
 from ..core import INTERPRETED, ConvProblem, Direction, TensorDesc, cdiv, tma_aligned
-from ..core.handle import stream_counters
+from ..core.handle import run_concurrently, stream_counters
 from ..kernels import conv_addressing as ca
 from ..kernels import conv_tma, strided
 from ..kernels.brgemm import identity
@@ -524,9 +525,16 @@ class ImplicitGemm(ConvAlgorithm):
                 )  # fmt: skip
             )
 
+        # The phases write disjoint pixels of dx: they run side by side (at stride 2 each
+        # is a quarter of the pixels, too few tiles to fill the GPU late in a network), the
+        # longest first.
+        gemms.sort(key=lambda gemm: -gemm.steps_per_split)
+
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
-            for gemm in gemms:
-                gemm(t.y, t.w, t.x, alpha=alpha, beta=beta)
+            calls = [
+                functools.partial(gemm, t.y, t.w, t.x, alpha=alpha, beta=beta) for gemm in gemms
+            ]
+            run_concurrently(t.x.device, calls)
 
         return run
 

@@ -18,7 +18,7 @@ from .errors import (
     bad_param,
     not_supported,
 )
-from .handle import INTERPRETED, allocate_workspace, check_runnable
+from .handle import INTERPRETED, allocate_workspace, check_runnable, run_concurrently
 from .tensor import (
     MATH_MODES,
     SUPPORTED_DTYPES,
@@ -51,6 +51,7 @@ __all__ = [
     "INTERPRETED",
     "allocate_workspace",
     "check_runnable",
+    "run_concurrently",
     "ExecutionFailedError",
     "MATH_MODES",
     "NotSupportedError",
