@@ -369,7 +369,8 @@ def test_gemm_preferred_bound_scales_with_device_memory(monkeypatch):
         (512, 512, 7, 3, 1, True, (9, 0), True),  # ResNet-50 l4.x.conv2: 3136 pixels
         (1024, 2048, 14, 1, 2, True, (9, 0), True),  # l4.0.down, a 1x1 stride-2 projection
         (256, 256, 14, 3, 1, True, (9, 0), False),  # 256 output channels: the implicit GEMM
-        (256, 512, 56, 1, 2, True, (9, 0), False),  # 50176 pixels: the implicit GEMM
+        (256, 512, 56, 1, 2, True, (9, 0), False),  # a projection at 50176 pixels
+        (512, 512, 28, 3, 1, True, (9, 0), True),  # VGG-16's 3x3 at 50176 pixels
         (1024, 512, 14, 1, 1, True, (9, 0), False),  # 1x1 stride 1: already on the TMA GEMM
         (512, 512, 7, 3, 1, False, (9, 0), False),  # NCHW: no TMA GEMM for its product
         (512, 512, 7, 3, 1, True, (8, 0), False),  # before Hopper: no TMA GEMM
@@ -398,3 +399,38 @@ def test_gemm_preferred_for_late_filter_gradients(
     assert gemm.gemm_preferred(p) is preferred
     forward = ConvProblem.create(Direction.FORWARD, *descs, conv, "cuda")
     assert not gemm.gemm_preferred(forward)
+
+
+def _strict_problem(direction, x_shape, w_shape, padding, device="cuda", math_mode="fp32"):
+    x = torch.empty(x_shape, device="meta")
+    w = torch.empty(w_shape, device="meta")
+    conv = ConvDesc.create(len(x_shape) - 2, 1, padding, 1, 1, "cross_correlation", math_mode)
+    y = empty_like_layout(conv_output_shape(x.shape, w.shape, conv), x)
+    descs = (TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y))
+    return ConvProblem.create(direction, *descs, conv, device)
+
+
+def test_fft_preferred_for_large_filters_in_strict_float32(monkeypatch):
+    """Large filters in strict float32 try the FFT algorithms first, the plan with fewer
+    spectrum values first (algos.fft.fft_preferred); small filters, TF32 and the CPU do not,
+    and a whole-image FFT above the workspace bound is left out."""
+    from rtdnn.algos import fft, geometry
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(fft, "device_memory_bytes", lambda index: 80 << 30)
+    monkeypatch.setattr(geometry, "multiprocessor_count", lambda index: 132)
+    forward = Direction.FORWARD
+    long_1d = _strict_problem(forward, (32, 128, 2048), (128, 128, 63), 31)
+    image_2d = _strict_problem(forward, (32, 64, 56, 56), (64, 64, 9, 9), 4)
+    assert fft.fft_preferred(long_1d) == ["FFT_TILING", "FFT"]
+    assert fft.fft_preferred(image_2d) == ["FFT", "FFT_TILING"]
+    small = _strict_problem(forward, (32, 64, 56, 56), (64, 64, 5, 5), 2)
+    tf32 = _strict_problem(forward, (32, 64, 56, 56), (64, 64, 9, 9), 4, math_mode="tf32")
+    cpu = _strict_problem(forward, (32, 64, 56, 56), (64, 64, 9, 9), 4, device="cpu")
+    for p in (small, tf32, cpu):
+        assert fft.fft_preferred(p) == []
+    backward_filter = _strict_problem(Direction.BACKWARD_FILTER, (32, 64, 4096), (64, 64, 127), 63)
+    assert select._heuristic_order(backward_filter)[:2] == ["FFT_TILING", "FFT"]
+    # 196 MiB of workspace for the whole image: above the bound on a 4 GiB device.
+    monkeypatch.setattr(fft, "device_memory_bytes", lambda index: 4 << 30)
+    assert fft.fft_preferred(image_2d) == ["FFT_TILING"]

@@ -64,6 +64,8 @@ from ..kernels.fft import (
 )
 from ..kernels.launch import KernelLaunch, TileConfig
 from .base import ConvAlgorithm, ConvTensors, Runner
+from .gemm import PREFER_UP_TO_MEMORY_SHARE
+from .geometry import device_memory_bytes
 
 #: Workspace a wave of FFT_TILING tiles may take on a GPU (the filter spectrum comes on top);
 #: a wave always holds at least one tile.
@@ -444,3 +446,44 @@ class Fft(ConvAlgorithm):
 class FftTiling(Fft):
     name = "FFT_TILING"
     tiled = True
+
+
+#: Filter taps (all dims together) from which the heuristic tries the FFT algorithms first,
+#: in strict float32 on a GPU, where the implicit GEMM's cost grows with the taps and the
+#: transforms' does not. Measured on an H200 (BENCHMARKS.md, "Large filters"), suite
+#: large_kernels (2-D 9x9 to 31x31, 1-D 31 to 127 taps), every direction: the better of FFT
+#: and FFT_TILING ran 1.5x to 24x IMPLICIT_GEMM. Smaller filters were not measured.
+PREFER_FROM_TAPS = 31
+
+
+def spectrum_elements(p: ConvProblem, tiled: bool) -> int:
+    """Complex values a plan's products read and write: every tile's data spectra and the
+    filter's, each `freqs` long."""
+    plan = make_plan(p, tiled)
+    data = math.prod(plan.tiles) * p.batch * (p.in_channels + p.out_channels)
+    return plan.freqs * (data + p.out_channels * p.in_channels // p.groups)
+
+
+def fft_preferred(p: ConvProblem) -> list[str]:
+    """The FFT algorithms the heuristic should try first for `p`, the likely faster first:
+    none unless `p` is strict float32 on a GPU with PREFER_FROM_TAPS taps or more, stride 1
+    and dilation 1. The whole-image FFT is left out where its workspace is above the share of
+    the device's memory that GEMM may take unasked (gemm.PREFER_UP_TO_MEMORY_SHARE);
+    FFT_TILING's stays bounded.
+
+    Of the two, the plan with fewer spectrum values (spectrum_elements) comes first, FFT on a
+    tie (one tile covers the image: the same plan). On long 1-D signals the whole transform's
+    filter spectrum, K x C at every frequency, outweighs the tiles' overlap: measured
+    FFT_TILING 1.2x to 2.6x FFT at 63 and 127 taps (but 0.9x at 31 taps forward and
+    backward-data); on a 56x56 image with a 9x9 filter nine 32x32 tiles transform more than
+    one 64x64 image: FFT 1.6x to 1.7x."""
+    strict = p.dtype == torch.float32 and p.conv.math == "fp32"
+    if p.device != "cuda" or not strict or math.prod(p.kernel) < PREFER_FROM_TAPS:
+        return []
+    if Fft().supports(p) is not None:
+        return []
+    memory = device_memory_bytes(torch.cuda.current_device())
+    whole = [] if Fft().workspace_bytes(p) > memory * PREFER_UP_TO_MEMORY_SHARE else ["FFT"]
+    if spectrum_elements(p, tiled=True) < spectrum_elements(p, tiled=False):
+        return ["FFT_TILING", *whole]
+    return [*whole, "FFT_TILING"]

@@ -311,15 +311,18 @@ def _col2im(p: ConvProblem, plain, col_geo: StridedGeometry) -> KernelLaunch:
 #: VGG's 3x3/1 1.3x; a 1-channel 5x20/2 spectrogram layer 3.7x (TF32: 7.5x).
 PREFER_BACKWARD_DATA_UP_TO_C = 4
 #: Backward-filter of an ungrouped layer whose product the TMA GEMM takes (tma_layouts): the
-#: heuristic runs it as GEMM from this many output channels, over at most
-#: PREFER_BACKWARD_FILTER_UP_TO_PIXELS output pixels (batch x spatial). Each column-matrix
-#: element costs 4 bytes of traffic (written, then read) and feeds K multiply-adds, so im2col
-#: adds about 2 / K bytes per FLOP: at K >= 512 that is well under the time the TMA GEMM
-#: saves over the implicit GEMM's pointer tiles (at 30 to 40% of the matmul ceiling there).
-#: Measured on an H200, bf16, batch 64 (BENCHMARKS.md, "GEMM for late weight gradients"):
-#: ResNet-50's 1x1 stride-2 projections at 14x14 and 7x7 output 1.44x and 1.42x
-#: IMPLICIT_GEMM_SPLIT_K, its 3x3 layers at 7x7 1.19x and 1.24x; at 28x28 output (50176 pixels)
-#: the projection ran 0.72x, and at 256 output channels the 3x3 layers 0.86x.
+#: heuristic runs it as GEMM from this many output channels. Each column-matrix element
+#: costs 4 bytes of traffic (written, then read) and feeds K multiply-adds, so im2col adds
+#: about 2 / K bytes per FLOP: at K >= 512 that is less than the time the TMA GEMM saves over
+#: the implicit GEMM's pointer tiles, which reach 30 to 45% of the matmul ceiling on 3x3
+#: weight gradients. A 1x1 strided projection has no taps to gather and its implicit GEMM
+#: runs near cuDNN on many pixels: GEMM only up to PREFER_BACKWARD_FILTER_UP_TO_PIXELS
+#: output pixels (batch x spatial) there. Measured on an H200, bf16, batch 64, tiles tuned
+#: (BENCHMARKS.md, "GEMM for late weight gradients"), GEMM against IMPLICIT_GEMM_SPLIT_K:
+#: ResNet-50's 3x3 layers at K = 512, 7x7 output 1.27x and 1.24x; VGG-16's at 14x14 1.16x,
+#: 28x28 1.16x, and 1.02x with 256 input channels; the projections to 1024 and 2048 channels
+#: (12544 and 3136 pixels) 1.36x and 1.83x, to 512 channels at 50176 pixels 0.81x. At
+#: K = 256 GEMM lost (ResNet-50's 3x3 at 14x14, 0.85x).
 PREFER_BACKWARD_FILTER_FROM_K = 512
 PREFER_BACKWARD_FILTER_UP_TO_PIXELS = 16384
 #: The most workspace the heuristic takes for it without being asked (Find, a plan or a
@@ -333,12 +336,13 @@ PREFER_UP_TO_MEMORY_SHARE = 1 / 32
 
 def _late_filter_gradient(p: ConvProblem) -> bool:
     """Backward-filter in GEMM's region (PREFER_BACKWARD_FILTER_FROM_K): many output
-    channels, few pixels, a product the TMA GEMM reads, and not a layer the implicit GEMM
-    already runs on the TMA GEMM itself (1x1 stride 1: no im2col to pay for there)."""
+    channels, a product the TMA GEMM reads, taps to gather or few pixels, and not a layer the
+    implicit GEMM already runs on the TMA GEMM itself (1x1 stride 1: no im2col to pay for)."""
     pixels = p.batch * math.prod(p.out_spatial)
+    taps = math.prod(p.kernel)
     return (
         p.out_channels >= PREFER_BACKWARD_FILTER_FROM_K
-        and pixels <= PREFER_BACKWARD_FILTER_UP_TO_PIXELS
+        and (taps > 1 or pixels <= PREFER_BACKWARD_FILTER_UP_TO_PIXELS)
         and tma_layouts(p) is not None
         and pointwise_layouts(p) is None
     )

@@ -23,6 +23,7 @@ from ..algos import (
     tiles,
 )
 from ..algos.direct import direct_preferred
+from ..algos.fft import fft_preferred
 from ..algos.gemm import gemm_preferred
 from ..algos.implicit_gemm import split_count
 from ..algos.winograd import winograd_preferred
@@ -68,6 +69,9 @@ def _heuristic_order(p: ConvProblem) -> list[str]:
     # on FMA units (see algos.winograd.PREFER_FROM_CHANNELS).
     if winograd_preferred(p):
         first.append("WINOGRAD_NONFUSED")
+    # Strict float32 with large filters (9x9 and up, 1-D 31 taps and up): the transforms'
+    # cost does not grow with the taps (see algos.fft.PREFER_FROM_TAPS).
+    first += fft_preferred(p)
     # Backward-data of an RGB stem or a 1-channel input: the implicit GEMMs' output is a few
     # columns wide, GEMM's is not (see algos.gemm.PREFER_BACKWARD_DATA_UP_TO_C). Its
     # workspace is large (450 MiB for ResNet-50's stem at batch 64): up to 1/32 of the
