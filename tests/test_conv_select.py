@@ -434,3 +434,21 @@ def test_fft_preferred_for_large_filters_in_strict_float32(monkeypatch):
     # 196 MiB of workspace for the whole image: above the bound on a 4 GiB device.
     monkeypatch.setattr(fft, "device_memory_bytes", lambda index: 4 << 30)
     assert fft.fft_preferred(image_2d) == ["FFT_TILING"]
+
+
+def test_direct_preferred_for_strict_float32_stem_filter_gradient():
+    """In strict float32 on a GPU the weight gradient of an RGB stem tries DIRECT first
+    (algos.direct.PREFER_FILTER_GRADIENT_UP_TO_C); TF32, the other directions, wider layers
+    and the CPU do not."""
+    from rtdnn.algos import direct
+
+    stem = (64, 3, 224, 224), (64, 3, 7, 7), 3
+    assert direct.direct_preferred(_strict_problem(Direction.BACKWARD_FILTER, *stem))
+    others = [
+        _strict_problem(Direction.BACKWARD_FILTER, *stem, math_mode="tf32"),
+        _strict_problem(Direction.FORWARD, *stem),
+        _strict_problem(Direction.BACKWARD_FILTER, *stem, device="cpu"),
+        _strict_problem(Direction.BACKWARD_FILTER, (64, 16, 56, 56), (64, 16, 3, 3), 1),
+    ]
+    for p in others:
+        assert not direct.direct_preferred(p)

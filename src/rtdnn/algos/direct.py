@@ -81,6 +81,13 @@ PREFER_UP_TO_KG = 16
 #: In float16 and bfloat16 the heuristic also prefers DIRECT for grouped layers of up to this
 #: many input channels per group (block-diagonal tensor-core tiles).
 PREFER_UP_TO_CG = 32
+#: In strict float32 (no tensor cores on either side) the heuristic prefers DIRECT for the
+#: weight gradient of ungrouped layers of up to this many input channels (RGB stems): the
+#: implicit GEMM's output is K x (C x taps), 64 x 147 for ResNet-50's stem, a few narrow
+#: tiles each summing every pixel, where DIRECT spreads the pixels over the whole GPU.
+#: Measured on an H200 (resnet50 suite, `rtdnn bench --algo all --math fp32`): ResNet-50's
+#: 7x7 stem 3.70 ms against IMPLICIT_GEMM_SPLIT_K's 5.70.
+PREFER_FILTER_GRADIENT_UP_TO_C = 4
 #: Filter rows the forward ring of kernels/depthwise.py holds (an accumulator tile each).
 MAX_RING_ROWS = 8
 #: Channels a backward-filter program covers, as assumed when the pixels are divided into
@@ -128,12 +135,22 @@ def filter_chunks(p: ConvProblem) -> tuple[int, int]:
 
 
 def direct_preferred(p: ConvProblem) -> bool:
-    """Whether the heuristic should try DIRECT first for `p`: depthwise layers, and in 16-bit
-    data grouped layers of up to PREFER_UP_TO_CG channels per group (tensor-core tiles)."""
+    """Whether the heuristic should try DIRECT first for `p`: depthwise layers, in 16-bit
+    data grouped layers of up to PREFER_UP_TO_CG channels per group (tensor-core tiles), and
+    in strict float32 on a GPU the weight gradient of few-channel layers
+    (PREFER_FILTER_GRADIENT_UP_TO_C)."""
     cg = p.in_channels // p.groups
     depthwise = cg == 1 and p.out_channels // p.groups <= PREFER_UP_TO_KG
     grouped = p.groups > 1 and cg <= PREFER_UP_TO_CG and _tensor_cores_apply(p)
-    return (depthwise or grouped) and Direct().supports(p) is None
+    strict = p.dtype == torch.float32 and p.conv.math == "fp32"
+    stem_gradient = (
+        p.direction == Direction.BACKWARD_FILTER
+        and p.device == "cuda"
+        and strict
+        and p.groups == 1
+        and p.in_channels <= PREFER_FILTER_GRADIENT_UP_TO_C
+    )
+    return (depthwise or grouped or stem_gradient) and Direct().supports(p) is None
 
 
 def _channels_last(p: ConvProblem) -> bool:
