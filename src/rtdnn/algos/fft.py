@@ -452,7 +452,7 @@ class FftTiling(Fft):
 #: in strict float32 on a GPU, where the implicit GEMM's cost grows with the taps and the
 #: transforms' does not. Measured on an H200 (BENCHMARKS.md, "Large filters"), suite
 #: large_kernels (2-D 9x9 to 31x31, 1-D 31 to 127 taps), every direction: the better of FFT
-#: and FFT_TILING ran 1.5x to 24x IMPLICIT_GEMM. Smaller filters were not measured.
+#: and FFT_TILING ran 1.5x to 19x IMPLICIT_GEMM. Smaller filters were not measured.
 PREFER_FROM_TAPS = 31
 
 
