@@ -27,6 +27,29 @@ from rtdnn import reference, select  # noqa: E402
 from rtdnn.algos import norm as engine  # noqa: E402
 from rtdnn.core import INTERPRETED  # noqa: E402
 
+
+def gpu_only(*extra) -> list:
+    """The marks of a GPU test module (test_*_gpu.py), then `extra`: skipped without a CUDA
+    device and when kernels are interpreted, by rtdnn (TRITON_INTERPRET=1 when this file
+    imported it, which it sets unless RTDNN_GPU_TESTS=1) or as a CPU test module imported
+    earlier asked (TRITON_INTERPRET=1 now). Call it at the module's import."""
+    interpreted = INTERPRETED or os.environ.get("TRITON_INTERPRET") == "1"
+    return [
+        pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+        pytest.mark.skipif(
+            interpreted, reason="kernels are interpreted: run with RTDNN_GPU_TESTS=1, see README"
+        ),
+        pytest.mark.gpu,
+        *extra,
+    ]
+
+
+#: The mark of the TMA kernels' GPU modules: a GPU of the Hopper generation or later.
+NEEDS_TMA = pytest.mark.skipif(
+    torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 9,
+    reason="TMA needs compute capability 9 or more",
+)
+
 # Relative error (||out - ref|| / ||ref||, see reference.rel_error) allowed per storage dtype,
 # against a float64 reference computed from the very same (already rounded) inputs.
 #   float32 with math="fp32": strict IEEE float32 products and accumulation.

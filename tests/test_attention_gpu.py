@@ -10,15 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import gpu_only
 
 import rtdnn
-from rtdnn.core import INTERPRETED
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(INTERPRETED, reason="kernels are interpreted: run without TRITON_INTERPRET"),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 # ||out - ref|| / ||ref||: float32 accumulation; 16-bit storage of the probabilities fed to the
 # second product (as flash attention does) and of the results dominates.

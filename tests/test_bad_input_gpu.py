@@ -8,15 +8,11 @@ import math
 
 import pytest
 import torch
+from conftest import gpu_only
 
 import rtdnn
-from rtdnn.core import INTERPRETED
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(INTERPRETED, reason="kernels are interpreted: run without TRITON_INTERPRET"),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 
 @pytest.mark.parametrize("bad", [1000, -3, 2**32])

@@ -4,22 +4,15 @@ is timed through a CUDA graph (no capture falls back), and each (layer, directio
 fastest. Run with RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU."""
 
 import math
-import os
 import warnings
 
 import pytest
-import torch
+from conftest import gpu_only
 
 from rtdnn.bench.conv import DIRECTIONS
 from rtdnn.bench.conv_algos import run_algo_suite
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(
-        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
-    ),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 LAYERS = [
     {"name": "r3x3", "n": 8, "c": 64, "k": 64, "spatial": [28, 28], "kernel": [3, 3],

@@ -4,22 +4,15 @@ and contiguous, against the float64 reference; backward-filter bit-identical acr
 autograd through rtdnn.nn.Conv2d picks DIRECT for a depthwise layer. Run with RTDNN_GPU_TESTS=1
 on a machine with a CUDA GPU."""
 
-import os
-
 import pytest
 import torch
+from conftest import gpu_only
 
 import rtdnn
 import rtdnn.nn as rnn
 from rtdnn import reference as R
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(
-        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
-    ),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 CASES = {
     "bf16": (torch.bfloat16, 1e-2),

@@ -4,23 +4,16 @@ contiguous, against the float64 reference; an image large enough for several wav
 FFT_TILING tiles; bit-identical repeated runs; alpha/beta/bias into a strided out. Run with
 RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU."""
 
-import os
-
 import pytest
 import torch
+from conftest import gpu_only
 
 import rtdnn
 from rtdnn import reference as R
 from rtdnn.algos import ALGORITHMS
 from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(
-        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
-    ),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 ALGOS = ["FFT", "FFT_TILING"]
 #: dtype and relative error allowed against float64 (float32: strict, transforms in float32).

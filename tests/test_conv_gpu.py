@@ -3,23 +3,16 @@ and strict) on moderately sized inputs, against the float64 reference; autograd 
 rtdnn.nn.Conv2d in bfloat16. Run with RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU.
 """
 
-import os
-
 import pytest
 import torch
+from conftest import gpu_only
 
 import rtdnn
 import rtdnn.algos
 import rtdnn.nn as rnn
 from rtdnn import reference as R
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(
-        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
-    ),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 #: (dtype, math mode) -> relative error allowed against float64.
 CASES = {

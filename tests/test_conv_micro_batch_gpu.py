@@ -4,23 +4,16 @@ plan measured beside it (within timing noise), and running it (micro_batch=) giv
 float64 reference's result in every direction with alpha and beta. Run with
 RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU."""
 
-import os
-
 import pytest
 import torch
+from conftest import gpu_only
 
 import rtdnn
 from rtdnn import reference as R
 from rtdnn.algos import ALGORITHMS
 from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc, conv_output_shape
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(
-        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
-    ),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 # Strict float32: the backward-filter slices add up in the output's precision.
 X_SHAPE, W_SHAPE, CONV = (8, 32, 28, 28), (64, 32, 3, 3), dict(padding=1, math="fp32")

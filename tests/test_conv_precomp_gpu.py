@@ -4,23 +4,16 @@ shapes (an RGB stem with few channels, strided and dilated 3x3, grouped, 1-D and
 of more than 32 taps); the same answer as IMPLICIT_GEMM; bit-identical repeated runs; the exact
 workspace. Run with RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU."""
 
-import os
-
 import pytest
 import torch
+from conftest import gpu_only
 
 import rtdnn
 from rtdnn import reference as R
 from rtdnn.algos import ALGORITHMS
 from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(
-        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
-    ),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 ALGO = "IMPLICIT_PRECOMP_GEMM"
 #: dtype, math mode and relative error allowed against float64.

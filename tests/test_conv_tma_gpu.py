@@ -4,27 +4,16 @@ float64 reference on ResNet-style and odd shapes in bfloat16, float16 and TF32, 
 (forward), alpha and beta, and the pointer path taking over for a misaligned view. Run with
 RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU of compute capability 9 or more."""
 
-import os
-
 import pytest
 import torch
+from conftest import NEEDS_TMA, gpu_only
 
 from rtdnn import reference as R
 from rtdnn.algos import ALGORITHMS, ConvTensors
 from rtdnn.algos import implicit_gemm as ig
 from rtdnn.ops.conv import _problem_for_selection
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(
-        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
-    ),
-    pytest.mark.skipif(
-        torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 9,
-        reason="TMA needs compute capability 9 or more",
-    ),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only(NEEDS_TMA)
 
 CASES = {
     "bf16": (torch.bfloat16, None, 1e-2),

@@ -4,10 +4,9 @@ the dtype (F(2x2,3x3), F(4x4,3x3)), bfloat16, float16 and float32 (strict and TF
 the float64 reference and beside torch's own convolution; alpha/beta/bias; bit-identical
 repeated runs. Run with RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU."""
 
-import os
-
 import pytest
 import torch
+from conftest import gpu_only
 
 import rtdnn
 import rtdnn.ops.conv as conv_ops
@@ -15,13 +14,7 @@ from rtdnn import reference as R
 from rtdnn.algos import ALGORITHMS, winograd
 from rtdnn.algos import tiles as tile_choice
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(
-        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
-    ),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 ALGO = "WINOGRAD_NONFUSED"
 FUSED = "WINOGRAD"

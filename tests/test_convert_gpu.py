@@ -8,21 +8,15 @@ RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU and torchvision.
 from __future__ import annotations
 
 import copy
-import os
 
 import pytest
 import torch
+from conftest import gpu_only
 
 import rtdnn
 from rtdnn.reference import rel_error
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(
-        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
-    ),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 
 def _resnet50():

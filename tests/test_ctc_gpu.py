@@ -6,16 +6,12 @@ Run in its own process, without TRITON_INTERPRET:  pytest tests/test_ctc_gpu.py
 
 import pytest
 import torch
+from conftest import gpu_only
 
 import rtdnn
 from rtdnn import reference
-from rtdnn.core import INTERPRETED
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(INTERPRETED, reason="kernels are interpreted: run without TRITON_INTERPRET"),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 
 def rel(a, b):

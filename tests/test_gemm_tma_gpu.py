@@ -6,27 +6,16 @@ channels-last convolutions, the GEMM algorithm's product of the column matrix), 
 path taking over for a misaligned view, and the split weight gradient repeating bit for bit.
 Run with RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU of compute capability 9 or more."""
 
-import os
-
 import pytest
 import torch
+from conftest import NEEDS_TMA, gpu_only
 
 from rtdnn import ops
 from rtdnn import reference as R
 from rtdnn.algos import tiles
 from rtdnn.kernels.launch import MatrixLayout, TmaGemmLaunch
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(
-        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
-    ),
-    pytest.mark.skipif(
-        torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 9,
-        reason="TMA needs compute capability 9 or more",
-    ),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only(NEEDS_TMA)
 
 DTYPES = {"bf16": (torch.bfloat16, 1e-2), "fp16": (torch.float16, 2e-3)}
 # (m, n, k): tails in every dimension; a long reduction over a small output (split).

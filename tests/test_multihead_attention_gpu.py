@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import gpu_only
 
 import rtdnn
-from rtdnn.core import INTERPRETED
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(INTERPRETED, reason="kernels are interpreted: run without TRITON_INTERPRET"),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 # ||out - ref|| / ||ref||: as the attention's own GPU tests, a little wider for the two
 # projections around it.

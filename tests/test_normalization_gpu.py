@@ -5,24 +5,16 @@ Run this module on its own (`pytest tests/test_normalization_gpu.py`): the CPU t
 turn Triton's interpreter on at import, which would make the kernels here interpreted too.
 """
 
-import os
-
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import gpu_only
 
 import rtdnn
 import rtdnn.nn as rnn
 from rtdnn import reference as R
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(
-        os.environ.get("TRITON_INTERPRET") == "1",
-        reason="Triton's interpreter is on (set by a CPU test module): run this module alone",
-    ),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 #: Norm-wise relative error allowed: output rounding of the storage type, with margin.

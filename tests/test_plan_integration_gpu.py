@@ -4,22 +4,15 @@ the divided budget holds and is never slower than undivided, and `rtdnn tune --m
 shipped suite. Run with RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU."""
 
 import copy
-import os
 
 import pytest
 import torch
-from conftest import assert_close
+from conftest import assert_close, gpu_only
 
 import rtdnn
 from rtdnn import cli
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(
-        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
-    ),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 LIMIT = 256 << 10  # below what GEMM needs for the whole batch of these layers
 

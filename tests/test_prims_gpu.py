@@ -6,16 +6,12 @@ Run in its own process, without TRITON_INTERPRET:  pytest tests/test_prims_gpu.p
 
 import pytest
 import torch
+from conftest import gpu_only
 
 import rtdnn
 from rtdnn import reference as R
-from rtdnn.core import INTERPRETED
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(INTERPRETED, reason="kernels are interpreted: run without TRITON_INTERPRET"),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 # Max abs error relative to max(|ref|, 1): storage rounding dominates for 16-bit types.

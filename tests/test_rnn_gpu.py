@@ -11,16 +11,12 @@ import importlib
 
 import pytest
 import torch
+from conftest import gpu_only
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 import rtdnn
-from rtdnn.core import INTERPRETED
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(INTERPRETED, reason="kernels are interpreted: run without TRITON_INTERPRET"),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 # ||out - ref|| / ||ref||: float32 accumulation everywhere; 16-bit storage of h, the layer
 # outputs and the gate gradients between steps dominates, compounded over the steps.

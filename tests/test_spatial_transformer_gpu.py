@@ -8,16 +8,12 @@ import itertools
 
 import pytest
 import torch
+from conftest import gpu_only
 
 import rtdnn
 from rtdnn import reference
-from rtdnn.core import INTERPRETED
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(INTERPRETED, reason="kernels are interpreted: run without TRITON_INTERPRET"),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 

@@ -4,23 +4,16 @@ brgemm.split_finish_kernel), in bfloat16, float16 and TF32, against the float64 
 the same bits as the finish in the GEMM's own launch. Run with RTDNN_GPU_TESTS=1 on a machine
 with a CUDA GPU."""
 
-import os
-
 import pytest
 import torch
+from conftest import gpu_only
 
 from rtdnn import reference as R
 from rtdnn.algos import ALGORITHMS, ConvTensors
 from rtdnn.kernels.launch import BrgemmLaunch
 from rtdnn.ops.conv import _problem_for_selection
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(
-        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
-    ),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 CASES = {
     "bf16": (torch.bfloat16, None, 1e-2),

@@ -3,23 +3,16 @@ capability and reused by a new process without measuring; the tile tuner's choic
 stored and taken back without timing. Run with RTDNN_GPU_TESTS=1 on a machine with a CUDA
 GPU."""
 
-import os
-
 import pytest
 import torch
+from conftest import gpu_only
 
 import rtdnn
 from rtdnn import select
 from rtdnn.algos import ALGORITHMS, tiles
 from rtdnn.select import database
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(
-        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted: see README"
-    ),
-    pytest.mark.gpu,
-]
+pytestmark = gpu_only()
 
 
 @pytest.fixture
