@@ -62,7 +62,7 @@ from ..kernels.direct_dot import (
 )
 from ..kernels.launch import KernelLaunch, TileConfig
 from .base import ConvAlgorithm, ConvTensors, Runner
-from .geometry import conv_geometry, parallel_slots
+from .geometry import conv_geometry, parallel_slots, strict_float32
 
 #: Input channels per group that the FMA kernels unroll (each is one more load and FMA per tap).
 MAX_CHANNELS_PER_GROUP = 8
@@ -142,11 +142,10 @@ def direct_preferred(p: ConvProblem) -> bool:
     cg = p.in_channels // p.groups
     depthwise = cg == 1 and p.out_channels // p.groups <= PREFER_UP_TO_KG
     grouped = p.groups > 1 and cg <= PREFER_UP_TO_CG and _tensor_cores_apply(p)
-    strict = p.dtype == torch.float32 and p.conv.math == "fp32"
     stem_gradient = (
         p.direction == Direction.BACKWARD_FILTER
         and p.device == "cuda"
-        and strict
+        and strict_float32(p)
         and p.groups == 1
         and p.in_channels <= PREFER_FILTER_GRADIENT_UP_TO_C
     )

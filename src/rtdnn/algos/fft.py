@@ -65,7 +65,7 @@ from ..kernels.fft import (
 from ..kernels.launch import KernelLaunch, TileConfig
 from .base import ConvAlgorithm, ConvTensors, Runner
 from .gemm import PREFER_UP_TO_MEMORY_SHARE
-from .geometry import device_memory_bytes
+from .geometry import device_memory_bytes, strict_float32
 
 #: Workspace a wave of FFT_TILING tiles may take on a GPU (the filter spectrum comes on top);
 #: a wave always holds at least one tile.
@@ -477,13 +477,14 @@ def fft_preferred(p: ConvProblem) -> list[str]:
     FFT_TILING 1.2x to 2.6x FFT at 63 and 127 taps (but 0.9x at 31 taps forward and
     backward-data); on a 56x56 image with a 9x9 filter nine 32x32 tiles transform more than
     one 64x64 image: FFT 1.6x to 1.7x."""
-    strict = p.dtype == torch.float32 and p.conv.math == "fp32"
-    if p.device != "cuda" or not strict or math.prod(p.kernel) < PREFER_FROM_TAPS:
+    if p.device != "cuda" or not strict_float32(p) or math.prod(p.kernel) < PREFER_FROM_TAPS:
         return []
-    if Fft().supports(p) is not None:
+    whole_image = Fft()
+    if whole_image.supports(p) is not None:
         return []
     memory = device_memory_bytes(torch.cuda.current_device())
-    whole = [] if Fft().workspace_bytes(p) > memory * PREFER_UP_TO_MEMORY_SHARE else ["FFT"]
+    too_large = whole_image.workspace_bytes(p) > memory * PREFER_UP_TO_MEMORY_SHARE
+    whole = [] if too_large else ["FFT"]
     if spectrum_elements(p, tiled=True) < spectrum_elements(p, tiled=False):
         return ["FFT_TILING", *whole]
     return [*whole, "FFT_TILING"]

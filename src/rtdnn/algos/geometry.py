@@ -97,6 +97,12 @@ def output_geometry(y: TensorDesc) -> ConvGeometry:
     )  # fmt: skip
 
 
+def strict_float32(p: ConvProblem) -> bool:
+    """float32 data in strict float32 math mode (math="fp32"): IEEE products, no tensor-core
+    TF32."""
+    return p.dtype == torch.float32 and p.conv.math == "fp32"
+
+
 def dot_precision(p: ConvProblem) -> str:
     """tl.dot input precision: TF32 only for float32 data in tf32 math mode."""
     return "tf32" if p.dtype == torch.float32 and p.conv.math == "tf32" else "ieee"

@@ -89,7 +89,7 @@ from ..kernels.winograd import (
     transforms,
 )
 from .base import ConvAlgorithm, ConvTensors, Runner
-from .geometry import conv_geometry, parallel_slots
+from .geometry import conv_geometry, parallel_slots, strict_float32
 from .tiles import tile_candidates as gemm_tiles
 
 #: Output tile sizes m of F(m x m, 3 x 3) per number format (see `number_format`), the default
@@ -196,8 +196,8 @@ def winograd_preferred(p: ConvProblem) -> bool:
     layer on a GPU in strict float32, with PREFER_FROM_CHANNELS channels per group or more."""
     g = p.groups
     wide = min(p.in_channels // g, p.out_channels // g) >= PREFER_FROM_CHANNELS
-    strict = p.dtype == torch.float32 and p.conv.math == "fp32"
-    return p.device == "cuda" and strict and wide and WinogradNonfused().supports(p) is None
+    on_gpu = p.device == "cuda" and strict_float32(p) and wide
+    return on_gpu and WinogradNonfused().supports(p) is None
 
 
 def _transform_blocks(a: int, channels: int) -> tuple[int, int]:
