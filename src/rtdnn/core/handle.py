@@ -46,12 +46,16 @@ def allocate_workspace(nbytes: int, device: torch.device) -> torch.Tensor | None
 _scratch: dict[tuple, torch.Tensor] = {}
 
 
+def _cuda_index(device: torch.device) -> int:
+    """A CUDA device's index, the current device's for "cuda" without one."""
+    return device.index if device.index is not None else torch._C._cuda_getDevice()
+
+
 def _owner(device: torch.device) -> tuple:
     """(device, current stream, host thread): who may use a scratch buffer."""
     if device.type != "cuda":
         return device, 0, threading.get_ident()
-    index = device.index if device.index is not None else torch._C._cuda_getDevice()
-    return device, torch._C._cuda_getCurrentRawStream(index), threading.get_ident()
+    return device, torch._C._cuda_getCurrentRawStream(_cuda_index(device)), threading.get_ident()
 
 
 def stream_scratch(
@@ -114,7 +118,7 @@ def run_concurrently(device: torch.device, calls: Sequence[Callable[[], None]]) 
         for call in calls:
             call()
         return
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = _cuda_index(device)
     main = torch.cuda.current_stream(index)
     sides = []
     for slot in range(len(calls) - 1):
