@@ -2,8 +2,8 @@
 interpreter: 1-D (a filter of more than 32 taps: two validity words), 2-D and 3-D, stride,
 dilation, padding larger than the filter, groups, both modes, the packed (few channels) and
 per-tap reductions, every layout, alpha/beta and bias on NaN-poisoned outputs, float32 (strict
-and TF32), float16 and bfloat16; determinism and the exact workspace; selection and the
-workspace refusal."""
+and TF32, whose filter is read from a copy with the reduced channels contiguous), float16 and
+bfloat16; determinism and the exact workspace; selection and the workspace refusal."""
 
 from __future__ import annotations
 
@@ -242,15 +242,19 @@ def test_tf32(gen):
         run_direction(direction, x, w, dy, dtype=torch.float32, math_mode="tf32", padding=1)
 
 
+@pytest.mark.parametrize("math_mode", ["fp32", "tf32"])
 @pytest.mark.parametrize("direction", DIRECTIONS)
-def test_deterministic_and_workspace_exact(direction, gen):
+def test_deterministic_and_workspace_exact(direction, math_mode, gen):
     """A workspace of exactly the declared bytes, NaN beforehand, followed by a guard: two runs
-    are bit-identical and right, the table reaches the last byte, the guard is untouched."""
+    are bit-identical and right, the table (in TF32 backward-data: the filter copy) reaches
+    the last byte, the guard is untouched."""
     conv = dict(padding=2, stride=2, groups=2, mode="convolution")
     x = make_tensor((2, 4, 7, 6), torch.float32, "channels_last", gen)
     w = make_tensor((4, 2, 3, 3), torch.float32, "channels_last", gen)
     dy = make_tensor(y_shape(x.shape, w.shape, conv), torch.float32, "channels_last", gen)
-    p = _problem(direction, x, w, dy, **conv)
+    p = _problem(direction, x, w, dy, math_mode, **conv)
+    copied = precomp.tf32_filter_copy(p) is not None
+    assert copied == (math_mode == "tf32" and direction == "backward_data")
     a = ALGORITHMS[ALGO]
     need = a.workspace_bytes(p)
     assert need > 0 and need % 4 == 0
@@ -266,17 +270,44 @@ def test_deterministic_and_workspace_exact(direction, gen):
         assert torch.isnan(workspace[need:].view(torch.float32)).all(), "wrote past the workspace"
     assert torch.equal(results[0], results[1])
     ref = conv_reference(direction, x, w, dy, **conv)
-    assert reference.rel_error(results[0], ref) <= TOL["fp32"]
+    assert reference.rel_error(results[0], ref) <= TOL[math_mode]
+
+
+def test_tf32_filter_copy_layout():
+    """TF32 reads a copy of the filter with the reduced channels innermost (k in backward-data,
+    c in forward), then the taps, then the other channels, and builds no tables; no copy where
+    the filter already has them, in strict float32, or in backward-filter."""
+    last = torch.channels_last
+    x, w, y = torch.empty(2, 6, 7, 5), torch.empty(8, 3, 3, 2), torch.empty(2, 8, 7, 6)
+    conv = dict(padding=1, groups=2)
+
+    def copy(direction, w, math_mode="tf32"):
+        return precomp.tf32_filter_copy(_problem(direction, x, w, y, math_mode, **conv))
+
+    assert copy("backward_data", w.to(memory_format=last)).strides == (1, 8, 48, 24)
+    assert copy("backward_data", w).strides == (1, 8, 48, 24)
+    assert copy("forward", w).strides == (18, 1, 6, 3)
+    assert copy("forward", w.to(memory_format=last)) is None  # c is innermost already
+    assert copy("backward_data", w.permute(3, 2, 1, 0).contiguous().permute(3, 2, 1, 0)) is None
+    assert copy("backward_filter", w) is None
+    assert copy("backward_data", w, "fp32") is None
+    p = _problem("backward_data", x, w, y, "tf32", **conv)
+    assert ALGORITHMS[ALGO].workspace_bytes(p) == w.numel() * 4
 
 
 # -- selection and refusals ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
-def test_heuristic_does_not_choose_it(direction):
-    """Not measured on a GPU yet: auto keeps to the other algorithms."""
-    x, w = torch.empty(2, 3, 16, 16), torch.empty(8, 3, 3, 3)
-    assert rtdnn.get_conv_algorithm(x, w, direction=direction, padding=1) != ALGO
+def test_heuristic_chooses_it_for_tf32_filter_copies(direction):
+    """`auto` takes it first where it copies the filter (TF32 backward-data of a channels-last
+    filter), and keeps to the other algorithms elsewhere."""
+    last = torch.channels_last
+    x, w = torch.empty(2, 16, 8, 8).to(memory_format=last), torch.empty(16, 16, 3, 3)
+    w = w.to(memory_format=last)
+    tf32 = rtdnn.get_conv_algorithm(x, w, direction=direction, padding=1, math="tf32")
+    assert (tf32 == ALGO) == (direction == "backward_data")
+    assert rtdnn.get_conv_algorithm(x, w, direction=direction, padding=1, math="fp32") != ALGO
 
 
 def test_find_lists_it(gen, monkeypatch):
@@ -300,7 +331,9 @@ def test_forced_below_workspace(gen):
     need = ALGORITHMS[ALGO].workspace_bytes(p)
     out = torch.ones(dy.shape)
     with pytest.raises(rtdnn.BadParamError, match=rf"workspace_limit.*{need} bytes"):
-        rtdnn.conv_forward(x, w, padding=1, algo=ALGO, workspace_limit=need - 1, out=out)
+        rtdnn.conv_forward(
+            x, w, padding=1, algo=ALGO, workspace_limit=need - 1, out=out, math="fp32"
+        )
     assert torch.equal(out, torch.ones(dy.shape)), "out written although rejected"
     y = rtdnn.conv_forward(x, w, padding=1, algo=ALGO, workspace_limit=need, math="fp32")
     assert reference.rel_error(y, reference.conv_forward(x, w, padding=1)) <= TOL["fp32"]

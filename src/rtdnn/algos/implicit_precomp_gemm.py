@@ -1,5 +1,7 @@
-"""IMPLICIT_PRECOMP_GEMM: the implicit GEMM with its im2col indices precomputed. Every problem,
-every direction.
+"""IMPLICIT_PRECOMP_GEMM: the implicit GEMM with one thing its main loop would otherwise work out
+or gather at every step precomputed into the workspace, once per call: under TF32, a filter
+whose reduced channels are contiguous where the given one's are not; otherwise the im2col
+indices. Every problem, every direction.
 
 IMPLICIT_GEMM works out in the kernel, at every reduction step, which pixel each filter tap
 reads and whether it lies in the padding; a profile showed that index arithmetic (divisions
@@ -21,24 +23,39 @@ is one small launch per table that writes 4 bytes per pixel per 32 filter taps (
 output pixel in backward-filter): a thirty-second of the input's bytes on a 3x3 layer with 64
 channels in 16 bits, next to a GEMM that reads every input pixel several times.
 
-Workspace, exactly: one int32 table (int64 when backward-filter's pixel offsets pass 2^31)
-of, per gather, ceil(taps / 32) validity words per pixel, plus one offset per output pixel
-for x and one for dy in backward-filter. Deterministic: no atomics, one order of summation.
+TF32: Hopper's tensor cores read TF32 operands only with the reduced dimension contiguous
+(K-major) in shared memory. A channels-last filter has it in forward (reduced over c) but not in
+backward-data (reduced over k), where Triton then fills shared memory with 4-byte copies
+instead of 16-byte ones. So under TF32, a filter without it is first copied into the workspace
+with the reduced channels innermost (one elementwise launch, a few MiB at most), and the GEMM
+reads the copy with IMPLICIT_GEMM's own addressing, no tables. On an H200
+(`benchmarks/probes/tf32_operand_layout.py`), ResNet-50's backward-data layers ran 1.03x to
+2.7x faster with the filter so stored; with the tables built as well the 3x3 layers lost a
+fifth to half of that again (TF32 backward-data suite 0.74 with them). Backward-filter reduces
+over pixels, which neither channels-last operand has innermost; a copy of x and dy would move
+more bytes than the product saves on most layers, so it is not made.
 
-Not yet timed on a GPU, so the heuristic (select/) never picks it: it runs when named
-(algo="IMPLICIT_PRECOMP_GEMM") or when find_conv_algorithms measured it fastest.
+Workspace, exactly: the TF32 filter copy; or one int32 table (int64 when backward-filter's
+pixel offsets pass 2^31) of, per gather, ceil(taps / 32) validity words per pixel, plus one
+offset per output pixel for x and one for dy in backward-filter. Deterministic: no atomics, one
+order of summation.
+
+The heuristic (select/) picks it where it copies the filter (`precomp_preferred`); elsewhere
+it runs when named (algo="IMPLICIT_PRECOMP_GEMM") or when find_conv_algorithms measured it
+fastest (its tables lost to IMPLICIT_GEMM's arithmetic on ResNet-50's 3x3 layers).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from ..core import ConvProblem, Direction, cdiv
+from ..core import ConvProblem, Direction, TensorDesc, cdiv
 from ..kernels import conv_addressing as ca
 from ..kernels import conv_precomp as cp
+from ..kernels import elementwise as ew
 from ..kernels.conv_addressing import ConvGeometry, DataGeometry
 from ..kernels.conv_precomp import DataGatherGeometry, Gather, GatherGeometry, TableSpec
 from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
@@ -123,16 +140,69 @@ def _tables(p: ConvProblem, geo: ConvGeometry) -> Tables:
     return Tables(specs, gathers, dtype, size * dtype.itemsize)
 
 
+def tf32_filter_copy(p: ConvProblem) -> TensorDesc | None:
+    """The layout of the filter copy that TF32 products read (see the module's docstring):
+    (K, C/groups, *R) with the reduced channels innermost (c in forward, k in backward-data),
+    then the taps, then the other channels; None where no copy is made (not TF32,
+    backward-filter, or the filter already has its reduced channels contiguous)."""
+    if dot_precision(p) != "tf32" or p.direction == Direction.BACKWARD_FILTER:
+        return None
+    reduced = 1 if p.direction == Direction.FORWARD else 0
+    shape = p.w.shape
+    if shape[reduced] == 1 or p.w.strides[reduced] == 1:
+        return None
+    taps = list(range(2, len(shape)))
+    order = [0, *taps, 1] if reduced == 1 else [*taps, 1, 0]  # outermost first
+    strides = [0] * len(shape)
+    step = 1
+    for d in reversed(order):
+        strides[d] = step
+        step *= shape[d]
+    return TensorDesc(shape, tuple(strides), p.w.dtype)
+
+
+def precomp_preferred(p: ConvProblem) -> bool:
+    """Whether `auto` should try IMPLICIT_PRECOMP_GEMM before IMPLICIT_GEMM: where it runs a
+    TF32 product on a filter copy with the reduced channels contiguous (1.03x to 2.7x faster
+    on ResNet-50's backward-data layers, H200)."""
+    return tf32_filter_copy(p) is not None
+
+
 class ImplicitPrecompGemm(ImplicitGemm):
     name = "IMPLICIT_PRECOMP_GEMM"
 
     def workspace_bytes(self, p: ConvProblem) -> int:
+        copy = tf32_filter_copy(p)
+        if copy is not None:
+            return copy.numel * copy.dtype.itemsize
         geo = conv_geometry(p)
         if pointwise_operands(p, geo) is not None:
             return 0
         return _tables(p, geo).nbytes
 
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
+        copy = tf32_filter_copy(p)
+        if copy is None:
+            return self._prepare_tables(p, tiles)
+        # IMPLICIT_GEMM's launches on the problem with the copy's strides (a true convolution
+        # flips the copy in place, as it would the filter).
+        gemms = super().prepare(replace(p, w=copy), tiles)
+        nbytes = copy.numel * copy.dtype.itemsize
+        plan = ew.plan(copy.shape, copy.strides, (p.w.strides,), elem_bytes=copy.dtype.itemsize)
+        if plan is None:  # not for a filter of at most 5 dims; kept as a check
+            raise ValueError(f"no elementwise plan copies a filter of shape {copy.shape}")
+        fill = ew.prepared_launch(ew.op_first, plan, 1, False)
+
+        def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            w = workspace[:nbytes].view(t.w.dtype).as_strided(copy.shape, copy.strides)
+            fill(w, [t.w])
+            gemms(ConvTensors(t.x, w, t.y, t.bias), workspace, alpha, beta)
+
+        return run
+
+    def _prepare_tables(self, p: ConvProblem, tiles: TileConfig) -> Runner:
+        """The tables' builds and the GEMMs that read them (IMPLICIT_GEMM's launches for a
+        pointwise layer, which needs no tables)."""
         geo = conv_geometry(p)
         if pointwise_operands(p, geo) is not None:
             return super().prepare(p, tiles)

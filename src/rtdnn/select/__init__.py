@@ -26,6 +26,7 @@ from ..algos.direct import direct_preferred
 from ..algos.fft import fft_preferred
 from ..algos.gemm import gemm_preferred
 from ..algos.implicit_gemm import split_count
+from ..algos.implicit_precomp_gemm import precomp_preferred
 from ..algos.winograd import winograd_preferred
 from ..core import ConvProblem, Direction, NotSupportedError, allocate_workspace, bad_param
 from ..core.timing import device_time_ms
@@ -79,6 +80,11 @@ def _heuristic_order(p: ConvProblem) -> list[str]:
     # list goes on to the implicit GEMM.
     if gemm_preferred(p):
         first.append("GEMM")
+    # TF32 with a filter whose reduced channels are not contiguous (backward-data of a
+    # channels-last filter): the implicit GEMM on a copy that has them (see
+    # algos.implicit_precomp_gemm.tf32_filter_copy).
+    if precomp_preferred(p):
+        first.append("IMPLICIT_PRECOMP_GEMM")
     # Split-K pays off for backward-filter (a small output, a reduction over every pixel);
     # measured on resnet50 it lost to the plain kernel in forward, where Find can still pick it.
     if p.direction == Direction.BACKWARD_FILTER and split_count(p) > 1:
