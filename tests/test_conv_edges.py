@@ -17,6 +17,7 @@ from conftest import (
 
 import rtdnn
 from rtdnn import reference
+from rtdnn.algos.geometry import brgemm_precision
 from rtdnn.algos.implicit_gemm import split_count
 from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
 from rtdnn.core.handle import stream_counters
@@ -219,6 +220,28 @@ def test_tf32_and_default_math_modes_run(math_mode, gen):
     w = make_tensor((2, 16, 3, 3), torch.float32, generator=gen)
     y = rtdnn.conv_forward(x, w, padding=1, math=math_mode)
     assert reference.rel_error(y, reference.conv_forward(x, w, padding=1)) < 2e-3
+
+
+@pytest.mark.parametrize("algo", [*FILTER_ALGOS, "IMPLICIT_PRECOMP_GEMM"])
+@pytest.mark.parametrize("channels", [3, 20], ids=["packed", "per-tap"])
+def test_tf32_weight_gradient_as_three_bfloat16_products(algo, channels, gen):
+    """Under TF32 the GEMM algorithms' weight gradients multiply as three bfloat16 products
+    (kernels/brgemm.py, "bf16x3"): within 5e-5 of float64, more exact than TF32's 2^-11 and
+    far from the 4e-3 of a head-only split; the other directions keep TF32 products."""
+    conv = dict(padding=1, stride=(1, 2))
+    x = make_tensor((2, channels, 7, 6), torch.float32, "channels_last", gen)
+    w = make_tensor((24, channels, 3, 3), torch.float32, "channels_last", gen)
+    y_shape = (2, 24, 7, 3)
+    dy = make_tensor(y_shape, torch.float32, "channels_last", gen)
+    desc = ConvDesc.create(2, (1, 2), 1, 1, 1, "cross_correlation", "tf32")
+    descs = [TensorDesc.of(t) for t in (x, w, dy)]
+    for direction in Direction:
+        p = ConvProblem.create(direction, *descs, desc, "cpu")
+        expected = "bf16x3" if direction == Direction.BACKWARD_FILTER else "tf32"
+        assert brgemm_precision(p) == expected
+    out = poisoned(w.shape, torch.float32)
+    dw = rtdnn.conv_backward_filter(x, dy, w.shape, algo=algo, math="tf32", out=out, **conv)
+    assert reference.rel_error(dw, reference.conv_backward_filter(x, dy, w.shape, **conv)) < 5e-5
 
 
 # -- bias ----------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from ..kernels.launch import (
 from ..kernels.strided import StridedGeometry
 from .base import ConvAlgorithm, ConvTensors, Runner
 from .geometry import (
+    brgemm_precision,
     conv_geometry,
     device_memory_bytes,
     dot_precision,
@@ -159,7 +160,7 @@ class Gemm(ConvAlgorithm):
         col_dtype = torch.float32 if p.direction == Direction.BACKWARD_DATA else p.dtype
         col_bytes = _col_bytes(p)
         col_geo = _col_geometry(p)
-        precision = dot_precision(p)
+        precision = brgemm_precision(p)
 
         if p.direction == Direction.BACKWARD_DATA:
             dcol_geo = StridedGeometry(m, taps * cg, 1, m * taps * cg, 0, 0, taps * cg, 1, 0)

@@ -9,7 +9,7 @@ import math
 import torch
 import triton.language as tl
 
-from ..core import ConvProblem, TensorDesc
+from ..core import ConvProblem, Direction, TensorDesc
 from ..kernels.conv_addressing import ConvGeometry, PhaseGeometry
 
 
@@ -106,6 +106,16 @@ def strict_float32(p: ConvProblem) -> bool:
 def dot_precision(p: ConvProblem) -> str:
     """tl.dot input precision: TF32 only for float32 data in tf32 math mode."""
     return "tf32" if p.dtype == torch.float32 and p.conv.math == "tf32" else "ieee"
+
+
+def brgemm_precision(p: ConvProblem) -> str:
+    """The batch-reduce GEMM's PRECISION for `p` (kernels/brgemm.py): dot_precision(p), but
+    "bf16x3" for weight gradients in tf32 math mode. Both of their operands have the reduced
+    dimension (pixels) outermost, which Hopper's TF32 products read only through 4-byte copies
+    into shared memory; the three bfloat16 products read them as stored, and are more exact."""
+    if p.direction == Direction.BACKWARD_FILTER and dot_precision(p) == "tf32":
+        return "bf16x3"
+    return dot_precision(p)
 
 
 @functools.cache

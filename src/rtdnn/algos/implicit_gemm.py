@@ -37,6 +37,7 @@ from ..kernels.launch import (
 from ..kernels.strided import StridedGeometry
 from .base import ConvAlgorithm, ConvTensors, Runner
 from .geometry import (
+    brgemm_precision,
     conv_geometry,
     data_phases,
     dot_precision,
@@ -371,7 +372,7 @@ class ImplicitGemm(ConvAlgorithm):
             a, b = pointwise
         gemm = BrgemmLaunch(
             a, b, c, m=rows, n=cols, steps=steps, batches=batches, tiles=tiles,
-            precision=dot_precision(p), splits=self.splits(p),
+            precision=brgemm_precision(p), splits=self.splits(p),
         )  # fmt: skip
         direction = p.direction
 

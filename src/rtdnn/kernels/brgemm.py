@@ -31,6 +31,14 @@ UPCAST is set only under Triton's interpreter (TRITON_INTERPRET=1), whose tl.dot
 garbage for bfloat16 tiles: the tiles are converted to float32 first, which gives the product
 a GPU computes (exact products, float32 accumulation). Compiled kernels get UPCAST=False, a
 branch removed at compile time.
+
+PRECISION is tl.dot's input precision ("ieee", "tf32"), or "bf16x3": float32 tiles each split
+into a bfloat16 head and the bfloat16 rounding of what is left, multiplied as three bfloat16
+products (head x head, head x tail, tail x head; the tail x tail term, below 2^-16 of the
+product, is dropped). That is more exact than TF32 (2^-11), and Hopper's bfloat16 products,
+unlike its TF32 ones, read operands of either major order: what TF32 math mode runs where both
+operands have the reduced dimension outermost (weight gradients of channels-last tensors),
+which TF32 products could only read through 4-byte copies into shared memory.
 """
 
 import triton
@@ -74,6 +82,32 @@ def epilogue(
         out += beta * tl.load(C + offs, mask=mask, other=0.0).to(tl.float32)
     out = ACTIVATION(out)
     tl.store(C + offs, out.to(C.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def bf16_split(x):
+    """float32 x as head + tail, both bfloat16: head = bf16(x), tail = bf16(x - head)."""
+    head = x.to(tl.bfloat16)
+    return head, (x - head.to(tl.float32)).to(tl.bfloat16)
+
+
+@triton.jit
+def mma(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """acc + a @ b at PRECISION (see the module's docstring)."""
+    if PRECISION == "bf16x3":
+        a_head, a_tail = bf16_split(a.to(tl.float32))
+        b_head, b_tail = bf16_split(b.to(tl.float32))
+        if UPCAST:  # the interpreter's bfloat16 products are wrong: the same values in float32
+            a_head, a_tail = a_head.to(tl.float32), a_tail.to(tl.float32)
+            b_head, b_tail = b_head.to(tl.float32), b_tail.to(tl.float32)
+        acc = tl.dot(a_head, b_tail, acc, input_precision="ieee")
+        acc = tl.dot(a_tail, b_head, acc, input_precision="ieee")
+        return tl.dot(a_head, b_head, acc, input_precision="ieee")
+    if UPCAST:
+        # Triton's interpreter multiplies bfloat16 tiles wrongly: give it float32 ones.
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, acc, input_precision=PRECISION)
 
 
 @triton.jit
@@ -145,11 +179,7 @@ def brgemm_kernel(
     for t in range(t_begin, t_end):
         a = A_LOAD(A, a_geo, a_state, batch, t, offs_k, BLOCK_K)
         b = B_LOAD(B, b_geo, b_state, batch, t, offs_k, BLOCK_K)
-        if UPCAST:
-            # Triton's interpreter multiplies bfloat16 tiles wrongly: give it float32 ones.
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        acc = mma(a, b, acc, PRECISION, UPCAST)
 
     if SPLITS == 1:
         offs, mask, chan = C_ADDR(c_geo, batch, offs_m, offs_n)
