@@ -225,9 +225,11 @@ def test_tf32_and_default_math_modes_run(math_mode, gen):
 @pytest.mark.parametrize("algo", [*FILTER_ALGOS, "IMPLICIT_PRECOMP_GEMM"])
 @pytest.mark.parametrize("channels", [3, 20], ids=["packed", "per-tap"])
 def test_tf32_weight_gradient_as_three_bfloat16_products(algo, channels, gen):
-    """Under TF32 the GEMM algorithms' weight gradients multiply as three bfloat16 products
-    (kernels/brgemm.py, "bf16x3"): within 5e-5 of float64, more exact than TF32's 2^-11 and
-    far from the 4e-3 of a head-only split; the other directions keep TF32 products."""
+    """Under TF32 the GEMM algorithms' weight gradients of channels-last tensors multiply as
+    three bfloat16 products (kernels/brgemm.py, "bf16x3"): within 5e-5 of float64, more exact
+    than TF32's 2^-11 and far from the 4e-3 of a head-only split, yet not the 1e-7 of the
+    interpreter's float32 products (so the split ran); the other directions, and NCHW x and
+    dy (pixels innermost, which TF32 products read well), keep TF32 products."""
     conv = dict(padding=1, stride=(1, 2))
     x = make_tensor((2, channels, 7, 6), torch.float32, "channels_last", gen)
     w = make_tensor((24, channels, 3, 3), torch.float32, "channels_last", gen)
@@ -239,9 +241,36 @@ def test_tf32_weight_gradient_as_three_bfloat16_products(algo, channels, gen):
         p = ConvProblem.create(direction, *descs, desc, "cpu")
         expected = "bf16x3" if direction == Direction.BACKWARD_FILTER else "tf32"
         assert brgemm_precision(p) == expected
+    nchw = [TensorDesc.of(t.contiguous()) for t in (x, w, dy)]
+    assert brgemm_precision(ConvProblem.create(Direction.BACKWARD_FILTER, *nchw, desc, "cpu")) == (
+        "tf32"
+    )
     out = poisoned(w.shape, torch.float32)
     dw = rtdnn.conv_backward_filter(x, dy, w.shape, algo=algo, math="tf32", out=out, **conv)
-    assert reference.rel_error(dw, reference.conv_backward_filter(x, dy, w.shape, **conv)) < 5e-5
+    err = reference.rel_error(dw, reference.conv_backward_filter(x, dy, w.shape, **conv))
+    assert 1e-6 < err < 5e-5
+
+
+@pytest.mark.parametrize("case", ["inf", "nan", "near-float32-max"])
+def test_tf32_weight_gradient_split_keeps_float32_specials(case, gen):
+    """The bfloat16 split of a float32 value: an infinity stays infinite (not inf - inf = NaN in
+    its tail), a NaN stays NaN, and a finite value above bfloat16's largest gets a finite head
+    (its tail holds the rest), so the result has the float64 reference's infinities and NaNs
+    and, for large finite values, its accuracy."""
+    x = make_tensor((1, 16, 5, 5), torch.float32, "channels_last", gen)
+    dy = make_tensor((1, 16, 5, 5), torch.float32, "channels_last", gen)
+    if case == "near-float32-max":
+        dy = dy * (3.4e38 / dy.abs().max())
+        x = x * 1e-30
+    else:
+        dy[0, 3, 2, 2] = float(case)
+    w_shape = (16, 16, 3, 3)
+    dw = rtdnn.conv_backward_filter(x, dy, w_shape, padding=1, math="tf32", algo="IMPLICIT_GEMM")
+    ref = reference.conv_backward_filter(x, dy, w_shape, padding=1)
+    assert torch.equal(dw.isinf(), ref.isinf()) and torch.equal(dw.isnan(), ref.isnan())
+    assert torch.equal(dw.isinf().any(), torch.tensor(case == "inf"))
+    if case == "near-float32-max":
+        assert reference.rel_error(dw, ref) < 5e-5
 
 
 # -- bias ----------------------------------------------------------------------------------

@@ -274,9 +274,10 @@ def test_deterministic_and_workspace_exact(direction, math_mode, gen):
 
 
 def test_tf32_filter_copy_layout():
-    """TF32 reads a copy of the filter with the reduced channels innermost (k in backward-data,
-    c in forward), then the taps, then the other channels, and builds no tables; no copy where
-    the filter already has them, in strict float32, or in backward-filter."""
+    """TF32 reads a copy of the filter with the reduced channels innermost: channels-last in
+    forward (c, then the taps, then k), k then c then the taps in backward-data; and builds no
+    tables. No copy where the filter already has them, with one reduced channel per group
+    (depthwise backward-data), in strict float32, or in backward-filter."""
     last = torch.channels_last
     x, w, y = torch.empty(2, 6, 7, 5), torch.empty(8, 3, 3, 2), torch.empty(2, 8, 7, 6)
     conv = dict(padding=1, groups=2)
@@ -290,9 +291,50 @@ def test_tf32_filter_copy_layout():
     assert copy("forward", w.to(memory_format=last)) is None  # c is innermost already
     assert copy("backward_data", w.permute(3, 2, 1, 0).contiguous().permute(3, 2, 1, 0)) is None
     assert copy("backward_filter", w) is None
+    xd, wd, yd = torch.empty(2, 6, 7, 5), torch.empty(6, 1, 3, 2), torch.empty(2, 6, 7, 6)
+    depthwise = _problem("backward_data", xd, wd, yd, "tf32", padding=1, groups=6)
+    assert precomp.tf32_filter_copy(depthwise) is None
     assert copy("backward_data", w, "fp32") is None
     p = _problem("backward_data", x, w, y, "tf32", **conv)
     assert ALGORITHMS[ALGO].workspace_bytes(p) == w.numel() * 4
+
+
+def test_tf32_gemm_reads_the_filter_copy(gen, monkeypatch):
+    """The GEMMs read the copy, not the filter given: with a fill that writes twice the filter,
+    the result is twice the reference."""
+
+    def doubling(op, plan, num_in, beta_nonzero):
+        def fill(out, inputs, *args):
+            out.copy_(2 * inputs[0])
+
+        return fill
+
+    monkeypatch.setattr(precomp.ew, "prepared_launch", doubling)
+    conv = dict(padding=1, stride=(2, 1), groups=2, mode="convolution")
+    x = make_tensor((2, 4, 7, 6), torch.float32, "channels_last", gen)
+    w = make_tensor((6, 2, 3, 2), torch.float32, "channels_last", gen)
+    dy = make_tensor(y_shape(x.shape, w.shape, conv), torch.float32, "channels_last", gen)
+    p = _problem("backward_data", x, w, dy, "tf32", **conv)
+    algo = ImplicitPrecompGemm()
+    out = poisoned_like(x)
+    workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
+    algo.run(p, ConvTensors(out, w, dy), workspace)
+    ref = conv_reference("backward_data", x, w, dy, **conv)
+    assert reference.rel_error(out, 2 * ref) <= TOL["fp32"]
+
+
+def test_tf32_copy_offers_no_tma_tiles(monkeypatch):
+    """The opt-in TMA kernels read the filter as given (channels-last): with a filter copy
+    they are not offered, where IMPLICIT_GEMM on the same problem offers them."""
+    monkeypatch.setenv(ig.TMA_ENV, "1")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    last = torch.channels_last
+    x = torch.empty(2, 64, 8, 8).to(memory_format=last)
+    w = torch.empty(64, 64, 3, 3).to(memory_format=last)
+    p = _problem("backward_data", x, w, x, "tf32", "cuda", padding=1)
+    assert precomp.tf32_filter_copy(p) is not None
+    assert any(getattr(t, "tma", False) for t in ALGORITHMS["IMPLICIT_GEMM"].tile_candidates(p))
+    assert not any(getattr(t, "tma", False) for t in ALGORITHMS[ALGO].tile_candidates(p))
 
 
 # -- selection and refusals ---------------------------------------------------------------------

@@ -210,6 +210,7 @@ def test_heuristic_picks_nonfused_for_strict_float32_on_a_gpu(direction, monkeyp
     # No GPU here: nothing stored to ask the database for; an H100's 132 multiprocessors.
     monkeypatch.setattr(select, "_known", lambda p: [])
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     monkeypatch.setattr(geometry, "multiprocessor_count", lambda index: 132)
     p = _gpu_problem(direction, (8, 64, 28, 28), (64, 64, 3, 3))
     assert select.choose(p).name == ALGO

@@ -110,12 +110,17 @@ def dot_precision(p: ConvProblem) -> str:
 
 def brgemm_precision(p: ConvProblem) -> str:
     """The batch-reduce GEMM's PRECISION for `p` (kernels/brgemm.py): dot_precision(p), but
-    "bf16x3" for weight gradients in tf32 math mode. Both of their operands have the reduced
-    dimension (pixels) outermost, which Hopper's TF32 products read only through 4-byte copies
-    into shared memory; the three bfloat16 products read them as stored, and are more exact."""
-    if p.direction == Direction.BACKWARD_FILTER and dot_precision(p) == "tf32":
-        return "bf16x3"
-    return dot_precision(p)
+    "bf16x3" for weight gradients in tf32 math mode on Hopper (and in the interpreter) when x
+    or dy has its channels innermost. The reduced dimension (pixels) is then not innermost,
+    and Hopper's TF32 products read such operands only through 4-byte copies into shared
+    memory; the three bfloat16 products read them as stored, and are more exact."""
+    if p.direction != Direction.BACKWARD_FILTER or dot_precision(p) != "tf32":
+        return dot_precision(p)
+    if p.device == "cuda" and torch.cuda.get_device_capability()[0] < 9:
+        return "tf32"
+    if p.x.strides[1] != 1 and p.y.strides[1] != 1:  # pixels innermost: TF32 reads them
+        return "tf32"
+    return "bf16x3"
 
 
 @functools.cache

@@ -26,9 +26,9 @@ channels in 16 bits, next to a GEMM that reads every input pixel several times.
 TF32: Hopper's tensor cores read TF32 operands only with the reduced dimension contiguous
 (K-major) in shared memory. A channels-last filter has it in forward (reduced over c) but not in
 backward-data (reduced over k), where Triton then fills shared memory with 4-byte copies
-instead of 16-byte ones. So under TF32, a filter without it is first copied into the workspace
-with the reduced channels innermost (one elementwise launch, a few MiB at most), and the GEMM
-reads the copy with IMPLICIT_GEMM's own addressing, no tables. On an H200
+instead of 16-byte ones. So under TF32 on Hopper, a filter without it is first copied into the
+workspace with the reduced channels innermost (one elementwise launch over the filter's
+bytes), and the GEMM reads the copy with IMPLICIT_GEMM's own addressing, no tables. On an H200
 (`benchmarks/probes/tf32_operand_layout.py`), ResNet-50's backward-data layers ran 1.03x to
 2.7x faster with the filter so stored; with the tables built as well the 3x3 layers lost a
 fifth to half of that again (TF32 backward-data suite 0.74 with them). Backward-filter reduces
@@ -142,14 +142,18 @@ def _tables(p: ConvProblem, geo: ConvGeometry) -> Tables:
 
 def tf32_filter_copy(p: ConvProblem) -> TensorDesc | None:
     """The layout of the filter copy that TF32 products read (see the module's docstring):
-    (K, C/groups, *R) with the reduced channels innermost (c in forward, k in backward-data),
-    then the taps, then the other channels; None where no copy is made (not TF32,
-    backward-filter, or the filter already has its reduced channels contiguous)."""
+    (K, C/groups, *R) stored channels-last (c innermost, then the taps, then k) in forward, and
+    with k innermost, then c, then the taps in backward-data; None where no copy is made: not
+    TF32, backward-filter, a GPU before Hopper (whose TF32 products were not measured with it),
+    one reduced channel per group, or a filter that has its reduced channels contiguous."""
     if dot_precision(p) != "tf32" or p.direction == Direction.BACKWARD_FILTER:
+        return None
+    if p.device == "cuda" and torch.cuda.get_device_capability()[0] < 9:
         return None
     reduced = 1 if p.direction == Direction.FORWARD else 0
     shape = p.w.shape
-    if shape[reduced] == 1 or p.w.strides[reduced] == 1:
+    per_group = shape[1] if reduced == 1 else shape[0] // p.groups
+    if per_group == 1 or p.w.strides[reduced] == 1:
         return None
     taps = list(range(2, len(shape)))
     order = [0, *taps, 1] if reduced == 1 else [*taps, 1, 0]  # outermost first
@@ -168,8 +172,19 @@ def precomp_preferred(p: ConvProblem) -> bool:
     return tf32_filter_copy(p) is not None
 
 
+#: The launches that read the filter copy: IMPLICIT_GEMM's own (a separate instance, so that
+#: nothing it prepares comes back to this algorithm's table path).
+_ON_COPY = ImplicitGemm()
+
+
 class ImplicitPrecompGemm(ImplicitGemm):
     name = "IMPLICIT_PRECOMP_GEMM"
+
+    def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
+        # With a filter copy, the tiles that can read the copy (the TMA kernels want the
+        # filter as given, channels-last).
+        copy = tf32_filter_copy(p)
+        return super().tile_candidates(p if copy is None else replace(p, w=copy))
 
     def workspace_bytes(self, p: ConvProblem) -> int:
         copy = tf32_filter_copy(p)
@@ -186,7 +201,7 @@ class ImplicitPrecompGemm(ImplicitGemm):
             return self._prepare_tables(p, tiles)
         # IMPLICIT_GEMM's launches on the problem with the copy's strides (a true convolution
         # flips the copy in place, as it would the filter).
-        gemms = super().prepare(replace(p, w=copy), tiles)
+        gemms = _ON_COPY.prepare(replace(p, w=copy), tiles)
         nbytes = copy.numel * copy.dtype.itemsize
         plan = ew.plan(copy.shape, copy.strides, (p.w.strides,), elem_bytes=copy.dtype.itemsize)
         if plan is None:  # not for a filter of at most 5 dims; kept as a check

@@ -34,8 +34,9 @@ branch removed at compile time.
 
 PRECISION is tl.dot's input precision ("ieee", "tf32"), or "bf16x3": float32 tiles each split
 into a bfloat16 head and the bfloat16 rounding of what is left, multiplied as three bfloat16
-products (head x head, head x tail, tail x head; the tail x tail term, below 2^-16 of the
-product, is dropped). That is more exact than TF32 (2^-11), and Hopper's bfloat16 products,
+products (head x head, head x tail, tail x head; the tail x tail term is dropped). Each product
+is then within about 2^-15 of the exact one (3e-6 typical), against TF32's 2^-11, and
+Hopper's bfloat16 products,
 unlike its TF32 ones, read operands of either major order: what TF32 math mode runs where both
 operands have the reduced dimension outermost (weight gradients of channels-last tensors),
 which TF32 products could only read through 4-byte copies into shared memory.
@@ -84,10 +85,17 @@ def epilogue(
     tl.store(C + offs, out.to(C.dtype.element_ty), mask=mask)
 
 
+#: The largest finite bfloat16, (2 - 2^-7) * 2^127.
+BF16_MAX = tl.constexpr(3.3895313892515355e38)
+
+
 @triton.jit
 def bf16_split(x):
-    """float32 x as head + tail, both bfloat16: head = bf16(x), tail = bf16(x - head)."""
-    head = x.to(tl.bfloat16)
+    """float32 x as head + tail, both bfloat16: head = bf16(x), tail = bf16(x - head). The head
+    is taken of x clamped to bfloat16's finite range, so a finite x near float32's largest
+    never gets an infinite head (the tail then holds the excess), and an infinite x an infinite
+    tail: its products stay infinite, or NaN against a zero, as float32's are."""
+    head = tl.clamp(x, -BF16_MAX, BF16_MAX, propagate_nan=tl.PropagateNan.ALL).to(tl.bfloat16)
     return head, (x - head.to(tl.float32)).to(tl.bfloat16)
 
 

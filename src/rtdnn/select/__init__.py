@@ -80,9 +80,9 @@ def _heuristic_order(p: ConvProblem) -> list[str]:
     # list goes on to the implicit GEMM.
     if gemm_preferred(p):
         first.append("GEMM")
-    # TF32 with a filter whose reduced channels are not contiguous (backward-data of a
-    # channels-last filter): the implicit GEMM on a copy that has them (see
-    # algos.implicit_precomp_gemm.tf32_filter_copy).
+    # TF32 on Hopper with a filter whose reduced channels are not contiguous (backward-data of
+    # a channels-last or NCHW filter, forward of an NCHW one): the implicit GEMM on a copy that
+    # has them (see algos.implicit_precomp_gemm.tf32_filter_copy).
     if precomp_preferred(p):
         first.append("IMPLICIT_PRECOMP_GEMM")
     # Split-K pays off for backward-filter (a small output, a reduction over every pixel);
