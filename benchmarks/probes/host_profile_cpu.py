@@ -60,6 +60,9 @@ def main() -> None:
     stub_launches()
 
     def step():
+        # As a training loop does: gradients set to None, not accumulated (on the CPU an
+        # accumulation is real arithmetic over every parameter, which would swamp the profile).
+        converted.zero_grad(set_to_none=True)
         loss = loss_fn(converted(x).float(), target)
         loss.backward()
 
