@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from conftest import (
@@ -17,8 +19,9 @@ from conftest import (
 
 import rtdnn
 from rtdnn import reference
+from rtdnn.algos import geometry
 from rtdnn.algos.geometry import brgemm_precision
-from rtdnn.algos.implicit_gemm import split_count
+from rtdnn.algos.implicit_gemm import ImplicitGemmTiles, split_count
 from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
 from rtdnn.core.handle import stream_counters
 
@@ -249,6 +252,56 @@ def test_tf32_weight_gradient_as_three_bfloat16_products(algo, channels, gen):
     dw = rtdnn.conv_backward_filter(x, dy, w.shape, algo=algo, math="tf32", out=out, **conv)
     err = reference.rel_error(dw, reference.conv_backward_filter(x, dy, w.shape, **conv))
     assert 1e-6 < err < 5e-5
+
+
+def test_tf32_weight_gradient_products_are_a_tile_choice_on_few_channels(gen, monkeypatch):
+    """Few-channel (packed) TF32 weight gradients offer the tuner the same tiles with TF32
+    products after the bf16x3 ones; more channels, 16-bit data and other directions do not.
+    Tiles that ask for TF32 products get them (the interpreter's float32 products: 1e-7, not
+    bf16x3's 1e-6 and more)."""
+    # No GPU here: an H100's capability and 132 multiprocessors.
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(geometry, "multiprocessor_count", lambda index: 132)
+    last = torch.channels_last
+    algo = rtdnn.algos.ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"]
+
+    def problem(direction, channels, dtype=torch.float32, math="tf32", device="cuda"):
+        x = torch.empty(8, channels, 32, 32, dtype=dtype).to(memory_format=last)
+        w = torch.empty(64, channels, 7, 7, dtype=dtype).to(memory_format=last)
+        y = torch.empty(8, 64, 16, 16, dtype=dtype).to(memory_format=last)
+        desc = ConvDesc.create(2, 2, 3, 1, 1, "cross_correlation", math)
+        descs = [TensorDesc.of(t) for t in (x, w, y)]
+        return ConvProblem.create(Direction(direction), *descs, desc, device)
+
+    tiles = algo.tile_candidates(problem("backward_filter", 3))
+    chosen = [getattr(t, "precision", "") for t in tiles]
+    assert chosen[0] == "" and "tf32" in chosen
+    assert chosen.index("tf32") > max(i for i, c in enumerate(chosen) if c == "")
+    for q in (
+        problem("backward_filter", 20),
+        problem("backward_filter", 3, torch.bfloat16, "fp32"),
+        problem("forward", 3),
+    ):
+        assert all(getattr(t, "precision", "") == "" for t in algo.tile_candidates(q))
+    # On the CPU: the same problem run with each precision's tiles.
+    x = make_tensor((2, 3, 9, 8), torch.float32, "channels_last", gen)
+    dy = make_tensor((2, 8, 5, 4), torch.float32, "channels_last", gen)
+    w = torch.empty(8, 3, 3, 3).to(memory_format=last)
+    desc = ConvDesc.create(2, 2, 1, 1, 1, "cross_correlation", "tf32")
+    p = ConvProblem.create(
+        Direction.BACKWARD_FILTER, *[TensorDesc.of(t) for t in (x, w, dy)], desc, "cpu"
+    )
+    ref = reference.conv_backward_filter(x, dy, w.shape, stride=2, padding=1)
+    base = algo.tile_candidates(p)[0]
+    errors = {}
+    for precision in ("", "tf32"):
+        tiles = ImplicitGemmTiles(**dataclasses.asdict(base), precision=precision)
+        out = poisoned_like(w)
+        workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
+        algo.prepare(p, tiles)(rtdnn.algos.ConvTensors(x, out, dy), workspace, 1.0, 0.0)
+        errors[precision] = reference.rel_error(out, ref)
+    assert errors["tf32"] < 1e-6 < errors[""] < 5e-5, errors
 
 
 @pytest.mark.parametrize("case", ["inf", "nan", "near-float32-max"])

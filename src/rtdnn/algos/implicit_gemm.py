@@ -96,9 +96,28 @@ def split_count(p: ConvProblem) -> int:
 class ImplicitGemmTiles(TileConfig):
     """Tiles of the implicit GEMM; tma: operands read through tensor descriptors
     (kernels/conv_tma.py; forward and backward-data at stride 1), whose row tiles are
-    rectangles of written pixels."""
+    rectangles of written pixels; precision: the GEMM's PRECISION where the tuner chooses it
+    ("": geometry.brgemm_precision's, see tf32_product_candidates)."""
 
     tma: bool = False
+    precision: str = ""
+
+
+def tile_precision(p: ConvProblem, tiles: TileConfig) -> str:
+    """The batch-reduce GEMM's PRECISION for `p` with these tiles."""
+    return getattr(tiles, "precision", "") or brgemm_precision(p)
+
+
+def tf32_product_candidates(p: ConvProblem, candidates: list[TileConfig]) -> list[TileConfig]:
+    """TF32 weight gradients of few-channel layers (the packed reduction) run as three
+    bfloat16 products (geometry.brgemm_precision), which lose there as often as they win: RGB
+    stems on an H200 (BENCHMARKS.md), ResNet-50's 7x7 one 1.25x slower than TF32 products,
+    VGG-16's 3x3 one 1.49x faster. The tuner times both: the same tiles with TF32 products
+    follow. On more channels bf16x3 ran 1.4x to 4x faster on every layer measured, so only
+    its tiles are offered there."""
+    if p.device != "cuda" or brgemm_precision(p) != "bf16x3" or not packed(p):
+        return []
+    return [ImplicitGemmTiles(**asdict(t), precision="tf32") for t in candidates]
 
 
 #: Set to 1 to let the tile tuner try the TMA kernel on Hopper GPUs. Off by default: the
@@ -322,7 +341,12 @@ class ImplicitGemm(ConvAlgorithm):
         plain = self._tma_gemm_candidates(p, rows, cols, depth)
         if self.splits(p) > 1 and p.direction != Direction.BACKWARD_FILTER:
             return plain + candidates  # the TMA forward does not split its reduction
-        return plain + candidates + _tma_candidates(p, candidates)
+        return (
+            plain
+            + candidates
+            + _tma_candidates(p, candidates)
+            + tf32_product_candidates(p, candidates)
+        )
 
     def _tma_gemm_candidates(
         self, p: ConvProblem, rows: int, cols: int, depth: int
@@ -372,7 +396,7 @@ class ImplicitGemm(ConvAlgorithm):
             a, b = pointwise
         gemm = BrgemmLaunch(
             a, b, c, m=rows, n=cols, steps=steps, batches=batches, tiles=tiles,
-            precision=brgemm_precision(p), splits=self.splits(p),
+            precision=tile_precision(p, tiles), splits=self.splits(p),
         )  # fmt: skip
         direction = p.direction
 
@@ -420,7 +444,7 @@ class ImplicitGemm(ConvAlgorithm):
         reason = tma_unsupported(p, tiles.block_k)
         if reason is not None:
             raise ValueError(f"TMA tiles for a problem they cannot run: {reason}")
-        fields = {k: v for k, v in asdict(tiles).items() if k != "tma"}
+        fields = {k: v for k, v in asdict(tiles).items() if k not in ("tma", "precision")}
         plain = self.prepare(p, TileConfig(**fields))
         if p.direction == Direction.BACKWARD_FILTER:
             return self._prepare_tma_filter(p, tiles, plain)

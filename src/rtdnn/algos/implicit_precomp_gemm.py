@@ -60,8 +60,8 @@ from ..kernels.conv_addressing import ConvGeometry, DataGeometry
 from ..kernels.conv_precomp import DataGatherGeometry, Gather, GatherGeometry, TableSpec
 from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
 from .base import ConvTensors, Runner
-from .geometry import brgemm_precision, conv_geometry, data_phases, dot_precision
-from .implicit_gemm import ImplicitGemm, gemm_shape, packed, pointwise_operands
+from .geometry import conv_geometry, data_phases, dot_precision
+from .implicit_gemm import ImplicitGemm, gemm_shape, packed, pointwise_operands, tile_precision
 
 #: Rows per program of the table builder.
 BUILD_BLOCK = 128
@@ -284,7 +284,7 @@ class ImplicitPrecompGemm(ImplicitGemm):
             steps = cdiv(depth, tiles.block_k)
         return BrgemmLaunch(
             a, b, c, m=rows, n=cols, steps=steps, batches=batches, tiles=tiles,
-            precision=brgemm_precision(p),
+            precision=tile_precision(p, tiles),
         )  # fmt: skip
 
     def _data_gemms(self, p: ConvProblem, geo: ConvGeometry, tables: Tables, tiles: TileConfig):
