@@ -35,11 +35,11 @@ branch removed at compile time.
 PRECISION is tl.dot's input precision ("ieee", "tf32"), or "bf16x3": float32 tiles each split
 into a bfloat16 head and the bfloat16 rounding of what is left, multiplied as three bfloat16
 products (head x head, head x tail, tail x head; the tail x tail term is dropped). Each product
-is then within about 2^-15 of the exact one (3e-6 typical), against TF32's 2^-11, and
-Hopper's bfloat16 products,
-unlike its TF32 ones, read operands of either major order: what TF32 math mode runs where both
-operands have the reduced dimension outermost (weight gradients of channels-last tensors),
-which TF32 products could only read through 4-byte copies into shared memory.
+is then within about 2^-15 of the exact one (3e-6 typical), against TF32's 2^-11, and Hopper's
+bfloat16 products, unlike its TF32 ones, read operands of either major order: what TF32 math
+mode runs where both operands have the reduced dimension outermost (weight gradients of
+channels-last tensors), which TF32 products could only read through 4-byte copies into shared
+memory.
 """
 
 import triton
