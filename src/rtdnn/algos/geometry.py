@@ -97,6 +97,12 @@ def output_geometry(y: TensorDesc) -> ConvGeometry:
     )  # fmt: skip
 
 
+def before_hopper(device: str) -> bool:
+    """Whether `device` is a CUDA GPU older than Hopper (compute capability 9), where the TMA
+    paths do not run and the TF32 layouts below were not measured."""
+    return device == "cuda" and torch.cuda.get_device_capability()[0] < 9
+
+
 def strict_float32(p: ConvProblem) -> bool:
     """float32 data in strict float32 math mode (math="fp32"): IEEE products, no tensor-core
     TF32."""
@@ -116,7 +122,7 @@ def brgemm_precision(p: ConvProblem) -> str:
     memory; the three bfloat16 products read them as stored, and are more exact."""
     if p.direction != Direction.BACKWARD_FILTER or dot_precision(p) != "tf32":
         return dot_precision(p)
-    if p.device == "cuda" and torch.cuda.get_device_capability()[0] < 9:
+    if before_hopper(p.device):
         return "tf32"
     if p.x.strides[1] != 1 and p.y.strides[1] != 1:  # pixels innermost: TF32 reads them
         return "tf32"

@@ -37,6 +37,7 @@ from ..kernels.launch import (
 from ..kernels.strided import StridedGeometry
 from .base import ConvAlgorithm, ConvTensors, Runner
 from .geometry import (
+    before_hopper,
     brgemm_precision,
     conv_geometry,
     data_phases,
@@ -230,7 +231,7 @@ def _tma_candidates(p: ConvProblem, candidates: list[TileConfig]) -> list[TileCo
     (or later) GPU can run them."""
     if os.environ.get(TMA_ENV) != "1" or p.device != "cuda":
         return []
-    if torch.cuda.get_device_capability()[0] < 9:
+    if before_hopper(p.device):
         return []
     out = []
     for t in candidates:

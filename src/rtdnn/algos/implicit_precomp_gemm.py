@@ -60,7 +60,7 @@ from ..kernels.conv_addressing import ConvGeometry, DataGeometry
 from ..kernels.conv_precomp import DataGatherGeometry, Gather, GatherGeometry, TableSpec
 from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
 from .base import ConvTensors, Runner
-from .geometry import conv_geometry, data_phases, dot_precision
+from .geometry import before_hopper, conv_geometry, data_phases, dot_precision
 from .implicit_gemm import ImplicitGemm, gemm_shape, packed, pointwise_operands, tile_precision
 
 #: Rows per program of the table builder.
@@ -148,7 +148,7 @@ def tf32_filter_copy(p: ConvProblem) -> TensorDesc | None:
     one reduced channel per group, or a filter that has its reduced channels contiguous."""
     if dot_precision(p) != "tf32" or p.direction == Direction.BACKWARD_FILTER:
         return None
-    if p.device == "cuda" and torch.cuda.get_device_capability()[0] < 9:
+    if before_hopper(p.device):
         return None
     reduced = 1 if p.direction == Direction.FORWARD else 0
     shape = p.w.shape

@@ -20,7 +20,7 @@ import triton
 from ..core import INTERPRETED, ConvProblem, cdiv
 from ..core.timing import device_time_ms
 from ..kernels.launch import MatrixLayout, TileConfig, TmaGemmTiles
-from .geometry import multiprocessor_count
+from .geometry import before_hopper, multiprocessor_count
 
 CPU_TILES = TileConfig(32, 32, 16, group_m=1, num_warps=1, num_stages=1)
 
@@ -126,7 +126,7 @@ def tma_gemm_usable(device: str, dtype: torch.dtype, *layouts: MatrixLayout) -> 
     if dtype not in (torch.float16, torch.bfloat16) or os.environ.get(TMA_GEMM_ENV) == "0":
         return False
     if device == "cuda":
-        if torch.cuda.get_device_capability()[0] < 9:
+        if before_hopper(device):
             return False
     elif not (INTERPRETED and TMA_GEMM_IN_INTERPRETER):
         return False
