@@ -43,6 +43,17 @@ CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/
 INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)(.*)")
 
 
+def resources(kernel) -> str:
+    """Registers and spill stores per thread, from cuobjdump's resource usage."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([CUOBJDUMP, "-res-usage", f.name], capture_output=True, text=True)
+    regs = re.search(r"REG:(\d+)", usage.stdout)
+    stack = re.search(r"STACK:(\d+)", usage.stdout)
+    return f"{regs[1] if regs else '?'} registers, stack {stack[1] if stack else '?'} bytes"
+
+
 def main_loop(kernel) -> list[str]:
     """Opcodes of the largest loop (a backward branch) holding an MMA or FFMA instruction."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -92,7 +103,7 @@ def main() -> None:
                     op if op.startswith(("LDG", "STG", "LDS")) else op.split(".")[0] for op in body
                 )
                 top = " ".join(f"{op}:{n}" for op, n in counts.most_common(12))
-                print(f"{kernel.name} {tiles}: {len(body)} per step ({top})")
+                print(f"{kernel.name} {tiles}: {len(body)} per step ({top}); {resources(kernel)}")
 
 
 if __name__ == "__main__":

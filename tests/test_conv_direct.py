@@ -299,6 +299,21 @@ def test_row_kernels_rows_per_step(direction, step_rows, gen):
     )
 
 
+@pytest.mark.parametrize("runs,step_columns", [(1, 1), (2, 2), (1, 5), (4, 4)])
+@pytest.mark.parametrize(
+    "case", ["x2-stride-w", "even-dil-w-conv", "stride3-pad0", "7x7-taller-than-image"]
+)
+def test_row_kernels_backward_filter_column_runs(runs, step_columns, case, gen):
+    """Backward-filter's runs of consecutive output columns per thread: one column (each
+    input tile loaded per tap), runs longer than the row, rows not divisible by the run, with
+    stride and dilation along W (which decide which input column meets which tap)."""
+    x_shape, w_shape, conv = next(c[1:] for c in ROWS_CASES if c[0] == case)
+    tiles = DirectTiles(runs, 16, 1, 1, 1, 1, kernel="rows", step_columns=step_columns)
+    check_with_tiles(
+        "backward_filter", x_shape, w_shape, conv, torch.bfloat16, gen, lambda p, c: tiles
+    )
+
+
 def test_row_kernels_bias_and_multiplier(gen):
     x = make_tensor((2, 3, 6, 5), torch.float32, "channels_last", gen)
     w = make_tensor((6, 1, 5, 3), torch.float32, "channels_last", gen)

@@ -162,14 +162,17 @@ class DirectTiles(TileConfig):
     """DIRECT's tiles. kernel: the family, "fma" (kernels/direct.py), "dot" (block-diagonal
     tensor-core tiles, kernels/direct_dot.py), "dot_rows" (the same tiles rolled down bands of
     rows, forward) or "rows" (kernels/depthwise.py).
-    block_m: pixels per tile (columns per tile for "rows" and "dot_rows"; per loop step in
+    block_m: pixels per tile (columns per tile for "rows" and "dot_rows", runs of
+    step_columns columns for the "rows" backward-filter; per loop step in the FMA
     backward-filter); block_n: channels per tile ("fma", "rows") or channel lanes of a
     super-group ("dot", "dot_rows"); block_k: pixels per loop step of the FMA backward-filter
     kernel over every tap, or rows per band of the "rows" and "dot_rows" forward; step_rows:
-    output rows per step of the "rows" forward."""
+    output rows per step of the "rows" forward; step_columns: consecutive output columns a
+    thread holds in the "rows" backward-filter."""
 
     kernel: str = "fma"
     step_rows: int = 1
+    step_columns: int = 1
 
 
 def _tensor_cores_apply(p: ConvProblem) -> bool:
@@ -254,21 +257,20 @@ def _rows_candidates(p: ConvProblem) -> list[TileConfig]:
     channels of 16-bit data per pixel, so E / 8 pixels share each filter load), R output rows
     per forward step (each filter load serves R rows too). The forward ring holds
     (ceil(KH / stride) + R - 1) * E float32 accumulators and R * stride converted input tiles,
-    backward-filter KW accumulators: all kept within registers."""
+    all kept within registers. Backward-filter's: _filter_rows_candidates."""
     geo = conv_geometry(p)
     _, kh, kw = geo.kernel
     # The rows the kernel walks: y's, or dx's for backward-data (a forward convolution of dy).
     _, height, width = geo.in_size if p.direction == Direction.BACKWARD_DATA else geo.out_size
     channels = triton.next_power_of_2(p.out_channels)
+    if p.direction == Direction.BACKWARD_FILTER:
+        return _filter_rows_candidates(p, width, channels)
     if p.device != "cuda":
         return [DirectTiles(4, 16, 4, 1, 1, 1, kernel="rows", step_rows=2)]
-    if p.direction == Direction.BACKWARD_FILTER:
-        e = 16 if kw <= 6 else 8
-        shapes = [(e, 1, 32), (e, 1, 64), (e // 2, 1, 64)]
     # Candidates that stay within 255 registers without spilling in the sm_90 compile (the
     # ring holds ceil(KH / stride) + R - 1 rows), the most often fastest on the H100's
     # depthwise suite first: it is what runs untuned.
-    elif cdiv(kh, geo.stride[1]) <= 3:
+    if cdiv(kh, geo.stride[1]) <= 3:
         shapes = [(8, 4, 32), (8, 2, 32), (16, 2, 32), (8, 2, 64)]
     elif kh <= 5:
         shapes = [(8, 4, 32), (8, 2, 32), (8, 2, 64), (8, 1, 32)]
@@ -281,11 +283,45 @@ def _rows_candidates(p: ConvProblem) -> list[TileConfig]:
         warps = max(1, min(4, bw * bc // (32 * e)))
         # Bands as tall as the image up to 32 rows: the ring's first KH - 1 steps and last
         # rows feed slots outside the band, (KH - 1) / band of the work.
-        band = 1 if p.direction == Direction.BACKWARD_FILTER else min(32, height)
+        band = min(32, height)
         cfg = DirectTiles(bw, bc, band, 1, warps, 1, kernel="rows", step_rows=r)
         if cfg not in out:
             out.append(cfg)
     return out
+
+
+def _filter_rows_candidates(p: ConvProblem, width: int, channels: int) -> list[TileConfig]:
+    """Tiles of the "rows" backward-filter: runs of V output columns (step_columns) x BLOCK_C
+    channels, 8 elements per thread per column (a 16-byte vector of 16-bit data). A thread
+    holds V converted dy tiles and KW accumulators, so V stays within 16 - KW (at most 8); the
+    run that pads the row least comes first (7 divides every width of the suites' layers: 112
+    to 7). Then the one-column tiles (each input tile loaded once per tap), for the tuner."""
+    kw = p.kernel[-1]
+    if p.device != "cuda":
+        return [DirectTiles(2, 16, 1, 1, 1, 1, kernel="rows", step_columns=3)]
+
+    def padding(v: int) -> int:
+        return triton.next_power_of_2(cdiv(width, v)) * v - width
+
+    runs = sorted(range(2, max(2, min(8, 16 - kw)) + 1), key=lambda v: (padding(v), -v))
+    # The best run, and the best of at most 4 columns (fewer registers) for the tuner.
+    out = []
+    for v in dict.fromkeys([runs[0], next(v for v in runs if v <= 4)]):
+        groups = min(32, triton.next_power_of_2(cdiv(width, v)))
+        for bc in (64, 32):
+            bc = min(bc, channels)
+            # At least a warp's worth of 8-element pieces.
+            while groups * bc < 256 and bc < channels:
+                bc *= 2
+            warps = max(1, min(4, groups * bc // 256))
+            out.append(DirectTiles(groups, bc, 1, 1, warps, 1, kernel="rows", step_columns=v))
+    wide = 16 if kw <= 6 else 8  # elements per thread
+    for e, bc in ((wide, 32), (wide // 2, 64)):
+        bc = min(bc, channels)
+        bw = max(1, min(e * 128 // bc, triton.next_power_of_2(width)))
+        warps = max(1, min(4, bw * bc // (32 * e)))
+        out.append(DirectTiles(bw, bc, 1, 1, warps, 1, kernel="rows"))
+    return list(dict.fromkeys(out))
 
 
 def _dot_candidates(p: ConvProblem) -> list[TileConfig]:
@@ -475,8 +511,8 @@ def _prepare_rows(p: ConvProblem, tiles: TileConfig) -> Runner:
         chunks, per_chunk = _row_chunks(p)
         partial = KernelLaunch(
             depthwise_filter_rows_kernel, (chunks * cdiv(k, bc) * kd * kh,), warps,
-            geo=geo, K=k, rows_per_chunk=per_chunk, KG=kg, KD=kd, KH=kh, KW=kw, BLOCK_W=bw,
-            BLOCK_C=bc,
+            geo=geo, K=k, rows_per_chunk=per_chunk, KG=kg, KD=kd, KH=kh, KW=kw,
+            SW=geo.stride[2], DW=geo.dilation[2], V=tiles.step_columns, BLOCK_W=bw, BLOCK_C=bc,
         )  # fmt: skip
         return _filter_runner(p, geo, partial, chunks, launches)
 

@@ -22,9 +22,10 @@ Backward-data is the forward kernel on dy with the filter flipped (packed with F
 stride 1 with the padding mirrored, (R - 1) * dil - pad; at a larger stride once per stride
 phase, each a stride-1 pass over a strided subset of the packed taps (PD, PH, PW) writing every
 stride-th dx element (algos/direct.py, _data_passes). Backward-filter
-(depthwise_filter_rows_kernel) walks the rows of a chunk for one filter row, reading dy once
-per tile and the KW input tiles of that filter row, and writes float32 partial sums that
-direct_filter_finish_kernel adds in a fixed order. Every problem is 3-D as in
+(depthwise_filter_rows_kernel) walks the rows of a chunk for one filter row, each thread over
+runs of V consecutive output columns, so that an input column it loads serves every tap that
+reads it, and writes float32 partial sums that direct_filter_finish_kernel adds in a fixed
+order. Every problem is 3-D as in
 conv_addressing.ConvGeometry; the strides make any layout work, channels-last gives vectors.
 
     forward          y[n, k, o]  = sum_r x[n, k // KG, o*s - p + r*d] * w[k, 0, r]
@@ -192,18 +193,28 @@ def depthwise_filter_rows_kernel(
     KD: tl.constexpr,
     KH: tl.constexpr,
     KW: tl.constexpr,
+    SW: tl.constexpr,
+    DW: tl.constexpr,
+    V: tl.constexpr,
     BLOCK_W: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
     """Stage 1 of backward-filter: WS[chunk, k, tap] (float32) = the sum over the chunk's
     output rows (n, od, oh), every column, of dy * x at the tap, for the KW taps of one filter
     row (rd, rh). The KD * KH programs of a chunk and channel block are neighbours: they share
-    its dy and x tiles in L2."""
+    its dy and x tiles in L2.
+
+    A tile is BLOCK_W runs of V consecutive output columns x BLOCK_C channels, and a thread
+    holds the same elements of every column of a run (V tiles in a tuple, so indexing one is
+    free). Input column t of a run (t = SW * j + DW * rw) meets output column j at tap rw:
+    each input column is loaded and converted once for every tap that reads it, not once per
+    tap, which cuts the loads, converts and masks per multiply-add by up to KW times (SW and
+    DW, the stride and dilation along W, are compile-time constants for that)."""
     in_d, in_h, in_w = geo.in_size
     od_n, oh_n, ow_n = geo.out_size
-    sd, sh, sw = geo.stride
+    sd, sh, _ = geo.stride
     pd, ph, pw = geo.padding
-    dd, dh, dw = geo.dilation
+    dd, dh, _ = geo.dilation
     xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
     ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
     x_off, w_off, y_off = geo.offsets
@@ -220,7 +231,7 @@ def depthwise_filter_rows_kernel(
     k_ok = offs_k < K
     x_chan = (x_off + input_channels(offs_k, 0, 1, KG) * xs_c)[None, :]
     dy_chan = (y_off + offs_k * ys_k)[None, :]
-    cols = tl.arange(0, BLOCK_W)
+    runs = tl.arange(0, BLOCK_W) * V
 
     accs = (tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32),) * KW
     start = chunk * rows_per_chunk
@@ -235,20 +246,29 @@ def depthwise_filter_rows_kernel(
         if (i_d >= 0) & (i_d < in_d) & (i_h >= 0) & (i_h < in_h):
             DYrow = DY + dy_chan + (n * ys_n + od * ys_d + oh * ys_h)
             Xrow = X + x_chan + (n * xs_n + i_d * xs_d + i_h * xs_h)
-            for w0 in range(0, ow_n, BLOCK_W):
-                ow = w0 + cols
-                w_ok = ow < ow_n
-                dy_mask = w_ok[:, None] & k_ok[None, :]
-                dyv = tl.load(DYrow + (ow * ys_w)[:, None], mask=dy_mask, other=0.0)
-                dyv = dyv.to(tl.float32)
-                iw0 = ow * sw - pw
-                out = ()
-                for rw in tl.static_range(KW):
-                    i_w = iw0 + rw * dw
-                    mask = (w_ok & (i_w >= 0) & (i_w < in_w))[:, None] & k_ok[None, :]
+            for w0 in range(0, ow_n, BLOCK_W * V):
+                ow0 = w0 + runs
+                dys = ()
+                for j in tl.static_range(V):
+                    ow = ow0 + j
+                    dy_mask = (ow < ow_n)[:, None] & k_ok[None, :]
+                    dyv = tl.load(DYrow + (ow * ys_w)[:, None], mask=dy_mask, other=0.0)
+                    dys = dys + (dyv.to(tl.float32),)
+                iw0 = ow0 * SW - pw
+                # Columns past the row's end have dy = 0: their x needs no mask of its own.
+                for t in tl.static_range(SW * (V - 1) + DW * (KW - 1) + 1):
+                    i_w = iw0 + t
+                    mask = ((i_w >= 0) & (i_w < in_w))[:, None] & k_ok[None, :]
                     xv = tl.load(Xrow + (i_w * xs_w)[:, None], mask=mask, other=0.0)
-                    out = out + (accs[rw] + xv.to(tl.float32) * dyv,)
-                accs = out
+                    xv = xv.to(tl.float32)
+                    out = ()
+                    for rw in tl.static_range(KW):
+                        acc = accs[rw]
+                        if (t >= DW * rw) and ((t - DW * rw) % SW == 0):
+                            if (t - DW * rw) // SW < V:
+                                acc = tl.fma(xv, dys[(t - DW * rw) // SW], acc)
+                        out = out + (acc,)
+                    accs = out
 
     # WS[chunk, k, tap] with tap = (rd * KH + rh) * KW + rw.
     part = WS + (chunk * K + offs_k).to(tl.int64) * TAPS + (rd * KH + rh) * KW
