@@ -314,6 +314,36 @@ def test_row_kernels_backward_filter_column_runs(runs, step_columns, case, gen):
     )
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize(
+    "case", ["5x3-pad-2-3", "even-dil-w-conv", "5x5-stride2", "stride3-pad0", "3d-stride-d",
+             "one-pixel-widepad", "7x7-taller-than-image"],
+)  # fmt: skip
+def test_forward_column_runs(case, dtype, gen):
+    """Forward by runs of consecutive output columns per thread (depthwise_runs_kernel): runs
+    not dividing the row, longer than the row, stride and dilation along W, bands of rows not
+    dividing the height."""
+    x_shape, w_shape, conv = next(c[1:] for c in ROWS_CASES if c[0] == case)
+    tiles = DirectTiles(2, 16, 3, 1, 1, 1, kernel="rows", step_columns=3)
+    check_with_tiles("forward", x_shape, w_shape, conv, dtype, gen, lambda p, c: tiles)
+
+
+def test_forward_column_runs_bias_beta_multiplier(gen):
+    """The runs kernel's epilogue: bias, alpha and beta on a random out, channel multiplier 2,
+    through prepare with the tiles forced."""
+    x = make_tensor((2, 3, 6, 7), torch.float32, "channels_last", gen)
+    w = make_tensor((6, 1, 5, 3), torch.float32, "channels_last", gen)
+    b = make_tensor((6,), torch.float32, generator=gen)
+    y = make_tensor((2, 6, 6, 7), torch.float32, "channels_last", gen)
+    ref = reference.conv_forward(x, w, b, groups=3, padding=(2, 1), alpha=0.5, beta=-0.75, out=y)
+    p = _problem("forward", x, w, y, groups=3, padding=(2, 1))
+    algo = ALGORITHMS["DIRECT"]
+    workspace = torch.full((algo.workspace_bytes(p),), 255, dtype=torch.uint8)
+    tiles = DirectTiles(4, 16, 4, 1, 1, 1, kernel="rows", step_columns=2)
+    algo.prepare(p, tiles)(ConvTensors(x, w, y, b), workspace, 0.5, -0.75)
+    assert reference.rel_error(y, ref) <= TOL[torch.float32]
+
+
 def test_row_kernels_bias_and_multiplier(gen):
     x = make_tensor((2, 3, 6, 5), torch.float32, "channels_last", gen)
     w = make_tensor((6, 1, 5, 3), torch.float32, "channels_last", gen)

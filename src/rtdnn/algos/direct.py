@@ -43,6 +43,7 @@ from ..kernels.brgemm import identity
 from ..kernels.depthwise import (
     depthwise_filter_rows_kernel,
     depthwise_rows_kernel,
+    depthwise_runs_kernel,
     pack_filter_kernel,
 )
 from ..kernels.direct import (
@@ -90,6 +91,8 @@ PREFER_UP_TO_CG = 32
 PREFER_FILTER_GRADIENT_UP_TO_C = 4
 #: Filter rows the forward ring of kernels/depthwise.py holds (an accumulator tile each).
 MAX_RING_ROWS = 8
+#: Channels of a "rows" tile at most.
+MAX_ROWS_CHANNELS = 128
 #: Channels a backward-filter program covers, as assumed when the pixels are divided into
 #: chunks (the chunk count, hence the workspace, must not depend on the tile chosen later).
 _NOMINAL_BLOCK_C = 64
@@ -219,8 +222,9 @@ def _packs_filter(p: ConvProblem) -> bool:
 
 
 def _packed_rows(p: ConvProblem) -> int:
-    """Row length (channels, padded to 16 so that every row starts 64-byte aligned)."""
-    return cdiv(p.out_channels, 16) * 16
+    """Row length (channels, padded to MAX_ROWS_CHANNELS, so that the row kernels' channel
+    blocks read it unmasked, and every row starts 64-byte aligned)."""
+    return cdiv(p.out_channels, MAX_ROWS_CHANNELS) * MAX_ROWS_CHANNELS
 
 
 def _rows_apply(p: ConvProblem) -> bool:
@@ -287,34 +291,48 @@ def _rows_candidates(p: ConvProblem) -> list[TileConfig]:
         cfg = DirectTiles(bw, bc, band, 1, warps, 1, kernel="rows", step_rows=r)
         if cfg not in out:
             out.append(cfg)
+    if p.direction == Direction.FORWARD:
+        # Runs of columns (depthwise_runs_kernel), bands of 4 rows: no ring to fill.
+        out += [t for v in _column_runs(width, kw) for t in _run_tiles(width, v, channels, 4)]
     return out
 
 
-def _filter_rows_candidates(p: ConvProblem, width: int, channels: int) -> list[TileConfig]:
-    """Tiles of the "rows" backward-filter: runs of V output columns (step_columns) x BLOCK_C
-    channels, 8 elements per thread per column (a 16-byte vector of 16-bit data). A thread
-    holds V converted dy tiles and KW accumulators, so V stays within 16 - KW (at most 8); the
-    run that pads the row least comes first (7 divides every width of the suites' layers: 112
-    to 7). Then the one-column tiles (each input tile loaded once per tap), for the tuner."""
-    kw = p.kernel[-1]
-    if p.device != "cuda":
-        return [DirectTiles(2, 16, 1, 1, 1, 1, kernel="rows", step_columns=3)]
+def _column_runs(width: int, kw: int) -> list[int]:
+    """Run lengths V for "rows" tiles whose threads hold V consecutive output columns (8
+    elements per column: a 16-byte vector of 16-bit data), best first. A thread holds V
+    accumulators (forward) or converted dy tiles (backward-filter) beside KW filter values or
+    accumulators, so V stays within 16 - KW (at most 8): the run that pads the row least (7
+    divides every width of the suites' layers: 112 to 7), then the best of at most 4 columns
+    (fewer registers)."""
 
     def padding(v: int) -> int:
         return triton.next_power_of_2(cdiv(width, v)) * v - width
 
     runs = sorted(range(2, max(2, min(8, 16 - kw)) + 1), key=lambda v: (padding(v), -v))
-    # The best run, and the best of at most 4 columns (fewer registers) for the tuner.
+    return list(dict.fromkeys([runs[0], next(v for v in runs if v <= 4)]))
+
+
+def _run_tiles(width: int, v: int, channels: int, band: int) -> list[TileConfig]:
+    """Tiles of runs of v columns covering the row (at most 32 runs), 64 or 32 channels, or
+    more where that leaves less than a warp's worth of 8-element pieces."""
+    groups = min(32, triton.next_power_of_2(cdiv(width, v)))
     out = []
-    for v in dict.fromkeys([runs[0], next(v for v in runs if v <= 4)]):
-        groups = min(32, triton.next_power_of_2(cdiv(width, v)))
-        for bc in (64, 32):
-            bc = min(bc, channels)
-            # At least a warp's worth of 8-element pieces.
-            while groups * bc < 256 and bc < channels:
-                bc *= 2
-            warps = max(1, min(4, groups * bc // 256))
-            out.append(DirectTiles(groups, bc, 1, 1, warps, 1, kernel="rows", step_columns=v))
+    for bc in (64, 32):
+        bc = min(bc, channels)
+        while groups * bc < 256 and bc < min(channels, MAX_ROWS_CHANNELS):
+            bc *= 2
+        warps = max(1, min(4, groups * bc // 256))
+        out.append(DirectTiles(groups, bc, band, 1, warps, 1, kernel="rows", step_columns=v))
+    return out
+
+
+def _filter_rows_candidates(p: ConvProblem, width: int, channels: int) -> list[TileConfig]:
+    """Tiles of the "rows" backward-filter: runs of columns (_column_runs), then the
+    one-column tiles (each input tile loaded once per tap), for the tuner."""
+    kw = p.kernel[-1]
+    if p.device != "cuda":
+        return [DirectTiles(2, 16, 1, 1, 1, 1, kernel="rows", step_columns=3)]
+    out = [t for v in _column_runs(width, kw) for t in _run_tiles(width, v, channels, 1)]
     wide = 16 if kw <= 6 else 8  # elements per thread
     for e, bc in ((wide, 32), (wide // 2, 64)):
         bc = min(bc, channels)
@@ -525,15 +543,23 @@ def _prepare_rows(p: ConvProblem, tiles: TileConfig) -> Runner:
     def launch_for(run_geo, strides, first_tap, key) -> KernelLaunch:
         od, oh, ow = run_geo.out_size
         rows = min(tiles.block_k, oh)
-        grid = (p.batch * od * cdiv(oh, rows) * cdiv(ow, bw) * cdiv(k, bc),)
+        v = tiles.step_columns
+        grid = (p.batch * od * cdiv(oh, rows) * cdiv(ow, bw * v) * cdiv(k, bc),)
         pd, ph, pw = strides
         rd, rh, rw = run_geo.kernel
-        return KernelLaunch(
-            depthwise_rows_kernel, grid, warps, geo=run_geo, K=k, KP=kp, PD=pd, PH=ph, PW=pw,
-            KG=kg if forward else 1, KD=rd, KH=rh, KW=rw, S=run_geo.stride[1],
-            ACTIVATION=identity, HAS_BIAS=key[0], BETA_NONZERO=key[1], ROWS=rows,
-            R=tiles.step_rows, BLOCK_W=bw, BLOCK_C=bc,
+        shared = dict(
+            geo=run_geo, K=k, KP=kp, PD=pd, PH=ph, PW=pw, KG=kg if forward else 1, KD=rd,
+            KH=rh, KW=rw, ACTIVATION=identity, HAS_BIAS=key[0], BETA_NONZERO=key[1], ROWS=rows,
+            BLOCK_W=bw, BLOCK_C=bc,
         )  # fmt: skip
+        if v > 1:
+            return KernelLaunch(
+                depthwise_runs_kernel, grid, warps, SW=run_geo.stride[2],
+                DW=run_geo.dilation[2], V=v, **shared,
+            )  # fmt: skip
+        return KernelLaunch(
+            depthwise_rows_kernel, grid, warps, S=run_geo.stride[1], R=tiles.step_rows, **shared
+        )
 
     def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
         packed = workspace[: packed_elements * 4].view(torch.float32)

@@ -182,6 +182,99 @@ def depthwise_rows_kernel(
 
 
 @triton.jit
+def depthwise_runs_kernel(
+    X,
+    P,
+    Y,
+    BIAS,
+    geo,
+    K,
+    alpha,
+    beta,
+    KP: tl.constexpr,
+    PD: tl.constexpr,
+    PH: tl.constexpr,
+    PW: tl.constexpr,
+    KG: tl.constexpr,
+    KD: tl.constexpr,
+    KH: tl.constexpr,
+    KW: tl.constexpr,
+    SW: tl.constexpr,
+    DW: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BETA_NONZERO: tl.constexpr,
+    ROWS: tl.constexpr,
+    V: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """y = act(alpha * conv(x, w) + bias + beta * y) for a band of ROWS output rows of one
+    image (n, od), BLOCK_W runs of V consecutive output columns and BLOCK_C channels, any
+    stride and dilation (SW and DW, along W, compile-time). For wide filters, where the ring of
+    depthwise_rows_kernel holds too many rows: a thread holds the V columns of a run, so each
+    filter element it loads serves V columns, and each input column it loads (t = SW * j + DW *
+    rw) every (column j, tap rw) pair that reads it. P, KP, PD, PH, PW: the packed filter as
+    in depthwise_rows_kernel, rows padded to a multiple of BLOCK_C (its loads are unmasked)."""
+    in_d, in_h, in_w = geo.in_size
+    od_n, oh_n, ow_n = geo.out_size
+    sd, sh, _ = geo.stride
+    pd, ph, pw = geo.padding
+    dd, dh, _ = geo.dilation
+    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
+    ys_n, ys_k, ys_d, ys_h, ys_w = geo.y_strides
+    x_off, w_off, y_off = geo.offsets
+
+    c_blocks = tl.cdiv(K, BLOCK_C)
+    pid_c, pid_w, n, od, o0, rows = band_coords(
+        tl.program_id(0), c_blocks, geo.out_size, ROWS, BLOCK_W * V
+    )
+    offs_k = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    k_ok = offs_k < K
+    ow0 = pid_w * (BLOCK_W * V) + tl.arange(0, BLOCK_W) * V
+    iw0 = ow0 * SW - pw
+    Xcols = X + (x_off + n * xs_n + iw0 * xs_w)[:, None]
+    Xcols += (input_channels(offs_k, 0, 1, KG) * xs_c)[None, :]
+    # The filter is read as whole tiles, every run of a channel reading the same address:
+    # the loads then have the accumulators' layout (a [BLOCK_C] load broadcast along the runs
+    # went through shared memory and a barrier per load in the sm_90 compile).
+    Pk = P + (offs_k[None, :] + tl.zeros((BLOCK_W, 1), dtype=tl.int32))
+    y_cols = (y_off + n * ys_n + od * ys_d + ow0 * ys_w)[:, None] + (offs_k * ys_k)[None, :]
+
+    for r in range(rows):
+        oh = o0 + r
+        accs = (tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32),) * V
+        for rd in tl.static_range(KD):
+            i_d = od * sd - pd + rd * dd
+            for rh in tl.static_range(KH):
+                i_h = oh * sh - ph + rh * dh
+                # Filter rows over the zero padding above and below the image are skipped.
+                if (i_d >= 0) & (i_d < in_d) & (i_h >= 0) & (i_h < in_h):
+                    Xrow = Xcols + (i_d * xs_d + i_h * xs_h)
+                    ws = ()
+                    for rw in tl.static_range(KW):
+                        ws = ws + (tl.load(Pk + (rd * PD + rh * PH + rw * PW) * KP),)
+                    for t in tl.static_range(SW * (V - 1) + DW * (KW - 1) + 1):
+                        i_w = iw0 + t
+                        mask = ((i_w >= 0) & (i_w < in_w))[:, None] & k_ok[None, :]
+                        xv = tl.load(Xrow + t * xs_w, mask=mask, other=0.0).to(tl.float32)
+                        out = ()
+                        for j in tl.static_range(V):
+                            acc = accs[j]
+                            if (t >= SW * j) and ((t - SW * j) % DW == 0):
+                                if (t - SW * j) // DW < KW:
+                                    acc = tl.fma(xv, ws[(t - SW * j) // DW], acc)
+                            out = out + (acc,)
+                        accs = out
+        for j in tl.static_range(V):
+            y_mask = (ow0 + j < ow_n)[:, None] & k_ok[None, :]
+            epilogue(
+                Y, y_cols + (j * ys_w + oh * ys_h), y_mask, accs[j], alpha, beta, BIAS,
+                offs_k, k_ok, HAS_BIAS, BETA_NONZERO, ACTIVATION,
+            )  # fmt: skip
+
+
+@triton.jit
 def depthwise_filter_rows_kernel(
     X,
     DY,
