@@ -15,7 +15,7 @@ from conftest import make_tensor, out_size, poisoned_like, run_conv_direction
 import rtdnn
 from rtdnn import reference
 from rtdnn.algos import ALGORITHMS, ConvTensors
-from rtdnn.algos.direct import DirectTiles, filter_chunks
+from rtdnn.algos.direct import MAX_ROWS_CHANNELS, DirectTiles, filter_chunks
 from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
 
 DIRECTIONS = ["forward", "backward_data", "backward_filter"]
@@ -355,12 +355,13 @@ def test_row_kernels_bias_and_multiplier(gen):
 
 def test_depthwise_filter_packed_in_workspace():
     """Depthwise forward and backward-data read a float32 copy of the filter packed tap-major
-    (rows padded to 16 channels); backward-filter its partial sums; other problems nothing."""
+    (rows padded to 16 channels, and a channel block past the last row, which the row kernels
+    read unmasked); backward-filter its partial sums; other problems nothing."""
     algo = ALGORITHMS["DIRECT"]
     x, w = torch.empty(2, 20, 6, 6), torch.empty(20, 1, 3, 5)
     for direction in ("forward", "backward_data"):
         p = _problem(direction, x, w, torch.empty(2, 20, 4, 2), groups=20)
-        assert algo.workspace_bytes(p) == 15 * 32 * 4
+        assert algo.workspace_bytes(p) == (15 * 32 + MAX_ROWS_CHANNELS) * 4
     p = _problem("forward", x, torch.empty(10, 2, 3, 5), torch.empty(2, 10, 4, 2), groups=10)
     assert algo.workspace_bytes(p) == 0
 
@@ -386,7 +387,7 @@ def test_block_diagonal_tiles_packed_in_workspace():
     y = torch.empty(2, 20, 4, 2, dtype=torch.float16)
     on_gpu = dataclasses.replace(_problem("forward", x, w, y, groups=20), device="cuda")
     assert all(t.kernel not in ("dot", "dot_rows") for t in algo.tile_candidates(on_gpu))
-    assert algo.workspace_bytes(on_gpu) == 15 * 32 * 4
+    assert algo.workspace_bytes(on_gpu) == (15 * 32 + MAX_ROWS_CHANNELS) * 4
 
 
 def test_tensor_core_backward_filter_deterministic(gen):
@@ -449,7 +450,10 @@ def test_auto_chooses_direct_for_depthwise(direction):
     # partial sums): without any, a path that needs none.
     assert get(preference="no_workspace") == "IMPLICIT_GEMM"
     assert get(workspace_limit=0) == "IMPLICIT_GEMM"
-    assert get(workspace_limit=9 * 32 * 4) == "DIRECT" or direction == "backward_filter"
+    assert (
+        get(workspace_limit=(9 * 32 + MAX_ROWS_CHANNELS) * 4) == "DIRECT"
+        or direction == "backward_filter"
+    )
 
 
 def test_auto_chooses_for_grouped_by_dtype():

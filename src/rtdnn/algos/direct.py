@@ -222,9 +222,15 @@ def _packs_filter(p: ConvProblem) -> bool:
 
 
 def _packed_rows(p: ConvProblem) -> int:
-    """Row length (channels, padded to MAX_ROWS_CHANNELS, so that the row kernels' channel
-    blocks read it unmasked, and every row starts 64-byte aligned)."""
-    return cdiv(p.out_channels, MAX_ROWS_CHANNELS) * MAX_ROWS_CHANNELS
+    """Row length (channels, padded to 16 so that every row starts 64-byte aligned)."""
+    return cdiv(p.out_channels, 16) * 16
+
+
+def _packed_elements(p: ConvProblem) -> int:
+    """Float32 elements of the packed filter: its rows, and MAX_ROWS_CHANNELS more, as the row
+    kernels read a whole channel block of the last row unmasked (the values past the last
+    channel go to outputs that are never stored)."""
+    return math.prod(p.kernel) * _packed_rows(p) + MAX_ROWS_CHANNELS
 
 
 def _rows_apply(p: ConvProblem) -> bool:
@@ -461,7 +467,7 @@ class Direct(ConvAlgorithm):
         """Forward and backward-data: the packed filter of the tile that needs the most (the
         tile is chosen after the workspace is sized); backward-filter: the partial sums."""
         if p.direction != Direction.BACKWARD_FILTER:
-            packed = math.prod(p.kernel) * _packed_rows(p) * 4 if _packs_filter(p) else 0
+            packed = _packed_elements(p) * 4 if _packs_filter(p) else 0
             if _dot_tiles_offered(p):
                 lanes = {t.block_n for t in _dot_candidates(p) + _dot_rows_candidates(p)}
                 tiles = max(_block_diagonal_elements(p, super_group(p, n)) for n in lanes)
@@ -512,7 +518,7 @@ def _packing(p: ConvProblem, geo, flip: bool):
     packed = geo._replace(
         w_strides=(1, 0, kh * kw * kp, kw * kp, kp), offsets=(geo.offsets[0], 0, geo.offsets[2])
     )
-    return pack, packed, taps * kp
+    return pack, packed, _packed_elements(p)
 
 
 def _prepare_rows(p: ConvProblem, tiles: TileConfig) -> Runner:

@@ -215,7 +215,7 @@ def depthwise_runs_kernel(
     depthwise_rows_kernel holds too many rows: a thread holds the V columns of a run, so each
     filter element it loads serves V columns, and each input column it loads (t = SW * j + DW *
     rw) every (column j, tap rw) pair that reads it. P, KP, PD, PH, PW: the packed filter as
-    in depthwise_rows_kernel, rows padded to a multiple of BLOCK_C (its loads are unmasked)."""
+    in depthwise_rows_kernel, read unmasked (the copy ends with a channel block of slack)."""
     in_d, in_h, in_w = geo.in_size
     od_n, oh_n, ow_n = geo.out_size
     sd, sh, _ = geo.stride
