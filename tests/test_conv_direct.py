@@ -299,16 +299,31 @@ def test_row_kernels_rows_per_step(direction, step_rows, gen):
     )
 
 
+#: Backward-filter's row cases, and one dilated along H with padding wider than the filter.
+FILTER_ROWS_CASES = [c for c in ROWS_CASES if c[0] in (
+    "x2-stride-w", "even-dil-w-conv", "stride3-pad0", "7x7-taller-than-image", "3d-stride-d",
+    "5x3-pad-2-3",
+)] + [
+    ("dil-h-widepad", (1, 2, 7, 6), (2, 1, 3, 3), dict(groups=2, dilation=(2, 1), padding=(3, 1))),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize("runs,step_columns", [(1, 1), (2, 2), (1, 5), (4, 4)])
+@pytest.mark.parametrize("all_rows", [False, True], ids=["row", "all-rows"])
 @pytest.mark.parametrize(
-    "case", ["x2-stride-w", "even-dil-w-conv", "stride3-pad0", "7x7-taller-than-image"]
-)
-def test_row_kernels_backward_filter_column_runs(runs, step_columns, case, gen):
+    "x_shape,w_shape,conv", [c[1:] for c in FILTER_ROWS_CASES],
+    ids=[c[0] for c in FILTER_ROWS_CASES],
+)  # fmt: skip
+def test_row_kernels_backward_filter_column_runs(
+    runs, step_columns, all_rows, x_shape, w_shape, conv, gen
+):
     """Backward-filter's runs of consecutive output columns per thread: one column (each
     input tile loaded per tap), runs longer than the row, rows not divisible by the run, with
-    stride and dilation along W (which decide which input column meets which tap)."""
-    x_shape, w_shape, conv = next(c[1:] for c in ROWS_CASES if c[0] == case)
-    tiles = DirectTiles(runs, 16, 1, 1, 1, 1, kernel="rows", step_columns=step_columns)
+    stride and dilation along W (which decide which input column meets which tap); one filter
+    row per program or all of them (each dy tile loaded once for every filter row), with
+    filter rows over the padding and dilation along H."""
+    rows = w_shape[-2] if all_rows else 1
+    tiles = DirectTiles(runs, 16, rows, 1, 1, 1, kernel="rows", step_columns=step_columns)
     check_with_tiles(
         "backward_filter", x_shape, w_shape, conv, torch.bfloat16, gen, lambda p, c: tiles
     )

@@ -288,14 +288,16 @@ def depthwise_filter_rows_kernel(
     KW: tl.constexpr,
     SW: tl.constexpr,
     DW: tl.constexpr,
+    FH: tl.constexpr,
     V: tl.constexpr,
     BLOCK_W: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
     """Stage 1 of backward-filter: WS[chunk, k, tap] (float32) = the sum over the chunk's
-    output rows (n, od, oh), every column, of dy * x at the tap, for the KW taps of one filter
-    row (rd, rh). The KD * KH programs of a chunk and channel block are neighbours: they share
-    its dy and x tiles in L2.
+    output rows (n, od, oh), every column, of dy * x at the tap, for the FH * KW taps of FH
+    filter rows (rd, rh0 .. rh0 + FH - 1; FH is 1 or KH). The KD * KH / FH programs of a
+    chunk and channel block are neighbours: they share its dy and x tiles in L2. With FH = KH
+    (small filters) each dy tile is loaded once for every filter row.
 
     A tile is BLOCK_W runs of V consecutive output columns x BLOCK_C channels, and a thread
     holds the same elements of every column of a run (V tiles in a tuple, so indexing one is
@@ -313,20 +315,21 @@ def depthwise_filter_rows_kernel(
     x_off, w_off, y_off = geo.offsets
     TAPS: tl.constexpr = KD * KH * KW
 
+    ROW_GROUPS: tl.constexpr = KH // FH
     pid = tl.program_id(0)
-    frow = pid % (KD * KH)
-    rd = frow // KH
-    rh = frow % KH
+    frow = pid % (KD * ROW_GROUPS)
+    rd = frow // ROW_GROUPS
+    rh0 = (frow % ROW_GROUPS) * FH
     c_blocks = tl.cdiv(K, BLOCK_C)
-    pid_c = (pid // (KD * KH)) % c_blocks
-    chunk = pid // (KD * KH * c_blocks)
+    pid_c = (pid // (KD * ROW_GROUPS)) % c_blocks
+    chunk = pid // (KD * ROW_GROUPS * c_blocks)
     offs_k = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
     k_ok = offs_k < K
     x_chan = (x_off + input_channels(offs_k, 0, 1, KG) * xs_c)[None, :]
     dy_chan = (y_off + offs_k * ys_k)[None, :]
     runs = tl.arange(0, BLOCK_W) * V
 
-    accs = (tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32),) * KW
+    accs = (tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32),) * (FH * KW)
     start = chunk * rows_per_chunk
     end = tl.minimum(start + rows_per_chunk, geo.n * od_n * oh_n)
     for row in range(start, end):
@@ -334,11 +337,11 @@ def depthwise_filter_rows_kernel(
         od = (row // oh_n) % od_n
         n = row // (oh_n * od_n)
         i_d = od * sd - pd + rd * dd
-        i_h = oh * sh - ph + rh * dh
-        # A row of the filter over the zero padding adds nothing.
-        if (i_d >= 0) & (i_d < in_d) & (i_h >= 0) & (i_h < in_h):
+        i_h0 = oh * sh - ph + rh0 * dh
+        # Filter rows over the zero padding add nothing.
+        if (i_d >= 0) & (i_d < in_d) & (i_h0 + (FH - 1) * dh >= 0) & (i_h0 < in_h):
             DYrow = DY + dy_chan + (n * ys_n + od * ys_d + oh * ys_h)
-            Xrow = X + x_chan + (n * xs_n + i_d * xs_d + i_h * xs_h)
+            Xplane = X + x_chan + (n * xs_n + i_d * xs_d)
             for w0 in range(0, ow_n, BLOCK_W * V):
                 ow0 = w0 + runs
                 dys = ()
@@ -348,22 +351,28 @@ def depthwise_filter_rows_kernel(
                     dyv = tl.load(DYrow + (ow * ys_w)[:, None], mask=dy_mask, other=0.0)
                     dys = dys + (dyv.to(tl.float32),)
                 iw0 = ow0 * SW - pw
-                # Columns past the row's end have dy = 0: their x needs no mask of its own.
-                for t in tl.static_range(SW * (V - 1) + DW * (KW - 1) + 1):
-                    i_w = iw0 + t
-                    mask = ((i_w >= 0) & (i_w < in_w))[:, None] & k_ok[None, :]
-                    xv = tl.load(Xrow + (i_w * xs_w)[:, None], mask=mask, other=0.0)
-                    xv = xv.to(tl.float32)
-                    out = ()
-                    for rw in tl.static_range(KW):
-                        acc = accs[rw]
-                        if (t >= DW * rw) and ((t - DW * rw) % SW == 0):
-                            if (t - DW * rw) // SW < V:
-                                acc = tl.fma(xv, dys[(t - DW * rw) // SW], acc)
-                        out = out + (acc,)
-                    accs = out
+                for q in tl.static_range(FH):
+                    i_h = i_h0 + q * dh
+                    if (i_h >= 0) & (i_h < in_h):
+                        Xrow = Xplane + i_h * xs_h
+                        # Input column t of the run meets output column j at tap rw where
+                        # t = SW * j + DW * rw: loaded and converted once for all of them.
+                        # Columns past the row's end have dy = 0: no mask of their own.
+                        for t in tl.static_range(SW * (V - 1) + DW * (KW - 1) + 1):
+                            i_w = iw0 + t
+                            mask = ((i_w >= 0) & (i_w < in_w))[:, None] & k_ok[None, :]
+                            xv = tl.load(Xrow + (i_w * xs_w)[:, None], mask=mask, other=0.0)
+                            xv = xv.to(tl.float32)
+                            out = accs[: q * KW]
+                            for rw in tl.static_range(KW):
+                                acc = accs[q * KW + rw]
+                                if (t >= DW * rw) and ((t - DW * rw) % SW == 0):
+                                    if (t - DW * rw) // SW < V:
+                                        acc = tl.fma(xv, dys[(t - DW * rw) // SW], acc)
+                                out = out + (acc,)
+                            accs = out + accs[(q + 1) * KW :]
 
     # WS[chunk, k, tap] with tap = (rd * KH + rh) * KW + rw.
-    part = WS + (chunk * K + offs_k).to(tl.int64) * TAPS + (rd * KH + rh) * KW
-    for rw in tl.static_range(KW):
-        tl.store(part + rw, tl.sum(accs[rw], axis=0), mask=k_ok)
+    part = WS + (chunk * K + offs_k).to(tl.int64) * TAPS + (rd * KH + rh0) * KW
+    for i in tl.static_range(FH * KW):
+        tl.store(part + i, tl.sum(accs[i], axis=0), mask=k_ok)
