@@ -308,22 +308,28 @@ FILTER_ROWS_CASES = [c for c in ROWS_CASES if c[0] in (
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("runs,step_columns", [(1, 1), (2, 2), (1, 5), (4, 4)])
+@pytest.mark.parametrize(
+    "runs,step_columns,step_rows",
+    [(1, 1, 1), (2, 2, 1), (1, 5, 1), (4, 4, 1), (4, 3, 2), (4, 7, 4)],
+)
 @pytest.mark.parametrize("all_rows", [False, True], ids=["row", "all-rows"])
 @pytest.mark.parametrize(
     "x_shape,w_shape,conv", [c[1:] for c in FILTER_ROWS_CASES],
     ids=[c[0] for c in FILTER_ROWS_CASES],
 )  # fmt: skip
 def test_row_kernels_backward_filter_column_runs(
-    runs, step_columns, all_rows, x_shape, w_shape, conv, gen
+    runs, step_columns, step_rows, all_rows, x_shape, w_shape, conv, gen
 ):
     """Backward-filter's runs of consecutive output columns per thread: one column (each
     input tile loaded per tap), runs longer than the row, rows not divisible by the run, with
-    stride and dilation along W (which decide which input column meets which tap); one filter
-    row per program or all of them (each dy tile loaded once for every filter row), with
-    filter rows over the padding and dilation along H."""
+    stride and dilation along W (which decide which input column meets which tap); 1 to 4
+    rows a step (chunks of rows not divisible by it, rows of different images in one step);
+    one filter row per program or all of them (each dy tile loaded once for every filter
+    row), with filter rows over the padding and dilation along H."""
     rows = w_shape[-2] if all_rows else 1
-    tiles = DirectTiles(runs, 16, rows, 1, 1, 1, kernel="rows", step_columns=step_columns)
+    tiles = DirectTiles(
+        runs, 16, rows, 1, 1, 1, kernel="rows", step_rows=step_rows, step_columns=step_columns
+    )
     check_with_tiles(
         "backward_filter", x_shape, w_shape, conv, torch.bfloat16, gen, lambda p, c: tiles
     )

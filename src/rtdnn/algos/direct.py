@@ -173,8 +173,9 @@ class DirectTiles(TileConfig):
     super-group ("dot", "dot_rows"); block_k: pixels per loop step of the FMA backward-filter
     kernel over every tap, rows per band of the "rows" and "dot_rows" forward, or filter rows
     per program of the "rows" backward-filter (1 or the filter's height); step_rows: output
-    rows per step of the "rows" forward; step_columns: consecutive output columns a thread
-    holds in the "rows" forward (depthwise_runs_kernel, where above 1) and backward-filter."""
+    rows per step of the "rows" forward and backward-filter; step_columns: consecutive output
+    columns a thread holds in the "rows" forward (depthwise_runs_kernel, where above 1) and
+    backward-filter."""
 
     kernel: str = "fma"
     step_rows: int = 1
@@ -325,18 +326,33 @@ def _column_runs(width: int, kw: int) -> list[int]:
     return list(dict.fromkeys([runs[0], next(v for v in runs if v <= 4)]))
 
 
-def _run_tiles(width: int, v: int, channels: int, band: int) -> list[TileConfig]:
-    """Tiles of runs of v columns covering the row (at most 32 runs), 64 or 32 channels, or
-    more where that leaves less than a warp's worth of 8-element pieces; block_k = band (rows
-    per band of the forward, filter rows per program of backward-filter)."""
-    groups = min(32, triton.next_power_of_2(cdiv(width, v)))
+def _run_tiles(
+    width: int, v: int, channels: int, band: int, rows_per_step: int = 1
+) -> list[TileConfig]:
+    """Tiles of runs of v columns covering the row (at most 32 runs) of rows_per_step rows
+    (backward-filter's step_rows), 64 or 32 channels, or more where that leaves less than a
+    warp's worth of 8-element pieces; block_k = band (rows per band of the forward, filter
+    rows per program of backward-filter)."""
+    groups = min(32, triton.next_power_of_2(cdiv(width, v))) * rows_per_step
     out = []
     for bc in (64, 32):
         bc = min(bc, channels)
         while groups * bc < 256 and bc < min(channels, MAX_ROWS_CHANNELS):
             bc *= 2
         warps = max(1, min(4, groups * bc // 256))
-        out.append(DirectTiles(groups, bc, band, 1, warps, 1, kernel="rows", step_columns=v))
+        out.append(
+            DirectTiles(
+                groups,
+                bc,
+                band,
+                1,
+                warps,
+                1,
+                kernel="rows",
+                step_rows=rows_per_step,
+                step_columns=v,
+            )  # fmt: skip
+        )
     return list(dict.fromkeys(out))
 
 
@@ -354,6 +370,11 @@ def _filter_rows_candidates(p: ConvProblem, width: int, channels: int) -> list[T
     if kw < 7 and width > 8:
         runs = runs[::-1]
     out = [t for v in runs for t in _run_tiles(width, v, channels, 1)]
+    per_row = triton.next_power_of_2(cdiv(width, max(runs)))
+    if per_row <= 2:
+        # Rows of one or two runs: 8 runs a step from 8 // per_row rows, so that a program
+        # has more than one row's loads in flight.
+        out += _run_tiles(width, max(runs), channels, 1, rows_per_step=8 // per_row)
     kh = conv_geometry(p).kernel[1]
     if kh > 1 and kh * kw <= MAX_FILTER_ROWS_PER_PROGRAM:
         # Every filter row in one program (block_k = KH): KH * KW accumulators, runs of at
@@ -558,8 +579,8 @@ def _prepare_rows(p: ConvProblem, tiles: TileConfig) -> Runner:
         partial = KernelLaunch(
             depthwise_filter_rows_kernel, (chunks * cdiv(k, bc) * kd * (kh // fh),), warps,
             geo=geo, K=k, rows_per_chunk=per_chunk, KG=kg, KD=kd, KH=kh, KW=kw,
-            SW=geo.stride[2], DW=geo.dilation[2], FH=fh, V=tiles.step_columns, BLOCK_W=bw,
-            BLOCK_C=bc,
+            SW=geo.stride[2], DW=geo.dilation[2], FH=fh, V=tiles.step_columns,
+            RR=tiles.step_rows, BLOCK_W=bw, BLOCK_C=bc,
         )  # fmt: skip
         return _filter_runner(p, geo, partial, chunks, launches)
 

@@ -290,6 +290,7 @@ def depthwise_filter_rows_kernel(
     DW: tl.constexpr,
     FH: tl.constexpr,
     V: tl.constexpr,
+    RR: tl.constexpr,
     BLOCK_W: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
@@ -299,12 +300,13 @@ def depthwise_filter_rows_kernel(
     chunk and channel block are neighbours: they share its dy and x tiles in L2. With FH = KH
     (small filters) each dy tile is loaded once for every filter row.
 
-    A tile is BLOCK_W runs of V consecutive output columns x BLOCK_C channels, and a thread
-    holds the same elements of every column of a run (V tiles in a tuple, so indexing one is
-    free). Input column t of a run (t = SW * j + DW * rw) meets output column j at tap rw:
-    each input column is loaded and converted once for every tap that reads it, not once per
-    tap, which cuts the loads, converts and masks per multiply-add by up to KW times (SW and
-    DW, the stride and dilation along W, are compile-time constants for that)."""
+    A tile is BLOCK_W runs of V consecutive output columns x BLOCK_C channels, from RR output
+    rows a step (narrow rows: one row leaves most of a tile empty), and a thread holds the same
+    elements of every column of a run (V tiles in a tuple, so indexing one is free). Input
+    column t of a run (t = SW * j + DW * rw) meets output column j at tap rw: each input
+    column is loaded and converted once for every tap that reads it, not once per tap, which
+    cuts the loads, converts and masks per multiply-add by up to KW times (SW and DW, the
+    stride and dilation along W, are compile-time constants for that)."""
     in_d, in_h, in_w = geo.in_size
     od_n, oh_n, ow_n = geo.out_size
     sd, sh, _ = geo.stride
@@ -327,50 +329,63 @@ def depthwise_filter_rows_kernel(
     k_ok = offs_k < K
     x_chan = (x_off + input_channels(offs_k, 0, 1, KG) * xs_c)[None, :]
     dy_chan = (y_off + offs_k * ys_k)[None, :]
-    runs = tl.arange(0, BLOCK_W) * V
+    RUNS: tl.constexpr = BLOCK_W // RR  # runs of a row in a tile
+    lanes = tl.arange(0, BLOCK_W)
+    runs = (lanes % RUNS) * V
+    if RR == 1:
+        lane_rows = tl.zeros((BLOCK_W,), dtype=tl.int32)  # a splat: the row math stays scalar
+    else:
+        lane_rows = lanes // RUNS
 
     accs = (tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32),) * (FH * KW)
     start = chunk * rows_per_chunk
     end = tl.minimum(start + rows_per_chunk, geo.n * od_n * oh_n)
-    for row in range(start, end):
+    for row0 in range(start, end, RR):
+        row = row0 + lane_rows
         oh = row % oh_n
         od = (row // oh_n) % od_n
         n = row // (oh_n * od_n)
         i_d = od * sd - pd + rd * dd
         i_h0 = oh * sh - ph + rh0 * dh
-        # Filter rows over the zero padding add nothing.
-        if (i_d >= 0) & (i_d < in_d) & (i_h0 + (FH - 1) * dh >= 0) & (i_h0 < in_h):
-            DYrow = DY + dy_chan + (n * ys_n + od * ys_d + oh * ys_h)
-            Xplane = X + x_chan + (n * xs_n + i_d * xs_d)
-            for w0 in range(0, ow_n, BLOCK_W * V):
+        live = (row < end) & (i_d >= 0) & (i_d < in_d)
+        # One row a step: a row whose filter rows all lie over the zero padding is skipped.
+        go = True
+        if RR == 1:
+            r_h0 = (row0 % oh_n) * sh - ph + rh0 * dh
+            r_d = ((row0 // oh_n) % od_n) * sd - pd + rd * dd
+            go = (r_d >= 0) & (r_d < in_d) & (r_h0 + (FH - 1) * dh >= 0) & (r_h0 < in_h)
+        if go:
+            DYrow = DY + dy_chan + (n * ys_n + od * ys_d + oh * ys_h)[:, None]
+            Xplane = X + x_chan + (n * xs_n + i_d * xs_d)[:, None]
+            for w0 in range(0, ow_n, RUNS * V):
                 ow0 = w0 + runs
                 dys = ()
                 for j in tl.static_range(V):
                     ow = ow0 + j
-                    dy_mask = (ow < ow_n)[:, None] & k_ok[None, :]
+                    dy_mask = (live & (ow < ow_n))[:, None] & k_ok[None, :]
                     dyv = tl.load(DYrow + (ow * ys_w)[:, None], mask=dy_mask, other=0.0)
                     dys = dys + (dyv.to(tl.float32),)
                 iw0 = ow0 * SW - pw
                 for q in tl.static_range(FH):
                     i_h = i_h0 + q * dh
-                    if (i_h >= 0) & (i_h < in_h):
-                        Xrow = Xplane + i_h * xs_h
-                        # Input column t of the run meets output column j at tap rw where
-                        # t = SW * j + DW * rw: loaded and converted once for all of them.
-                        # Columns past the row's end have dy = 0: no mask of their own.
-                        for t in tl.static_range(SW * (V - 1) + DW * (KW - 1) + 1):
-                            i_w = iw0 + t
-                            mask = ((i_w >= 0) & (i_w < in_w))[:, None] & k_ok[None, :]
-                            xv = tl.load(Xrow + (i_w * xs_w)[:, None], mask=mask, other=0.0)
-                            xv = xv.to(tl.float32)
-                            out = accs[: q * KW]
-                            for rw in tl.static_range(KW):
-                                acc = accs[q * KW + rw]
-                                if (t >= DW * rw) and ((t - DW * rw) % SW == 0):
-                                    if (t - DW * rw) // SW < V:
-                                        acc = tl.fma(xv, dys[(t - DW * rw) // SW], acc)
-                                out = out + (acc,)
-                            accs = out + accs[(q + 1) * KW :]
+                    x_live = live & (i_h >= 0) & (i_h < in_h)
+                    Xrow = Xplane + (i_h * xs_h)[:, None]
+                    # Input column t of the run meets output column j at tap rw where t = SW
+                    # * j + DW * rw: loaded and converted once for all of them. Columns past
+                    # the row's end have dy = 0: no mask of their own.
+                    for t in tl.static_range(SW * (V - 1) + DW * (KW - 1) + 1):
+                        i_w = iw0 + t
+                        mask = (x_live & (i_w >= 0) & (i_w < in_w))[:, None] & k_ok[None, :]
+                        xv = tl.load(Xrow + (i_w * xs_w)[:, None], mask=mask, other=0.0)
+                        xv = xv.to(tl.float32)
+                        out = accs[: q * KW]
+                        for rw in tl.static_range(KW):
+                            acc = accs[q * KW + rw]
+                            if (t >= DW * rw) and ((t - DW * rw) % SW == 0):
+                                if (t - DW * rw) // SW < V:
+                                    acc = tl.fma(xv, dys[(t - DW * rw) // SW], acc)
+                            out = out + (acc,)
+                        accs = out + accs[(q + 1) * KW :]
 
     # WS[chunk, k, tap] with tap = (rd * KH + rh) * KW + rw.
     part = WS + (chunk * K + offs_k).to(tl.int64) * TAPS + (rd * KH + rh0) * KW
