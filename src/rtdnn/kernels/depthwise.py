@@ -211,11 +211,12 @@ def depthwise_runs_kernel(
 ):
     """y = act(alpha * conv(x, w) + bias + beta * y) for a band of ROWS output rows of one
     image (n, od), BLOCK_W runs of V consecutive output columns and BLOCK_C channels, any
-    stride and dilation (SW and DW, along W, compile-time). For wide filters, where the ring of
-    depthwise_rows_kernel holds too many rows: a thread holds the V columns of a run, so each
-    filter element it loads serves V columns, and each input column it loads (t = SW * j + DW *
-    rw) every (column j, tap rw) pair that reads it. P, KP, PD, PH, PW: the packed filter as
-    in depthwise_rows_kernel, read unmasked (the copy ends with a channel block of slack)."""
+    stride and dilation (SW and DW, along W, compile-time). For wide filters (where the ring
+    of depthwise_rows_kernel holds many rows) and narrow rows (where its tiles are mostly
+    empty): a thread holds the V columns of a run, so each filter element it loads serves V
+    columns, and each input column it loads (t = SW * j + DW * rw) every (column j, tap rw)
+    pair that reads it. P, KP, PD, PH, PW: the packed filter as in depthwise_rows_kernel, read
+    unmasked (the copy ends with a channel block of slack)."""
     in_d, in_h, in_w = geo.in_size
     od_n, oh_n, ow_n = geo.out_size
     sd, sh, _ = geo.stride
