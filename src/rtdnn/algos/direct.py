@@ -167,10 +167,10 @@ class DirectTiles(TileConfig):
     """DIRECT's tiles. kernel: the family, "fma" (kernels/direct.py), "dot" (block-diagonal
     tensor-core tiles, kernels/direct_dot.py), "dot_rows" (the same tiles rolled down bands of
     rows, forward) or "rows" (kernels/depthwise.py).
-    block_m: pixels per tile (columns per tile for "rows" and "dot_rows", runs of
-    step_columns columns for the "rows" backward-filter; per loop step in the FMA
-    backward-filter); block_n: channels per tile ("fma", "rows") or channel lanes of a
-    super-group ("dot", "dot_rows"); block_k: pixels per loop step of the FMA backward-filter
+    block_m: pixels per tile (columns per tile for "rows" and "dot_rows", or runs of
+    step_columns columns where that is above 1; per loop step in the FMA backward-filter);
+    block_n: channels per tile ("fma", "rows") or channel lanes of a super-group ("dot",
+    "dot_rows"); block_k: pixels per loop step of the FMA backward-filter
     kernel over every tap, rows per band of the "rows" and "dot_rows" forward, or filter rows
     per program of the "rows" backward-filter (1 or the filter's height); step_rows: output
     rows per step of the "rows" forward and backward-filter; step_columns: consecutive output
@@ -340,19 +340,8 @@ def _run_tiles(
         while groups * bc < 256 and bc < min(channels, MAX_ROWS_CHANNELS):
             bc *= 2
         warps = max(1, min(4, groups * bc // 256))
-        out.append(
-            DirectTiles(
-                groups,
-                bc,
-                band,
-                1,
-                warps,
-                1,
-                kernel="rows",
-                step_rows=rows_per_step,
-                step_columns=v,
-            )  # fmt: skip
-        )
+        tile = DirectTiles(groups, bc, band, 1, warps, 1, kernel="rows")
+        out.append(replace(tile, step_rows=rows_per_step, step_columns=v))
     return list(dict.fromkeys(out))
 
 
