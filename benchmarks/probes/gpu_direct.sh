@@ -4,7 +4,8 @@
 # SUITES to run fewer), then, with BREAKDOWN=1, each grouped layer's kernels one by one
 # (benchmarks/probes/kernel_breakdown.py).
 # Everything lands under $OUT (default gpu-results) as it finishes; a short summary is printed
-# last. The tests run with pytest-xdist (-n 14).
+# last. The tests run with pytest-xdist (-n 14). Every candidate's time per problem:
+# benchmarks/probes/tiles_log.py $OUT/tiles.log.
 set -u
 export OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"

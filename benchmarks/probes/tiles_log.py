@@ -1,0 +1,43 @@
+"""Summarize the tile tuner's debug log (`logging` at DEBUG for "rtdnn.tiles", as
+gpu_direct.sh writes it to $OUT/tiles.log): per tuned problem, every candidate's time and the
+one chosen, so that a run shows which tile families win where.
+
+    python benchmarks/probes/tiles_log.py TILES_LOG [SUBSTRING ...]
+    (only problems whose key holds every SUBSTRING, e.g. backward_filter 'g768')
+"""
+
+import re
+import sys
+
+TIMED = re.compile(r"\('(\w+)', '(.*)'\): (\w+)\((.*)\) ([0-9.]+) ms$")
+CHOSEN = re.compile(r"\('(\w+)', '(.*)'\): chose (\w+)\((.*)\) \(([0-9.]+) ms\)$")
+#: Fields left out of the printed tiles: the same for every candidate of a family.
+QUIET = ("group_m=1, ", "num_stages=1, ")
+
+
+def short(fields: str) -> str:
+    for quiet in QUIET:
+        fields = fields.replace(quiet, "")
+    return fields
+
+
+def main() -> None:
+    path, *wanted = sys.argv[1:]
+    current = None
+    for line in open(path):
+        line = line.strip()
+        chosen = CHOSEN.search(line)
+        timed = None if chosen else TIMED.search(line)
+        match = chosen or timed
+        if not match or not all(w in match[2] for w in wanted):
+            continue
+        algo, key, kind, fields, ms = match.groups()
+        if key != current:
+            print(f"{algo} {key}")
+            current = key
+        mark = "chose" if chosen else "     "
+        print(f"  {mark} {float(ms):8.4f} ms  {kind}({short(fields)})")
+
+
+if __name__ == "__main__":
+    main()
