@@ -348,7 +348,8 @@ def _run_tiles(
 def _filter_rows_candidates(p: ConvProblem, width: int, channels: int) -> list[TileConfig]:
     """Tiles of the "rows" backward-filter: runs of columns (_column_runs), then the
     one-column tiles (each input tile loaded once per tap), for the tuner."""
-    kw = p.kernel[-1]
+    geo = conv_geometry(p)
+    _, kh, kw = geo.kernel
     if p.device != "cuda":
         return [DirectTiles(2, 16, 1, 1, 1, 1, kernel="rows", step_columns=3)]
     runs = _column_runs(width, kw)
@@ -367,9 +368,8 @@ def _filter_rows_candidates(p: ConvProblem, width: int, channels: int) -> list[T
         # 0.027 ms, effb0.dw672.14.k5 0.117 -> 0.070) and lost at stride 2 (dw672.14.k5.s2
         # 0.049 against 0.043).
         several = _run_tiles(width, max(runs), channels, 1, rows_per_step=8 // per_row)
-        first = kw >= 5 and conv_geometry(p).stride[2] == 1
+        first = kw >= 5 and geo.stride[2] == 1
         out = several + out if first else out + several
-    kh = conv_geometry(p).kernel[1]
     if kh > 1 and kh * kw <= MAX_FILTER_ROWS_PER_PROGRAM:
         # Every filter row in one program (block_k = KH): KH * KW accumulators, runs of at
         # most 4 columns.
