@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One GPU run for DIRECT: its GPU tests (TEST_FILES to run others), then `rtdnn bench
 # --suite depthwise` and `--suite grouped` in bf16 beside cuDNN (tiles tuned on first use;
-# SUITES to run fewer), then, with BREAKDOWN=1, each grouped layer's kernels one by one
-# (benchmarks/probes/kernel_breakdown.py).
+# SUITES to run fewer, DIRECTION to run one direction), then, with BREAKDOWN=1, each grouped
+# layer's kernels one by one (benchmarks/probes/kernel_breakdown.py).
 # Everything lands under $OUT (default gpu-results) as it finishes; a short summary is printed
 # last. The tests run with pytest-xdist (-n 14). Every candidate's time per problem:
 # benchmarks/probes/tiles_log.py $OUT/tiles.log.
@@ -30,8 +30,8 @@ import logging, sys
 logging.getLogger('rtdnn.tiles').setLevel(logging.DEBUG)
 logging.basicConfig(filename='$OUT/tiles.log', level=logging.DEBUG)
 from rtdnn.cli import main
-sys.exit(main(['bench', '--suite', '$1', '--dtype', 'bf16', '--out', '$OUT']))
-" > "$OUT/bench_$1.log" 2>&1
+sys.exit(main(['bench', '--suite', '$1', '--dtype', 'bf16', '--out', '$OUT'] + sys.argv[1:]))
+" ${DIRECTION:+--direction $DIRECTION} > "$OUT/bench_$1.log" 2>&1
   rc=$?
   echo "== $1: $(( $(date +%s) - start )) s, exit $rc"
 }
