@@ -3,8 +3,11 @@
 the GEMM algorithms, beside DIRECT and cuDNN: whether the inflated FLOPs (S / channels per
 group) cost less than the narrow groups do. The grouped suite, bf16, channels-last.
     PYTHONPATH=src python benchmarks/probes/grouped_as_dense.py [LAYER_PREFIX]
+WIDTHS (default "16 32 64 128") sets the super-group widths tried, DIRECTIONS the directions;
+with RTDNN_TMA=1 the tile tuner also tries the TMA kernels (kernels/conv_tma.py).
 """
 
+import os
 import sys
 
 import torch
@@ -12,6 +15,9 @@ import torch
 from rtdnn import ops
 from rtdnn.bench.conv import layer_calls, load_suite
 from rtdnn.core.timing import device_time_ms
+
+WIDTHS = [int(w) for w in os.environ.get("WIDTHS", "16 32 64 128").split()]
+DIRECTIONS = os.environ.get("DIRECTIONS", "forward backward_data backward_filter").split()
 
 
 def widen(w: torch.Tensor, groups: int, width: int) -> torch.Tensor:
@@ -50,14 +56,14 @@ def main() -> None:
             continue
         groups, c = layer["groups"], layer["c"]
         cpg = c // groups
-        for direction in ("forward", "backward_data", "backward_filter"):
+        for direction in DIRECTIONS:
             calls = layer_calls(layer, direction, torch.bfloat16, None)
             x, w, dy = calls.x, calls.w, calls.dy
             cudnn = device_time_ms(calls.theirs) * 1e3
             auto = device_time_ms(calls.ours) * 1e3
             line = f"{layer['name']:24s} {direction:15s} cudnn {cudnn:7.1f} us  auto {auto:7.1f}"
             ref = calls.expected.float()
-            for width in (16, 32, 64, 128):
+            for width in WIDTHS:
                 if width < cpg or c % width:
                     continue
                 wide = widen(w, groups, width)
