@@ -164,6 +164,76 @@ def check_with_tiles(direction, x_shape, w_shape, conv, dtype, gen, choose) -> N
     assert reference.rel_error(out, ref) <= TOL[dtype]
 
 
+#: Grouped problems for the "gemm" tiles (super-groups of twice the group through the implicit
+#: GEMM, algos/direct_gemm.py): 2 to 4 channels per group, a channel multiplier, strides,
+#: dilation and even filters in convolution mode, 1-D and 3-D, padding wider than the filter
+#: around a 1-pixel image, super-groups that are the whole layer.
+GEMM_CASES = [
+    ("3x3-2perg", (2, 8, 5, 6), (8, 2, 3, 3), dict(groups=4, padding=1)),
+    ("stride2-mult2", (2, 8, 7, 9), (16, 4, 3, 3), dict(groups=2, stride=2, padding=1)),
+    ("dil2-even-conv-mode", (1, 8, 6, 5), (8, 2, 2, 3), dict(groups=4, dilation=2,
+                                                            padding=(1, 2), mode="convolution")),
+    ("1d", (2, 4, 11), (4, 2, 4), dict(groups=2, dilation=2, padding=3)),
+    ("3d-stride-d", (1, 4, 4, 5, 3), (4, 2, 3, 3, 3), dict(groups=2, padding=1,
+                                                            stride=(2, 1, 1))),
+    ("one-pixel-widepad", (1, 4, 1, 1), (4, 2, 3, 3), dict(groups=2, padding=4)),
+]  # fmt: skip
+
+
+def _gemm_tiles(p, candidates):
+    """The "gemm" tiles, offered after the block-diagonal tiles on the CPU, one width: twice
+    the group."""
+    tiles = [t for t in candidates if t.kernel == "gemm"]
+    assert tiles and candidates[0].kernel != "gemm", candidates
+    assert {t.width for t in tiles} == {2 * p.in_channels // p.groups}, tiles
+    return tiles[0]
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("x_shape,w_shape,conv", [c[1:] for c in GEMM_CASES],
+                         ids=[c[0] for c in GEMM_CASES])  # fmt: skip
+def test_super_group_gemm(x_shape, w_shape, conv, direction, gen):
+    """The block-diagonal filter packed per call (forward, backward-data) or the wide
+    gradient cut to its diagonal blocks (backward-filter), into a NaN-poisoned workspace."""
+    check_with_tiles(direction, x_shape, w_shape, conv, torch.bfloat16, gen, _gemm_tiles)
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_super_group_gemm_alpha_beta(direction, gen):
+    """alpha and beta on a random strided output (the forward with a bias too): applied by the
+    implicit GEMM's epilogue, or for backward-filter by the cut to the diagonal blocks."""
+    conv = dict(groups=4, padding=1, stride=(1, 2))
+    dtype = torch.float16
+    x = make_tensor((2, 8, 5, 6), dtype, "channels_last", gen)
+    w = make_tensor((8, 2, 3, 3), dtype, "strided", gen)
+    dy = make_tensor(y_shape(x.shape, w.shape, conv), dtype, "channels_last", gen)
+    bias = make_tensor((8,), dtype, "contiguous", gen)
+    before = {"forward": dy, "backward_data": x, "backward_filter": w}[direction]
+    before = make_tensor(tuple(before.shape), dtype, "strided", gen)
+    out = before.clone()
+    tensors = {
+        "forward": ConvTensors(x, w, out, bias),
+        "backward_data": ConvTensors(out, w, dy),
+        "backward_filter": ConvTensors(x, out, dy),
+    }[direction]
+    p = _problem(direction, tensors.x, tensors.w, tensors.y, **conv)
+    if direction == "forward":
+        p = dataclasses.replace(p, has_bias=True)
+    algo = ALGORITHMS["DIRECT"]
+    tiles = _gemm_tiles(p, algo.tile_candidates(p))
+    workspace = torch.full((algo.workspace_bytes(p),), 255, dtype=torch.uint8)
+    algo.prepare(p, tiles)(tensors, workspace, 0.5, -0.75)
+    conv_ref = {
+        "forward": lambda: (
+            reference.conv_forward(x, w, **conv) + 2 * bias.double()[None, :, None, None]
+        ),
+        "backward_data": lambda: reference.conv_backward_data(dy, w, x.shape, **conv),
+        "backward_filter": lambda: reference.conv_backward_filter(x, dy, w.shape, **conv),
+    }[direction]()
+    ref = 0.5 * conv_ref - 0.75 * before.double()
+    assert reference.rel_error(out, ref) <= TOL[dtype]
+
+
 #: Problems for the tensor-core ring (forward by bands of rows): strides along H of 1 to 3
 #: (one to three input rows per step), dilation along W and D, 1-D to 3-D, even filters,
 #: padding wider than the filter, a 1-pixel image, images shorter than the filter, 2 to 16

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 import triton
@@ -62,6 +62,7 @@ from ..kernels.direct_dot import (
     pack_block_diagonal_kernel,
 )
 from ..kernels.launch import KernelLaunch, TileConfig
+from . import direct_gemm
 from .base import ConvAlgorithm, ConvTensors, Runner
 from .geometry import conv_geometry, parallel_slots, strict_float32
 
@@ -175,11 +176,14 @@ class DirectTiles(TileConfig):
     per program of the "rows" backward-filter (1 or the filter's height); step_rows: output
     rows per step of the "rows" forward and backward-filter; step_columns: consecutive output
     columns a thread holds in the "rows" forward (depthwise_runs_kernel, where above 1) and
-    backward-filter."""
+    backward-filter. The "gemm" tiles (algos/direct_gemm.py) are the implicit GEMM's tiles
+    (block_m, block_n, block_k, group_m, num_warps, num_stages) on super-groups of `width`
+    channels."""
 
     kernel: str = "fma"
     step_rows: int = 1
     step_columns: int = 1
+    width: int = 0
 
 
 def _tensor_cores_apply(p: ConvProblem) -> bool:
@@ -400,6 +404,16 @@ def _dot_candidates(p: ConvProblem) -> list[TileConfig]:
     return [DirectTiles(bp, lanes, 1, 1, warps, 1, kernel="dot") for bp, lanes, warps in shapes]
 
 
+def _gemm_candidates(p: ConvProblem) -> list[TileConfig]:
+    """The "gemm" tiles: the implicit GEMM's tiles on each super-group width of
+    algos/direct_gemm.py."""
+    return [
+        DirectTiles(**asdict(t), kernel="gemm", width=width)
+        for width in direct_gemm.widths(p)
+        for t in direct_gemm.inner_candidates(p, width)
+    ]
+
+
 def _dot_rows_apply(p: ConvProblem) -> bool:
     """Whether the tensor-core ring (direct_dot_rows_forward_kernel) runs p: forward and
     stride-1 backward-data, where the tensor-core tiles are offered, with dilation 1 along H
@@ -500,17 +514,19 @@ class Direct(ConvAlgorithm):
         return None
 
     def workspace_bytes(self, p: ConvProblem) -> int:
-        """Forward and backward-data: the packed filter of the tile that needs the most (the
-        tile is chosen after the workspace is sized); backward-filter: the partial sums."""
+        """The most that any of p's tiles needs (the tile is chosen after the workspace is
+        sized). Forward and backward-data: the packed filter; backward-filter: the partial
+        sums; the "gemm" tiles: their wide filter (algos/direct_gemm.py)."""
+        gemm = [direct_gemm.workspace_bytes(p, w) for w in direct_gemm.widths(p)]
         if p.direction != Direction.BACKWARD_FILTER:
             packed = _packed_elements(p) * 4 if _packs_filter(p) else 0
             if _dot_tiles_offered(p):
                 lanes = {t.block_n for t in _dot_candidates(p) + _dot_rows_candidates(p)}
                 tiles = max(_block_diagonal_elements(p, super_group(p, n)) for n in lanes)
                 packed = max(packed, tiles * p.dtype.itemsize)
-            return packed
+            return max([packed, *gemm])
         chunks, _ = filter_chunks(p)
-        return chunks * p.out_channels * _filter_rows(p) * 4
+        return max([chunks * p.out_channels * _filter_rows(p) * 4, *gemm])
 
     def deterministic(self, p: ConvProblem) -> bool:
         return True
@@ -532,10 +548,20 @@ class Direct(ConvAlgorithm):
         # every family on the tests' shapes.
         fma_lose = dot and cg >= 4 and p.device == "cuda"
         fma = _fma_candidates(p) if cg <= MAX_CHANNELS_PER_GROUP and not fma_lose else []
-        return dot + rows + fma
+        gemm = _gemm_candidates(p)
+        # The super-groups through the implicit GEMM first on a GPU (measured faster than the
+        # tensor-core tiles on every ResNeXt-50 grouped layer in forward and backward-data,
+        # and in backward-filter from 16 channels per group; see algos/direct_gemm.py). The
+        # interpreter keeps the block-diagonal tiles first, which the tests' shapes exercise.
+        if p.device == "cuda" and (p.direction != Direction.BACKWARD_FILTER or cg >= 16):
+            return gemm + dot + rows + fma
+        return dot + rows + fma + gemm
 
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
         kernel = getattr(tiles, "kernel", "fma")
+        if kernel == "gemm":
+            inner = TileConfig(**{f.name: getattr(tiles, f.name) for f in fields(TileConfig)})
+            return direct_gemm.prepare(p, tiles.width, inner)
         if kernel == "rows":
             return _prepare_rows(p, tiles)
         return _prepare_flat(p, tiles, kernel in ("dot", "dot_rows"))

@@ -466,3 +466,59 @@ def direct_dot_filter_rows_kernel(
     acc = tl.reshape(acc, (KWP, BLOCK_I, BLOCK_O))
     mask = diag[None, :, :] & (rw < KW)[:, None, None]
     tl.store(WS + out[None, :, :] + rw[:, None, None], acc, mask=mask)
+
+
+# -- super-groups as dense groups: the block-diagonal filter for the implicit GEMM -------------
+# The "gemm" tiles of DIRECT run a grouped convolution of CG channels per group as one of WIDTH
+# channels per group (PER = WIDTH / CG groups side by side), through the implicit GEMM, whose
+# pipelined tiles read their operands better than the tensor-core tiles above. Its filter is
+# w made block-diagonal: wide[k, tap, a] = w[k, a - (g % PER) * CG, tap] for the lanes a of
+# output channel k's group g, zero elsewhere, stored channels-last with dense taps.
+
+
+@triton.jit
+def _wide_element(offs, total, CG: tl.constexpr, KG: tl.constexpr, WIDTH: tl.constexpr,
+                  TAPS: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr):  # fmt: skip
+    """Element offs of wide [K, TAPS, WIDTH] -> (k, j, td, th, tw, inside): its output
+    channel, input channel within the group, tap, and whether it lies on the diagonal."""
+    a = offs % WIDTH
+    t = offs // WIDTH % TAPS
+    k = offs // (WIDTH * TAPS)
+    j = a - (k // KG) % (WIDTH // CG) * CG
+    inside = (offs < total) & (j >= 0) & (j < CG)
+    return k, j, t // (KH * KW), t // KW % KH, t % KW, inside
+
+
+@triton.jit
+def widen_filter_kernel(
+    W, WIDE, w_strides, w_offset, total,
+    CG: tl.constexpr, KG: tl.constexpr, WIDTH: tl.constexpr, TAPS: tl.constexpr,
+    KH: tl.constexpr, KW: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """WIDE = w made block-diagonal (see above), zeros included; w read through its strides
+    (k, c, d, h, w) as stored, any view."""
+    ws_k, ws_c, ws_d, ws_h, ws_w = w_strides
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    k, j, td, th, tw, inside = _wide_element(offs, total, CG, KG, WIDTH, TAPS, KH, KW)
+    at = w_offset + k * ws_k + j * ws_c + td * ws_d + th * ws_h + tw * ws_w
+    w = tl.load(W + at, mask=inside, other=0.0)
+    tl.store(WIDE + offs, w, mask=offs < total)
+
+
+@triton.jit
+def narrow_filter_kernel(
+    WIDE, DW, w_strides, w_offset, total, alpha, beta,
+    CG: tl.constexpr, KG: tl.constexpr, WIDTH: tl.constexpr, TAPS: tl.constexpr,
+    KH: tl.constexpr, KW: tl.constexpr, BETA_NONZERO: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """dw = alpha * (the diagonal blocks of WIDE, a block-diagonal filter's gradient) + beta *
+    dw, through dw's strides; WIDE is float32. Walks WIDE's elements and keeps those on the
+    diagonal, so that each dw element is written once."""
+    ws_k, ws_c, ws_d, ws_h, ws_w = w_strides
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    k, j, td, th, tw, inside = _wide_element(offs, total, CG, KG, WIDTH, TAPS, KH, KW)
+    at = w_offset + k * ws_k + j * ws_c + td * ws_d + th * ws_h + tw * ws_w
+    out = alpha * tl.load(WIDE + offs, mask=inside, other=0.0)
+    if BETA_NONZERO:
+        out += beta * tl.load(DW + at, mask=inside, other=0.0).to(tl.float32)
+    tl.store(DW + at, out.to(DW.dtype.element_ty), mask=inside)
