@@ -33,7 +33,10 @@ from .geometry import _strides_3d, _to_3d
 from .implicit_gemm import ImplicitGemm, ImplicitGemmSplitK, gemm_shape
 from .tiles import gemm_candidates
 
-#: Super-group widths offered on a GPU (channels per wide group).
+#: Super-group widths on a GPU. Measured on ResNeXt-50's grouped layers (H200, bf16, every
+#: tile timed, benchmarks/probes/gpu_direct.sh's tile log): forward and backward-data ran
+#: fastest on 32-channel super-groups in every layer (64: 5 to 60% slower), backward-filter on
+#: 64-channel ones (32: 1.4 to 1.7x slower), whose filter-gradient GEMM per tap is then 64 x 64.
 WIDTHS = (32, 64)
 #: Elements per program of the pack and narrow kernels.
 _BLOCK = 1024
@@ -41,14 +44,21 @@ _BLOCK = 1024
 
 def widths(p: ConvProblem) -> list[int]:
     """The super-group widths for `p`: grouped 16-bit layers of at least 2 channels per group
-    (depthwise layers have the row kernels), widths that hold whole groups and divide the
-    channels. On the CPU one width, twice the group, so that the tests' shapes widen."""
+    (depthwise layers have the row kernels); the narrowest width of WIDTHS that holds a group
+    for forward and backward-data, the widest for backward-filter, if it divides the channels.
+    On the CPU twice the group, so that the tests' shapes widen."""
     g, c = p.groups, p.in_channels
     cg = c // g
     if g == 1 or cg < 2 or p.dtype not in (torch.float16, torch.bfloat16):
         return []
-    offered = WIDTHS if p.device == "cuda" else (2 * cg,)
-    return [w for w in offered if w >= cg and w % cg == 0 and c % w == 0]
+    if p.device != "cuda":
+        width = 2 * cg
+    else:
+        fits = [w for w in WIDTHS if w >= cg and w % cg == 0]
+        if not fits:
+            return []
+        width = fits[-1] if p.direction == Direction.BACKWARD_FILTER else fits[0]
+    return [width] if c % width == 0 else []
 
 
 def widened(p: ConvProblem, width: int) -> ConvProblem:
@@ -74,14 +84,15 @@ def _runs_as_is(p: ConvProblem, width: int) -> bool:
 
 
 def inner_candidates(p: ConvProblem, width: int) -> list[TileConfig]:
-    """The implicit GEMM's tiles for `p` widened to `width`, without the tiles whose rows or
-    columns would be more than half padding."""
+    """The implicit GEMM's tiles for `p` widened to `width` that are as wide as its GEMM's
+    columns and at most as tall as its rows (rounded up to powers of two): narrower ones ran
+    1.6x slower on the grouped layers, wider or taller ones compute padding."""
     pw = widened(p, width)
     rows, cols, depth, _ = gemm_shape(pw)
     tall = max(64, triton.next_power_of_2(rows))
     wide = max(16, triton.next_power_of_2(cols))
     every = gemm_candidates(pw, rows, cols, depth)
-    fit = [t for t in every if t.block_m <= tall and t.block_n <= wide]
+    fit = [t for t in every if t.block_m <= tall and t.block_n == wide]
     return list(dict.fromkeys(fit or every[:1]))
 
 
