@@ -33,10 +33,11 @@ from .geometry import _strides_3d, _to_3d
 from .implicit_gemm import ImplicitGemm, ImplicitGemmSplitK, gemm_shape
 from .tiles import gemm_candidates
 
-#: Super-group widths on a GPU. Measured on ResNeXt-50's grouped layers (H200, bf16, every
-#: tile timed, benchmarks/probes/gpu_direct.sh's tile log): forward and backward-data ran
-#: fastest on 32-channel super-groups in every layer (64: 5 to 60% slower), backward-filter on
-#: 64-channel ones (32: 1.4 to 1.7x slower), whose filter-gradient GEMM per tap is then 64 x 64.
+#: Super-group widths on a GPU. Measured on ResNeXt-50's grouped layers (bf16, every tile
+#: timed, benchmarks/probes/gpu_direct.sh's tile log): backward-filter ran fastest on 64-channel
+#: super-groups (32: 1.4 to 1.7x slower on an H200), whose filter-gradient GEMM per tap is then
+#: 64 x 64; forward and backward-data on 32-channel ones in most layers, 64 on the H100's
+#: stride-2 forward (g256.56.s2: 66 against 76 us), so those two directions try both.
 WIDTHS = (32, 64)
 #: Elements per program of the pack and narrow kernels.
 _BLOCK = 1024
@@ -44,21 +45,16 @@ _BLOCK = 1024
 
 def widths(p: ConvProblem) -> list[int]:
     """The super-group widths for `p`: grouped 16-bit layers of at least 2 channels per group
-    (depthwise layers have the row kernels); the narrowest width of WIDTHS that holds a group
-    for forward and backward-data, the widest for backward-filter, if it divides the channels.
-    On the CPU twice the group, so that the tests' shapes widen."""
+    (depthwise layers have the row kernels), widths of WIDTHS that hold whole groups and divide
+    the channels (for backward-filter the widest). On the CPU twice the group, so that the
+    tests' shapes widen."""
     g, c = p.groups, p.in_channels
     cg = c // g
     if g == 1 or cg < 2 or p.dtype not in (torch.float16, torch.bfloat16):
         return []
-    if p.device != "cuda":
-        width = 2 * cg
-    else:
-        fits = [w for w in WIDTHS if w >= cg and w % cg == 0]
-        if not fits:
-            return []
-        width = fits[-1] if p.direction == Direction.BACKWARD_FILTER else fits[0]
-    return [width] if c % width == 0 else []
+    offered = WIDTHS if p.device == "cuda" else (2 * cg,)
+    fits = [w for w in offered if w >= cg and w % cg == 0 and c % w == 0]
+    return fits[-1:] if p.direction == Direction.BACKWARD_FILTER else fits
 
 
 def widened(p: ConvProblem, width: int) -> ConvProblem:
