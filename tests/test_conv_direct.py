@@ -529,6 +529,32 @@ def test_backward_filter_deterministic_and_workspace_exact(gen):
     assert reference.rel_error(dws[0], ref) <= TOL[torch.float32]
 
 
+def test_super_group_backward_filter_deterministic_within_workspace(gen):
+    """The "gemm" tiles' backward-filter (a split-K GEMM into the wide gradient, then its
+    diagonal blocks): two runs bit-identical, nothing written past the declared workspace.
+    (The GEMM does not split on the interpreter's shapes; tests/test_split_finish.py covers
+    the fixed order of split sums.)"""
+    conv = dict(groups=4, padding=1)
+    x = make_tensor((2, 8, 6, 5), torch.bfloat16, "channels_last", gen)
+    w = make_tensor((8, 2, 3, 3), torch.bfloat16, "channels_last", gen)
+    dy = make_tensor(y_shape(x.shape, w.shape, conv), torch.bfloat16, "channels_last", gen)
+    p = _problem("backward_filter", x, w, dy, **conv)
+    algo = ALGORITHMS["DIRECT"]
+    tiles = _gemm_tiles(p, algo.tile_candidates(p))
+    need = algo.workspace_bytes(p)
+    guard = 64
+    workspace = torch.full(((need + guard) // 4,), math.nan).view(torch.uint8)
+    dws = []
+    for _ in range(2):
+        dw = poisoned_like(w)
+        algo.prepare(p, tiles)(ConvTensors(x, dw, dy), workspace, 1.0, 0.0)
+        dws.append(dw)
+        assert torch.isnan(workspace[need:].view(torch.float32)).all(), "wrote past the workspace"
+    assert torch.equal(dws[0], dws[1])
+    ref = reference.conv_backward_filter(x, dy, w.shape, **conv)
+    assert reference.rel_error(dws[0], ref) <= TOL[torch.bfloat16]
+
+
 # -- selection and errors ---------------------------------------------------------------------
 
 
