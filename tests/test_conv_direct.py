@@ -529,30 +529,87 @@ def test_backward_filter_deterministic_and_workspace_exact(gen):
     assert reference.rel_error(dws[0], ref) <= TOL[torch.float32]
 
 
-def test_super_group_backward_filter_deterministic_within_workspace(gen):
-    """The "gemm" tiles' backward-filter (a split-K GEMM into the wide gradient, then its
-    diagonal blocks): two runs bit-identical, nothing written past the declared workspace.
-    (The GEMM does not split on the interpreter's shapes; tests/test_split_finish.py covers
-    the fixed order of split sums.)"""
-    conv = dict(groups=4, padding=1)
-    x = make_tensor((2, 8, 6, 5), torch.bfloat16, "channels_last", gen)
-    w = make_tensor((8, 2, 3, 3), torch.bfloat16, "channels_last", gen)
-    dy = make_tensor(y_shape(x.shape, w.shape, conv), torch.bfloat16, "channels_last", gen)
-    p = _problem("backward_filter", x, w, dy, **conv)
-    algo = ALGORITHMS["DIRECT"]
-    tiles = _gemm_tiles(p, algo.tile_candidates(p))
-    need = algo.workspace_bytes(p)
-    guard = 64
-    workspace = torch.full(((need + guard) // 4,), math.nan).view(torch.uint8)
-    dws = []
-    for _ in range(2):
-        dw = poisoned_like(w)
-        algo.prepare(p, tiles)(ConvTensors(x, dw, dy), workspace, 1.0, 0.0)
-        dws.append(dw)
-        assert torch.isnan(workspace[need:].view(torch.float32)).all(), "wrote past the workspace"
-    assert torch.equal(dws[0], dws[1])
-    ref = reference.conv_backward_filter(x, dy, w.shape, **conv)
-    assert reference.rel_error(dws[0], ref) <= TOL[torch.bfloat16]
+#: (x shape, w shape, conv) for every super-group width: 4 channels per group widened to 4
+#: (the layer as it is), 8 and 16 (the implicit GEMM's unpacked path, as the GPU's 32 and 64
+#: take), a channel multiplier; 3x3 in convolution mode, whose filter gradient splits its
+#: reduction on the interpreter too.
+WIDTH_CASES = [
+    ((2, 16, 5, 6), (32, 4, 3, 3), dict(groups=4, padding=1, stride=(1, 2))),
+    ((2, 8, 8, 8), (8, 4, 3, 3), dict(groups=2, padding=1, mode="convolution")),
+]
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("case", range(len(WIDTH_CASES)))
+def test_super_group_every_width(case, direction, gen):
+    """direct_gemm.prepare at every width that holds whole groups, each with exactly its own
+    workspace (NaN-poisoned, a guard after it that must stay untouched): two runs
+    bit-identical (backward-filter sums its splits in a fixed order), right against the
+    float64 reference."""
+    from rtdnn.algos import direct_gemm
+    from rtdnn.algos.implicit_gemm import split_count
+
+    x_shape, w_shape, conv = WIDTH_CASES[case]
+    dtype = torch.float16
+    x = make_tensor(x_shape, dtype, "channels_last", gen)
+    w = make_tensor(w_shape, dtype, "channels_last", gen)
+    dy = make_tensor(y_shape(x_shape, w_shape, conv), dtype, "channels_last", gen)
+    ref = {
+        "forward": lambda: reference.conv_forward(x, w, **conv),
+        "backward_data": lambda: reference.conv_backward_data(dy, w, x.shape, **conv),
+        "backward_filter": lambda: reference.conv_backward_filter(x, dy, w.shape, **conv),
+    }[direction]()
+    cg = x_shape[1] // conv["groups"]
+    split = False
+    for width in [cg * m for m in (1, 2, 4) if x_shape[1] % (cg * m) == 0]:
+        outs = []
+        for _ in range(2):
+            out = {"forward": poisoned_like(dy), "backward_data": poisoned_like(x)}.get(
+                direction, poisoned_like(w)
+            )
+            tensors = {
+                "forward": ConvTensors(x, w, out),
+                "backward_data": ConvTensors(out, w, dy),
+                "backward_filter": ConvTensors(x, out, dy),
+            }[direction]
+            p = _problem(direction, tensors.x, tensors.w, tensors.y, **conv)
+            tiles = direct_gemm.inner_candidates(p, width)[0]
+            need = direct_gemm.workspace_bytes(p, width)
+            workspace = torch.full((need // 4 + 16,), math.nan).view(torch.uint8)
+            direct_gemm.prepare(p, width, tiles)(tensors, workspace, 1.0, 0.0)
+            assert torch.isnan(workspace[need:].view(torch.float32)).all(), width
+            outs.append(out)
+        assert torch.equal(outs[0], outs[1]), width
+        assert reference.rel_error(outs[0], ref) <= TOL[dtype], width
+        if direction == "backward_filter" and width > cg:
+            split = split or split_count(direct_gemm.widened(p, width)) > 1
+    if direction == "backward_filter" and case == 1:
+        assert split, "no width split its filter gradient: the workspace slice went untested"
+
+
+def test_super_group_widths_on_a_gpu():
+    """The widths a GPU problem is offered (no GPU needed): 32 and 64 where they hold whole
+    groups and divide the channels, the widest for backward-filter and only from 16 channels
+    per group there, none for depthwise, ungrouped or float32 layers."""
+    from rtdnn.algos import direct_gemm
+
+    def widths(direction, c, groups, dtype=torch.bfloat16):
+        desc = ConvDesc.create(2, 1, 1, 1, groups, "cross_correlation", "fp32")
+        x = TensorDesc((8, c, 14, 14), (14 * 14 * c, 1, 14 * c, c), dtype)
+        w = TensorDesc((c, c // groups, 3, 3), (9 * c // groups, 1, 3 * c // groups, c // groups),
+                       dtype)  # fmt: skip
+        p = ConvProblem.create(Direction(direction), x, w, x, desc, "cuda")
+        return direct_gemm.widths(p)
+
+    assert widths("forward", 128, 32) == [32, 64]
+    assert widths("backward_data", 1024, 32) == [32, 64]
+    assert widths("forward", 2048, 32) == [64]
+    assert widths("forward", 48, 12) == []  # 32 and 64 do not divide 48 channels
+    assert widths("backward_filter", 256, 32) == []  # 8 per group: the block-diagonal tiles
+    assert widths("backward_filter", 512, 32) == [64]
+    assert widths("forward", 64, 64) == []  # depthwise
+    assert widths("forward", 64, 1) == []
+    assert widths("forward", 128, 32, torch.float32) == []
 
 
 # -- selection and errors ---------------------------------------------------------------------

@@ -73,7 +73,7 @@ from .ops import (
 )
 from .select import AlgoPerf
 
-__version__ = "0.1.1"
+__version__ = "0.1.2"
 
 __all__ = [
     "activation_backward",

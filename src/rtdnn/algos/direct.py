@@ -549,11 +549,12 @@ class Direct(ConvAlgorithm):
         fma_lose = dot and cg >= 4 and p.device == "cuda"
         fma = _fma_candidates(p) if cg <= MAX_CHANNELS_PER_GROUP and not fma_lose else []
         gemm = _gemm_candidates(p)
-        # The super-groups through the implicit GEMM first on a GPU (measured faster than the
-        # tensor-core tiles on every ResNeXt-50 grouped layer in forward and backward-data,
-        # and in backward-filter from 16 channels per group; see algos/direct_gemm.py). The
-        # interpreter keeps the block-diagonal tiles first, which the tests' shapes exercise.
-        if p.device == "cuda" and (p.direction != Direction.BACKWARD_FILTER or cg >= 16):
+        # The super-groups through the implicit GEMM first on a GPU where measured faster than
+        # the tensor-core tiles: every ResNeXt-50 grouped layer (4 to 32 channels per group) in
+        # forward and backward-data, from 16 per group in backward-filter (where they are
+        # offered only from there; see algos/direct_gemm.py). The interpreter keeps the
+        # block-diagonal tiles first, which the tests' shapes exercise.
+        if p.device == "cuda" and cg >= 4:
             return gemm + dot + rows + fma
         return dot + rows + fma + gemm
 
