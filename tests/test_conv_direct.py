@@ -136,6 +136,29 @@ def test_tensor_core_backward_data_by_stride_phase(x_shape, w_shape, conv, gen):
     check_with_tiles("backward_data", x_shape, w_shape, conv, torch.float16, gen, first_dot)
 
 
+def written_into(direction, x, w, dy, out, bias=None) -> ConvTensors:
+    """The tensors of one direction, `out` in the place of the one it writes."""
+    return {
+        "forward": ConvTensors(x, w, out, bias),
+        "backward_data": ConvTensors(out, w, dy),
+        "backward_filter": ConvTensors(x, out, dy),
+    }[direction]
+
+
+def poisoned_output(direction, x, w, dy):
+    """A NaN-filled tensor like the one `direction` writes."""
+    return poisoned_like({"forward": dy, "backward_data": x, "backward_filter": w}[direction])
+
+
+def reference_of(direction, x, w, dy, conv):
+    """The float64 reference of one direction."""
+    if direction == "forward":
+        return reference.conv_forward(x, w, **conv)
+    if direction == "backward_data":
+        return reference.conv_backward_data(dy, w, x.shape, **conv)
+    return reference.conv_backward_filter(x, dy, w.shape, **conv)
+
+
 def check_with_tiles(direction, x_shape, w_shape, conv, dtype, gen, choose) -> None:
     """One direction of DIRECT with the tiles `choose(problem, candidates)` returns, on fresh
     channels-last data, into a NaN-poisoned output with a NaN-poisoned workspace, against the
@@ -143,25 +166,14 @@ def check_with_tiles(direction, x_shape, w_shape, conv, dtype, gen, choose) -> N
     x = make_tensor(x_shape, dtype, "channels_last", gen)
     w = make_tensor(w_shape, dtype, "channels_last", gen)
     dy = make_tensor(y_shape(x_shape, w_shape, conv), dtype, "channels_last", gen)
-    out = {"forward": poisoned_like(dy), "backward_data": poisoned_like(x)}.get(
-        direction, poisoned_like(w)
-    )
-    tensors = {
-        "forward": ConvTensors(x, w, out),
-        "backward_data": ConvTensors(out, w, dy),
-        "backward_filter": ConvTensors(x, out, dy),
-    }[direction]
+    out = poisoned_output(direction, x, w, dy)
+    tensors = written_into(direction, x, w, dy, out)
     p = _problem(direction, *(tensors.x, tensors.w, tensors.y), **conv)
     algo = ALGORITHMS["DIRECT"]
     tiles = choose(p, algo.tile_candidates(p))
     workspace = torch.full((algo.workspace_bytes(p),), 255, dtype=torch.uint8)  # NaN floats
     algo.prepare(p, tiles)(tensors, workspace, 1.0, 0.0)
-    ref = {
-        "forward": lambda: reference.conv_forward(x, w, **conv),
-        "backward_data": lambda: reference.conv_backward_data(dy, w, x.shape, **conv),
-        "backward_filter": lambda: reference.conv_backward_filter(x, dy, w.shape, **conv),
-    }[direction]()
-    assert reference.rel_error(out, ref) <= TOL[dtype]
+    assert reference.rel_error(out, reference_of(direction, x, w, dy, conv)) <= TOL[dtype]
 
 
 #: Grouped problems for the "gemm" tiles (super-groups of twice the group through the implicit
@@ -211,11 +223,7 @@ def test_super_group_gemm_alpha_beta(direction, gen):
     before = {"forward": dy, "backward_data": x, "backward_filter": w}[direction]
     before = make_tensor(tuple(before.shape), dtype, "strided", gen)
     out = before.clone()
-    tensors = {
-        "forward": ConvTensors(x, w, out, bias),
-        "backward_data": ConvTensors(out, w, dy),
-        "backward_filter": ConvTensors(x, out, dy),
-    }[direction]
+    tensors = written_into(direction, x, w, dy, out, bias)
     p = _problem(direction, tensors.x, tensors.w, tensors.y, **conv)
     if direction == "forward":
         p = dataclasses.replace(p, has_bias=True)
@@ -223,13 +231,9 @@ def test_super_group_gemm_alpha_beta(direction, gen):
     tiles = _gemm_tiles(p, algo.tile_candidates(p))
     workspace = torch.full((algo.workspace_bytes(p),), 255, dtype=torch.uint8)
     algo.prepare(p, tiles)(tensors, workspace, 0.5, -0.75)
-    conv_ref = {
-        "forward": lambda: (
-            reference.conv_forward(x, w, **conv) + 2 * bias.double()[None, :, None, None]
-        ),
-        "backward_data": lambda: reference.conv_backward_data(dy, w, x.shape, **conv),
-        "backward_filter": lambda: reference.conv_backward_filter(x, dy, w.shape, **conv),
-    }[direction]()
+    conv_ref = reference_of(direction, x, w, dy, conv)
+    if direction == "forward":
+        conv_ref = conv_ref + 2 * bias.double()[None, :, None, None]
     ref = 0.5 * conv_ref - 0.75 * before.double()
     assert reference.rel_error(out, ref) <= TOL[dtype]
 
@@ -554,24 +558,14 @@ def test_super_group_every_width(case, direction, gen):
     x = make_tensor(x_shape, dtype, "channels_last", gen)
     w = make_tensor(w_shape, dtype, "channels_last", gen)
     dy = make_tensor(y_shape(x_shape, w_shape, conv), dtype, "channels_last", gen)
-    ref = {
-        "forward": lambda: reference.conv_forward(x, w, **conv),
-        "backward_data": lambda: reference.conv_backward_data(dy, w, x.shape, **conv),
-        "backward_filter": lambda: reference.conv_backward_filter(x, dy, w.shape, **conv),
-    }[direction]()
+    ref = reference_of(direction, x, w, dy, conv)
     cg = x_shape[1] // conv["groups"]
     split = False
     for width in [cg * m for m in (1, 2, 4) if x_shape[1] % (cg * m) == 0]:
         outs = []
         for _ in range(2):
-            out = {"forward": poisoned_like(dy), "backward_data": poisoned_like(x)}.get(
-                direction, poisoned_like(w)
-            )
-            tensors = {
-                "forward": ConvTensors(x, w, out),
-                "backward_data": ConvTensors(out, w, dy),
-                "backward_filter": ConvTensors(x, out, dy),
-            }[direction]
+            out = poisoned_output(direction, x, w, dy)
+            tensors = written_into(direction, x, w, dy, out)
             p = _problem(direction, tensors.x, tensors.w, tensors.y, **conv)
             tiles = direct_gemm.inner_candidates(p, width)[0]
             need = direct_gemm.workspace_bytes(p, width)
