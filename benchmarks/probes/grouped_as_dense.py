@@ -4,7 +4,10 @@ the GEMM algorithms, beside DIRECT and cuDNN: whether the inflated FLOPs (S / ch
 group) cost less than the narrow groups do. The grouped suite, bf16, channels-last.
     PYTHONPATH=src python benchmarks/probes/grouped_as_dense.py [LAYER_PREFIX]
 WIDTHS (default "16 32 64 128") sets the super-group widths tried, DIRECTIONS the directions;
-with RTDNN_TMA=1 the tile tuner also tries the TMA kernels (kernels/conv_tma.py).
+with RTDNN_TMA=1 the tile tuner also tries the TMA kernels (kernels/conv_tma.py). PACK_BELOW
+overrides algos.implicit_gemm.PACK_BELOW: at 128, the wide layers' forward and backward-filter
+fold the filter taps into one reduction or column index (each tile then reads dy for several
+taps, not once per tap), which is how DIRECT's "gemm" tiles could take the filter gradient.
 """
 
 import os
@@ -17,6 +20,10 @@ from rtdnn.bench.conv import layer_calls, load_suite
 from rtdnn.core.timing import device_time_ms
 
 WIDTHS = [int(w) for w in os.environ.get("WIDTHS", "16 32 64 128").split()]
+if "PACK_BELOW" in os.environ:
+    import rtdnn.algos.implicit_gemm as implicit_gemm
+
+    implicit_gemm.PACK_BELOW = int(os.environ["PACK_BELOW"])
 DIRECTIONS = os.environ.get("DIRECTIONS", "forward backward_data backward_filter").split()
 
 
