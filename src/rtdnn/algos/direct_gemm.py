@@ -25,7 +25,7 @@ from dataclasses import replace
 import torch
 import triton
 
-from ..core import ConvProblem, Direction, TensorDesc, cdiv
+from ..core import ConvProblem, Direction, TensorDesc, cdiv, dense_strides
 from ..kernels.direct_dot import narrow_filter_kernel, widen_filter_kernel
 from ..kernels.launch import KernelLaunch, TileConfig
 from .base import ConvTensors, Runner
@@ -69,15 +69,13 @@ def widths(p: ConvProblem) -> list[int]:
 def widened(p: ConvProblem, width: int) -> ConvProblem:
     """`p` with super-groups of `width` channels and a dense channels-last block-diagonal
     filter (float32 for backward-filter, whose wide gradient is summed before it is cut)."""
-    taps = math.prod(p.kernel)
-    strides = [taps * width, 1]
-    step = width
-    for size in reversed(p.kernel):
-        strides.insert(2, step)
-        step *= size
-    dtype = torch.float32 if p.direction == Direction.BACKWARD_FILTER else p.dtype
-    w = TensorDesc((p.out_channels, width, *p.kernel), tuple(strides), dtype)
+    shape = (p.out_channels, width, *p.kernel)
+    w = TensorDesc(shape, dense_strides(shape, True), _wide_dtype(p))
     return replace(p, w=w, conv=replace(p.conv, groups=p.in_channels // width))
+
+
+def _wide_dtype(p: ConvProblem) -> torch.dtype:
+    return torch.float32 if p.direction == Direction.BACKWARD_FILTER else p.dtype
 
 
 def _inner(p: ConvProblem) -> ImplicitGemm:
@@ -108,8 +106,7 @@ def _wide_elements(p: ConvProblem, width: int) -> int:
 def _wide_bytes(p: ConvProblem, width: int) -> int:
     """The packed wide filter (or wide float32 gradient), rounded up to 256 bytes so that the
     split-K workspace after it stays aligned."""
-    item = 4 if p.direction == Direction.BACKWARD_FILTER else p.dtype.itemsize
-    return cdiv(_wide_elements(p, width) * item, 256) * 256
+    return cdiv(_wide_elements(p, width) * _wide_dtype(p).itemsize, 256) * 256
 
 
 def workspace_bytes(p: ConvProblem, width: int) -> int:

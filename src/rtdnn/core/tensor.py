@@ -262,12 +262,14 @@ def layout_strides(shape: Sequence[int], like: torch.Tensor) -> tuple[int, ...]:
     """The strides of a dense tensor of `shape` laid out in `like`'s order (channels-last if
     like is, else contiguous)."""
     cl = len(shape) == like.dim() and channels_last(like)
-    return cached_call(_dense_strides, tuple(shape), cl)
+    return cached_call(dense_strides, tuple(shape), cl)
 
 
 @functools.lru_cache(maxsize=4096)
-def _dense_strides(shape: tuple[int, ...], channels_last: bool) -> tuple[int, ...]:
-    # Called for every output, every step: computed once per shape.
+def dense_strides(shape: tuple[int, ...], channels_last: bool) -> tuple[int, ...]:
+    """The strides of a dense tensor of `shape`, channels-last (dim 1 innermost, then the
+    spatial dims, then dim 0) or contiguous. Called for every output, every step: computed
+    once per shape."""
     n = len(shape)
     order = (0, *range(2, n), 1) if channels_last else range(n)
     strides = [0] * n
