@@ -1,12 +1,13 @@
 # ruff: noqa: B023 (the lambdas are called inside the loop that binds them)
 """Backward-filter of the grouped suite's layers, tile by tile, beside cuDNN: DIRECT's
-block-diagonal tensor-core tiles over lanes, pixels per step, warps and pipeline stages, and its
-"gemm" tiles on super-groups of 32 and 64 channels, with the filter taps as GEMM batch entries
-(as shipped) or folded into the GEMM's columns (PACK=1: implicit_gemm.PACK_BELOW raised, so one
-tile reads dy for several taps). Prints each variant's time, ratio to cuDNN and error.
+block-diagonal tensor-core tiles over lanes, pixels per step, warps and pipeline stages; its
+"dot_taps" tiles (one accumulator per filter tap); its "gemm" tiles on super-groups of 32 and
+64 channels, with the filter taps as GEMM batch entries (as shipped) or folded into the GEMM's
+columns (implicit_gemm.PACK_BELOW raised, so one tile reads dy for several taps). Prints each
+variant's time, ratio to cuDNN and error.
 
     PYTHONPATH=src python benchmarks/probes/grouped_filter_probe.py [LAYER_PREFIX]
-FAMILIES (default "dot gemm") picks the families.
+FAMILIES (default "dot taps gemm") picks the families.
 """
 
 import os
@@ -23,7 +24,7 @@ from rtdnn.core.timing import device_time_ms
 from rtdnn.ops.conv import _problem_for_selection
 from rtdnn.reference import rel_error
 
-FAMILIES = os.environ.get("FAMILIES", "dot gemm").split()
+FAMILIES = os.environ.get("FAMILIES", "dot taps gemm").split()
 SHIPPED_PACK_BELOW = implicit_gemm.PACK_BELOW
 
 
@@ -36,6 +37,16 @@ def dot_variants(cg: int) -> list[DirectTiles]:
             for warps in (4, 8):
                 for stages in (1, 3):
                     out.append(DirectTiles(bp, lanes, 1, 1, warps, stages, kernel="dot"))
+    return out
+
+
+def taps_variants(p) -> list[DirectTiles]:
+    """ "dot_taps" tiles: 32 lanes with every filter row or one, 64 lanes with one."""
+    kh = p.kernel[-2]
+    out = []
+    for lanes, rows in ((32, kh), (32, 1), (64, 1)):
+        for bp, warps, stages in ((64, 4, 1), (64, 4, 3), (128, 4, 3), (128, 8, 3), (32, 4, 3)):
+            out.append(DirectTiles(bp, lanes, rows, 1, warps, stages, kernel="dot_taps"))
     return out
 
 
@@ -88,6 +99,8 @@ def main() -> None:
         variants = []
         if "dot" in FAMILIES:
             variants += [("dot", t, False) for t in dot_variants(cg)]
+        if "taps" in FAMILIES:
+            variants += [("taps", t, False) for t in taps_variants(p)]
         if "gemm" in FAMILIES:
             variants += gemm_variants(p, cg)
         results = []

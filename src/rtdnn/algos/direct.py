@@ -57,6 +57,7 @@ from ..kernels.direct import (
 from ..kernels.direct_dot import (
     direct_dot_backward_data_kernel,
     direct_dot_filter_rows_kernel,
+    direct_dot_filter_taps_kernel,
     direct_dot_forward_kernel,
     direct_dot_rows_forward_kernel,
     pack_block_diagonal_kernel,
@@ -99,6 +100,11 @@ MAX_FILTER_ROWS_PER_PROGRAM = 9
 #: Channels a backward-filter program covers, as assumed when the pixels are divided into
 #: chunks (the chunk count, hence the workspace, must not depend on the tile chosen later).
 _NOMINAL_BLOCK_C = 64
+#: Channel lanes of the "dot_taps" backward-filter tiles (one accumulator per filter tap).
+_TAPS_LANES = (32, 64)
+#: Filter taps whose accumulators one "dot_taps" program holds at most, in 32-lane tiles
+#: (9 x 32 x 32 float32: 72 registers a thread in 4 warps); 64-lane tiles hold one filter row.
+MAX_TAPS_PER_PROGRAM = 9
 
 
 def _filter_rows(p: ConvProblem) -> int:
@@ -140,6 +146,26 @@ def filter_chunks(p: ConvProblem) -> tuple[int, int]:
     return cdiv(pixels, per_chunk), per_chunk
 
 
+def taps_chunks(p: ConvProblem) -> tuple[int, int]:
+    """(chunks, pixels per chunk) of the "dot_taps" backward-filter (one accumulator per
+    filter tap, kernels/direct_dot.direct_dot_filter_taps_kernel), whose programs are few (a
+    super-group and all its filter rows each): enough chunks that its fewest programs (the
+    widest lanes) fill the device's scheduling slots, each at least 512 pixels long on a GPU
+    (8 steps of 64), and their partial sums at most a quarter of the bytes of x and dy."""
+    pixels = p.batch * math.prod(p.out_spatial)
+    super_groups = cdiv(p.groups, super_group(p, max(_TAPS_LANES))[0])
+    programs = super_groups * p.kernel[0] if len(p.kernel) == 3 else super_groups
+    if p.device == "cuda":
+        data = p.batch * math.prod(p.in_spatial) * p.in_channels + pixels * p.out_channels
+        partial = p.out_channels * _filter_rows(p) * 4
+        chunks = min(cdiv(parallel_slots(p.device), programs), cdiv(pixels, 512))
+        chunks = min(chunks, max(1, data * p.dtype.itemsize // (4 * partial)))
+    else:  # the tests' tiny shapes still split
+        chunks = min(2, pixels)
+    per_chunk = cdiv(pixels, max(1, chunks))
+    return cdiv(pixels, per_chunk), per_chunk
+
+
 def direct_preferred(p: ConvProblem) -> bool:
     """Whether the heuristic should try DIRECT first for `p`: depthwise layers, in 16-bit
     data grouped layers of up to PREFER_UP_TO_CG channels per group (tensor-core tiles), and
@@ -167,11 +193,13 @@ def _channels_last(p: ConvProblem) -> bool:
 class DirectTiles(TileConfig):
     """DIRECT's tiles. kernel: the family, "fma" (kernels/direct.py), "dot" (block-diagonal
     tensor-core tiles, kernels/direct_dot.py), "dot_rows" (the same tiles rolled down bands of
-    rows, forward) or "rows" (kernels/depthwise.py).
+    rows, forward), "dot_taps" (backward-filter, one tensor-core accumulator per filter tap)
+    or "rows" (kernels/depthwise.py).
     block_m: pixels per tile (columns per tile for "rows" and "dot_rows", or runs of
     step_columns columns where that is above 1; per loop step in the FMA backward-filter);
     block_n: channels per tile ("fma", "rows") or channel lanes of a super-group ("dot",
-    "dot_rows"); block_k: pixels per loop step of the FMA backward-filter
+    "dot_rows", "dot_taps"); block_k: filter rows per program of "dot_taps" (1 or the
+    filter's height), pixels per loop step of the FMA backward-filter
     kernel over every tap, rows per band of the "rows" and "dot_rows" forward, or filter rows
     per program of the "rows" backward-filter (1 or the filter's height); step_rows: output
     rows per step of the "rows" forward and backward-filter; step_columns: consecutive output
@@ -404,6 +432,22 @@ def _dot_candidates(p: ConvProblem) -> list[TileConfig]:
     return [DirectTiles(bp, lanes, 1, 1, warps, 1, kernel="dot") for bp, lanes, warps in shapes]
 
 
+def _dot_taps_candidates(p: ConvProblem) -> list[TileConfig]:
+    """Backward-filter tiles with one accumulator per filter tap ("dot_taps"): block_m pixels
+    a step, block_n channel lanes, block_k filter rows a program (every row where its taps fit
+    MAX_TAPS_PER_PROGRAM 32-lane accumulators, else one)."""
+    kh, kw = p.kernel[-2] if len(p.kernel) > 1 else 1, p.kernel[-1]
+    all_rows = kh if kh * kw <= MAX_TAPS_PER_PROGRAM else 1
+    if p.device != "cuda":
+        return [DirectTiles(16, 16, all_rows, 1, 1, 1, kernel="dot_taps")]
+    out = []
+    for lanes in _TAPS_LANES:
+        rows = all_rows if lanes == 32 else 1
+        for bp, warps, stages in ((64, 4, 3), (128, 4, 3), (64, 4, 1), (128, 8, 3)):
+            out.append(DirectTiles(bp, lanes, rows, 1, warps, stages, kernel="dot_taps"))
+    return out
+
+
 def _gemm_candidates(p: ConvProblem) -> list[TileConfig]:
     """The "gemm" tiles: the implicit GEMM's tiles on each super-group width of
     algos/direct_gemm.py."""
@@ -526,6 +570,8 @@ class Direct(ConvAlgorithm):
                 packed = max(packed, tiles * p.dtype.itemsize)
             return max([packed, *gemm])
         chunks, _ = filter_chunks(p)
+        if _dot_tiles_offered(p):
+            chunks = max(chunks, taps_chunks(p)[0])
         return max([chunks * p.out_channels * _filter_rows(p) * 4, *gemm])
 
     def deterministic(self, p: ConvProblem) -> bool:
@@ -539,6 +585,8 @@ class Direct(ConvAlgorithm):
         # measured faster than the flat tiles there.
         dot = _dot_rows_candidates(p) if _dot_rows_apply(p) else []
         dot += _dot_candidates(p) if _dot_tiles_offered(p) else []
+        if _dot_tiles_offered(p) and p.direction == Direction.BACKWARD_FILTER:
+            dot += _dot_taps_candidates(p)
         cg = p.in_channels // p.groups
         # Several channels per group: the tensor-core tiles win where they apply. With 4 or
         # more on a GPU the FMA tiles are not offered at all: on ResNeXt-50's grouped layers
@@ -565,7 +613,7 @@ class Direct(ConvAlgorithm):
             return direct_gemm.prepare(p, tiles.width, inner)
         if kernel == "rows":
             return _prepare_rows(p, tiles)
-        return _prepare_flat(p, tiles, kernel in ("dot", "dot_rows"))
+        return _prepare_flat(p, tiles, kernel in ("dot", "dot_rows", "dot_taps"))
 
 
 def _packing(p: ConvProblem, geo, flip: bool):
@@ -871,7 +919,16 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
 
     chunks, per_chunk = filter_chunks(p)
     k = p.out_channels
-    if tensor_cores:
+    if getattr(tiles, "kernel", "fma") == "dot_taps":
+        chunks, per_chunk = taps_chunks(p)
+        fh = tiles.block_k  # filter rows per program: 1 or KH
+        programs = chunks * channel_blocks * kd * (kh // fh)
+        taps_tiling = {name: v for name, v in tiling.items() if name != "KWP"}
+        partial = KernelLaunch(
+            direct_dot_filter_taps_kernel, (programs,), warps, geo=geo,
+            pixels_per_chunk=per_chunk, BLOCK_P=bp, FH=fh, **sizes, **taps_tiling,
+        )  # fmt: skip
+    elif tensor_cores:
         programs = chunks * channel_blocks * kd * kh
         partial = KernelLaunch(
             direct_dot_filter_rows_kernel, (programs,), warps, geo=geo,
