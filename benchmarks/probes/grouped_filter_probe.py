@@ -7,14 +7,17 @@ columns (implicit_gemm.PACK_BELOW raised, so one tile reads dy for several taps)
 variant's time, ratio to cuDNN and error.
 
     PYTHONPATH=src python benchmarks/probes/grouped_filter_probe.py [LAYER_PREFIX]
-FAMILIES (default "dot taps gemm") picks the families.
+FAMILIES (default "dot taps gemm") picks the families; CHUNKS="1 2 4" also times the
+"dot_taps" tiles with that many times the chunks that fill the device (taps_chunks_scaled).
 """
 
+import math
 import os
 import sys
 
 import torch
 
+import rtdnn.algos.direct as direct
 import rtdnn.algos.implicit_gemm as implicit_gemm
 from rtdnn.algos import ALGORITHMS, ConvTensors, direct_gemm
 from rtdnn.algos.direct import DirectTiles
@@ -26,6 +29,7 @@ from rtdnn.reference import rel_error
 
 FAMILIES = os.environ.get("FAMILIES", "dot taps gemm").split()
 SHIPPED_PACK_BELOW = implicit_gemm.PACK_BELOW
+SHIPPED_TAPS_CHUNKS = direct.taps_chunks
 
 
 def dot_variants(cg: int) -> list[DirectTiles]:
@@ -41,13 +45,29 @@ def dot_variants(cg: int) -> list[DirectTiles]:
 
 
 def taps_variants(p) -> list[DirectTiles]:
-    """ "dot_taps" tiles: 32 lanes with every filter row or one, 64 lanes with one."""
-    kh = p.kernel[-2]
+    """ "dot_taps" tiles of 64 lanes and one filter row (32 lanes and every row lost on every
+    layer in the first run): pixels a step, warps, stages."""
     out = []
-    for lanes, rows in ((32, kh), (32, 1), (64, 1)):
-        for bp, warps, stages in ((64, 4, 1), (64, 4, 3), (128, 4, 3), (128, 8, 3), (32, 4, 3)):
-            out.append(DirectTiles(bp, lanes, rows, 1, warps, stages, kernel="dot_taps"))
+    for bp in (32, 64):
+        for warps in (4, 8):
+            for stages in (3, 4):
+                out.append(DirectTiles(bp, 64, 1, 1, warps, stages, kernel="dot_taps"))
     return out
+
+
+def taps_chunks_scaled(factor: float):
+    """direct.taps_chunks with `factor` times the chunks that fill the scheduling slots and
+    no cap from the partial sums' bytes (at least 256 pixels a chunk)."""
+
+    def chunks(p):
+        pixels = p.batch * math.prod(p.out_spatial)
+        super_groups = -(-p.groups // direct.super_group(p, 64)[0])
+        fill = -(-direct.parallel_slots(p.device) // super_groups)
+        n = max(1, min(int(fill * factor), -(-pixels // 256)))
+        per_chunk = -(-pixels // n)
+        return -(-pixels // per_chunk), per_chunk
+
+    return chunks
 
 
 def gemm_variants(p, cg: int) -> list[tuple[str, DirectTiles, bool]]:
@@ -101,10 +121,15 @@ def main() -> None:
             variants += [("dot", t, False) for t in dot_variants(cg)]
         if "taps" in FAMILIES:
             variants += [("taps", t, False) for t in taps_variants(p)]
+        for factor in (float(f) for f in os.environ.get("CHUNKS", "").split()):
+            variants += [(f"taps x{factor}", t, factor) for t in taps_variants(p)]
         if "gemm" in FAMILIES:
             variants += gemm_variants(p, cg)
         results = []
         for label, tiles, pack in variants:
+            if label.startswith("taps x"):  # pack: the chunks' factor
+                direct.taps_chunks = taps_chunks_scaled(pack)
+                pack = False
             implicit_gemm.PACK_BELOW = 128 if pack else SHIPPED_PACK_BELOW
             try:
                 need = algo.workspace_bytes(p)
@@ -123,6 +148,7 @@ def main() -> None:
                 print(f"  FAILED {label} {tiles}: {type(e).__name__}: {e}"[:300], flush=True)
             finally:
                 implicit_gemm.PACK_BELOW = SHIPPED_PACK_BELOW
+                direct.taps_chunks = SHIPPED_TAPS_CHUNKS
         for ms, label, tiles, _err in sorted(results, key=lambda r: r[0])[:3]:
             print(f"  best {ms * 1e3:7.1f} us {cudnn_ms / ms:5.2f}x {label} {tiles}")
 

@@ -749,9 +749,12 @@ def _data_passes(geo) -> list[tuple]:
     return passes
 
 
-def _filter_runner(p: ConvProblem, geo, partial: KernelLaunch, chunks: int, launches) -> Runner:
+def _filter_runner(
+    p: ConvProblem, geo, partial: KernelLaunch, chunks: int, launches, tap_major: bool = False
+) -> Runner:
     """Backward-filter's two stages: `partial` writes the chunks' float32 partial sums into the
-    workspace, direct_filter_finish_kernel adds them in order into dw."""
+    workspace ([chunk, k, j, tap], or [chunk, tap, k, j] when `tap_major`),
+    direct_filter_finish_kernel adds them in order into dw."""
     elements = p.out_channels * _filter_rows(p)
     kd, kh, kw = geo.kernel
     # Enough programs over the filter's elements, each adding up to 64 chunks per step.
@@ -769,7 +772,7 @@ def _filter_runner(p: ConvProblem, geo, partial: KernelLaunch, chunks: int, laun
             finish = launches[key] = KernelLaunch(
                 direct_filter_finish_kernel, grid, dict(num_warps=4), geo=geo, K=p.out_channels,
                 chunks=chunks, BETA_NONZERO=key, BLOCK_CHUNKS=block_chunks, BLOCK_E=block_e,
-                CG=p.in_channels // p.groups, KD=kd, KH=kh, KW=kw,
+                CG=p.in_channels // p.groups, KD=kd, KH=kh, KW=kw, TAP_MAJOR=tap_major,
             )  # fmt: skip
         finish(WS=ws, DW=t.w, alpha=float(alpha), beta=float(beta))
 
@@ -947,4 +950,5 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
             pixels_per_chunk=per_chunk, BLOCK_R=triton.next_power_of_2(_filter_rows(p)),
             BLOCK_C=bc, UNROLL=tiles.block_k, **shape,
         )  # fmt: skip
-    return _filter_runner(p, geo, partial, chunks, launches)
+    tap_major = getattr(tiles, "kernel", "fma") == "dot_taps"
+    return _filter_runner(p, geo, partial, chunks, launches, tap_major)

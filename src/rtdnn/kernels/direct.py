@@ -515,9 +515,11 @@ def direct_filter_finish_kernel(
     BETA_NONZERO: tl.constexpr,
     BLOCK_CHUNKS: tl.constexpr,
     BLOCK_E: tl.constexpr,
+    TAP_MAJOR: tl.constexpr = False,
 ):
     """Stage 2 of backward-filter: dw[k, j, tap] = alpha * (the sum over chunks of
-    WS[chunk, k, j, tap]) + beta * dw, written through dw's strides.
+    WS[chunk, k, j, tap]) + beta * dw, written through dw's strides; with TAP_MAJOR the
+    partial sums are WS[chunk, tap, k, j] (kernels/direct_dot.direct_dot_filter_taps_kernel).
 
     A program owns BLOCK_E consecutive (k, j, tap) elements and reads BLOCK_CHUNKS chunks of
     them per step, so that even a small filter (a few hundred elements) over hundreds of chunks
@@ -535,10 +537,15 @@ def direct_filter_finish_kernel(
         c = c0 + lanes
         part = WS + (c.to(tl.int64) * total)[:, None] + e[None, :]
         acc += tl.load(part, mask=(c < chunks)[:, None] & e_ok[None, :], other=0.0)
-    k = e // (CG * TAPS)
-    r = e % (CG * TAPS)
-    j = r // TAPS
-    rd, rh, rw = split_tap(r % TAPS, (KD, KH, KW))
+    if TAP_MAJOR:
+        tap = e // (K * CG)
+        k = e // CG % K
+        j = e % CG
+    else:
+        k = e // (CG * TAPS)
+        j = e // TAPS % CG
+        tap = e % TAPS
+    rd, rh, rw = split_tap(tap, (KD, KH, KW))
     offs = w_off + k * ws_k + j * ws_c + rd * ws_d + rh * ws_h + rw * ws_w
     epilogue(
         DW, offs, e_ok, tl.sum(acc, axis=0), alpha, beta, DW, e, e_ok, False, BETA_NONZERO,

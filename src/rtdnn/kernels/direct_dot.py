@@ -475,8 +475,9 @@ def direct_dot_filter_taps_kernel(
     KW: tl.constexpr, FH: tl.constexpr, UPCAST: tl.constexpr, BLOCK_P: tl.constexpr,
     BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
 ):  # fmt: skip
-    """Stage 1 of backward-filter with one accumulator per filter tap: the same partial sums
-    as direct_dot_filter_rows_kernel (WS[chunk, k, j, tap], float32), for wider groups. A
+    """Stage 1 of backward-filter with one accumulator per filter tap: the partial sums of
+    direct_dot_filter_rows_kernel, tap-major (WS[chunk, tap, k, j], float32), for wider
+    groups. A
     program owns (a chunk, a super-group, FH filter rows: 1 or KH) and walks the chunk in
     BLOCK_P pixel tiles: per tile it loads dy once and, for each of its FH x KW taps, the
     input tile under that tap ([BLOCK_P, BLOCK_I], a plain 2-D tile the pipeliner streams),
@@ -530,10 +531,12 @@ def direct_dot_filter_taps_kernel(
                 out = out + (tl.dot(tl.trans(xv), dyv, accs[q * KW + rw]),)
         accs = out
 
-    # WS[chunk, k, j, tap] with tap = (rd * KH + rh0 + q) * KW + rw; only the diagonal blocks.
-    part = WS + (chunk * K + k)[None, :].to(tl.int64) * (CG * TAPS) + j * TAPS
+    # WS[chunk, tap, k, j] with tap = (rd * KH + rh0 + q) * KW + rw, only the diagonal blocks:
+    # a super-group's blocks are one contiguous piece per tap (the finish reads it TAP_MAJOR).
+    tap0 = (chunk * TAPS + (rd * KH + rh0) * KW).to(tl.int64)
+    block = k[None, :] * CG + j
     for i in tl.static_range(FH * KW):
-        tl.store(part + (rd * KH + rh0) * KW + i, accs[i], mask=diag)
+        tl.store(WS + (tap0 + i) * (K * CG) + block, accs[i], mask=diag)
 
 
 # -- super-groups as dense groups: the block-diagonal filter for the implicit GEMM -------------
