@@ -44,6 +44,9 @@ RING_SHAPES = [
     ((1, 128, 5, 130), (128, 8, 5, 3), dict(padding=(2, 1), groups=16, mode="convolution")),
 ]
 
+#: A grouped filter 5 wide: backward-filter's one-accumulator-per-tap tiles take 32 lanes.
+FIVE_WIDE_GROUPED = [((2, 64, 12, 13), (64, 8, 3, 5), dict(padding=(1, 2), groups=8))]
+
 
 def _channels_last(t):
     return t.movedim(1, -1).contiguous().movedim(-1, 1)
@@ -121,7 +124,9 @@ def test_nn_depthwise_conv2d_autograd_bf16():
 
 
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
-@pytest.mark.parametrize("shape", SHAPES[:3] + SHAPES[4:6] + WIDE_GROUPS[:1] + RING_SHAPES)
+@pytest.mark.parametrize(
+    "shape", SHAPES[:3] + SHAPES[4:6] + WIDE_GROUPS + RING_SHAPES + FIVE_WIDE_GROUPED
+)
 def test_every_tile_candidate(direction, shape):
     """Each tile the tuner may pick (row, FMA and tensor-core kernels) compiles and is right."""
     from rtdnn.algos import ALGORITHMS, ConvTensors
@@ -156,6 +161,8 @@ def test_every_tile_candidate(direction, shape):
         assert "dot" in kinds, kinds
     if shape in RING_SHAPES and direction == "forward":
         assert "dot_rows" in kinds, kinds
+    if p.in_channels != p.groups and direction == "backward_filter":
+        assert "dot_taps" in kinds, kinds
     for tiles in candidates:
         out.fill_(float("nan"))
         algo.prepare(p, tiles)(tensors, ws, 1.0, 0.0)

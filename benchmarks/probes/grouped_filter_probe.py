@@ -7,10 +7,11 @@ columns (implicit_gemm.PACK_BELOW raised, so one tile reads dy for several taps)
 variant's time, ratio to cuDNN and error.
 
     PYTHONPATH=src python benchmarks/probes/grouped_filter_probe.py [LAYER_PREFIX]
-FAMILIES (default "dot taps gemm") picks the families; CHUNKS="1 2 4" also times the
-"dot_taps" tiles with that many times the chunks that fill the device (taps_chunks_scaled).
+FAMILIES (default "dot taps gemm") picks the families; CHUNKS="0.5 2" also times the
+"dot_taps" tiles with that many times the chunks of direct.taps_chunks (one wave).
 """
 
+import dataclasses
 import math
 import os
 import sys
@@ -45,25 +46,17 @@ def dot_variants(cg: int) -> list[DirectTiles]:
 
 
 def taps_variants(p) -> list[DirectTiles]:
-    """ "dot_taps" tiles of 64 lanes and one filter row (32 lanes and every row lost on every
-    layer in the first run): pixels a step, warps, stages."""
-    out = []
-    for bp in (32, 64):
-        for warps in (4, 8):
-            for stages in (3, 4):
-                out.append(DirectTiles(bp, 64, 1, 1, warps, stages, kernel="dot_taps"))
-    return out
+    """DIRECT's "dot_taps" candidates and 8 warps of each."""
+    shipped = direct._dot_taps_candidates(p)
+    return shipped + [dataclasses.replace(t, num_warps=8) for t in shipped]
 
 
 def taps_chunks_scaled(factor: float):
-    """direct.taps_chunks with `factor` times the chunks that fill the scheduling slots and
-    no cap from the partial sums' bytes (at least 256 pixels a chunk)."""
+    """direct.taps_chunks with `factor` times its chunks."""
 
-    def chunks(p):
+    def chunks(p, tiles):
         pixels = p.batch * math.prod(p.out_spatial)
-        super_groups = -(-p.groups // direct.super_group(p, 64)[0])
-        fill = -(-direct.parallel_slots(p.device) // super_groups)
-        n = max(1, min(int(fill * factor), -(-pixels // 256)))
+        n = max(1, min(round(SHIPPED_TAPS_CHUNKS(p, tiles)[0] * factor), pixels))
         per_chunk = -(-pixels // n)
         return -(-pixels // per_chunk), per_chunk
 

@@ -65,7 +65,7 @@ from ..kernels.direct_dot import (
 from ..kernels.launch import KernelLaunch, TileConfig
 from . import direct_gemm
 from .base import ConvAlgorithm, ConvTensors, Runner
-from .geometry import conv_geometry, parallel_slots, strict_float32
+from .geometry import conv_geometry, multiprocessor_count, parallel_slots, strict_float32
 
 #: Input channels per group that the FMA kernels unroll (each is one more load and FMA per tap).
 MAX_CHANNELS_PER_GROUP = 8
@@ -100,11 +100,9 @@ MAX_FILTER_ROWS_PER_PROGRAM = 9
 #: Channels a backward-filter program covers, as assumed when the pixels are divided into
 #: chunks (the chunk count, hence the workspace, must not depend on the tile chosen later).
 _NOMINAL_BLOCK_C = 64
-#: Channel lanes of the "dot_taps" backward-filter tiles (one accumulator per filter tap).
-_TAPS_LANES = (32, 64)
-#: Filter taps whose accumulators one "dot_taps" program holds at most, in 32-lane tiles
-#: (9 x 32 x 32 float32: 72 registers a thread in 4 warps); 64-lane tiles hold one filter row.
-MAX_TAPS_PER_PROGRAM = 9
+#: Shared memory that one wave of "dot_taps" programs may take on a multiprocessor (of the
+#: H100's and H200's 228 KB), with which taps_chunks sizes that wave.
+TAPS_SHARED_MEMORY = 192 * 1024
 
 
 def _filter_rows(p: ConvProblem) -> int:
@@ -146,23 +144,33 @@ def filter_chunks(p: ConvProblem) -> tuple[int, int]:
     return cdiv(pixels, per_chunk), per_chunk
 
 
-def taps_chunks(p: ConvProblem) -> tuple[int, int]:
-    """(chunks, pixels per chunk) of the "dot_taps" backward-filter (one accumulator per
-    filter tap, kernels/direct_dot.direct_dot_filter_taps_kernel), whose programs are few (a
-    super-group and all its filter rows each): enough chunks that its fewest programs (the
-    widest lanes) fill the device's scheduling slots, each at least 512 pixels long on a GPU
-    (8 steps of 64), and their partial sums at most a quarter of the bytes of x and dy."""
+def taps_lanes(p: ConvProblem) -> int:
+    """Channel lanes of the "dot_taps" tiles: 64 for filters up to 3 wide (three 64 x 64
+    float32 accumulators, 96 registers a thread in 4 warps), 32 for wider ones (up to
+    MAX_ROW_TAPS accumulators)."""
+    return 64 if p.kernel[-1] <= 3 else 32
+
+
+def taps_chunks(p: ConvProblem, tiles: TileConfig) -> tuple[int, int]:
+    """(chunks, pixels per chunk) of the "dot_taps" backward-filter with `tiles`: one wave of
+    programs, as many as the multiprocessors hold at once (TAPS_SHARED_MEMORY over a
+    program's pipelined tiles: per stage one dy tile and the filter row's input tiles).
+
+    Measured on an H100 (grouped suite, `benchmarks/probes/grouped_filter_probe.py`): twice
+    the chunks of one wave ran 1.1 to 1.3x slower (the partial sums written and summed again
+    grow with the chunks), half of them up to 1.5x slower (multiprocessors idle)."""
     pixels = p.batch * math.prod(p.out_spatial)
-    super_groups = cdiv(p.groups, super_group(p, max(_TAPS_LANES))[0])
-    programs = super_groups * p.kernel[0] if len(p.kernel) == 3 else super_groups
-    if p.device == "cuda":
-        data = p.batch * math.prod(p.in_spatial) * p.in_channels + pixels * p.out_channels
-        partial = p.out_channels * _filter_rows(p) * 4
-        chunks = min(cdiv(parallel_slots(p.device), programs), cdiv(pixels, 512))
-        chunks = min(chunks, max(1, data * p.dtype.itemsize // (4 * partial)))
-    else:  # the tests' tiny shapes still split
+    if p.device != "cuda":  # the tests' tiny shapes still split
         chunks = min(2, pixels)
-    per_chunk = cdiv(pixels, max(1, chunks))
+    else:
+        sg, block_i, block_o = super_group(p, tiles.block_n)
+        stage = (block_o + p.kernel[-1] * block_i) * tiles.block_m * p.dtype.itemsize
+        resident = max(1, TAPS_SHARED_MEMORY // (tiles.num_stages * stage))
+        filter_rows = math.prod(p.kernel[:-1])
+        programs = cdiv(p.groups, sg) * filter_rows
+        wave = multiprocessor_count(torch.cuda.current_device()) * resident
+        chunks = min(cdiv(wave, programs), cdiv(pixels, tiles.block_m))
+    per_chunk = cdiv(pixels, chunks)
     return cdiv(pixels, per_chunk), per_chunk
 
 
@@ -198,8 +206,7 @@ class DirectTiles(TileConfig):
     block_m: pixels per tile (columns per tile for "rows" and "dot_rows", or runs of
     step_columns columns where that is above 1; per loop step in the FMA backward-filter);
     block_n: channels per tile ("fma", "rows") or channel lanes of a super-group ("dot",
-    "dot_rows", "dot_taps"); block_k: filter rows per program of "dot_taps" (1 or the
-    filter's height), pixels per loop step of the FMA backward-filter
+    "dot_rows", "dot_taps"); block_k: pixels per loop step of the FMA backward-filter
     kernel over every tap, rows per band of the "rows" and "dot_rows" forward, or filter rows
     per program of the "rows" backward-filter (1 or the filter's height); step_rows: output
     rows per step of the "rows" forward and backward-filter; step_columns: consecutive output
@@ -433,19 +440,15 @@ def _dot_candidates(p: ConvProblem) -> list[TileConfig]:
 
 
 def _dot_taps_candidates(p: ConvProblem) -> list[TileConfig]:
-    """Backward-filter tiles with one accumulator per filter tap ("dot_taps"): block_m pixels
-    a step, block_n channel lanes, block_k filter rows a program (every row where its taps fit
-    MAX_TAPS_PER_PROGRAM 32-lane accumulators, else one)."""
-    kh, kw = p.kernel[-2] if len(p.kernel) > 1 else 1, p.kernel[-1]
-    all_rows = kh if kh * kw <= MAX_TAPS_PER_PROGRAM else 1
+    """Backward-filter tiles with one accumulator per filter tap ("dot_taps"): (pixels a
+    step, lanes, stages). On an H100 (grouped suite, bf16, 4 to 32 channels per group) 32
+    pixels in 4 stages ran fastest on four layers of seven, 64 pixels in 3 or 4 stages on the
+    others (by up to 1.1x); 8 warps never won."""
     if p.device != "cuda":
-        return [DirectTiles(16, 16, all_rows, 1, 1, 1, kernel="dot_taps")]
-    out = []
-    for lanes in _TAPS_LANES:
-        rows = all_rows if lanes == 32 else 1
-        for bp, warps, stages in ((64, 4, 3), (128, 4, 3), (64, 4, 1), (128, 8, 3)):
-            out.append(DirectTiles(bp, lanes, rows, 1, warps, stages, kernel="dot_taps"))
-    return out
+        return [DirectTiles(16, 16, 1, 1, 1, 1, kernel="dot_taps")]
+    lanes = taps_lanes(p)
+    shapes = [(32, 4), (64, 4), (64, 3), (32, 3)]
+    return [DirectTiles(bp, lanes, 1, 1, 4, stages, kernel="dot_taps") for bp, stages in shapes]
 
 
 def _gemm_candidates(p: ConvProblem) -> list[TileConfig]:
@@ -571,7 +574,7 @@ class Direct(ConvAlgorithm):
             return max([packed, *gemm])
         chunks, _ = filter_chunks(p)
         if _dot_tiles_offered(p):
-            chunks = max(chunks, taps_chunks(p)[0])
+            chunks = max([chunks, *(taps_chunks(p, t)[0] for t in _dot_taps_candidates(p))])
         return max([chunks * p.out_channels * _filter_rows(p) * 4, *gemm])
 
     def deterministic(self, p: ConvProblem) -> bool:
@@ -585,8 +588,8 @@ class Direct(ConvAlgorithm):
         # measured faster than the flat tiles there.
         dot = _dot_rows_candidates(p) if _dot_rows_apply(p) else []
         dot += _dot_candidates(p) if _dot_tiles_offered(p) else []
-        if _dot_tiles_offered(p) and p.direction == Direction.BACKWARD_FILTER:
-            dot += _dot_taps_candidates(p)
+        gradient = p.direction == Direction.BACKWARD_FILTER
+        taps = _dot_taps_candidates(p) if _dot_tiles_offered(p) and gradient else []
         cg = p.in_channels // p.groups
         # Several channels per group: the tensor-core tiles win where they apply. With 4 or
         # more on a GPU the FMA tiles are not offered at all: on ResNeXt-50's grouped layers
@@ -597,14 +600,16 @@ class Direct(ConvAlgorithm):
         fma_lose = dot and cg >= 4 and p.device == "cuda"
         fma = _fma_candidates(p) if cg <= MAX_CHANNELS_PER_GROUP and not fma_lose else []
         gemm = _gemm_candidates(p)
-        # The super-groups through the implicit GEMM first on a GPU where measured faster than
-        # the tensor-core tiles: every ResNeXt-50 grouped layer (4 to 32 channels per group) in
-        # forward and backward-data, from 16 per group in backward-filter (where they are
-        # offered only from there; see algos/direct_gemm.py). The interpreter keeps the
-        # block-diagonal tiles first, which the tests' shapes exercise.
+        # On a GPU from 4 channels per group, first what measured fastest on every ResNeXt-50
+        # grouped layer (H100, bf16, 4 to 32 channels per group): in forward and backward-data
+        # the super-groups through the implicit GEMM (algos/direct_gemm.py), in
+        # backward-filter the one-accumulator-per-tap tiles (1.1 to 1.5x faster than the
+        # block-diagonal tiles and the GEMM's, benchmarks/probes/grouped_filter_probe.py).
+        # The interpreter keeps the block-diagonal tiles first, which the tests' shapes
+        # exercise.
         if p.device == "cuda" and cg >= 4:
-            return gemm + dot + rows + fma
-        return dot + rows + fma + gemm
+            return taps + gemm + dot + rows + fma
+        return dot + taps + rows + fma + gemm
 
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
         kernel = getattr(tiles, "kernel", "fma")
@@ -922,14 +927,13 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
 
     chunks, per_chunk = filter_chunks(p)
     k = p.out_channels
-    if getattr(tiles, "kernel", "fma") == "dot_taps":
-        chunks, per_chunk = taps_chunks(p)
-        fh = tiles.block_k  # filter rows per program: 1 or KH
-        programs = chunks * channel_blocks * kd * (kh // fh)
+    tap_major = getattr(tiles, "kernel", "fma") == "dot_taps"
+    if tap_major:
+        chunks, per_chunk = taps_chunks(p, tiles)
         taps_tiling = {name: v for name, v in tiling.items() if name != "KWP"}
         partial = KernelLaunch(
-            direct_dot_filter_taps_kernel, (programs,), warps, geo=geo,
-            pixels_per_chunk=per_chunk, BLOCK_P=bp, FH=fh, **sizes, **taps_tiling,
+            direct_dot_filter_taps_kernel, (chunks * channel_blocks * kd * kh,), warps,
+            geo=geo, pixels_per_chunk=per_chunk, BLOCK_P=bp, **sizes, **taps_tiling,
         )  # fmt: skip
     elif tensor_cores:
         programs = chunks * channel_blocks * kd * kh
@@ -950,5 +954,4 @@ def _prepare_flat(p: ConvProblem, tiles: TileConfig, tensor_cores: bool) -> Runn
             pixels_per_chunk=per_chunk, BLOCK_R=triton.next_power_of_2(_filter_rows(p)),
             BLOCK_C=bc, UNROLL=tiles.block_k, **shape,
         )  # fmt: skip
-    tap_major = getattr(tiles, "kernel", "fma") == "dot_taps"
     return _filter_runner(p, geo, partial, chunks, launches, tap_major)

@@ -472,40 +472,36 @@ def direct_dot_filter_rows_kernel(
 def direct_dot_filter_taps_kernel(
     X, DY, WS, geo, C, K, groups, pixels_per_chunk,
     CG: tl.constexpr, KG: tl.constexpr, SG: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr,
-    KW: tl.constexpr, FH: tl.constexpr, UPCAST: tl.constexpr, BLOCK_P: tl.constexpr,
-    BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr,
+    KW: tl.constexpr, UPCAST: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_I: tl.constexpr,
+    BLOCK_O: tl.constexpr,
 ):  # fmt: skip
-    """Stage 1 of backward-filter with one accumulator per filter tap: the partial sums of
-    direct_dot_filter_rows_kernel, tap-major (WS[chunk, tap, k, j], float32), for wider
-    groups. A
-    program owns (a chunk, a super-group, FH filter rows: 1 or KH) and walks the chunk in
-    BLOCK_P pixel tiles: per tile it loads dy once and, for each of its FH x KW taps, the
-    input tile under that tap ([BLOCK_P, BLOCK_I], a plain 2-D tile the pipeliner streams),
-    and adds x_tap^T dy into the tap's [BLOCK_I, BLOCK_O] accumulator. The implicit GEMM reads
-    dy once per tap; this reads it once per FH filter rows, which is what bounds these
-    layers: their operands live in L2, and its bandwidth sets their time."""
+    """Stage 1 of backward-filter with one accumulator per filter tap, for wider groups: the
+    partial sums of direct_dot_filter_rows_kernel, tap-major (WS[chunk, tap, k, j], float32).
+    A program owns (a chunk, a super-group, one filter row (rd, rh)) and walks the chunk in
+    BLOCK_P pixel tiles: per tile it loads dy once and, for each of the row's KW taps, the
+    input tile under that tap ([BLOCK_P, BLOCK_I], a plain 2-D tile that the pipeliner
+    streams), and adds x_tap^T dy into the tap's [BLOCK_I, BLOCK_O] accumulator. The
+    implicit GEMM reads dy once per tap; this reads it once per filter row: these layers'
+    operands live in L2, whose bandwidth sets their time."""
     in_size, out_size, stride, padding = geo.in_size, geo.out_size, geo.stride, geo.padding
     od_n, oh_n, ow_n = out_size
     in_w = in_size[2]
     dilation = geo.dilation
     dw = dilation[2]
     x_strides, y_strides = geo.x_strides, geo.y_strides
-    xs_c = x_strides[1]
     x_off, w_off, y_off = geo.offsets
     pixels = geo.n * od_n * oh_n * ow_n
+    ROWS: tl.constexpr = KD * KH
     TAPS: tl.constexpr = KD * KH * KW
-    ROW_GROUPS: tl.constexpr = KD * (KH // FH)
 
     pid = tl.program_id(0)
-    frow = pid % ROW_GROUPS
-    chunk, s = tile_coords(pid // ROW_GROUPS, groups, SG)
-    rd = frow // (KH // FH)
-    rh0 = frow % (KH // FH) * FH
+    row = pid % ROWS
+    chunk, s = tile_coords(pid // ROWS, groups, SG)
     c, k, a_ok, b_ok, diag, j = _lanes(s, C, K, CG, KG, SG, BLOCK_I, BLOCK_O)
-    x_lane = (c * xs_c)[None, :]
+    x_lane = (c * x_strides[1])[None, :]
     dy_chan = (y_off + k * y_strides[1])[None, :]
 
-    accs = (tl.zeros((BLOCK_I, BLOCK_O), dtype=tl.float32),) * (FH * KW)
+    accs = (tl.zeros((BLOCK_I, BLOCK_O), dtype=tl.float32),) * KW
     by_pixel = pixel_dividers(out_size)
     start = chunk * pixels_per_chunk
     end = tl.minimum(start + pixels_per_chunk, pixels)
@@ -518,25 +514,26 @@ def direct_dot_filter_taps_kernel(
         if UPCAST:
             dyv = dyv.to(tl.float32)
         id0, ih0, iw0 = window_corner(od, oh, ow, stride, padding)
+        i_d, i_h, row_ok = input_row(id0, ih0, row // KH, row % KH, dilation, in_size, p_ok)
+        x_row = pixel_offset(x_off, n, i_d, i_h, 0, x_strides)
         out = ()
-        for q in tl.static_range(FH):
-            i_d, i_h, row_ok = input_row(id0, ih0, rd, rh0 + q, dilation, in_size, p_ok)
-            for rw in tl.static_range(KW):
-                i_w = iw0 + rw * dw
-                ok = row_ok & in_range(i_w, in_w)
-                x_pix = pixel_offset(x_off, n, i_d, i_h, i_w, x_strides)[:, None]
-                xv = tl.load(X + x_pix + x_lane, mask=ok[:, None] & a_ok[None, :], other=0.0)
-                if UPCAST:
-                    xv = xv.to(tl.float32)
-                out = out + (tl.dot(tl.trans(xv), dyv, accs[q * KW + rw]),)
+        for rw in tl.static_range(KW):
+            i_w = iw0 + rw * dw
+            ok = row_ok & in_range(i_w, in_w)
+            x_pix = (x_row + i_w * x_strides[4])[:, None]
+            xv = tl.load(X + x_pix + x_lane, mask=ok[:, None] & a_ok[None, :], other=0.0)
+            if UPCAST:
+                xv = xv.to(tl.float32)
+            out = out + (tl.dot(tl.trans(xv), dyv, accs[rw]),)
         accs = out
 
-    # WS[chunk, tap, k, j] with tap = (rd * KH + rh0 + q) * KW + rw, only the diagonal blocks:
-    # a super-group's blocks are one contiguous piece per tap (the finish reads it TAP_MAJOR).
-    tap0 = (chunk * TAPS + (rd * KH + rh0) * KW).to(tl.int64)
+    # WS[chunk, tap, k, j] with tap = row * KW + rw, only the diagonal blocks: a super-group's
+    # blocks are one contiguous piece per tap (the finish reads them TAP_MAJOR). Scattered
+    # [chunk, k, j, tap] stores took as long as the products.
+    tap0 = (chunk * TAPS + row * KW).to(tl.int64)
     block = k[None, :] * CG + j
-    for i in tl.static_range(FH * KW):
-        tl.store(WS + (tap0 + i) * (K * CG) + block, accs[i], mask=diag)
+    for rw in tl.static_range(KW):
+        tl.store(WS + (tap0 + rw) * (K * CG) + block, accs[rw], mask=diag)
 
 
 # -- super-groups as dense groups: the block-diagonal filter for the implicit GEMM -------------
