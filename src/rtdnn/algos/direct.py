@@ -154,11 +154,14 @@ def taps_lanes(p: ConvProblem) -> int:
 def taps_chunks(p: ConvProblem, tiles: TileConfig) -> tuple[int, int]:
     """(chunks, pixels per chunk) of the "dot_taps" backward-filter with `tiles`: one wave of
     programs, as many as the multiprocessors hold at once (TAPS_SHARED_MEMORY over a
-    program's pipelined tiles: per stage one dy tile and the filter row's input tiles).
+    program's pipelined tiles: per stage one dy tile and the filter row's input tiles), and
+    as in filter_chunks the partial sums at most a quarter of the bytes of x and dy.
 
     Measured on an H100 (grouped suite, `benchmarks/probes/grouped_filter_probe.py`): twice
     the chunks of one wave ran 1.1 to 1.3x slower (the partial sums written and summed again
-    grow with the chunks), half of them up to 1.5x slower (multiprocessors idle)."""
+    grow with the chunks), half of them up to 1.5x slower (multiprocessors idle), except on
+    the 32-channels-per-group layers, whose filters are large beside their data (7x7: one
+    wave 29 us, half a wave 26)."""
     pixels = p.batch * math.prod(p.out_spatial)
     if p.device != "cuda":  # the tests' tiny shapes still split
         chunks = min(2, pixels)
@@ -170,6 +173,9 @@ def taps_chunks(p: ConvProblem, tiles: TileConfig) -> tuple[int, int]:
         programs = cdiv(p.groups, sg) * filter_rows
         wave = multiprocessor_count(torch.cuda.current_device()) * resident
         chunks = min(cdiv(wave, programs), cdiv(pixels, tiles.block_m))
+        data = p.batch * math.prod(p.in_spatial) * p.in_channels + pixels * p.out_channels
+        partial = p.out_channels * _filter_rows(p) * 4
+        chunks = max(1, min(chunks, data * p.dtype.itemsize // (4 * partial)))
     per_chunk = cdiv(pixels, chunks)
     return cdiv(pixels, per_chunk), per_chunk
 
