@@ -238,6 +238,64 @@ def test_super_group_gemm_alpha_beta(direction, gen):
     assert reference.rel_error(out, ref) <= TOL[dtype]
 
 
+#: Grouped problems for backward-filter's one-accumulator-per-tap tiles ("dot_taps"): 2 to 16
+#: channels per group, a channel multiplier, strides, dilation and even filters in convolution
+#: mode, 1-D and 3-D, a 1-pixel image under padding wider than the filter, 3 groups (the last
+#: super-group partly empty), a 5-wide filter.
+TAPS_CASES = GEMM_CASES + [
+    ("16perg", (1, 32, 5, 4), (8, 16, 3, 3), dict(groups=2, padding=1)),
+    ("3-groups-x2-stride", (2, 12, 7, 9), (12, 4, 3, 3), dict(groups=3, stride=2, padding=1)),
+    ("5-wide", (2, 8, 4, 9), (8, 4, 3, 5), dict(groups=2, padding=(1, 2))),
+]  # fmt: skip
+
+
+def _taps_tiles(p, candidates):
+    """The "dot_taps" tiles, offered after the block-diagonal tiles on the CPU."""
+    tiles = [t for t in candidates if t.kernel == "dot_taps"]
+    assert tiles and candidates[0].kernel == "dot", candidates
+    return tiles[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("x_shape,w_shape,conv", [c[1:] for c in TAPS_CASES],
+                         ids=[c[0] for c in TAPS_CASES])  # fmt: skip
+def test_filter_taps(x_shape, w_shape, conv, dtype, gen):
+    """Each tap's accumulator lands in its place of the tap-major partial sums, which the
+    finish adds up: against the float64 reference, into NaN-poisoned dw and workspace."""
+    check_with_tiles("backward_filter", x_shape, w_shape, conv, dtype, gen, _taps_tiles)
+
+
+def test_filter_taps_alpha_beta_deterministic_workspace(gen):
+    """alpha and beta on a random strided dw; the partial sums stay inside the declared
+    workspace (a NaN guard after it stays untouched) and two runs are bit-identical, over
+    more than one chunk."""
+    from rtdnn.algos.direct import taps_chunks
+
+    conv = dict(groups=2, padding=1, stride=(2, 1))
+    dtype = torch.bfloat16
+    x = make_tensor((2, 8, 7, 6), dtype, "channels_last", gen)
+    dy = make_tensor(y_shape(x.shape, (8, 4, 3, 3), conv), dtype, "channels_last", gen)
+    before = make_tensor((8, 4, 3, 3), dtype, "strided", gen)
+    p = _problem("backward_filter", x, before, dy, **conv)
+    assert not before.is_contiguous()
+    algo = ALGORITHMS["DIRECT"]
+    tiles = _taps_tiles(p, algo.tile_candidates(p))
+    assert taps_chunks(p, tiles)[0] > 1
+    need, guard = algo.workspace_bytes(p), 64
+    workspace = torch.full(((need + guard) // 4,), math.nan).view(torch.uint8)
+    run = algo.prepare(p, tiles)
+    outs = []
+    for _ in range(2):
+        dw = make_tensor(before.shape, dtype, "strided", gen)  # before's strides, not a copy's
+        dw.copy_(before)
+        run(ConvTensors(x, dw, dy), workspace, 0.5, -0.75)
+        assert torch.isnan(workspace[need:].view(torch.float32)).all(), "wrote past the workspace"
+        outs.append(dw)
+    assert torch.equal(outs[0], outs[1])
+    ref = 0.5 * reference.conv_backward_filter(x, dy, before.shape, **conv) - 0.75 * before.double()
+    assert reference.rel_error(outs[0], ref) <= TOL[dtype]
+
+
 #: Problems for the tensor-core ring (forward by bands of rows): strides along H of 1 to 3
 #: (one to three input rows per step), dilation along W and D, 1-D to 3-D, even filters,
 #: padding wider than the filter, a 1-pixel image, images shorter than the filter, 2 to 16
