@@ -17,7 +17,9 @@ families compute them, chosen per problem by the tile tuner (DirectTiles.kernel)
   and an FMA per element. Products are exact and sums float32, as in the FMA kernels. On flat
   tiles of pixels ("dot"), or on rows wider than 32 columns rolled down bands in a ring of
   output rows ("dot_rows": forward, and stride-1 backward-data as the forward of dy on the
-  flipped filter), so that each input row is loaded once for every filter row it meets.
+  flipped filter), so that each input row is loaded once for every filter row it meets;
+  backward-filter also with one accumulator per filter tap ("dot_taps"), which reads dy once
+  per filter row and streams pipelined 2-D tiles.
 
 Forward and backward-data read the filter from a copy packed in the workspace at each call:
 the row and FMA kernels of depthwise layers a float32 copy tap-major (taps x K, rows padded
