@@ -15,7 +15,7 @@ kernels/direct_dot.widen_filter_kernel) and run the wide problem. Backward-filte
 problem's filter gradient (IMPLICIT_GEMM_SPLIT_K) into a float32 wide gradient in the workspace
 and keeps its diagonal blocks (narrow_filter_kernel), where alpha and beta apply. A width equal
 to CG is the layer itself: no packing. In backward-filter DIRECT's one-accumulator-per-tap
-tiles come first since; the tuner still times these beside them (on an H100 they won one
+tiles come first; the tuner still times these beside them (on an H100 they won one
 grouped layer of seven, g1024.14.s2, by 2%).
 """
 
