@@ -45,7 +45,12 @@ RING_SHAPES = [
 ]
 
 #: A grouped filter 5 wide: backward-filter's one-accumulator-per-tap tiles take 32 lanes.
-FIVE_WIDE_GROUPED = [((2, 64, 12, 13), (64, 8, 3, 5), dict(padding=(1, 2), groups=8))]
+#: And an ungrouped 64-channel layer, one super-group of those tiles (`auto` runs its weight
+#: gradient on them).
+TAPS_SHAPES = [
+    ((2, 64, 12, 13), (64, 8, 3, 5), dict(padding=(1, 2), groups=8)),
+    ((3, 64, 11, 10), (48, 64, 3, 3), dict(padding=1)),
+]
 
 
 def _channels_last(t):
@@ -125,7 +130,7 @@ def test_nn_depthwise_conv2d_autograd_bf16():
 
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
 @pytest.mark.parametrize(
-    "shape", SHAPES[:3] + SHAPES[4:6] + WIDE_GROUPS + RING_SHAPES + FIVE_WIDE_GROUPED
+    "shape", SHAPES[:3] + SHAPES[4:6] + WIDE_GROUPS + RING_SHAPES + TAPS_SHAPES
 )
 def test_every_tile_candidate(direction, shape):
     """Each tile the tuner may pick (row, FMA and tensor-core kernels) compiles and is right."""

@@ -93,6 +93,14 @@ PREFER_UP_TO_CG = 32
 #: Measured on an H200 (resnet50 suite, `rtdnn bench --algo all --math fp32`): ResNet-50's
 #: 7x7 stem 3.70 ms against IMPLICIT_GEMM_SPLIT_K's 5.70.
 PREFER_FILTER_GRADIENT_UP_TO_C = 4
+#: In 16-bit data on a GPU the heuristic also prefers DIRECT for the weight gradient of
+#: ungrouped layers of 16 to this many input and output channels with filters wider than 1x1:
+#: such a layer is one super-group of the "dot_taps" tiles, with no zeros, which read dy once
+#: per filter row where the split-K implicit GEMM reads it once per tap. Measured on an H100
+#: (bf16, benchmarks/probes/dense_filter_taps_probe.py): ResNet-50's 64-channel 3x3 layer
+#: (56x56) 79.7 -> 47.2 us (cuDNN 46.8), VGG-16's conv64_64_224 1135 -> 629 us (cuDNN 513);
+#: its 1x1 layer only 32.2 -> 30.2, where the TMA GEMM competes.
+PREFER_FILTER_TAPS_UP_TO_C = 64
 #: Filter rows the forward ring of kernels/depthwise.py holds (an accumulator tile each).
 MAX_RING_ROWS = 8
 #: Channels of a "rows" tile at most.
@@ -185,19 +193,26 @@ def taps_chunks(p: ConvProblem, tiles: TileConfig) -> tuple[int, int]:
 def direct_preferred(p: ConvProblem) -> bool:
     """Whether the heuristic should try DIRECT first for `p`: depthwise layers, in 16-bit
     data grouped layers of up to PREFER_UP_TO_CG channels per group (tensor-core tiles), and
-    in strict float32 on a GPU the weight gradient of few-channel layers
-    (PREFER_FILTER_GRADIENT_UP_TO_C)."""
+    on a GPU the weight gradient of few-channel layers in strict float32
+    (PREFER_FILTER_GRADIENT_UP_TO_C) and of 16- to 64-channel layers in 16-bit data
+    (PREFER_FILTER_TAPS_UP_TO_C)."""
     cg = p.in_channels // p.groups
     depthwise = cg == 1 and p.out_channels // p.groups <= PREFER_UP_TO_KG
     grouped = p.groups > 1 and cg <= PREFER_UP_TO_CG and _tensor_cores_apply(p)
-    stem_gradient = (
-        p.direction == Direction.BACKWARD_FILTER
-        and p.device == "cuda"
-        and strict_float32(p)
-        and p.groups == 1
-        and p.in_channels <= PREFER_FILTER_GRADIENT_UP_TO_C
+    dense_gradient = (
+        p.direction == Direction.BACKWARD_FILTER and p.device == "cuda" and p.groups == 1
     )
-    return (depthwise or grouped or stem_gradient) and Direct().supports(p) is None
+    stem_gradient = (
+        dense_gradient and strict_float32(p) and p.in_channels <= PREFER_FILTER_GRADIENT_UP_TO_C
+    )
+    taps_gradient = (
+        dense_gradient
+        and _tensor_cores_apply(p)
+        and 16 <= p.in_channels <= PREFER_FILTER_TAPS_UP_TO_C
+        and p.out_channels <= PREFER_FILTER_TAPS_UP_TO_C
+        and math.prod(p.kernel) > 1
+    )
+    return (depthwise or grouped or stem_gradient or taps_gradient) and Direct().supports(p) is None
 
 
 def _channels_last(p: ConvProblem) -> bool:
