@@ -701,6 +701,35 @@ def test_auto_chooses_for_grouped_by_dtype():
     assert rtdnn.get_conv_algorithm(x, w.bfloat16(), groups=2) != "DIRECT"
 
 
+def test_auto_prefers_filter_taps_for_64_channel_weight_gradients(monkeypatch):
+    """On a GPU, 16-bit channels-last weight gradients of ungrouped layers of 16 to 64 input
+    and output channels with filters over 1x1 go to DIRECT (one super-group of its
+    one-accumulator-per-tap tiles); 1x1 filters, wider or narrower layers, other directions,
+    NCHW data and the CPU keep the heuristic's other choices."""
+    import rtdnn.algos.implicit_gemm as implicit_gemm
+    from rtdnn.select import _heuristic_order
+
+    # The split count the heuristic reads asks the device its size: an H100's, here.
+    monkeypatch.setattr(implicit_gemm, "parallel_slots", lambda device: 264)
+
+    def first(c=64, k=64, kernel=(3, 3), direction="backward_filter", dtype=torch.bfloat16,
+              layout="channels_last", device="cuda"):  # fmt: skip
+        x = make_tensor((2, c, 6, 5), dtype, layout, None)
+        w = make_tensor((k, c, *kernel), dtype, layout, None)
+        y = make_tensor(y_shape(x.shape, w.shape, dict(padding=1)), dtype, layout, None)
+        p = dataclasses.replace(_problem(direction, x, w, y, padding=1), device=device)
+        return _heuristic_order(p)[0]
+
+    assert first() == "DIRECT"
+    assert first(c=16, k=32, kernel=(3, 5)) == "DIRECT"
+    assert first(kernel=(1, 1)) != "DIRECT"
+    assert first(c=128) != "DIRECT" and first(k=128) != "DIRECT" and first(c=8) != "DIRECT"
+    assert first(direction="forward") != "DIRECT"
+    assert first(dtype=torch.float16) == "DIRECT"
+    assert first(layout="contiguous") != "DIRECT"
+    assert first(device="cpu") != "DIRECT"
+
+
 def test_auto_runs_direct_and_matches(gen):
     x = make_tensor((2, 5, 4, 4), torch.float32, "channels_last", gen)
     w = make_tensor((5, 1, 3, 3), torch.float32, "channels_last", gen)

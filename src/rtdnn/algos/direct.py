@@ -99,7 +99,8 @@ PREFER_FILTER_GRADIENT_UP_TO_C = 4
 #: per filter row where the split-K implicit GEMM reads it once per tap. Measured on an H100
 #: (bf16, benchmarks/probes/dense_filter_taps_probe.py): ResNet-50's 64-channel 3x3 layer
 #: (56x56) 79.7 -> 47.2 us (cuDNN 46.8), VGG-16's conv64_64_224 1135 -> 629 us (cuDNN 513);
-#: its 1x1 layer only 32.2 -> 30.2, where the TMA GEMM competes.
+#: its 1x1 layer only 32.2 -> 30.2, where the TMA GEMM competes. Channels-last x and dy only
+#: (the tiles' lanes are channels; the NCHW layout was not measured).
 PREFER_FILTER_TAPS_UP_TO_C = 64
 #: Filter rows the forward ring of kernels/depthwise.py holds (an accumulator tile each).
 MAX_RING_ROWS = 8
@@ -208,6 +209,8 @@ def direct_preferred(p: ConvProblem) -> bool:
     taps_gradient = (
         dense_gradient
         and _tensor_cores_apply(p)
+        and _channels_last(p)
+        and p.y.strides[1] == 1  # dy channels-last too: the tiles' lanes are channels
         and 16 <= p.in_channels <= PREFER_FILTER_TAPS_UP_TO_C
         and p.out_channels <= PREFER_FILTER_TAPS_UP_TO_C
         and math.prod(p.kernel) > 1
