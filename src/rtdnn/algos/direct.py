@@ -200,14 +200,14 @@ def direct_preferred(p: ConvProblem) -> bool:
     cg = p.in_channels // p.groups
     depthwise = cg == 1 and p.out_channels // p.groups <= PREFER_UP_TO_KG
     grouped = p.groups > 1 and cg <= PREFER_UP_TO_CG and _tensor_cores_apply(p)
-    dense_gradient = (
+    ungrouped_gradient = (
         p.direction == Direction.BACKWARD_FILTER and p.device == "cuda" and p.groups == 1
     )
     stem_gradient = (
-        dense_gradient and strict_float32(p) and p.in_channels <= PREFER_FILTER_GRADIENT_UP_TO_C
+        ungrouped_gradient and strict_float32(p) and p.in_channels <= PREFER_FILTER_GRADIENT_UP_TO_C
     )
     taps_gradient = (
-        dense_gradient
+        ungrouped_gradient
         and _tensor_cores_apply(p)
         and _channels_last(p)
         and p.y.strides[1] == 1  # dy channels-last too: the tiles' lanes are channels
