@@ -131,6 +131,15 @@ def _filter_row_programs(p: ConvProblem) -> int:
     return _filter_rows(p) // p.kernel[-1] if _by_rows(p) else 1
 
 
+def _chunks_within_data(p: ConvProblem, passes: int) -> int:
+    """The most chunks whose float32 partial sums, moved `passes` times (written; read again),
+    take at most a quarter of the bytes of x and dy, so that backward-filter's two stages stay
+    bound by reading x and dy."""
+    pixels = p.batch * math.prod(p.out_spatial)
+    data = p.batch * math.prod(p.in_spatial) * p.in_channels + pixels * p.out_channels
+    return data * p.dtype.itemsize // (4 * passes * p.out_channels * _filter_rows(p) * 4)
+
+
 def filter_chunks(p: ConvProblem) -> tuple[int, int]:
     """(chunks, pixels per chunk) of backward-filter's first stage.
 
@@ -144,12 +153,10 @@ def filter_chunks(p: ConvProblem) -> tuple[int, int]:
     # On the CPU a few chunks, so that the tests' tiny shapes still split.
     chunks = cdiv(8 * parallel_slots(p.device), c_blocks) if p.device == "cuda" else 4
     chunks = min(chunks, cdiv(pixels, 32 if p.device == "cuda" else 4))
-    data_bytes = (p.batch * math.prod(p.in_spatial) * p.in_channels + pixels * k) * p.dtype.itemsize
-    partial_bytes_per_chunk = 2 * k * _filter_rows(p) * 4
     if p.device == "cuda":  # tiny test shapes on the CPU still split
         # Small layers are latency-bound: keep at least one program per scheduling slot.
         floor = cdiv(parallel_slots(p.device), c_blocks)
-        chunks = min(chunks, max(floor, data_bytes // (4 * partial_bytes_per_chunk)))
+        chunks = min(chunks, max(floor, _chunks_within_data(p, passes=2)))
     chunks = max(1, chunks)
     per_chunk = cdiv(pixels, chunks)
     return cdiv(pixels, per_chunk), per_chunk
@@ -166,7 +173,8 @@ def taps_chunks(p: ConvProblem, tiles: TileConfig) -> tuple[int, int]:
     """(chunks, pixels per chunk) of the "dot_taps" backward-filter with `tiles`: one wave of
     programs, as many as the multiprocessors hold at once (TAPS_SHARED_MEMORY over a
     program's pipelined tiles: per stage one dy tile and the filter row's input tiles), and
-    as in filter_chunks the partial sums at most a quarter of the bytes of x and dy.
+    the partial sums, counted once (filter_chunks counts their write and their read), at
+    most a quarter of the bytes of x and dy.
 
     Measured on an H100 (grouped suite, `benchmarks/probes/grouped_filter_probe.py`): twice
     the chunks of one wave ran 1.1 to 1.3x slower (the partial sums written and summed again
@@ -184,9 +192,7 @@ def taps_chunks(p: ConvProblem, tiles: TileConfig) -> tuple[int, int]:
         programs = cdiv(p.groups, sg) * filter_rows
         wave = multiprocessor_count(torch.cuda.current_device()) * resident
         chunks = min(cdiv(wave, programs), cdiv(pixels, tiles.block_m))
-        data = p.batch * math.prod(p.in_spatial) * p.in_channels + pixels * p.out_channels
-        partial = p.out_channels * _filter_rows(p) * 4
-        chunks = max(1, min(chunks, data * p.dtype.itemsize // (4 * partial)))
+        chunks = max(1, min(chunks, _chunks_within_data(p, passes=1)))
     per_chunk = cdiv(pixels, chunks)
     return cdiv(pixels, per_chunk), per_chunk
 
