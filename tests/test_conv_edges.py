@@ -557,3 +557,80 @@ def test_gemm_col2im_visits_linked_taps(x_shape, w_shape, conv, gen):
     other pixel gets no tap at all), a stride larger than the dilation and the reverse, 1-D
     and 3-D, a 1-pixel image; im2col's channel chunks as wide as the group's channels."""
     check_all_directions(x_shape, w_shape, algo="GEMM", gen=gen, **conv)
+
+
+# -- forward of few-channel layers by filter rows ---------------------------------------------
+
+#: (x shape, w shape, conv parameters): RGB stems and other packed (few-channel) layers,
+#: including rows longer than one chunk, dilation, flipped filters, 1-D and 3-D.
+FILTER_ROWS_CASES = [
+    ("7x7-stride2", (2, 3, 13, 11), (8, 3, 7, 7), dict(stride=2, padding=3)),
+    ("3x3", (1, 3, 6, 7), (5, 3, 3, 3), dict(padding=1)),
+    ("11x11-stride4", (1, 3, 19, 17), (4, 3, 11, 11), dict(stride=4, padding=2)),
+    ("5x3-dilated", (2, 5, 9, 10), (6, 5, 5, 3), dict(padding=(2, 4), dilation=(1, 3))),
+    ("wide-pad-1px", (1, 2, 1, 1), (3, 2, 3, 3), dict(padding=4)),
+    ("long-rows", (1, 15, 5, 9), (4, 15, 3, 5), dict(padding=1)),
+    ("groups-convolution", (2, 6, 7, 6), (8, 3, 3, 2), dict(groups=2, mode="convolution")),
+    ("1d", (2, 3, 17), (4, 3, 7), dict(stride=3, padding=2)),
+    ("3d", (1, 3, 4, 5, 6), (4, 3, 2, 3, 3), dict(padding=1, stride=(1, 2, 1))),
+]
+
+
+@pytest.mark.parametrize(
+    "x_shape,w_shape,conv",
+    [c[1:] for c in FILTER_ROWS_CASES],
+    ids=[c[0] for c in FILTER_ROWS_CASES],
+)
+@pytest.mark.parametrize("block_k", [16, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_forward_by_filter_rows(x_shape, w_shape, conv, block_k, dtype, gen):
+    """The filter-row tiles of a few-channel forward (a chunk of 16: rows of more pairs span
+    several chunks; 64: one chunk, mostly padding) against the float64 reference, with a bias,
+    alpha and beta, into a poisoned output (beta = 0) and onto a prior one."""
+    conv = _conv_kwargs(**{"stride": 1, "padding": 0, "dilation": 1, **conv})
+    x = make_tensor(x_shape, dtype, "channels_last", gen)
+    w = make_tensor(w_shape, dtype, "channels_last", gen)
+    bias = make_tensor((w_shape[0],), dtype, generator=gen)
+    desc = ConvDesc.create(len(x_shape) - 2, **conv, math=MATH)
+    y_shape = tuple(reference.conv_forward(x, w, **conv).shape)
+    layout = "channels_last" if len(x_shape) == 4 else "contiguous"
+    prior = make_tensor(y_shape, dtype, layout, gen)
+    algo = rtdnn.algos.ALGORITHMS["IMPLICIT_GEMM"]
+    for alpha, beta in ((1.0, 0.0), (0.5, 2.0)):
+        out = poisoned(y_shape, dtype, layout) if beta == 0 else prior.clone()
+        descs = [TensorDesc.of(t) for t in (x, w, out)]
+        p = ConvProblem.create(Direction.FORWARD, *descs, desc, "cpu", has_bias=True)
+        tiles = ImplicitGemmTiles(32, 32, block_k, 1, 1, 1, filter_rows=True)
+        workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
+        algo.prepare(p, tiles)(rtdnn.algos.ConvTensors(x, w, out, bias), workspace, alpha, beta)
+        expected = reference.conv_forward(
+            x, w, bias, alpha=alpha, beta=beta, out=prior, **conv
+        )  # fmt: skip
+        assert_close(out, expected)
+
+
+def test_filter_rows_tiles_are_offered_for_few_channel_forward_on_a_gpu(monkeypatch):
+    """The tuner gets filter-row tiles for the forward of packed (fewer than 16 channels per
+    group) layers on a GPU, with chunks as long as a filter row's (rw, c) pairs; not for more
+    channels or other directions."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(geometry, "multiprocessor_count", lambda index: 132)
+    last = torch.channels_last
+    algo = rtdnn.algos.ALGORITHMS["IMPLICIT_GEMM"]
+
+    def problem(direction, channels, kernel):
+        x = torch.empty(8, channels, 32, 32, dtype=torch.bfloat16).to(memory_format=last)
+        w = torch.empty(64, channels, kernel, kernel, dtype=torch.bfloat16).to(memory_format=last)
+        y = torch.empty(8, 64, 16, 16, dtype=torch.bfloat16).to(memory_format=last)
+        desc = ConvDesc.create(2, 2, (kernel - 1) // 2, 1, 1, "cross_correlation", "fp32")
+        descs = [TensorDesc.of(t) for t in (x, w, y)]
+        return ConvProblem.create(Direction(direction), *descs, desc, "cuda")
+
+    def chunks(q):
+        return [t.block_k for t in algo.tile_candidates(q) if getattr(t, "filter_rows", False)]
+
+    assert chunks(problem("forward", 3, 7)) and set(chunks(problem("forward", 3, 7))) == {32}
+    assert set(chunks(problem("forward", 3, 11))) == {64}  # 33 pairs a row
+    for q in (problem("forward", 16, 3), problem("backward_filter", 3, 7)):
+        assert not chunks(q)

@@ -3,6 +3,8 @@ and strict) on moderately sized inputs, against the float64 reference; autograd 
 rtdnn.nn.Conv2d in bfloat16. Run with RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU.
 """
 
+import dataclasses
+
 import pytest
 import torch
 from conftest import gpu_only
@@ -159,3 +161,44 @@ def test_strided_backward_data_phases_overlap_safely(where):
     torch.cuda.current_stream().wait_stream(stream)
     ref = R.conv_backward_data(dy, w, xs, **conv)
     assert R.rel_error(out, ref) < 1e-2
+
+
+#: Few-channel (packed) forward shapes: RGB stems (7x7/2, 3x3, 11x11/4), rows longer than one
+#: chunk (15 channels of 5-wide filters), dilation, flipped filters, 1-D.
+FEW_CHANNELS = [
+    ((2, 3, 33, 31), (32, 3, 7, 7), dict(stride=2, padding=3)),
+    ((2, 3, 20, 18), (64, 3, 3, 3), dict(padding=1)),
+    ((2, 3, 47, 45), (96, 3, 11, 11), dict(stride=4, padding=2)),
+    ((2, 15, 9, 13), (40, 15, 3, 5), dict(padding=1)),
+    ((2, 5, 12, 14), (24, 5, 5, 3), dict(padding=(2, 4), dilation=(1, 3), mode="convolution")),
+    ((3, 4, 50), (16, 4, 9), dict(stride=2, padding=4)),
+]
+
+
+@pytest.mark.parametrize("case", ["bf16", "fp16"])
+@pytest.mark.parametrize("shape", FEW_CHANNELS)
+def test_few_channel_forward_every_tile(case, shape):
+    """Every forward tile of IMPLICIT_GEMM on a few-channel layer, the filter-row tiles among
+    them, compiles and matches float64, with a bias."""
+    from rtdnn.algos import ALGORITHMS, ConvTensors
+    from rtdnn.ops.conv import _problem_for_selection
+
+    dtype, _, tol = CASES[case]
+    xs, ws, conv = shape
+    x = _channels_last(torch.randn(xs, device="cuda", dtype=dtype))
+    w = _channels_last(torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * ws[-1]) ** 0.5)
+    bias = torch.randn(ws[0], device="cuda", dtype=dtype)
+    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", math=None)
+    p, _ = _problem_for_selection("forward", x, w, **{**args, **conv})
+    p = dataclasses.replace(p, has_bias=True)
+    ref = R.conv_forward(x, w, bias, **conv)
+    out = _channels_last(torch.full(ref.shape, float("nan"), device="cuda", dtype=dtype))
+    algo = ALGORITHMS["IMPLICIT_GEMM"]
+    ws_bytes = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8, device="cuda")
+    candidates = algo.tile_candidates(p)
+    assert any(getattr(t, "filter_rows", False) for t in candidates), candidates
+    for tiles in candidates:
+        out.fill_(float("nan"))
+        algo.prepare(p, tiles)(ConvTensors(x, w, out, bias), ws_bytes, 1.0, 0.0)
+        err = R.rel_error(out, ref)
+        assert err < tol, f"{tiles}: rel. error {err:.2e}"

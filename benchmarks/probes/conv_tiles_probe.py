@@ -6,7 +6,10 @@ the same process, with each result's error against cuDNN's. The best row of each
 direction is what the tile tuner would choose. Run it once per source tree (PYTHONPATH) in one
 session to compare two versions of the kernels on one GPU.
 
-    PYTHONPATH=src python benchmarks/probes/conv_tiles_probe.py [SUITE] [LAYERS] [DIRECTIONS]
+    PYTHONPATH=src python benchmarks/probes/conv_tiles_probe.py [SUITE] [LAYERS] [DIRS] [DTYPE]
+
+(DTYPE: bf16, the default, or fp16.) Tile labels: BMxBNxBK/wWARPSsSTAGES, then "/rows" for
+the forward by filter rows and "/PRECISION" where the tiles choose one.
 """
 
 import math
@@ -32,7 +35,7 @@ def main() -> None:
     suite = sys.argv[1] if len(sys.argv) > 1 else "resnet50"
     names = (sys.argv[2] if len(sys.argv) > 2 else LAYERS).split(",")
     directions = (sys.argv[3] if len(sys.argv) > 3 else ",".join(ALGO)).split(",")
-    dtype = DTYPES["bf16"]
+    dtype = DTYPES[sys.argv[4] if len(sys.argv) > 4 else "bf16"]
     print(torch.cuda.get_device_name())
     print("layer direction tiles ms cudnn_ms ratio TFLOP/s err_vs_cudnn")
     best = {}
@@ -79,6 +82,8 @@ def main() -> None:
                 ms = device_time_ms(lambda: run(t, workspace, 1.0, 0.0))
                 shape = f"{tiles.block_m}x{tiles.block_n}x{tiles.block_k}"
                 shape += f"/w{tiles.num_warps}s{tiles.num_stages}"
+                shape += "/rows" if getattr(tiles, "filter_rows", False) else ""
+                shape += f"/{tiles.precision}" if getattr(tiles, "precision", "") else ""
                 print(
                     f"{layer['name']} {direction} {shape} {ms:.4f} {theirs:.4f} "
                     f"{theirs / ms:.2f} {flops / ms / 1e9:.0f} {err:.1e}",

@@ -15,6 +15,7 @@ import os
 from dataclasses import asdict, dataclass
 
 import torch
+import triton
 import triton.language as tl
 
 from ..core import INTERPRETED, ConvProblem, Direction, TensorDesc, cdiv, tma_aligned
@@ -98,10 +99,12 @@ class ImplicitGemmTiles(TileConfig):
     """Tiles of the implicit GEMM; tma: operands read through tensor descriptors
     (kernels/conv_tma.py; forward and backward-data at stride 1), whose row tiles are
     rectangles of written pixels; precision: the GEMM's PRECISION where the tuner chooses it
-    ("": geometry.brgemm_precision's, see tf32_product_candidates)."""
+    ("": geometry.brgemm_precision's, see tf32_product_candidates); filter_rows: a few-channel
+    forward steps over filter rows (see filter_rows_candidates)."""
 
     tma: bool = False
     precision: str = ""
+    filter_rows: bool = False
 
 
 def tile_precision(p: ConvProblem, tiles: TileConfig) -> str:
@@ -119,6 +122,31 @@ def tf32_product_candidates(p: ConvProblem, candidates: list[TileConfig]) -> lis
     if p.device != "cuda" or brgemm_precision(p) != "bf16x3" or not packed(p):
         return []
     return [ImplicitGemmTiles(**asdict(t), precision="tf32") for t in candidates]
+
+
+def filter_rows_candidates(p: ConvProblem, candidates: list[TileConfig]) -> list[TileConfig]:
+    """The forward of a few-channel layer (the packed reduction) read by filter rows
+    (conv_addressing.fwd_rows_a_load): each step takes one filter row's (rw, c) pairs, which
+    lie at fixed offsets from the row's first input pixel, in one chunk as long as the row's
+    pairs (21 for a 7x7 filter over 3 channels: chunks of 32). The tiles are the packed
+    ones' shapes with that chunk."""
+    if p.device != "cuda" or p.direction != Direction.FORWARD or not packed(p):
+        return []
+    run = p.kernel[-1] * (p.in_channels // p.groups)
+    bk = max(16, min(64, triton.next_power_of_2(run)))
+    out: list[TileConfig] = []
+    for t in candidates:
+        rows = ImplicitGemmTiles(**{**asdict(t), "block_k": bk}, filter_rows=True)
+        if rows not in out:
+            out.append(rows)
+    return out
+
+
+def filter_row_steps(p: ConvProblem, block_k: int) -> int:
+    """Reduction steps of the forward by filter rows: each filter row's (rw, c) pairs in
+    chunks of block_k."""
+    run = p.kernel[-1] * (p.in_channels // p.groups)
+    return math.prod(p.kernel[:-1]) * cdiv(run, block_k)
 
 
 #: Set to 1 to let the tile tuner try the TMA kernel on Hopper GPUs. Off by default: the
@@ -347,6 +375,7 @@ class ImplicitGemm(ConvAlgorithm):
             + candidates
             + _tma_candidates(p, candidates)
             + tf32_product_candidates(p, candidates)
+            + filter_rows_candidates(p, candidates)
         )
 
     def _tma_gemm_candidates(
@@ -372,7 +401,12 @@ class ImplicitGemm(ConvAlgorithm):
             return self._prepare_tma(p, tiles)
         if p.direction == Direction.BACKWARD_DATA:
             return self._prepare_backward_data(p, geo, tiles)
-        if p.direction == Direction.FORWARD and packed(p):
+        if p.direction == Direction.FORWARD and getattr(tiles, "filter_rows", False):
+            a = Operand(ca.fwd_a_setup, ca.fwd_rows_a_load, geo)
+            b = Operand(ca.fwd_b_setup, ca.fwd_rows_b_load, geo)
+            c = Output(ca.fwd_c_addr, geo)
+            steps = filter_row_steps(p, tiles.block_k)
+        elif p.direction == Direction.FORWARD and packed(p):
             a = Operand(ca.fwd_a_setup, ca.fwd_packed_a_load, geo)
             b = Operand(ca.fwd_b_setup, ca.fwd_packed_b_load, geo)
             c = Output(ca.fwd_c_addr, geo)

@@ -446,6 +446,56 @@ def fwd_packed_b_load(Wt, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
     return tl.load(Wt + rows[:, None] + base[None, :], mask=mask, other=0.0)
 
 
+# Forward by filter rows. Along one filter row (rd, rh) the pairs (rw, c) of a channels-last
+# input lie at one fixed offset each from the row's first input pixel (21 consecutive elements
+# for a 7x7 filter over 3 channels), so a step that reads one row's pairs adds a per-row and a
+# per-pair offset: no 2-D index arithmetic but the one horizontal bound. The price is padding
+# each row's pairs to the chunk (21 of 32), which the tensor cores can spare here.
+
+
+@triton.jit
+def split_row_step(t, geo, offs_k, BLOCK_K: tl.constexpr):
+    """Step t of a reduction over (filter row, chunk of the row's (rw, c) pairs), chunks
+    innermost -> (rd, rh, rw, c, whether the pair exists)."""
+    kd, kh, kw = geo.kernel
+    run = kw * geo.cg
+    chunks = (run + BLOCK_K - 1) // BLOCK_K
+    row = t // chunks
+    u = (t - row * chunks) * BLOCK_K + offs_k
+    rw = u // geo.cg
+    rd = row // kh
+    return rd, row - rd * kh, rw, u - rw * geo.cg, u < run
+
+
+@triton.jit
+def fwd_rows_a_load(X, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
+    """Implicit im2col by filter rows: the input under filter row (rd, rh), pairs (rw, c)."""
+    base, id0, ih0, iw0, rows_ok = state
+    rd, rh, rw, c, run_ok = split_row_step(t, geo, offs_k, BLOCK_K)
+    D, H, W = geo.in_size
+    dd, dh, dw = geo.dilation
+    xs_n, xs_c, xs_d, xs_h, xs_w = geo.x_strides
+    in_d = id0 + rd * dd
+    in_h = ih0 + rh * dh
+    row = base + in_d * xs_d + in_h * xs_h + iw0 * xs_w
+    row_ok = rows_ok & in_range(in_d, D) & in_range(in_h, H)
+    shift = rw * dw
+    pair = shift * xs_w + c * xs_c
+    mask = row_ok[:, None] & in_range(iw0[:, None] + shift[None, :], W) & run_ok[None, :]
+    return tl.load(X + row[:, None] + pair[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def fwd_rows_b_load(Wt, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
+    """Filter slice w[k, c, rd, rh, rw] as a [(rw, c), k] tile."""
+    base, cols_ok = state
+    rd, rh, rw, c, run_ok = split_row_step(t, geo, offs_k, BLOCK_K)
+    ws_k, ws_c, ws_d, ws_h, ws_w = geo.w_strides
+    rows = rd * ws_d + rh * ws_h + rw * ws_w + c * ws_c
+    mask = run_ok[:, None] & cols_ok[None, :]
+    return tl.load(Wt + rows[:, None] + base[None, :], mask=mask, other=0.0)
+
+
 @triton.jit
 def bwd_filter_packed_a_setup(geo, group, offs_m):
     base = geo.offsets[2] + (group * geo.kg + offs_m) * geo.y_strides[1]
