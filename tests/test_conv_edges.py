@@ -21,7 +21,7 @@ import rtdnn
 from rtdnn import reference
 from rtdnn.algos import geometry
 from rtdnn.algos.geometry import brgemm_precision
-from rtdnn.algos.implicit_gemm import ImplicitGemmTiles, split_count
+from rtdnn.algos.implicit_gemm import ImplicitGemmTiles, row_pairs, split_count
 from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
 from rtdnn.core.handle import stream_counters
 
@@ -609,10 +609,42 @@ def test_forward_by_filter_rows(x_shape, w_shape, conv, block_k, dtype, gen):
         assert_close(out, expected)
 
 
+@pytest.mark.parametrize(
+    "x_shape,w_shape,conv",
+    [c[1:] for c in FILTER_ROWS_CASES],
+    ids=[c[0] for c in FILTER_ROWS_CASES],
+)
+@pytest.mark.parametrize("algo_name", ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_backward_filter_by_filter_rows(x_shape, w_shape, conv, algo_name, dtype, gen):
+    """The filter-row tiles of a few-channel weight gradient (a column tile per filter row,
+    its (rw, c) pairs padded) against the float64 reference, unsplit and split, into a
+    poisoned output and with alpha and beta onto a prior one."""
+    conv = _conv_kwargs(**{"stride": 1, "padding": 0, "dilation": 1, **conv})
+    x = make_tensor(x_shape, dtype, "channels_last", gen)
+    y_shape = tuple(reference.conv_forward(x, torch.empty(w_shape), **conv).shape)
+    layout = "channels_last" if len(x_shape) == 4 else "contiguous"
+    dy = make_tensor(y_shape, dtype, layout, gen)
+    prior = make_tensor(w_shape, dtype, layout, gen)
+    desc = ConvDesc.create(len(x_shape) - 2, **conv, math=MATH)
+    algo = rtdnn.algos.ALGORITHMS[algo_name]
+    for alpha, beta in ((1.0, 0.0), (0.5, 2.0)):
+        out = poisoned(w_shape, dtype, layout) if beta == 0 else prior.clone()
+        descs = [TensorDesc.of(t) for t in (x, out, dy)]
+        p = ConvProblem.create(Direction.BACKWARD_FILTER, *descs, desc, "cpu")
+        tiles = ImplicitGemmTiles(32, row_pairs(p), 32, 1, 1, 1, filter_rows=True)
+        workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
+        algo.prepare(p, tiles)(rtdnn.algos.ConvTensors(x, out, dy), workspace, alpha, beta)
+        expected = reference.conv_backward_filter(
+            x, dy, w_shape, alpha=alpha, beta=beta, out=prior, **conv
+        )  # fmt: skip
+        assert_close(out, expected)
+
+
 def test_filter_rows_tiles_are_offered_for_few_channel_forward_on_a_gpu(monkeypatch):
     """The tuner gets filter-row tiles for the forward of packed (fewer than 16 channels per
-    group) layers on a GPU, with chunks as long as a filter row's (rw, c) pairs; not for more
-    channels or other directions."""
+    group) layers on a GPU, with chunks as long as a filter row's (rw, c) pairs, first where
+    the packed reduction is long; not for more channels or other directions."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(geometry, "multiprocessor_count", lambda index: 132)
@@ -632,5 +664,15 @@ def test_filter_rows_tiles_are_offered_for_few_channel_forward_on_a_gpu(monkeypa
 
     assert chunks(problem("forward", 3, 7)) and set(chunks(problem("forward", 3, 7))) == {32}
     assert set(chunks(problem("forward", 3, 11))) == {64}  # 33 pairs a row
-    for q in (problem("forward", 16, 3), problem("backward_filter", 3, 7)):
-        assert not chunks(q)
+    # The untuned choice: filter rows where the packed reduction takes several chunks (7x7
+    # over 3 channels: 147), as narrow as the 64 filters; the packed tiles for 3x3 (27).
+    first = algo.tile_candidates(problem("forward", 3, 7))[0]
+    assert first.filter_rows and (first.block_m, first.block_n) == (128, 64)
+    assert not getattr(algo.tile_candidates(problem("forward", 3, 3))[0], "filter_rows", False)
+    assert not chunks(problem("forward", 16, 3))
+    # Backward-filter: a column tile per filter row, its 21 pairs padded to 32.
+    bwd = algo.tile_candidates(problem("backward_filter", 3, 7))
+    bwd = [t for t in bwd if getattr(t, "filter_rows", False)]
+    assert bwd and {t.block_n for t in bwd} == {32}
+    first = algo.tile_candidates(problem("backward_filter", 3, 7))[0]
+    assert not getattr(first, "filter_rows", False)

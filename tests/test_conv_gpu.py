@@ -177,9 +177,11 @@ FEW_CHANNELS = [
 
 @pytest.mark.parametrize("case", ["bf16", "fp16"])
 @pytest.mark.parametrize("shape", FEW_CHANNELS)
-def test_few_channel_forward_every_tile(case, shape):
-    """Every forward tile of IMPLICIT_GEMM on a few-channel layer, the filter-row tiles among
-    them, compiles and matches float64, with a bias."""
+@pytest.mark.parametrize("direction", ["forward", "backward_filter"])
+def test_few_channel_every_tile(direction, case, shape):
+    """Every tile of IMPLICIT_GEMM (forward, with a bias) and IMPLICIT_GEMM_SPLIT_K
+    (backward-filter) on a few-channel layer, the filter-row tiles among them, compiles and
+    matches float64."""
     from rtdnn.algos import ALGORITHMS, ConvTensors
     from rtdnn.ops.conv import _problem_for_selection
 
@@ -189,16 +191,25 @@ def test_few_channel_forward_every_tile(case, shape):
     w = _channels_last(torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * ws[-1]) ** 0.5)
     bias = torch.randn(ws[0], device="cuda", dtype=dtype)
     args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", math=None)
-    p, _ = _problem_for_selection("forward", x, w, **{**args, **conv})
-    p = dataclasses.replace(p, has_bias=True)
-    ref = R.conv_forward(x, w, bias, **conv)
-    out = _channels_last(torch.full(ref.shape, float("nan"), device="cuda", dtype=dtype))
-    algo = ALGORITHMS["IMPLICIT_GEMM"]
+    p, _ = _problem_for_selection(direction, x, w, **{**args, **conv})
+    if direction == "forward":
+        p = dataclasses.replace(p, has_bias=True)
+        ref = R.conv_forward(x, w, bias, **conv)
+        out = _channels_last(torch.full(ref.shape, float("nan"), device="cuda", dtype=dtype))
+        tensors = ConvTensors(x, w, out, bias)
+        algo = ALGORITHMS["IMPLICIT_GEMM"]
+    else:
+        dy = _channels_last(torch.randn(R.conv_forward(x, w, **conv).shape, device="cuda"))
+        dy = dy.to(dtype)
+        ref = R.conv_backward_filter(x, dy, w.shape, **conv)
+        out = _channels_last(torch.full(w.shape, float("nan"), device="cuda", dtype=dtype))
+        tensors = ConvTensors(x, out, dy)
+        algo = ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"]
     ws_bytes = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8, device="cuda")
     candidates = algo.tile_candidates(p)
     assert any(getattr(t, "filter_rows", False) for t in candidates), candidates
     for tiles in candidates:
         out.fill_(float("nan"))
-        algo.prepare(p, tiles)(ConvTensors(x, w, out, bias), ws_bytes, 1.0, 0.0)
+        algo.prepare(p, tiles)(tensors, ws_bytes, 1.0, 0.0)
         err = R.rel_error(out, ref)
         assert err < tol, f"{tiles}: rel. error {err:.2e}"

@@ -496,6 +496,75 @@ def fwd_rows_b_load(Wt, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
     return tl.load(Wt + rows[:, None] + base[None, :], mask=mask, other=0.0)
 
 
+# Backward-filter by filter rows: the weight gradient's columns are (filter row, pair (rw, c)),
+# each filter row's pairs padded to `pairs` columns, a power of two, and a column tile is one
+# filter row's pairs. A step's input pixels then shift by one row offset per pixel (1-D work)
+# and one pair offset per column; only the horizontal bound is checked per element.
+
+
+class FilterRowsGeometry(NamedTuple):
+    conv: ConvGeometry
+    pairs: int  # columns per filter row (a tl.constexpr): its (rw, c) pairs, padded
+
+
+@triton.jit
+def split_row_column(n, geo):
+    """Column n of the weight gradient by filter rows -> (rd, rh, rw, c, whether it exists)."""
+    conv = geo.conv
+    kd, kh, kw = conv.kernel
+    row = n // geo.pairs
+    u = n - row * geo.pairs
+    rw = u // conv.cg
+    rd = row // kh
+    return rd, row - rd * kh, rw, u - rw * conv.cg, (u < kw * conv.cg) & (row < kd * kh)
+
+
+@triton.jit
+def bwd_filter_rows_b_setup(geo, group, offs_n):
+    """The column tile is one filter row's pairs (BLOCK_N == geo.pairs): its row's shifts are
+    scalars, its pairs' offsets a vector."""
+    conv = geo.conv
+    rd, rh, rw, c, cols_ok = split_row_column(offs_n, geo)
+    dd, dh, dw = conv.dilation
+    pd, ph, pw = conv.padding
+    xs_n, xs_c, xs_d, xs_h, xs_w = conv.x_strides
+    shift_w = rw * dw - pw
+    pair = conv.offsets[0] + (group * conv.cg + c) * xs_c + shift_w * xs_w
+    shift_d = tl.min(rd, axis=0) * dd - pd
+    shift_h = tl.min(rh, axis=0) * dh - ph
+    return pair, cols_ok, shift_w, shift_d, shift_h, pixel_dividers(conv.out_size)
+
+
+@triton.jit
+def bwd_filter_rows_b_load(X, geo, state, group, t, offs_k, BLOCK_K: tl.constexpr):
+    """Input pixels under one filter row for output pixels t*BK ...: [pixel, (rw, c)]."""
+    conv = geo.conv
+    pair, cols_ok, shift_w, shift_d, shift_h, dividers = state
+    j = t * BLOCK_K + offs_k
+    n, od, oh, ow = split_pixel_by(j, dividers)
+    sd, sh, sw = conv.stride
+    D, H, W = conv.in_size
+    xs_n, xs_c, xs_d, xs_h, xs_w = conv.x_strides
+    in_d = od * sd + shift_d
+    in_h = oh * sh + shift_h
+    in_w = ow * sw
+    row = n * xs_n + in_d * xs_d + in_h * xs_h + in_w * xs_w
+    row_ok = (j < num_pixels(conv, conv.out_size)) & in_range(in_d, D) & in_range(in_h, H)
+    mask = row_ok[:, None] & in_range(in_w[:, None] + shift_w[None, :], W) & cols_ok[None, :]
+    return tl.load(X + row[:, None] + pair[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def bwd_filter_rows_c_addr(geo, group, offs_m, offs_n):
+    conv = geo.conv
+    rd, rh, rw, c, cols_ok = split_row_column(offs_n, geo)
+    ws_k, ws_c, ws_d, ws_h, ws_w = conv.w_strides
+    rows = conv.offsets[1] + (group * conv.kg + offs_m) * ws_k
+    cols = c * ws_c + rd * ws_d + rh * ws_h + rw * ws_w
+    mask = (offs_m < conv.kg)[:, None] & cols_ok[None, :]
+    return rows[:, None] + cols[None, :], mask, offs_n
+
+
 @triton.jit
 def bwd_filter_packed_a_setup(geo, group, offs_m):
     base = geo.offsets[2] + (group * geo.kg + offs_m) * geo.y_strides[1]
