@@ -21,7 +21,13 @@ import rtdnn
 from rtdnn import reference
 from rtdnn.algos import geometry
 from rtdnn.algos.geometry import brgemm_precision
-from rtdnn.algos.implicit_gemm import ImplicitGemmTiles, row_pairs, split_count
+from rtdnn.algos.implicit_gemm import (
+    ImplicitGemmTiles,
+    filter_row_columns,
+    filter_row_splits,
+    row_pairs,
+    split_count,
+)
 from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
 from rtdnn.core.handle import stream_counters
 
@@ -632,13 +638,20 @@ def test_backward_filter_by_filter_rows(x_shape, w_shape, conv, algo_name, dtype
         out = poisoned(w_shape, dtype, layout) if beta == 0 else prior.clone()
         descs = [TensorDesc.of(t) for t in (x, out, dy)]
         p = ConvProblem.create(Direction.BACKWARD_FILTER, *descs, desc, "cpu")
-        tiles = ImplicitGemmTiles(32, row_pairs(p), 32, 1, 1, 1, filter_rows=True)
-        workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
-        algo.prepare(p, tiles)(rtdnn.algos.ConvTensors(x, out, dy), workspace, alpha, beta)
-        expected = reference.conv_backward_filter(
-            x, dy, w_shape, alpha=alpha, beta=beta, out=prior, **conv
-        )  # fmt: skip
-        assert_close(out, expected)
+        # The algorithm's splits, the filter-row tiles' own, and enough splits for a second
+        # launch to sum the partial tiles (BrgemmLaunch.FINISH_APART_FROM).
+        for splits in (0, filter_row_splits(p), 17):
+            tiles = ImplicitGemmTiles(
+                32, row_pairs(p), 32, 1, 1, 1, filter_rows=True, splits=splits
+            )
+            partials = 17 * w_shape[0] * filter_row_columns(p) * 4
+            workspace = torch.empty(max(algo.workspace_bytes(p), partials), dtype=torch.uint8)
+            out = poisoned(w_shape, dtype, layout) if beta == 0 else prior.clone()
+            algo.prepare(p, tiles)(rtdnn.algos.ConvTensors(x, out, dy), workspace, alpha, beta)
+            expected = reference.conv_backward_filter(
+                x, dy, w_shape, alpha=alpha, beta=beta, out=prior, **conv
+            )  # fmt: skip
+            assert_close(out, expected)
 
 
 def test_filter_rows_tiles_are_offered_for_few_channel_forward_on_a_gpu(monkeypatch):

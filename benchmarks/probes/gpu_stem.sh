@@ -3,7 +3,7 @@
 # IMPLICIT_GEMM_SPLIT_K backward-filter tile (DIRECTION), the filter-row tiles among them,
 # beside cuDNN (conv_tiles_probe.py); ncu on the tiles named in NCU_TILES on ResNet-50's stem;
 # the GPU tests of those tiles; then `rtdnn bench` runs named in BENCH ("suite:dtype:direction"
-# words). Results under $OUT.
+# words). PROBES: "suite:layer:dtype" words. Results under $OUT.
 set -u
 export OUT=${OUT:-gpu-results} PYTHONUNBUFFERED=1 PYTHONPATH=src
 mkdir -p "$OUT"
@@ -16,10 +16,10 @@ probe() {  # suite layer dtype limit
   echo "== $1 $2 $3: exit $?, $(( $(date +%s) - start )) s"
   sed -n '/best per layer/,$p' "$OUT/tiles_$1_$3_$DIRECTION.txt"
 }
-probe resnet50 conv1 bf16 "${R_LIMIT:-130}"
-probe resnet50 conv1 fp16 "${R_LIMIT:-100}"
-probe alexnet conv1 fp16 70
-probe vgg16 conv3_64_224 fp16 70
+for run in ${PROBES:-resnet50:conv1:bf16 resnet50:conv1:fp16 alexnet:conv1:fp16 vgg16:conv3_64_224:fp16}; do
+  IFS=: read -r suite layer dtype <<< "$run"
+  probe "$suite" "$layer" "$dtype" "${PROBE_LIMIT:-100}"
+done
 for tiles in ${NCU_TILES:-}; do
   name=$(echo "$tiles" | tr '/' '_')
   timeout 60 ncu --target-processes all -k regex:brgemm -s 2 -c 1 --section SpeedOfLight \
@@ -40,3 +40,4 @@ for run in ${BENCH:-}; do
   echo "== bench $run: exit $?, $(( $(date +%s) - start )) s"
   grep -i "geomean" "$OUT/bench_${suite}_${dtype}_$direction.log" | tail -3
 done
+rm -f "$OUT"/*.md  # the JSON holds the same rows (at most 8 files come back)

@@ -94,17 +94,36 @@ def split_count(p: ConvProblem) -> int:
     return max(1, min(cdiv(parallel_slots(p.device), tiles), most, MAX_SPLITS))
 
 
+#: At most this many splits of a weight gradient by filter rows. Its output is a few narrow
+#: tiles (seven of 64 x 32 for ResNet-50's 7x7 stem), too few programs for the device at
+#: MAX_SPLITS; from BrgemmLaunch.FINISH_APART_FROM splits on, a launch of its own sums the
+#: partial tiles, so the finish does not grow with them.
+MAX_ROW_SPLITS = 128
+
+
+def filter_row_splits(p: ConvProblem) -> int:
+    """Splits that give a weight gradient by filter rows (one 64-row tile of filters per
+    filter row and group) about four programs per multiprocessor, with at least 16 chunks of
+    64 pixels each (small on the CPU), at most MAX_ROW_SPLITS."""
+    tiles = math.prod(p.kernel[:-1]) * cdiv(p.out_channels // p.groups, 64) * p.groups
+    depth = gemm_shape(p)[2]
+    most = max(1, depth // (16 * 64 if p.device == "cuda" else 32))
+    return max(1, min(cdiv(2 * parallel_slots(p.device), tiles), most, MAX_ROW_SPLITS))
+
+
 @dataclass(frozen=True)
 class ImplicitGemmTiles(TileConfig):
     """Tiles of the implicit GEMM; tma: operands read through tensor descriptors
     (kernels/conv_tma.py; forward and backward-data at stride 1), whose row tiles are
     rectangles of written pixels; precision: the GEMM's PRECISION where the tuner chooses it
     ("": geometry.brgemm_precision's, see tf32_product_candidates); filter_rows: a few-channel
-    forward steps over filter rows (see filter_rows_candidates)."""
+    layer read by filter rows (see filter_rows_candidates); splits: the reduction's splits
+    where the tiles choose them (0: the algorithm's)."""
 
     tma: bool = False
     precision: str = ""
     filter_rows: bool = False
+    splits: int = 0
 
 
 def tile_precision(p: ConvProblem, tiles: TileConfig) -> str:
@@ -131,7 +150,9 @@ def row_pairs(p: ConvProblem) -> int:
     return max(16, triton.next_power_of_2(p.kernel[-1] * (p.in_channels // p.groups)))
 
 
-def filter_rows_candidates(p: ConvProblem, candidates: list[TileConfig]) -> list[TileConfig]:
+def filter_rows_candidates(
+    p: ConvProblem, candidates: list[TileConfig], splits: int = 1
+) -> list[TileConfig]:
     """Tiles of few-channel layers (the packed reduction) that work by filter rows. Along a
     filter row the (rw, c) pairs of a channels-last input lie at fixed offsets from the row's
     first pixel (21 for a 7x7 filter over 3 channels), so a tile that takes one row's pairs
@@ -140,15 +161,18 @@ def filter_rows_candidates(p: ConvProblem, candidates: list[TileConfig]) -> list
     Forward (conv_addressing.fwd_rows_a_load): each step reads one row's pairs in chunks of
     row_pairs (at most 64); the packed tiles' shapes otherwise, the narrowest that spans the
     output channels first. Backward-filter (bwd_filter_rows_b_load): a column tile is one
-    row's pairs, block_n = row_pairs."""
+    row's pairs, block_n = row_pairs; where the algorithm splits the reduction (`splits`),
+    each shape also at filter_row_splits."""
     if p.device != "cuda" or not packed(p) or p.direction == Direction.BACKWARD_DATA:
         return []
     pairs = row_pairs(p)
     kg = p.out_channels // p.groups
     if p.direction == Direction.BACKWARD_FILTER:
         shapes = [(64, 64, 4, 4), (64, 128, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3)]
+        counts = [0] if splits == 1 else sorted({splits, filter_row_splits(p)})
         return [
-            ImplicitGemmTiles(bm, pairs, bk, 8, warps, stages, filter_rows=True)
+            ImplicitGemmTiles(bm, pairs, bk, 8, warps, stages, filter_rows=True, splits=n)
+            for n in counts
             for bm, bk, warps, stages in shapes
             if bm <= 2 * max(32, kg)
         ]
@@ -396,7 +420,7 @@ class ImplicitGemm(ConvAlgorithm):
         plain = self._tma_gemm_candidates(p, rows, cols, depth)
         if self.splits(p) > 1 and p.direction != Direction.BACKWARD_FILTER:
             return plain + candidates  # the TMA forward does not split its reduction
-        rows = filter_rows_candidates(p, candidates)
+        rows = filter_rows_candidates(p, candidates, self.splits(p))
         if rows and p.direction == Direction.FORWARD and depth > candidates[0].block_k:
             # The packed reduction takes several chunks (a 7x7 or 11x11 RGB stem): the
             # filter-row tiles first, the untuned choice (H100, bf16: ResNet-50's stem 0.155
@@ -474,7 +498,7 @@ class ImplicitGemm(ConvAlgorithm):
             a, b = pointwise
         gemm = BrgemmLaunch(
             a, b, c, m=rows, n=cols, steps=steps, batches=batches, tiles=tiles,
-            precision=tile_precision(p, tiles), splits=self.splits(p),
+            precision=tile_precision(p, tiles), splits=self._tile_splits(p, tiles),
         )  # fmt: skip
         direction = p.direction
 
@@ -485,6 +509,11 @@ class ImplicitGemm(ConvAlgorithm):
                 gemm(t.y, t.x, t.w, alpha=alpha, beta=beta, workspace=workspace)
 
         return run
+
+    def _tile_splits(self, p: ConvProblem, tiles: TileConfig) -> int:
+        """The tiles' own splits where they choose them, if this algorithm splits at all."""
+        splits = self.splits(p)
+        return (getattr(tiles, "splits", 0) or splits) if splits > 1 else 1
 
     def _prepare_tma_gemm(self, p: ConvProblem, tiles: TmaGemmTiles) -> Runner:
         """A 1x1 layer as a plain GEMM read through TMA descriptors (kernels/gemm_tma.py); the
@@ -655,7 +684,11 @@ class ImplicitGemmSplitK(ImplicitGemm):
 
     def workspace_bytes(self, p: ConvProblem) -> int:
         rows, cols, _, batches = gemm_shape(p)
-        if packed(p) and p.direction == Direction.BACKWARD_FILTER:
-            cols = max(cols, filter_row_columns(p))  # the filter-row tiles' padded columns
         splits = self.splits(p)
-        return 0 if splits == 1 else batches * splits * rows * cols * 4
+        if splits == 1:
+            return 0
+        if packed(p) and p.direction == Direction.BACKWARD_FILTER:
+            # The filter-row tiles: padded columns, and their own splits.
+            wide = filter_row_columns(p) * max(splits, filter_row_splits(p))
+            return batches * rows * max(cols * splits, wide) * 4
+        return batches * splits * rows * cols * 4
