@@ -687,5 +687,7 @@ def test_filter_rows_tiles_are_offered_for_few_channel_forward_on_a_gpu(monkeypa
     bwd = algo.tile_candidates(problem("backward_filter", 3, 7))
     bwd = [t for t in bwd if getattr(t, "filter_rows", False)]
     assert bwd and {t.block_n for t in bwd} == {32}
-    first = algo.tile_candidates(problem("backward_filter", 3, 7))[0]
-    assert not getattr(first, "filter_rows", False)
+    # The split algorithm puts them first, at their own split count.
+    q = problem("backward_filter", 3, 7)
+    first = rtdnn.algos.ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"].tile_candidates(q)[0]
+    assert first.filter_rows and first.splits == filter_row_splits(q)

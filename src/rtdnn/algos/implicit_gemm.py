@@ -168,8 +168,11 @@ def filter_rows_candidates(
     pairs = row_pairs(p)
     kg = p.out_channels // p.groups
     if p.direction == Direction.BACKWARD_FILTER:
-        shapes = [(64, 64, 4, 4), (64, 128, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3)]
-        counts = [0] if splits == 1 else sorted({splits, filter_row_splits(p)})
+        # First (H100, bf16 and fp16): 64 filters by one row's pairs, 128 pixels a step, split
+        # to fill the device. ResNet-50's 7x7 stem 0.169 ms against 0.217 at 32 splits and
+        # 0.578 for the packed tiles' best; VGG-16's 3x3 one 0.221 against 0.67 and 1.25.
+        shapes = [(64, 128, 4, 3), (64, 64, 4, 4), (128, 64, 8, 3), (128, 128, 8, 3)]
+        counts = [0] if splits == 1 else sorted({splits, filter_row_splits(p)}, reverse=True)
         return [
             ImplicitGemmTiles(bm, pairs, bk, 8, warps, stages, filter_rows=True, splits=n)
             for n in counts
@@ -421,13 +424,18 @@ class ImplicitGemm(ConvAlgorithm):
         if self.splits(p) > 1 and p.direction != Direction.BACKWARD_FILTER:
             return plain + candidates  # the TMA forward does not split its reduction
         rows = filter_rows_candidates(p, candidates, self.splits(p))
-        if rows and p.direction == Direction.FORWARD and depth > candidates[0].block_k:
-            # The packed reduction takes several chunks (a 7x7 or 11x11 RGB stem): the
-            # filter-row tiles first, the untuned choice (H100, bf16: ResNet-50's stem 0.155
-            # ms against the packed tiles' best 0.543; AlexNet's 0.73 against 1.20). A
-            # reduction of one chunk (3x3 over 3 channels: 27 of 32) keeps the packed tiles
-            # first (VGG-16's stem 0.161 against 0.224 ms).
-            return plain + rows + candidates + _tma_candidates(p, candidates)
+        forward = p.direction == Direction.FORWARD
+        if rows and (forward and depth > candidates[0].block_k or self.splits(p) > 1):
+            # The filter-row tiles first, the untuned choice, where they won on RGB stems
+            # (H100, bf16; BENCHMARKS.md): forward where the packed reduction takes several
+            # chunks (7x7 or 11x11: ResNet-50's stem 0.155 ms against the packed tiles' best
+            # 0.543; AlexNet's 0.73 against 1.20), and split weight gradients (3.4x to 5.6x
+            # faster). A forward reduction of one chunk (3x3 over 3 channels: 27 of 32) keeps
+            # the packed tiles first (VGG-16's stem 0.161 against 0.224 ms).
+            return (
+                plain + rows + candidates + _tma_candidates(p, candidates)
+                + tf32_product_candidates(p, candidates)
+            )  # fmt: skip
         return (
             plain
             + candidates
