@@ -73,7 +73,7 @@ from .ops import (
 )
 from .select import AlgoPerf
 
-__version__ = "0.1.3"
+__version__ = "0.1.4"
 
 __all__ = [
     "activation_backward",
