@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 
 import torch
 import triton
@@ -646,8 +646,7 @@ class Direct(ConvAlgorithm):
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
         kernel = getattr(tiles, "kernel", "fma")
         if kernel == "gemm":
-            inner = TileConfig(**{f.name: getattr(tiles, f.name) for f in fields(TileConfig)})
-            return direct_gemm.prepare(p, tiles.width, inner)
+            return direct_gemm.prepare(p, tiles.width, tiles.base())
         if kernel == "rows":
             return _prepare_rows(p, tiles)
         return _prepare_flat(p, tiles, kernel in ("dot", "dot_rows", "dot_taps"))

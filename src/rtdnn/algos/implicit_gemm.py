@@ -559,8 +559,7 @@ class ImplicitGemm(ConvAlgorithm):
         reason = tma_unsupported(p, tiles.block_k)
         if reason is not None:
             raise ValueError(f"TMA tiles for a problem they cannot run: {reason}")
-        fields = {k: v for k, v in asdict(tiles).items() if k not in ("tma", "precision")}
-        plain = self.prepare(p, TileConfig(**fields))
+        plain = self.prepare(p, tiles.base())
         if p.direction == Direction.BACKWARD_FILTER:
             return self._prepare_tma_filter(p, tiles, plain)
         geo = tma_geometry(p, tiles)

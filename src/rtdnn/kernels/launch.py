@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from triton import knobs
@@ -40,6 +40,10 @@ class TileConfig:
     group_m: int = 8
     num_warps: int = 4
     num_stages: int = 3
+
+    def base(self) -> TileConfig:
+        """These tiles' shape and launch parameters alone, without a subclass's choices."""
+        return TileConfig(**{f.name: getattr(self, f.name) for f in fields(TileConfig)})
 
 
 @dataclass(frozen=True)
