@@ -654,6 +654,35 @@ def test_backward_filter_by_filter_rows(x_shape, w_shape, conv, algo_name, dtype
             assert_close(out, expected)
 
 
+@pytest.mark.parametrize("direction", ["forward", "backward_filter"])
+def test_filter_rows_in_tf32_math(direction, gen):
+    """Float32 data in TF32 math through the filter-row tiles: forward with TF32 products
+    (the interpreter's are float32), the weight gradient as three bfloat16 products (bf16x3,
+    as the packed tiles: within about 2^-15 of float32's)."""
+    conv = _conv_kwargs(stride=2, padding=3, dilation=1)
+    x = make_tensor((2, 3, 13, 11), torch.float32, "channels_last", gen)
+    w = make_tensor((8, 3, 7, 7), torch.float32, "channels_last", gen)
+    y = reference.conv_forward(x, w, **conv)
+    dy = make_tensor(tuple(y.shape), torch.float32, "channels_last", gen)
+    desc = ConvDesc.create(2, **conv, math="tf32")
+    algo = rtdnn.algos.ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"]
+    if direction == "forward":
+        out = poisoned(tuple(y.shape), torch.float32, "channels_last")
+        descs, ref = [TensorDesc.of(t) for t in (x, w, out)], y
+        tensors = rtdnn.algos.ConvTensors(x, w, out)
+    else:
+        out = poisoned(w.shape, torch.float32, "channels_last")
+        descs = [TensorDesc.of(t) for t in (x, out, dy)]
+        ref = reference.conv_backward_filter(x, dy, w.shape, **conv)
+        tensors = rtdnn.algos.ConvTensors(x, out, dy)
+    p = ConvProblem.create(Direction(direction), *descs, desc, "cpu")
+    block_n = 32 if direction == "forward" else row_pairs(p)
+    tiles = ImplicitGemmTiles(32, block_n, 32, 1, 1, 1, filter_rows=True)
+    workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
+    algo.prepare(p, tiles)(tensors, workspace, 1.0, 0.0)
+    assert reference.rel_error(out, ref) < 5e-5
+
+
 def test_filter_rows_tiles_are_offered_for_few_channel_forward_on_a_gpu(monkeypatch):
     """The tuner gets filter-row tiles for the forward of packed (fewer than 16 channels per
     group) layers on a GPU, with chunks as long as a filter row's (rw, c) pairs, first where

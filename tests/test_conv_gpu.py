@@ -175,7 +175,7 @@ FEW_CHANNELS = [
 ]
 
 
-@pytest.mark.parametrize("case", ["bf16", "fp16"])
+@pytest.mark.parametrize("case", ["bf16", "fp16", "tf32", "fp32"])
 @pytest.mark.parametrize("shape", FEW_CHANNELS)
 @pytest.mark.parametrize("direction", ["forward", "backward_filter"])
 def test_few_channel_every_tile(direction, case, shape):
@@ -185,13 +185,13 @@ def test_few_channel_every_tile(direction, case, shape):
     from rtdnn.algos import ALGORITHMS, ConvTensors
     from rtdnn.ops.conv import _problem_for_selection
 
-    dtype, _, tol = CASES[case]
+    dtype, math_mode, tol = CASES[case]
     xs, ws, conv = shape
     x = _channels_last(torch.randn(xs, device="cuda", dtype=dtype))
     w = _channels_last(torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * ws[-1]) ** 0.5)
     bias = torch.randn(ws[0], device="cuda", dtype=dtype)
-    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", math=None)
-    p, _ = _problem_for_selection(direction, x, w, **{**args, **conv})
+    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation")
+    p, _ = _problem_for_selection(direction, x, w, math=math_mode, **{**args, **conv})
     if direction == "forward":
         p = dataclasses.replace(p, has_bias=True)
         ref = R.conv_forward(x, w, bias, **conv)
