@@ -423,9 +423,9 @@ class ImplicitGemm(ConvAlgorithm):
         plain = self._tma_gemm_candidates(p, rows, cols, depth)
         if self.splits(p) > 1 and p.direction != Direction.BACKWARD_FILTER:
             return plain + candidates  # the TMA forward does not split its reduction
-        rows = filter_rows_candidates(p, candidates, self.splits(p))
+        by_rows = filter_rows_candidates(p, candidates, self.splits(p))
         forward = p.direction == Direction.FORWARD
-        if rows and (forward and depth > candidates[0].block_k or self.splits(p) > 1):
+        if by_rows and (forward and depth > candidates[0].block_k or self.splits(p) > 1):
             # The filter-row tiles first, the untuned choice, where they won on RGB stems
             # (H100, bf16; BENCHMARKS.md): forward where the packed reduction takes several
             # chunks (7x7 or 11x11: ResNet-50's stem 0.155 ms against the packed tiles' best
@@ -433,7 +433,7 @@ class ImplicitGemm(ConvAlgorithm):
             # faster). A forward reduction of one chunk (3x3 over 3 channels: 27 of 32) keeps
             # the packed tiles first (VGG-16's stem 0.161 against 0.224 ms).
             return (
-                plain + rows + candidates + _tma_candidates(p, candidates)
+                plain + by_rows + candidates + _tma_candidates(p, candidates)
                 + tf32_product_candidates(p, candidates)
             )  # fmt: skip
         return (
@@ -441,7 +441,7 @@ class ImplicitGemm(ConvAlgorithm):
             + candidates
             + _tma_candidates(p, candidates)
             + tf32_product_candidates(p, candidates)
-            + rows
+            + by_rows
         )
 
     def _tma_gemm_candidates(
