@@ -143,11 +143,16 @@ def tf32_product_candidates(p: ConvProblem, candidates: list[TileConfig]) -> lis
     return [ImplicitGemmTiles(**asdict(t), precision="tf32") for t in candidates]
 
 
+def row_run(p: ConvProblem) -> int:
+    """A filter row's (rw, c) pairs: its width times the channels per group."""
+    return p.kernel[-1] * (p.in_channels // p.groups)
+
+
 def row_pairs(p: ConvProblem) -> int:
     """A filter row's (rw, c) pairs, padded to a power of two of at least 16 (a tensor-core
     operand's side): the chunk (forward) or column tile (backward-filter) of the tiles that
     work by filter rows."""
-    return max(16, triton.next_power_of_2(p.kernel[-1] * (p.in_channels // p.groups)))
+    return max(16, triton.next_power_of_2(row_run(p)))
 
 
 def filter_rows_candidates(
@@ -193,8 +198,7 @@ def filter_rows_candidates(
 def filter_row_steps(p: ConvProblem, block_k: int) -> int:
     """Reduction steps of the forward by filter rows: each filter row's (rw, c) pairs in
     chunks of block_k."""
-    run = p.kernel[-1] * (p.in_channels // p.groups)
-    return math.prod(p.kernel[:-1]) * cdiv(run, block_k)
+    return math.prod(p.kernel[:-1]) * cdiv(row_run(p), block_k)
 
 
 def filter_row_columns(p: ConvProblem) -> int:
@@ -425,24 +429,18 @@ class ImplicitGemm(ConvAlgorithm):
             return plain + candidates  # the TMA forward does not split its reduction
         by_rows = filter_rows_candidates(p, candidates, self.splits(p))
         forward = p.direction == Direction.FORWARD
-        if by_rows and (forward and depth > candidates[0].block_k or self.splits(p) > 1):
-            # The filter-row tiles first, the untuned choice, where they won on RGB stems
-            # (H100, bf16; BENCHMARKS.md): forward where the packed reduction takes several
-            # chunks (7x7 or 11x11: ResNet-50's stem 0.155 ms against the packed tiles' best
-            # 0.543; AlexNet's 0.73 against 1.20), and split weight gradients (3.4x to 5.6x
-            # faster). A forward reduction of one chunk (3x3 over 3 channels: 27 of 32) keeps
-            # the packed tiles first (VGG-16's stem 0.161 against 0.224 ms).
-            return (
-                plain + by_rows + candidates + _tma_candidates(p, candidates)
-                + tf32_product_candidates(p, candidates)
-            )  # fmt: skip
+        # The filter-row tiles first, the untuned choice, where they won on RGB stems (H100,
+        # bf16; BENCHMARKS.md): forward where the packed reduction takes several chunks (7x7
+        # or 11x11: ResNet-50's stem 0.155 ms against the packed tiles' best 0.543; AlexNet's
+        # 0.73 against 1.20), and split weight gradients (3.4x to 5.6x faster). A forward
+        # reduction of one chunk (3x3 over 3 channels: 27 of 32) keeps the packed tiles first
+        # (VGG-16's stem 0.161 against 0.224 ms).
+        rows_first = forward and depth > candidates[0].block_k or self.splits(p) > 1
+        first, last = (by_rows, []) if rows_first else ([], by_rows)
         return (
-            plain
-            + candidates
-            + _tma_candidates(p, candidates)
-            + tf32_product_candidates(p, candidates)
-            + by_rows
-        )
+            plain + first + candidates + _tma_candidates(p, candidates)
+            + tf32_product_candidates(p, candidates) + last
+        )  # fmt: skip
 
     def _tma_gemm_candidates(
         self, p: ConvProblem, rows: int, cols: int, depth: int
