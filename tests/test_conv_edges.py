@@ -634,18 +634,18 @@ def test_backward_filter_by_filter_rows(x_shape, w_shape, conv, algo_name, dtype
     prior = make_tensor(w_shape, dtype, layout, gen)
     desc = ConvDesc.create(len(x_shape) - 2, **conv, math=MATH)
     algo = rtdnn.algos.ALGORITHMS[algo_name]
+    descs = [TensorDesc.of(t) for t in (x, prior, dy)]
+    p = ConvProblem.create(Direction.BACKWARD_FILTER, *descs, desc, "cpu")
+    # Where the algorithm splits: its splits, the filter-row tiles' own, and enough splits for
+    # a second launch to sum the partial tiles (BrgemmLaunch.FINISH_APART_FROM).
+    split_counts = (0,) if algo.splits(p) == 1 else (0, filter_row_splits(p), 17)
+    partials = max(split_counts) * w_shape[0] * filter_row_columns(p) * 4
+    workspace = torch.empty(max(algo.workspace_bytes(p), partials), dtype=torch.uint8)
     for alpha, beta in ((1.0, 0.0), (0.5, 2.0)):
-        out = poisoned(w_shape, dtype, layout) if beta == 0 else prior.clone()
-        descs = [TensorDesc.of(t) for t in (x, out, dy)]
-        p = ConvProblem.create(Direction.BACKWARD_FILTER, *descs, desc, "cpu")
-        # The algorithm's splits, the filter-row tiles' own, and enough splits for a second
-        # launch to sum the partial tiles (BrgemmLaunch.FINISH_APART_FROM).
-        for splits in (0, filter_row_splits(p), 17):
+        for splits in split_counts:
             tiles = ImplicitGemmTiles(
                 32, row_pairs(p), 32, 1, 1, 1, filter_rows=True, splits=splits
             )
-            partials = 17 * w_shape[0] * filter_row_columns(p) * 4
-            workspace = torch.empty(max(algo.workspace_bytes(p), partials), dtype=torch.uint8)
             out = poisoned(w_shape, dtype, layout) if beta == 0 else prior.clone()
             algo.prepare(p, tiles)(rtdnn.algos.ConvTensors(x, out, dy), workspace, alpha, beta)
             expected = reference.conv_backward_filter(
