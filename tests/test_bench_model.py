@@ -33,3 +33,23 @@ def test_model_names_and_direct_kernels_counted_as_convolution():
     assert category("cudnn_generated_fort_native_sdpa_sm90") == "attention"
     with pytest.raises(ValueError, match="convnext_tiny"):
         build("vgg11")
+
+
+def test_markdown_names_the_compile_rows_and_first_call_seconds():
+    """A GPU run with compile_mode: the torch.compile rows sit under the eager and graph rows,
+    named by mode, with their ratios and each side's seconds of first calls."""
+    from rtdnn.bench.model import markdown
+
+    r = {"model": "resnet50", "batch": 128, "dtype": "bf16", "device": "NVIDIA H100",
+         "output_rel_diff": 1e-3, "compile_mode": "reduce-overhead"}  # fmt: skip
+    for i, kind in enumerate(("inference", "training", "compiled_inference", "compiled_training")):
+        r[f"pytorch_{kind}_img_s"], r[f"rtdnn_{kind}_img_s"] = 100.0 + i, 150.0 + i
+    for side in ("pytorch", "rtdnn"):
+        r[f"{side}_compile_inference_s"], r[f"{side}_compile_training_s"] = 12.0, 40.0
+    lines = markdown(r).splitlines()
+    assert "| inference, torch.compile (reduce-overhead) | 102.0 | 152.0 | 1.49 |" in lines
+    assert "| training, torch.compile (reduce-overhead) | 103.0 | 153.0 | 1.49 |" in lines
+    assert "| inference, CUDA graph | capture failed | capture failed | |" in lines
+    assert any("rtdnn training 40 s" in line for line in lines)
+    del r["compile_mode"]
+    assert not any("torch.compile" in line for line in markdown(r).splitlines())

@@ -52,6 +52,7 @@ def no_work(monkeypatch):
         (["bench", "--op", "all", "--dtype", "fp16"], ["--dtype", "not used by --op"]),
         (["bench", "--model", "small", "--limit", "3"], ["--limit", "not used by --model"]),
         (["bench", "--no-fuse"], ["--no-fuse", "not used by the convolution suite"]),
+        (["bench", "--compile", "default"], ["--compile", "not used by the convolution suite"]),
         (["bench", "--out", "pyproject.toml"], ["--out", "not a folder"]),
         (["bench", "--algo", "nosuch"], ["--algo", "'nosuch'", "all", "IMPLICIT_GEMM", "FFT"]),
         (["bench", "--algo", "all", "--find"], ["--find", "not used by --algo"]),

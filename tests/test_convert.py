@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 from conftest import assert_close
 
@@ -116,6 +117,52 @@ def test_compiled_converted_model():
     with torch.backends.cudnn.flags(allow_tf32=False):
         out = torch.compile(converted, fullgraph=True, backend="eager")(x)
         assert_close(out, model(x).detach().double())
+
+
+def test_traced_ops_become_inductor_fallbacks_with_the_default_stride_constraint():
+    """Once a trace has met an rtdnn op with Inductor loaded, every rtdnn op has a fallback
+    lowering with the stride constraint Inductor gives custom ops by default (eager strides or
+    their order, by torch version), so Inductor never takes its implicit-fallback road (whose
+    log line, in torch 2.11, formats each argument's whole IR history)."""
+    from torch._inductor import lowering
+    from torch._library.utils import get_layout_constraint_tag
+
+    from rtdnn.autograd._custom_op import OP_NAMES
+
+    conv = rtdnn.nn.Conv2d(3, 4, 3)
+    x = torch.randn(1, 3, 6, 6)
+    torch.compile(conv, fullgraph=True, backend="aot_eager")(x)
+    assert len(OP_NAMES) >= 40 and "rtdnn::rnn_backward" in OP_NAMES
+    for name in OP_NAMES:
+        packet = getattr(torch.ops.rtdnn, name.removeprefix("rtdnn::"))
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            assert op in lowering.lowerings, name
+            tag = get_layout_constraint_tag(op, with_default=True)
+            constraint = lowering.tag_to_layout_constraint(tag)
+            assert constraint is not None and lowering._maybe_layout_constraints[op] is constraint
+
+
+@pytest.mark.slow
+def test_inductor_compiles_a_converted_residual_network(monkeypatch):
+    """torch.compile's default backend (Inductor) on a converted network with a residual
+    branch: one graph, rtdnn's ops run as registered fallback kernels (Inductor's log of
+    implicit fallbacks names none of them), the same output as eager."""
+    from torch._inductor import config, graph
+
+    logged = []
+    monkeypatch.setattr(graph.log, "info", lambda msg, *args: logged.append((msg, args)))
+    monkeypatch.setattr(config, "fx_graph_cache", False)  # lower the graph, not a cached one
+    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
+    torch.manual_seed(5)
+    model = small_resnet().eval()
+    converted, _ = rtdnn.convert(model, fuse=True)
+    x = torch.randn(1, 3, 8, 8).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        out = torch.compile(converted, fullgraph=True)(x)
+        assert_close(out, converted(x).double())
+    fallbacks = [str(args[0]) for msg, args in logged if "implicit fallback" in msg]
+    assert not [f for f in fallbacks if "rtdnn" in f]
 
 
 def test_autocast_casts_conv_and_linear_inputs():

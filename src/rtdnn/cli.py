@@ -39,7 +39,7 @@ _USED_BY = {
     "suite": {"suite", "dtype", "direction", "batch", "limit", "find", "eager"},
     "algo": {"suite", "dtype", "direction", "batch", "limit", "algo", "math"},
     "op": {"limit"},  # --op attention, rnn, ctc, grid_sample: the first N cases
-    "model": {"dtype", "batch", "no_fuse"},
+    "model": {"dtype", "batch", "no_fuse", "compile"},
     "micro_batch": {"suite", "dtype", "direction", "batch", "limit", "policies", "budget"},
 }
 _KIND_NAMES = {
@@ -160,6 +160,14 @@ def _parser() -> argparse.ArgumentParser:
         "--no-fuse",
         action="store_true",
         help="with --model: convert without fusing batch norm with the ReLU and add after it",
+    )
+    bench.add_argument(
+        "--compile",
+        choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+        default=None,
+        metavar="MODE",
+        help="with --model: also time both models under torch.compile(mode=MODE) (default, "
+        "reduce-overhead, max-autotune, max-autotune-no-cudagraphs; GPU only)",
     )
     bench.add_argument(
         "--micro-batch",
@@ -338,8 +346,8 @@ def _validate_bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"{flags}: give one of them")
     kind = chosen[0] if chosen else "algo" if args.algo is not None else "suite"
     options = (
-        "suite", "dtype", "direction", "batch", "limit", "find", "eager", "no_fuse", "algo", "math",
-        "policies", "budget",
+        "suite", "dtype", "direction", "batch", "limit", "find", "eager", "no_fuse", "compile",
+        "algo", "math", "policies", "budget",
     )  # fmt: skip
     given = [name for name in options if getattr(args, name) not in (None, False)]
     unused = [name for name in given if name not in _USED_BY[kind]]
@@ -442,7 +450,7 @@ def _bench(args) -> int:
     elif not torch.cuda.is_available() and args.model is not None:
         print("No CUDA device: a smoke run of the small CNN through Triton's interpreter.")
         ignored = [f"--model {args.model}"] if args.model != "small" else []
-        ignored += ["--" + name for name in args.given if name in ("batch", "dtype")]
+        ignored += ["--" + name for name in args.given if name in ("batch", "dtype", "compile")]
         if ignored:
             print(f"({', '.join(ignored)}: for the GPU benchmark; the smoke run takes none)")
         from .bench.model import run_model
@@ -465,8 +473,9 @@ def _bench(args) -> int:
         from .bench.model import run_model
 
         run_model(
-            args.model, args.batch or 128, args.dtype, out_dir=args.out, fuse=not args.no_fuse
-        )
+            args.model, args.batch or 128, args.dtype, out_dir=args.out, fuse=not args.no_fuse,
+            compile_mode=args.compile,
+        )  # fmt: skip
         status = 0
     else:
         from .bench.conv import DIRECTIONS, run_suite

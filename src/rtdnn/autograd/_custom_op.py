@@ -10,11 +10,15 @@ outside any tracing each op runs its implementation directly, or, when an input 
 gradient, through a torch.autograd.Function built from the same forward, setup_context and
 backward. Under torch.compile, fake tensors, tensor subclasses or dispatch modes the call goes
 through the registered custom op, so traced graphs hold rtdnn::* ops.
+
+Inductor runs these ops as they are (fallback kernels): they are registered as such before
+torch.compile's first compilation (see lower_as_fallbacks).
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 
 import torch
 from torch import Tensor
@@ -23,6 +27,36 @@ from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from ..core import BadParamError, check_scaling
 
 _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+
+#: The name of every rtdnn custom op ("rtdnn::conv_forward", ...), for lower_as_fallbacks.
+OP_NAMES: list[str] = []
+_lowered: list[str] = []  # the names lower_as_fallbacks has registered
+
+
+def lower_as_fallbacks() -> None:
+    """Tell Inductor to run each rtdnn op as it is (a fallback kernel), with the stride
+    constraint it gives by default to a custom op it has no lowering for (the eager strides,
+    or their order, by torch version), once Inductor is loaded; does nothing after the first
+    time.
+
+    It must be told beforehand because on meeting such an op Inductor (torch 2.11) first
+    formats a log line with each argument's whole IR history, which grows exponentially with
+    a network's depth where residual branches join: compiling a converted ResNet-50 did not
+    finish in five minutes. The ops' fake kernels call this: Inductor traces them (through
+    AOTAutograd) before it lowers the graph, and has loaded its lowering module by then."""
+    lowering = sys.modules.get("torch._inductor.lowering")
+    if lowering is None or len(_lowered) == len(OP_NAMES):
+        return
+    from torch._library.utils import get_layout_constraint_tag
+
+    for name in OP_NAMES[len(_lowered) :]:
+        packet = getattr(torch.ops.rtdnn, name.removeprefix("rtdnn::"))
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            if op not in lowering.lowerings:
+                tag = get_layout_constraint_tag(op, with_default=True)
+                lowering.make_fallback(op, lowering.tag_to_layout_constraint(tag), warn=False)
+        _lowered.append(name)
 
 
 class CustomOp:
@@ -36,6 +70,7 @@ class CustomOp:
         self.fn = fn
         self.eager = fn
         self.op = torch.library.custom_op(name, mutates_args=())(fn)
+        OP_NAMES.append(name)
         self.function: type[torch.autograd.Function] | None = None
         functools.update_wrapper(self, fn)
 
@@ -49,7 +84,12 @@ class CustomOp:
         self.eager = eager
 
     def register_fake(self, fake):
-        return self.op.register_fake(fake)
+        @functools.wraps(fake)
+        def fake_for_inductor(*args, **kwargs):
+            lower_as_fallbacks()
+            return fake(*args, **kwargs)
+
+        return self.op.register_fake(fake_for_inductor)
 
     def register_autograd(self, backward, *, setup_context) -> None:
         self.op.register_autograd(backward, setup_context=setup_context)

@@ -19,7 +19,7 @@ from torch import Tensor
 from ..kernels.rnn import MODES
 from ..ops.rnn import RnnSpec, prepare, reserve_sizes, rnn_backward_packed, rnn_forward_packed
 from ..ops.rnn import rnn as plain_rnn
-from ._custom_op import records_grad
+from ._custom_op import OP_NAMES, lower_as_fallbacks, records_grad
 
 
 def _spec(x: Tensor, weights, mode, num_layers, bidirectional, bias, proj_size):
@@ -57,6 +57,7 @@ def rnn(
 @rnn.register_fake
 def _(x, h0, c0, weights, batch_sizes, mode, num_layers, bidirectional, bias, proj_size,
       dropout, training, seed, math):  # fmt: skip
+    lower_as_fallbacks()
     spec = _spec(x, weights, mode, num_layers, bidirectional, bias, proj_size)
     rows = x.shape[0]
     f32, data = reserve_sizes(spec, rows)
@@ -68,6 +69,9 @@ def _(x, h0, c0, weights, batch_sizes, mode, num_layers, bidirectional, bias, pr
         x.new_empty(f32, dtype=torch.float32),
         x.new_empty(data),
     )
+
+
+OP_NAMES.append("rtdnn::rnn")  # for Inductor, as the CustomOp ops (lower_as_fallbacks)
 
 
 @torch.library.custom_op("rtdnn::rnn_backward", mutates_args=())
@@ -101,6 +105,7 @@ def rnn_backward(
 @rnn_backward.register_fake
 def _(dy, dh_n, dc_n, x, weights, reserve_f32, reserve_data, batch_sizes, mode, num_layers,
       bidirectional, bias, proj_size, dropout, training, seed, math):  # fmt: skip
+    lower_as_fallbacks()
     dc0 = x.new_empty(dc_n.shape if dc_n is not None else (0,))
     return (
         x.new_empty(x.shape),
@@ -108,6 +113,9 @@ def _(dy, dh_n, dc_n, x, weights, reserve_f32, reserve_data, batch_sizes, mode, 
         dc0,
         [w.new_empty(w.shape) for w in weights],
     )
+
+
+OP_NAMES.append("rtdnn::rnn_backward")
 
 
 def _setup_context(ctx, inputs, output):

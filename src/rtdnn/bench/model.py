@@ -5,7 +5,8 @@ PyTorch model (cuDNN, benchmark mode), in one process.
 Measures inference and training-step throughput (images/s; SGD with momentum, autocast,
 channels-last), issued eagerly from Python and, on a GPU, replayed from a CUDA graph of the
 whole step (forward, backward and optimizer step captured once), which takes the host's cost of
-issuing each layer out of both sides; the converted model's output difference from PyTorch's;
+issuing each layer out of both sides; on request, both models under torch.compile (the loss
+and optimizer stay eager); the converted model's output difference from PyTorch's;
 and where the GPU time of a training step goes by layer type (convolution, normalization,
 pooling, activation, other), from the profiler's kernel names. Without a GPU it runs a smoke
 version: the small CNN for two steps through the interpreter, checking that conversion, forward
@@ -136,9 +137,13 @@ def run_model(
     steps: int = 20,
     out_dir: str | None = None,
     fuse: bool = True,
+    compile_mode: str | None = None,
 ) -> dict:
     """Benchmark `name` converted (with `convert(fuse=fuse)`: batch norm fused with the ReLU and
-    residual add after it) and unconverted; print a markdown table; return the numbers."""
+    residual add after it) and unconverted; print a markdown table; return the numbers.
+    compile_mode: also time both models under torch.compile(mode=compile_mode) ("default",
+    "reduce-overhead", ...; on a GPU only), the seconds of each side's first calls (tracing
+    and compiling) reported beside."""
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     if not cuda:  # a smoke run through the interpreter
@@ -209,6 +214,21 @@ def run_model(
                 for _ in range(rounds):
                     rate = _images_per_s(replay, batch, steps, 2, device)
                     samples.setdefault(f"{label}_graph_{kind}_img_s", []).append(rate)
+    if cuda and compile_mode is not None:
+        results["compile_mode"] = compile_mode
+        for label, (net, infer, train) in steps_fns.items():
+            compiled = torch.compile(net, mode=compile_mode)
+            for kind, fn, mode in (("inference", infer, False), ("training", train, True)):
+                net.train(mode)
+                step = functools.partial(fn, compiled)
+                start = time.perf_counter()
+                for _ in range(3):  # tracing, compiling; reduce-overhead records its graphs
+                    step()
+                _sync(device)
+                results[f"{label}_compile_{kind}_s"] = time.perf_counter() - start
+                for _ in range(rounds):
+                    rate = _images_per_s(step, batch, steps, 2, device)
+                    samples.setdefault(f"{label}_compiled_{kind}_img_s", []).append(rate)
     for key, values in samples.items():
         results[key] = sorted(values)[len(values) // 2]
         results[key + "_rounds"] = values
@@ -232,8 +252,21 @@ def run_model(
     return results
 
 
-#: The throughput rows: eager steps, then the same steps replayed from CUDA graphs.
-KINDS = ("inference", "training", "graph_inference", "graph_training")
+#: The throughput rows: eager steps, the same steps replayed from CUDA graphs, and the models
+#: under torch.compile.
+KINDS = (
+    "inference", "training", "graph_inference", "graph_training", "compiled_inference",
+    "compiled_training",
+)  # fmt: skip
+
+
+def _row_label(kind: str, r: dict) -> str:
+    """The table's name for a throughput row."""
+    if kind.startswith("graph_"):
+        return kind.removeprefix("graph_") + ", CUDA graph"
+    if kind.startswith("compiled_"):
+        return kind.removeprefix("compiled_") + f", torch.compile ({r['compile_mode']})"
+    return kind
 
 
 def markdown(r: dict) -> str:
@@ -246,7 +279,9 @@ def markdown(r: dict) -> str:
     ]
     for kind in KINDS:
         a, b = r.get(f"pytorch_{kind}_img_s"), r.get(f"rtdnn_{kind}_img_s")
-        label = kind.replace("graph_", "") + (", CUDA graph" if kind.startswith("graph") else "")
+        if kind.startswith("compiled_") and "compile_mode" not in r:
+            continue
+        label = _row_label(kind, r)
         if a is None or b is None:  # no graph rows without a GPU, or a capture that failed
             if not r["device"].startswith("cpu"):
                 cells = [f"{v:.1f}" if v is not None else "capture failed" for v in (a, b)]
@@ -254,6 +289,13 @@ def markdown(r: dict) -> str:
             continue
         lines.append(f"| {label} | {a:.1f} | {b:.1f} | {b / a:.2f} |")
     lines += ["", f"converted output vs PyTorch: relative difference {r['output_rel_diff']:.1e}"]
+    if "compile_mode" in r:
+        first = ", ".join(
+            f"{side} {kind} {r[f'{side}_compile_{kind}_s']:.0f} s"
+            for side in ("pytorch", "rtdnn")
+            for kind in ("inference", "training")
+        )
+        lines += ["", f"torch.compile's first three calls (tracing, compiling): {first}"]
     if r["device"].startswith("cpu"):
         lines += [
             "",

@@ -1,0 +1,63 @@
+"""A model (ResNet-50 unless MODEL is given) under torch.compile(mode=MODE), converted and not:
+seconds of the first three calls and images/s afterwards, inference and then training,
+printed as each is measured (a slow compile still leaves the earlier lines).
+    PYTHONPATH=src python benchmarks/probes/compile_model.py [MODE] [MODEL] [KINDS]
+KINDS: inference,training (default both).
+"""
+
+import sys
+import time
+
+import torch
+from host_timing import resnet50_pair, sgd_train_step
+
+import rtdnn
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "reduce-overhead"
+name = sys.argv[2] if len(sys.argv) > 2 else "resnet50"
+kinds = (sys.argv[3] if len(sys.argv) > 3 else "inference,training").split(",")
+batch = 128
+model, converted, x, target = resnet50_pair(batch, name)
+print(f"{name}: built", flush=True)
+nets = {"rtdnn": (converted, rtdnn.nn.CrossEntropyLoss()),
+        "pytorch": (model, torch.nn.CrossEntropyLoss())}  # fmt: skip
+
+
+def rate(step, steps: int = 20) -> float:
+    for _ in range(2):
+        step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return batch * steps / (time.perf_counter() - t0)
+
+
+for kind in kinds:
+    for side, (net, loss_fn) in nets.items():
+        net.train(kind == "training")
+        if kind == "inference":
+
+            def step(net=net):
+                with torch.no_grad(), torch.autocast("cuda", torch.bfloat16):
+                    net(x)
+        else:
+            step = sgd_train_step(net, loss_fn, x, target)
+        eager = rate(step)
+        compiled = torch.compile(net, mode=mode)
+        if kind == "inference":
+
+            def cstep(net=compiled):
+                with torch.no_grad(), torch.autocast("cuda", torch.bfloat16):
+                    net(x)
+        else:
+            cstep = sgd_train_step(compiled, loss_fn, x, target)
+        t0 = time.perf_counter()
+        for _ in range(3):
+            cstep()
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t0
+        fast = [round(rate(cstep)) for _ in range(3)]
+        print(f"{side} {kind}: eager {eager:.0f} img/s; torch.compile({mode}) first three calls "
+              f"{first:.0f} s, then {fast} img/s", flush=True)  # fmt: skip
