@@ -165,6 +165,24 @@ def test_inductor_compiles_a_converted_residual_network(monkeypatch):
     assert not [f for f in fallbacks if "rtdnn" in f]
 
 
+@pytest.mark.slow
+def test_inductor_trains_a_converted_network_like_eager():
+    """A training step of a converted residual network compiled by Inductor: the parameters'
+    gradients and the batch norms' running statistics match the eager step's."""
+    torch.manual_seed(6)
+    converted, _ = rtdnn.convert(small_resnet(), fuse=True)
+    twin = copy.deepcopy(converted)
+    x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
+    target = torch.randint(0, 5, (2,))
+    for net in (converted, torch.compile(twin, fullgraph=True)):
+        torch.nn.functional.cross_entropy(net(x), target).backward()
+    for a, b in zip(converted.parameters(), twin.parameters(), strict=True):
+        assert_close(b.grad, a.grad.double())
+    for a, b in zip(converted.buffers(), twin.buffers(), strict=True):
+        if a.dtype.is_floating_point:
+            assert_close(b, a.double())
+
+
 def test_autocast_casts_conv_and_linear_inputs():
     """Under torch.autocast the converted convolutions and linear layers compute in the autocast
     dtype (float16 here: the interpreter's bfloat16 matmul is wrong), like torch's own."""
