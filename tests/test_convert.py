@@ -152,13 +152,13 @@ def test_inductor_compiles_a_converted_residual_network(monkeypatch):
 
     logged = []
     monkeypatch.setattr(graph.log, "info", lambda msg, *args: logged.append((msg, args)))
-    monkeypatch.setattr(config, "fx_graph_cache", False)  # lower the graph, not a cached one
-    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
     torch.manual_seed(5)
     model = small_resnet().eval()
     converted, _ = rtdnn.convert(model, fuse=True)
     x = torch.randn(1, 3, 8, 8).to(memory_format=torch.channels_last)
-    with torch.no_grad():
+    # Caches off: Inductor lowers the graph rather than loading what an earlier run stored.
+    no_cache = torch._functorch.config.patch(enable_autograd_cache=False)
+    with torch.no_grad(), config.patch(fx_graph_cache=False), no_cache:
         out = torch.compile(converted, fullgraph=True)(x)
         assert_close(out, converted(x).double())
     fallbacks = [str(args[0]) for msg, args in logged if "implicit fallback" in msg]

@@ -11,8 +11,9 @@ gradient, through a torch.autograd.Function built from the same forward, setup_c
 backward. Under torch.compile, fake tensors, tensor subclasses or dispatch modes the call goes
 through the registered custom op, so traced graphs hold rtdnn::* ops.
 
-Inductor runs these ops as they are (fallback kernels): they are registered as such before
-torch.compile's first compilation (see lower_as_fallbacks).
+Inductor runs these ops as they are (fallback kernels): they are registered as such when a trace
+first meets one of them with Inductor loaded, before Inductor lowers the graph (see
+lower_as_fallbacks).
 """
 
 from __future__ import annotations
@@ -47,7 +48,12 @@ def lower_as_fallbacks() -> None:
     lowering = sys.modules.get("torch._inductor.lowering")
     if lowering is None or len(_lowered) == len(OP_NAMES):
         return
-    from torch._library.utils import get_layout_constraint_tag
+    try:  # torch's private helpers: without them Inductor takes its own road, slow but right
+        from torch._library.utils import get_layout_constraint_tag
+
+        make_fallback, constraint_of = lowering.make_fallback, lowering.tag_to_layout_constraint
+    except (ImportError, AttributeError):
+        return
 
     for name in OP_NAMES[len(_lowered) :]:
         packet = getattr(torch.ops.rtdnn, name.removeprefix("rtdnn::"))
@@ -55,7 +61,7 @@ def lower_as_fallbacks() -> None:
             op = getattr(packet, overload)
             if op not in lowering.lowerings:
                 tag = get_layout_constraint_tag(op, with_default=True)
-                lowering.make_fallback(op, lowering.tag_to_layout_constraint(tag), warn=False)
+                make_fallback(op, constraint_of(tag), warn=False)
         _lowered.append(name)
 
 
