@@ -2,7 +2,8 @@
 --threads (one line per distinct stack: 'thread (TID): NAME', frames separated by ';', then a
 count of samples). The main thread's samples inside timed_loop are kept; of the other threads,
 those of autograd's engine working on a node (evaluate_function) and, counted apart, the
-engine's idle ones. Triton's compiler is left out.
+engine's idle ones. Samples inside a compilation (Triton's compiler, the first call of a
+kernel signature) are left out and counted.
     python benchmarks/probes/host_spy_report.py OUT.txt [TOP]
 Prints, per thread: the samples, the top frames by own samples (the stack's last frame; with
 --native, C++ frames count apart from the Python that called them) and by inclusive samples
@@ -18,6 +19,12 @@ top = int(sys.argv[2]) if len(sys.argv) > 2 else 40
 own: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 inclusive: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 totals: collections.Counter = collections.Counter()
+compiling = 0
+
+
+def compiles(frame: str) -> bool:
+    """A frame of a kernel's compilation (a warm-up step's first call of a signature)."""
+    return "triton/compiler/" in frame or "_do_compile" in frame or "triton/runtime/build" in frame
 
 
 def frame_name(frame: str) -> str:
@@ -34,7 +41,8 @@ for line in open(path):
     if not count.isdigit():
         continue
     thread, *frames = stack.split(";")
-    if any("compiler" in f or "_slow_path" in f for f in frames):
+    if any(compiles(f) for f in frames):
+        compiling += int(count)
         continue
     if "MainThread" in thread:
         if not any("timed_loop" in f for f in frames):
@@ -54,6 +62,7 @@ for line in open(path):
     for name in set(names):
         inclusive[kind][name] += n
 
+print(f"(left out: {compiling} samples inside compilations)")
 for kind, total in sorted(totals.items()):
     print(f"== {kind}: {total} samples")
     if kind.endswith("waiting"):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 
 import torch
 from torch import Tensor
@@ -31,38 +32,47 @@ _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 #: The name of every rtdnn custom op ("rtdnn::conv_forward", ...), for lower_as_fallbacks.
 OP_NAMES: list[str] = []
-_lowered: list[str] = []  # the names lower_as_fallbacks has registered
+_lowered: set[str] = set()  # the names lower_as_fallbacks has dealt with
+_lowering_lock = threading.Lock()
 
 
 def lower_as_fallbacks() -> None:
-    """Tell Inductor to run each rtdnn op as it is (a fallback kernel), with the stride
-    constraint it gives by default to a custom op it has no lowering for (the eager strides,
-    or their order, by torch version), once Inductor is loaded; does nothing after the first
-    time.
+    """Once Inductor is loaded, tell it to run each rtdnn op not yet told as it is (a fallback
+    kernel), with the stride constraint it gives by default to a custom op it has no lowering
+    for (the eager strides, or their order, by torch version).
 
     It must be told beforehand because on meeting such an op Inductor (torch 2.11) first
     formats a log line with each argument's whole IR history, which grows exponentially with
     a network's depth where residual branches join: compiling a converted ResNet-50 did not
-    finish in five minutes. The ops' fake kernels call this: Inductor traces them (through
-    AOTAutograd) before it lowers the graph, and has loaded its lowering module by then."""
+    finish in five minutes (later torch versions format it only when the log is on). The ops'
+    fake kernels call this: Inductor traces them (through AOTAutograd) before it lowers the
+    graph, and has loaded its lowering module by then. Where torch's private helpers are
+    missing or refuse, Inductor is left to its own road, slow but right: this never fails a
+    trace."""
     lowering = sys.modules.get("torch._inductor.lowering")
-    if lowering is None or len(_lowered) == len(OP_NAMES):
+    if lowering is None or len(_lowered) >= len(OP_NAMES):
         return
-    try:  # torch's private helpers: without them Inductor takes its own road, slow but right
-        from torch._library.utils import get_layout_constraint_tag
+    with _lowering_lock:
+        for name in OP_NAMES:
+            if name in _lowered:
+                continue
+            _lowered.add(name)
+            try:
+                _register_fallback(lowering, name)
+            except Exception:  # it only spares Inductor a slow road: never fail a trace
+                pass
 
-        make_fallback, constraint_of = lowering.make_fallback, lowering.tag_to_layout_constraint
-    except (ImportError, AttributeError):
-        return
 
-    for name in OP_NAMES[len(_lowered) :]:
-        packet = getattr(torch.ops.rtdnn, name.removeprefix("rtdnn::"))
-        for overload in packet.overloads():
-            op = getattr(packet, overload)
-            if op not in lowering.lowerings:
-                tag = get_layout_constraint_tag(op, with_default=True)
-                make_fallback(op, constraint_of(tag), warn=False)
-        _lowered.append(name)
+def _register_fallback(lowering, name: str) -> None:
+    """Every overload of the rtdnn op `name` as an Inductor fallback (see lower_as_fallbacks)."""
+    from torch._library.utils import get_layout_constraint_tag
+
+    packet = getattr(torch.ops.rtdnn, name.removeprefix("rtdnn::"))
+    for overload in packet.overloads():
+        op = getattr(packet, overload)
+        if op not in lowering.lowerings:
+            tag = get_layout_constraint_tag(op, with_default=True)
+            lowering.make_fallback(op, lowering.tag_to_layout_constraint(tag), warn=False)
 
 
 class CustomOp:
