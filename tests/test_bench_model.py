@@ -53,3 +53,33 @@ def test_markdown_names_the_compile_rows_and_first_call_seconds():
     assert any("rtdnn training 40 s" in line for line in lines)
     del r["compile_mode"]
     assert not any("torch.compile" in line for line in markdown(r).splitlines())
+
+
+@pytest.mark.slow
+def test_model_bench_compiles_both_models(monkeypatch):
+    """The smoke run with compile_mode: each side compiled and timed in both kinds of step
+    (through aot_eager here: Inductor's CPU compilation takes minutes), and one side whose
+    compilation fails is reported without stopping the run."""
+    import rtdnn.bench.model as M
+
+    real = torch.compile
+
+    def broken(*args):
+        raise RuntimeError("no compiler here")
+
+    def compile_or_fail(net, mode=None):  # the converted model (traced by fx) fails
+        return (
+            broken
+            if type(net).__module__.startswith("torch.fx")
+            else real(net, backend="aot_eager")
+        )
+
+    monkeypatch.setattr(torch, "compile", compile_or_fail)
+    r = M.run_model("small", compile_mode="default")
+    for kind in ("inference", "training"):
+        assert r[f"pytorch_compiled_{kind}_img_s"] > 0 and r[f"pytorch_compile_{kind}_s"] > 0
+        assert "no compiler here" in r[f"rtdnn_compile_{kind}_error"]
+        assert f"rtdnn_compiled_{kind}_img_s" not in r
+    assert "rtdnn training under torch.compile failed: RuntimeError: no compiler here" in (
+        M.markdown(r)
+    )

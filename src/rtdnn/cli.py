@@ -167,7 +167,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="MODE",
         help="with --model: also time both models under torch.compile(mode=MODE) (default, "
-        "reduce-overhead, max-autotune, max-autotune-no-cudagraphs; GPU only)",
+        "reduce-overhead, max-autotune, max-autotune-no-cudagraphs)",
     )
     bench.add_argument(
         "--micro-batch",
@@ -450,12 +450,12 @@ def _bench(args) -> int:
     elif not torch.cuda.is_available() and args.model is not None:
         print("No CUDA device: a smoke run of the small CNN through Triton's interpreter.")
         ignored = [f"--model {args.model}"] if args.model != "small" else []
-        ignored += ["--" + name for name in args.given if name in ("batch", "dtype", "compile")]
+        ignored += ["--" + name for name in args.given if name in ("batch", "dtype")]
         if ignored:
             print(f"({', '.join(ignored)}: for the GPU benchmark; the smoke run takes none)")
         from .bench.model import run_model
 
-        run_model(args.model, out_dir=args.out, fuse=not args.no_fuse)
+        run_model(args.model, out_dir=args.out, fuse=not args.no_fuse, compile_mode=args.compile)
         status = 0
     elif args.algo is not None:  # with or without a GPU
         status = _bench_algos(args)

@@ -142,8 +142,8 @@ def run_model(
     """Benchmark `name` converted (with `convert(fuse=fuse)`: batch norm fused with the ReLU and
     residual add after it) and unconverted; print a markdown table; return the numbers.
     compile_mode: also time both models under torch.compile(mode=compile_mode) ("default",
-    "reduce-overhead", ...; on a GPU only), the seconds of each side's first calls (tracing
-    and compiling) reported beside."""
+    "reduce-overhead", ...), the seconds of each side's first calls (tracing and compiling)
+    reported beside (without a GPU: the smoke run's small CNN, compiled for the CPU)."""
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     if not cuda:  # a smoke run through the interpreter
@@ -214,21 +214,14 @@ def run_model(
                 for _ in range(rounds):
                     rate = _images_per_s(replay, batch, steps, 2, device)
                     samples.setdefault(f"{label}_graph_{kind}_img_s", []).append(rate)
-    if cuda and compile_mode is not None:
+    if compile_mode is not None:
         results["compile_mode"] = compile_mode
-        for label, (net, infer, train) in steps_fns.items():
-            compiled = torch.compile(net, mode=compile_mode)
-            for kind, fn, mode in (("inference", infer, False), ("training", train, True)):
+        compiled_steps = _compiled_steps(steps_fns, compile_mode, device, results)
+        for _ in range(rounds):  # alternating sides, as the eager rounds
+            for key, (net, mode, step) in compiled_steps.items():
                 net.train(mode)
-                step = functools.partial(fn, compiled)
-                start = time.perf_counter()
-                for _ in range(3):  # tracing, compiling; reduce-overhead records its graphs
-                    step()
-                _sync(device)
-                results[f"{label}_compile_{kind}_s"] = time.perf_counter() - start
-                for _ in range(rounds):
-                    rate = _images_per_s(step, batch, steps, 2, device)
-                    samples.setdefault(f"{label}_compiled_{kind}_img_s", []).append(rate)
+                rate = _images_per_s(step, batch, steps, 2, device)
+                samples.setdefault(f"{key}_img_s", []).append(rate)
     for key, values in samples.items():
         results[key] = sorted(values)[len(values) // 2]
         results[key + "_rounds"] = values
@@ -250,6 +243,32 @@ def run_model(
         with open(os.path.join(out_dir, f"model_{name}.md"), "w") as f:
             f.write(md)
     return results
+
+
+def _compiled_steps(steps_fns: dict, mode: str, device: torch.device, results: dict) -> dict:
+    """Each side's model under torch.compile(mode=mode), its inference and training steps
+    compiled by three calls each (tracing, compiling; reduce-overhead records its CUDA graphs
+    too), whose seconds go into `results`: {"<side>_compiled_<kind>": (net, training mode,
+    step)}. A side whose compilation fails gets an error in `results` and no step."""
+    out = {}
+    for label, (net, infer, train) in steps_fns.items():
+        compiled = None
+        for kind, fn, training in (("inference", infer, False), ("training", train, True)):
+            net.train(training)
+            start = time.perf_counter()
+            try:
+                if compiled is None:
+                    compiled = torch.compile(net, mode=mode)
+                step = functools.partial(fn, compiled)
+                for _ in range(3):
+                    step()
+                _sync(device)
+            except Exception as e:  # reported beside the other rows, which still run
+                results[f"{label}_compile_{kind}_error"] = f"{type(e).__name__}: {e}"[:500]
+                continue
+            results[f"{label}_compile_{kind}_s"] = time.perf_counter() - start
+            out[f"{label}_compiled_{kind}"] = (net, training, step)
+    return out
 
 
 #: The throughput rows: eager steps, the same steps replayed from CUDA graphs, and the models
@@ -282,9 +301,10 @@ def markdown(r: dict) -> str:
         if kind.startswith("compiled_") and "compile_mode" not in r:
             continue
         label = _row_label(kind, r)
-        if a is None or b is None:  # no graph rows without a GPU, or a capture that failed
+        if a is None or b is None:  # no graph rows without a GPU, a capture or compile failed
             if not r["device"].startswith("cpu"):
-                cells = [f"{v:.1f}" if v is not None else "capture failed" for v in (a, b)]
+                failed = "compile failed" if kind.startswith("compiled_") else "capture failed"
+                cells = [f"{v:.1f}" if v is not None else failed for v in (a, b)]
                 lines.append(f"| {label} | {cells[0]} | {cells[1]} | |")
             continue
         lines.append(f"| {label} | {a:.1f} | {b:.1f} | {b / a:.2f} |")
@@ -294,8 +314,15 @@ def markdown(r: dict) -> str:
             f"{side} {kind} {r[f'{side}_compile_{kind}_s']:.0f} s"
             for side in ("pytorch", "rtdnn")
             for kind in ("inference", "training")
+            if f"{side}_compile_{kind}_s" in r
         )
-        lines += ["", f"torch.compile's first three calls (tracing, compiling): {first}"]
+        lines += ["", f"torch.compile's first three calls (tracing, compiling; training's "
+                  f"recompiles the graph compiled for inference): {first}"]  # fmt: skip
+        for side in ("pytorch", "rtdnn"):
+            for kind in ("inference", "training"):
+                if f"{side}_compile_{kind}_error" in r:
+                    error = r[f"{side}_compile_{kind}_error"]
+                    lines.append(f"{side} {kind} under torch.compile failed: {error}")
     if r["device"].startswith("cpu"):
         lines += [
             "",
