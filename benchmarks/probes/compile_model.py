@@ -34,30 +34,28 @@ def rate(step, steps: int = 20) -> float:
     return batch * steps / (time.perf_counter() - t0)
 
 
+def make_step(kind: str, net, loss_fn):
+    """One inference call (no grad) or one SGD training step of `net`, bf16 autocast."""
+    if kind == "training":
+        return sgd_train_step(net, loss_fn, x, target)
+
+    def infer():
+        with torch.no_grad(), torch.autocast("cuda", torch.bfloat16):
+            net(x)
+
+    return infer
+
+
 for kind in kinds:
     for side, (net, loss_fn) in nets.items():
         net.train(kind == "training")
-        if kind == "inference":
-
-            def step(net=net):
-                with torch.no_grad(), torch.autocast("cuda", torch.bfloat16):
-                    net(x)
-        else:
-            step = sgd_train_step(net, loss_fn, x, target)
-        eager = rate(step)
-        compiled = torch.compile(net, mode=mode)
-        if kind == "inference":
-
-            def cstep(net=compiled):
-                with torch.no_grad(), torch.autocast("cuda", torch.bfloat16):
-                    net(x)
-        else:
-            cstep = sgd_train_step(compiled, loss_fn, x, target)
+        eager = rate(make_step(kind, net, loss_fn))
+        step = make_step(kind, torch.compile(net, mode=mode), loss_fn)
         t0 = time.perf_counter()
         for _ in range(3):
-            cstep()
+            step()
         torch.cuda.synchronize()
         first = time.perf_counter() - t0
-        fast = [round(rate(cstep)) for _ in range(3)]
+        fast = [round(rate(step)) for _ in range(3)]
         print(f"{side} {kind}: eager {eager:.0f} img/s; torch.compile({mode}) first three calls "
               f"{first:.0f} s, then {fast} img/s", flush=True)  # fmt: skip
