@@ -67,3 +67,38 @@ def test_a_missing_argument_is_refused():
 
     with pytest.raises(TypeError, match=r"no value for \['BLOCK'\]"):
         SlotLaunch(KERNEL, (1,), {}, ("X",), alpha=2.0, n=7, FLAG=True)
+
+
+class _FakeCompiled:
+    """What SlotLaunch keeps of a compiled kernel, with a C launcher that records its calls."""
+
+    def __init__(self):
+        self.function, self.metadata, self.flags = "function", "metadata", (False, True)
+        self.calls = []
+        self.c_launch = lambda *args: self.calls.append(args)
+
+
+def test_a_prepared_launch_calls_the_c_launcher_with_raw_addresses(monkeypatch):
+    """The GPU's road after a kernel is compiled, run with its CUDA calls stood in for: the
+    grid, the current stream and the compiled kernel's function and flags, then every
+    argument in the kernel's order, tensors as addresses; a value that compiles another
+    kernel takes Triton's own road."""
+    from rtdnn.kernels import launch
+
+    monkeypatch.setattr(launch, "INTERPRETED", False)
+    # (A CPU build of torch has neither function.)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 1234, raising=False)
+    slow = []
+    monkeypatch.setattr(SlotLaunch, "_slow_path", lambda self, *a: slow.append(a))
+    run = SlotLaunch(KERNEL, (3, 2), {}, ("X", "alpha", "FLAG"), n=7, BLOCK=16)
+    x = torch.empty(16)
+    fake = _FakeCompiled()
+    run.compiled[run._signature(0, (x, 0.5, True))[0]] = fake
+    run(x, 0.5, True)
+    assert fake.calls == [
+        (3, 2, 1, 1234, "function", False, True, None, None, "metadata", None, None, None,
+         x.data_ptr(), 0.5, 7, True, 16)
+    ]  # fmt: skip
+    run(x, 0.25, False)  # FLAG=False compiles a kernel of its own
+    assert len(fake.calls) == 1 and len(slow) == 1
