@@ -29,6 +29,32 @@ def test_conv_eager_matches_custom_op_with_gradients():
         assert torch.equal(autograd.conv_forward(x, w, None, *CONV_ARGS), results[0][0])
 
 
+def test_dispatcher_calls_without_gradient_skip_the_redispatch(monkeypatch):
+    """What a torch.compile'd graph does: the op through the dispatcher on plain tensors with
+    nothing for autograd to record runs the implementation from the autograd kernel (no
+    redispatch below it); with a gradient to record, torch's autograd kernel runs."""
+    torch.manual_seed(2)
+    x = torch.randn(2, 3, 5, 5)
+    w = torch.randn(4, 3, 3, 3)
+    redispatches = []
+    redispatch = torch._ops.OpOverload.redispatch
+
+    def counted(self, *args, **kwargs):
+        redispatches.append(self)
+        return redispatch(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch._ops.OpOverload, "redispatch", counted)
+    op = autograd.conv_forward.op
+    plain = op(x, w, None, *CONV_ARGS)
+    with torch.no_grad():
+        no_grad = op(x, w.requires_grad_(), None, *CONV_ARGS)
+    assert redispatches == []
+    recorded = op(x, w, None, *CONV_ARGS)
+    assert len(redispatches) == 1 and recorded.grad_fn is not None
+    assert torch.equal(plain, no_grad) and torch.equal(plain, recorded.detach())
+    assert_close(plain, torch.nn.functional.conv2d(x.double(), w.double(), padding=1))
+
+
 def test_batch_norm_training_updates_buffers_in_place_like_the_custom_op():
     torch.manual_seed(1)
     x = torch.randn(4, 3, 2, 2) * 3 + 1
