@@ -9,6 +9,7 @@ from conftest import assert_close
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from rtdnn import autograd
+from rtdnn.core import handle
 from rtdnn.core.handle import stream_scratch
 
 CONV_ARGS = ([1, 1], [1, 1], [1, 1], 1, "cross_correlation")
@@ -53,6 +54,21 @@ def test_dispatcher_calls_without_gradient_skip_the_redispatch(monkeypatch):
     assert len(redispatches) == 1 and recorded.grad_fn is not None
     assert torch.equal(plain, no_grad) and torch.equal(plain, recorded.detach())
     assert_close(plain, torch.nn.functional.conv2d(x.double(), w.double(), padding=1))
+
+
+def test_dispatcher_calls_keep_no_scratch_buffer():
+    """A compiled graph's call (the op through the dispatcher) allocates its scratch for itself:
+    CUDA-graph trees refuse memory kept past a call in their pool. The eager call keeps it."""
+    torch.manual_seed(3)
+    x = torch.randn(4, 3, 2, 2)
+    args = (None, None, None, 0.1, 1e-5, "identity", False)
+    stats = [torch.zeros(3), torch.ones(3)]
+    handle._scratch.clear()
+    y = autograd.batch_norm_train.op(x, *args[:3], *stats, *args[3:])[0]
+    assert handle._scratch == {}
+    y_eager = autograd.batch_norm(x, *stats, training=True)
+    assert handle._scratch != {}
+    assert torch.equal(y, y_eager)
 
 
 def test_batch_norm_training_updates_buffers_in_place_like_the_custom_op():

@@ -31,6 +31,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from ..core import BadParamError, check_scaling
+from ..core.handle import call_with_transient_scratch
 
 _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
@@ -94,6 +95,9 @@ def shortcut_untracked_calls(op, fn) -> None:
     functionalization, dispatch modes, subclasses) shows another key above the backend, and
     any gradient to record takes torch's road, so only the plain eager call is shortened.
     torch's private helper, or the replacement itself, failing leaves torch's kernel in place.
+
+    Such a call keeps no scratch buffer (core.handle.call_with_transient_scratch): it comes
+    from a compiled graph, which CUDA-graph trees may be recording.
     """
     try:
         from torch._library.autograd import make_autograd_impl
@@ -108,7 +112,7 @@ def shortcut_untracked_calls(op, fn) -> None:
         if (keyset & below_autograd).highestPriorityTypeId() in _PLAIN_BACKENDS and not (
             is_grad_enabled() and any_requires_grad(*args)
         ):
-            return fn(*args, **kwargs)
+            return call_with_transient_scratch(fn, *args, **kwargs)
         return torch_kernel(keyset, *args, **kwargs)
 
     with warnings.catch_warnings():  # "overriding a previously registered kernel": on purpose

@@ -46,6 +46,28 @@ def allocate_workspace(nbytes: int, device: torch.device) -> torch.Tensor | None
 _scratch: dict[tuple, torch.Tensor] = {}
 
 
+class _Transient(threading.local):
+    depth = 0  # > 0 while the thread runs call_with_transient_scratch
+
+
+_transient = _Transient()
+
+
+def call_with_transient_scratch(fn: Callable, *args, **kwargs):
+    """fn(*args, **kwargs), with every stream_scratch buffer it asks for allocated for the call
+    alone (freed when it returns) instead of kept for the stream. For ops called from a
+    torch.compile'd graph: under mode="reduce-overhead" its CUDA-graph trees run and record
+    the graph with their own memory pool and refuse to go on if memory allocated there
+    outlives the call. A captured graph keeps the addresses it recorded, so this suits only
+    graphs whose capture tracks every allocation (CUDA-graph trees do); a graph captured by
+    torch.cuda.graph around eager calls keeps the cached buffers alive instead."""
+    _transient.depth += 1
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _transient.depth -= 1
+
+
 def _cuda_index(device: torch.device) -> int:
     """A CUDA device's index, the current device's for "cuda" without one."""
     return device.index if device.index is not None else torch._C._cuda_getDevice()
@@ -68,8 +90,9 @@ def stream_scratch(
     """A buffer of at least `numel` elements of `dtype`, private to the current stream of
     `device`, the calling thread and `name` (so that one op can hold several at once). Its
     contents are whatever the last op left there (zeros when `zeroed` and new). It grows to the
-    largest size asked for."""
-    key = (*_owner(device), name)
+    largest size asked for. Inside call_with_transient_scratch every call gets a new buffer
+    (zeroed when `zeroed`), which nothing keeps."""
+    key = None if _transient.depth else (*_owner(device), name)
     buf = _scratch.get(key)
     if buf is None or buf.numel() < numel:
         alloc = torch.zeros if zeroed else torch.empty
@@ -78,7 +101,8 @@ def stream_scratch(
         except torch.OutOfMemoryError as e:
             msg = f"scratch buffer of {numel} x {dtype} could not be allocated: {e}"
             raise AllocFailedError(msg) from e
-        _scratch[key] = buf
+        if key is not None:
+            _scratch[key] = buf
     return buf
 
 
