@@ -2,9 +2,11 @@
 seconds of the first three calls and images/s afterwards, inference and then training,
 printed as each is measured (a slow compile still leaves the earlier lines).
     PYTHONPATH=src python benchmarks/probes/compile_model.py [MODE] [MODEL] [KINDS]
-KINDS: inference,training (default both).
+KINDS: inference,training (default both). CUDAGRAPH_HISTORY=1: CUDA-graph trees record where
+each allocation was made, which their errors then show.
 """
 
+import os
 import sys
 import time
 
@@ -17,6 +19,10 @@ mode = sys.argv[1] if len(sys.argv) > 1 else "reduce-overhead"
 name = sys.argv[2] if len(sys.argv) > 2 else "resnet50"
 kinds = (sys.argv[3] if len(sys.argv) > 3 else "inference,training").split(",")
 batch = 128
+if os.environ.get("CUDAGRAPH_HISTORY") == "1":  # where memory left in their pool was made
+    import torch._inductor.config
+
+    torch._inductor.config.triton.cudagraph_trees_history_recording = True
 model, converted, x, target = resnet50_pair(batch, name)
 print(f"{name}: built", flush=True)
 nets = {"rtdnn": (converted, rtdnn.nn.CrossEntropyLoss()),

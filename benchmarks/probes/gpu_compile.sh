@@ -29,5 +29,5 @@ for run in ${RUNS:-default:resnet50:inference,training}; do
   fi
   wait "$pid"
   echo "== $run: exit $?, $(( $(date +%s) - start )) s"
-  cat "$log" | grep -v Warning | tail -12 | cut -c1-400
+  grep -v Warning "$log" | grep -B2 -A30 "img/s\|Error\|history" | tail -60 | cut -c1-300
 done

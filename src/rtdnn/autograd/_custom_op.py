@@ -97,7 +97,9 @@ def shortcut_untracked_calls(op, fn) -> None:
     torch's private helper, or the replacement itself, failing leaves torch's kernel in place.
 
     Such a call keeps no scratch buffer (core.handle.call_with_transient_scratch): it comes
-    from a compiled graph, which CUDA-graph trees may be recording.
+    from a compiled graph, which CUDA-graph trees may be recording. Nor does any other call
+    that reaches the CUDA or CPU kernel through the dispatcher (in inference mode, which skips
+    the autograd kernel, or below torch's autograd kernel).
     """
     try:
         from torch._library.autograd import make_autograd_impl
@@ -115,10 +117,15 @@ def shortcut_untracked_calls(op, fn) -> None:
             return call_with_transient_scratch(fn, *args, **kwargs)
         return torch_kernel(keyset, *args, **kwargs)
 
+    def backend_kernel(*args, **kwargs):
+        return call_with_transient_scratch(fn, *args, **kwargs)
+
     with warnings.catch_warnings():  # "overriding a previously registered kernel": on purpose
         warnings.simplefilter("ignore")
         try:
             op._lib.impl(op._name, autograd_kernel, "Autograd", with_keyset=True)
+            for device in ("CUDA", "CPU"):
+                op._lib.impl(op._name, backend_kernel, device)
         except Exception:
             pass
 
