@@ -123,9 +123,12 @@ def shortcut_untracked_calls(op, fn) -> None:
     with warnings.catch_warnings():  # "overriding a previously registered kernel": on purpose
         warnings.simplefilter("ignore")
         try:
-            op._lib.impl(op._name, autograd_kernel, "Autograd", with_keyset=True)
+            # allow_override: torch 2.11 refuses a second Python kernel for a key without it.
+            op._lib.impl(
+                op._name, autograd_kernel, "Autograd", with_keyset=True, allow_override=True
+            )
             for device in ("CUDA", "CPU"):
-                op._lib.impl(op._name, backend_kernel, device)
+                op._lib.impl(op._name, backend_kernel, device, allow_override=True)
         except Exception:
             pass
 
