@@ -2,6 +2,8 @@
 # One GPU run of torch.compile on converted models: compile_model.py for each "mode:model:kinds"
 # word in RUNS, each under a limit of LIMIT seconds; a run still going at LIMIT - 20 s has its
 # Python stacks dumped by py-spy (from .whl/, if carried) before it is stopped. Results under $OUT.
+# Tiles are tuned at first use unless RTDNN_AUTOTUNE=0 (what `rtdnn bench --model` rows use): on a
+# machine that has compiled nothing, tuning a training step's tiles takes minutes.
 set -u
 export OUT=${OUT:-gpu-results} PYTHONUNBUFFERED=1 PYTHONPATH=src
 mkdir -p "$OUT"
