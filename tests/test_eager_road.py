@@ -53,7 +53,26 @@ def test_dispatcher_calls_without_gradient_skip_the_redispatch(monkeypatch):
     recorded = op(x, w, None, *CONV_ARGS)
     assert len(redispatches) == 1 and recorded.grad_fn is not None
     assert torch.equal(plain, no_grad) and torch.equal(plain, recorded.detach())
+    # torch's kernel checked that no output aliases an input; the shortcut does not
+    inputs = {t.untyped_storage().data_ptr() for t in (x, w)}
+    assert plain.untyped_storage().data_ptr() not in inputs
     assert_close(plain, torch.nn.functional.conv2d(x.double(), w.double(), padding=1))
+
+
+def test_dispatcher_calls_carry_no_forward_mode_tangent():
+    """Dual tensors with nothing to record take the shortcut, which runs below autograd as
+    torch's kernel does: no tangent leaks through the torch ops inside (the running mean's
+    clone would give a wrong one, 1 where the true derivative is 1 - momentum)."""
+    import torch.autograd.forward_ad as fwad
+
+    torch.manual_seed(4)
+    x = torch.randn(4, 3, 2, 2)
+    with fwad.dual_level():
+        running_mean = fwad.make_dual(torch.zeros(3), torch.ones(3))
+        outs = autograd.batch_norm_train.op(
+            x, None, None, None, running_mean, torch.ones(3), 0.1, 1e-5, "identity", False
+        )
+        assert all(fwad.unpack_dual(o).tangent is None for o in outs)
 
 
 def test_dispatcher_calls_keep_no_scratch_buffer():

@@ -99,7 +99,11 @@ def shortcut_untracked_calls(op, fn) -> None:
     Such a call keeps no scratch buffer (core.handle.call_with_transient_scratch): it comes
     from a compiled graph, which CUDA-graph trees may be recording. Nor does any other call
     that reaches the CUDA or CPU kernel through the dispatcher (in inference mode, which skips
-    the autograd kernel, or below torch's autograd kernel).
+    the autograd kernel, below torch's autograd kernel, or an eager call sent through the
+    dispatcher by a mode such as `with torch.device(...)`: those allocate per call).
+
+    torch's CUDA and CPU kernel also checked that no output aliases an input; rtdnn's ops
+    return new tensors, which tests/test_eager_road.py checks for the ops it calls.
     """
     try:
         from torch._library.autograd import make_autograd_impl
@@ -109,12 +113,16 @@ def shortcut_untracked_calls(op, fn) -> None:
     except Exception:
         return
     is_grad_enabled, any_requires_grad = torch._C.is_grad_enabled, torch._C._any_requires_grad
+    below_autograd_guard = torch._C._AutoDispatchBelowAutograd
 
     def autograd_kernel(keyset, *args, **kwargs):
         if (keyset & below_autograd).highestPriorityTypeId() in _PLAIN_BACKENDS and not (
             is_grad_enabled() and any_requires_grad(*args)
         ):
-            return call_with_transient_scratch(fn, *args, **kwargs)
+            # Below autograd, as torch's kernel runs it: forward-mode tangents (dual tensors)
+            # must not flow through the torch ops inside fn.
+            with below_autograd_guard():
+                return call_with_transient_scratch(fn, *args, **kwargs)
         return torch_kernel(keyset, *args, **kwargs)
 
     def backend_kernel(*args, **kwargs):
