@@ -80,6 +80,10 @@ def _register_fallback(lowering, name: str) -> None:
             lowering.make_fallback(op, lowering.tag_to_layout_constraint(tag), warn=False)
 
 
+#: Argument types that are never tensors (CustomOp.__call__ skips them; isinstance against
+#: Tensor costs a tenth of a microsecond, and a convolution has a dozen such arguments).
+_PLAIN_ARGUMENTS = frozenset({int, float, bool, str, type(None), list, tuple})
+
 #: Dispatch keys below autograd of a call on plain tensors (no tracing, mode or subclass).
 _PLAIN_BACKENDS = (torch._C.DispatchKey.CUDA, torch._C.DispatchKey.CPU)
 
@@ -212,6 +216,8 @@ class CustomOp:
         needs_grad = dead = False
         for a in args:
             kind = type(a)
+            if kind in _PLAIN_ARGUMENTS:  # most arguments: a set lookup, not an isinstance
+                continue
             if kind is Tensor or kind is torch.nn.Parameter:
                 needs_grad = needs_grad or a.requires_grad
                 dead = dead or _unwrap_if_dead(a) is not a
