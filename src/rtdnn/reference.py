@@ -25,7 +25,7 @@ def _filter(w: torch.Tensor, mode: str) -> torch.Tensor:
 
 def conv_forward(
     x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation",
-    alpha=1.0, beta=0.0, out=None,
+    alpha=1.0, beta=0.0, out=None, activation=None,
 ) -> torch.Tensor:  # fmt: skip
     y = _CONV[x.dim()](_f64(x), _filter(_f64(w), mode), None, stride, padding, dilation, groups)
     y = alpha * y
@@ -33,6 +33,10 @@ def conv_forward(
         y = y + _f64(bias).view(1, -1, *([1] * (x.dim() - 2)))
     if beta != 0:
         y = y + beta * _f64(out)
+    if activation == "relu":
+        y = torch.relu(y)
+    elif activation not in (None, "identity"):
+        raise ValueError(f"no reference for activation {activation!r}")
     return y
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from ..core import ConvProblem, Direction
+from ..kernels import activation as act_kernels
+from ..kernels import brgemm
+from ..kernels import elementwise as ew
 from ..kernels.launch import TileConfig
 from .tiles import choose_tiles
 
@@ -36,10 +39,39 @@ class ConvTensors:
 Runner = Callable[[ConvTensors, "torch.Tensor | None", float, float], None]
 
 
+def epilogue_activation(p: ConvProblem):
+    """The GEMM epilogue's activation function (kernels/brgemm.py) for `p`'s activation."""
+    return brgemm.relu if p.activation == "relu" else brgemm.identity
+
+
+def then_activation(runner: Runner, p: ConvProblem) -> Runner:
+    """`runner`, then `p`'s activation in place on the forward output: for an algorithm whose
+    kernels cannot apply it themselves (one more pass over the output)."""
+    if p.activation != "relu":
+        raise ValueError(f"no activation pass for {p.activation!r}")
+    y = p.y
+    plan = ew.plan(y.shape, y.strides, (y.strides,), elem_bytes=y.dtype.itemsize)
+    if plan is None:  # a conv output has at most 5 dims, MAX_DIMS is 6: kept as a check
+        raise ValueError(f"no elementwise plan for an output of shape {y.shape}")
+    relu = ew.prepared_launch(act_kernels.relu_fwd, plan, 1, False)
+
+    def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+        runner(t, workspace, alpha, beta)
+        relu(t.y, [t.y])
+
+    return run
+
+
 class ConvAlgorithm:
-    """One way to compute a convolution. Subclasses set `name` and implement the methods."""
+    """One way to compute a convolution. Subclasses set `name` and implement the methods.
+
+    A forward problem's activation (ConvProblem.activation) is applied by the algorithm's
+    own kernels where `fuses_activation` is set (its `prepare` sees it in the problem), and
+    otherwise by a pass of its own after them (`runner` adds it).
+    """
 
     name: str = ""
+    fuses_activation: bool = False
 
     def __init__(self) -> None:
         self._runners: dict[ConvProblem, Runner] = {}
@@ -81,6 +113,10 @@ class ConvAlgorithm:
         (timed on t and workspace when tile tuning is on)."""
         runner = self._runners.get(p)
         if runner is None:
+            if p.activation != "identity" and not self.fuses_activation:
+                plain = self.runner(replace(p, activation="identity"), t, workspace)
+                runner = self._runners[p] = then_activation(plain, p)
+                return runner
             tiles = choose_tiles(self, p, t, workspace)
             runner = self._runners[p] = self.prepare(p, tiles)
         return runner

@@ -37,7 +37,7 @@ from ..kernels.launch import (
     TmaGemmTiles,
 )
 from ..kernels.strided import StridedGeometry
-from .base import ConvAlgorithm, ConvTensors, Runner
+from .base import ConvAlgorithm, ConvTensors, Runner, epilogue_activation
 from .geometry import (
     brgemm_precision,
     conv_geometry,
@@ -106,6 +106,7 @@ def tma_layouts(p: ConvProblem) -> tuple[MatrixLayout, MatrixLayout, tuple[int, 
 
 class Gemm(ConvAlgorithm):
     name = "GEMM"
+    fuses_activation = True  # the GEMM's epilogue
 
     def supports(self, p: ConvProblem) -> str | None:
         # The kernels address the column matrix with 32-bit offsets.
@@ -188,7 +189,7 @@ class Gemm(ConvAlgorithm):
                 Operand(ca.fwd_b_setup, ca.fwd_b_load, geo),
                 Output(ca.fwd_c_addr, geo),
                 m=m, n=kg, steps=taps * cdiv(cg, tiles.block_k), batches=g,
-                tiles=tiles, precision=precision,
+                tiles=tiles, precision=precision, activation=epilogue_activation(p),
             )  # fmt: skip
 
             def run_forward(t: ConvTensors, workspace, alpha, beta) -> None:
@@ -226,7 +227,7 @@ class Gemm(ConvAlgorithm):
         a, b, c_strides = layouts
         gemm = TmaGemmLaunch(
             a, b, c_strides, tiles=tiles, programs=tma_gemm_programs(p.device),
-            precision=dot_precision(p),
+            precision=dot_precision(p), activation=epilogue_activation(p),
         )  # fmt: skip
         pointer = self.prepare(p, self._pointer_candidates(p)[0])
         plain, col_geo, col_bytes = conv_geometry(p), _col_geometry(p), _col_bytes(p)

@@ -36,7 +36,7 @@ from ..kernels.launch import (
     split_finish,
 )
 from ..kernels.strided import StridedGeometry
-from .base import ConvAlgorithm, ConvTensors, Runner
+from .base import ConvAlgorithm, ConvTensors, Runner, epilogue_activation
 from .geometry import (
     before_hopper,
     brgemm_precision,
@@ -414,6 +414,7 @@ def pointwise_layouts(p: ConvProblem) -> tuple[MatrixLayout, MatrixLayout, tuple
 
 class ImplicitGemm(ConvAlgorithm):
     name = "IMPLICIT_GEMM"
+    fuses_activation = True  # the GEMM's epilogue
 
     def supports(self, p: ConvProblem) -> str | None:
         return None
@@ -505,6 +506,7 @@ class ImplicitGemm(ConvAlgorithm):
         gemm = BrgemmLaunch(
             a, b, c, m=rows, n=cols, steps=steps, batches=batches, tiles=tiles,
             precision=tile_precision(p, tiles), splits=self._tile_splits(p, tiles),
+            activation=epilogue_activation(p),
         )  # fmt: skip
         direction = p.direction
 
@@ -531,7 +533,7 @@ class ImplicitGemm(ConvAlgorithm):
         a, b, c_strides = layouts
         gemm = TmaGemmLaunch(
             a, b, c_strides, tiles=tiles, programs=tma_gemm_programs(p.device),
-            precision=dot_precision(p),
+            precision=dot_precision(p), activation=epilogue_activation(p),
         )  # fmt: skip
         rows, cols, depth, _ = gemm_shape(p)
         plain = self.prepare(p, gemm_candidates(p, rows, cols, depth)[0])
@@ -569,7 +571,8 @@ class ImplicitGemm(ConvAlgorithm):
             dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages),
             geo=geo, M=row_tiles * tiles.block_m,
             STEPS=math.prod(p.kernel) * cdiv(geo.red, tiles.block_k),
-            BACKWARD_DATA=not forward, ACTIVATION=identity, PRECISION=dot_precision(p),
+            BACKWARD_DATA=not forward, ACTIVATION=epilogue_activation(p),
+            PRECISION=dot_precision(p),
             UPCAST=INTERPRETED, BLOCK_K=tiles.block_k, GROUP_M=tiles.group_m,
         )  # fmt: skip
 

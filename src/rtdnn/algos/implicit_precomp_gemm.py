@@ -59,7 +59,7 @@ from ..kernels import elementwise as ew
 from ..kernels.conv_addressing import ConvGeometry, DataGeometry
 from ..kernels.conv_precomp import DataGatherGeometry, Gather, GatherGeometry, TableSpec
 from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
-from .base import ConvTensors, Runner
+from .base import ConvTensors, Runner, epilogue_activation
 from .geometry import before_hopper, conv_geometry, data_phases, dot_precision
 from .implicit_gemm import ImplicitGemm, gemm_shape, packed, pointwise_operands, tile_precision
 
@@ -284,7 +284,7 @@ class ImplicitPrecompGemm(ImplicitGemm):
             steps = cdiv(depth, tiles.block_k)
         return BrgemmLaunch(
             a, b, c, m=rows, n=cols, steps=steps, batches=batches, tiles=tiles,
-            precision=tile_precision(p, tiles),
+            precision=tile_precision(p, tiles), activation=epilogue_activation(p),
         )  # fmt: skip
 
     def _data_gemms(self, p: ConvProblem, geo: ConvGeometry, tables: Tables, tiles: TileConfig):

@@ -5,9 +5,11 @@ from __future__ import annotations
 from torch import Tensor
 
 from .. import ops
-from ..core import ConvDesc, as_tuple, conv_output_shape, empty_like_layout
+from ..core import ConvDesc, as_tuple, bad_param, conv_output_shape, empty_like_layout
+from ..core.conv import CONV_ACTIVATIONS
 from ..ops.conv import IntOrSeq, named_padding
 from ._custom_op import check_differentiable, custom_op, public, records_grad
+from .activation import activation_forward_api
 
 
 def _desc(x: Tensor, stride, padding, dilation, groups, mode) -> ConvDesc:
@@ -176,15 +178,27 @@ def conv_forward_api(
     math: str | None = None,
     micro_batch: str = "undivided",
     deterministic: bool | None = None,
+    activation: str | None = None,
 ) -> Tensor:
     if not records_grad(x, w, bias):
         return ops.conv_forward(
             x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups,
             mode=mode, alpha=alpha, beta=beta, out=out, algo=algo,
             workspace_limit=workspace_limit, math=math, micro_batch=micro_batch,
-            deterministic=deterministic,
+            deterministic=deterministic, activation=activation,
         )  # fmt: skip
     check_differentiable("conv_forward", alpha, beta, out)
+    if activation not in (None, "identity"):
+        # Recorded: the convolution's op, then the activation's (its own pass: the custom op
+        # has no fused activation to differentiate).
+        if activation not in CONV_ACTIVATIONS:
+            raise bad_param("activation", activation, f"one of {CONV_ACTIVATIONS}")
+        y = conv_forward_api(
+            x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups,
+            mode=mode, alpha=alpha, algo=algo, workspace_limit=workspace_limit, math=math,
+            micro_batch=micro_batch, deterministic=deterministic,
+        )  # fmt: skip
+        return activation_forward_api(y, activation)
     if isinstance(x, Tensor) and isinstance(w, Tensor) and x.dim() == w.dim() - 1:  # unbatched
         return conv_forward_api(
             x.unsqueeze(0), w, bias, stride=stride, padding=padding, dilation=dilation,

@@ -134,13 +134,19 @@ def conv_output_shape(
     return (n, k, *out)
 
 
+#: What a convolution's forward can apply to its result (ConvProblem.activation).
+CONV_ACTIVATIONS = ("identity", "relu")
+
+
 @dataclass(frozen=True)
 class ConvProblem:
     """One convolution in one direction.
 
     x: input (N, C, *spatial), w: filter (K, C/groups, *kernel), y: output (N, K, *out_spatial),
     each with the strides of the tensor the caller passes (for the direction's output, the
-    tensor rtdnn writes). `device` is "cuda" or "cpu".
+    tensor rtdnn writes). `device` is "cuda" or "cpu". `activation` (forward only; one of
+    CONV_ACTIVATIONS) is applied to the result after the bias and beta terms, as cuDNN's
+    ConvolutionBiasActivationForward does.
     """
 
     direction: Direction
@@ -150,6 +156,7 @@ class ConvProblem:
     conv: ConvDesc
     device: str
     has_bias: bool = False
+    activation: str = "identity"
 
     # -- sizes ------------------------------------------------------------------------------
     @property
@@ -207,6 +214,7 @@ class ConvProblem:
             f"{self.direction.value}|{self.dtype}|{c.math}|x{self.x.shape}{self.x.strides}"
             f"|w{self.w.shape}{self.w.strides}|y{self.y.strides}|s{c.stride}p{c.padding}"
             f"d{c.dilation}g{c.groups}|{c.mode}|bias{int(self.has_bias)}|{self.device}"
+            + ("" if self.activation == "identity" else f"|{self.activation}")
         )
 
     # -- construction -----------------------------------------------------------------------
@@ -220,6 +228,7 @@ class ConvProblem:
         conv: ConvDesc,
         device: str,
         has_bias: bool = False,
+        activation: str = "identity",
     ) -> ConvProblem:
         """Validate shapes against each other and return the problem."""
         expected_y = conv_output_shape(x.shape, w.shape, conv)
@@ -230,4 +239,8 @@ class ConvProblem:
             raise bad_param("dtype", (x.dtype, w.dtype, y.dtype), "the same dtype for x, w and y")
         if device not in ("cuda", "cpu"):
             raise not_supported("device", device, "rtdnn runs on CUDA GPUs or the CPU interpreter")
-        return cls(direction, x, w, y, conv, device, has_bias)
+        if activation not in CONV_ACTIVATIONS:
+            raise bad_param("activation", activation, f"one of {CONV_ACTIVATIONS}")
+        if activation != "identity" and direction != Direction.FORWARD:
+            raise bad_param("activation", activation, "'identity' outside the forward direction")
+        return cls(direction, x, w, y, conv, device, has_bias, activation)

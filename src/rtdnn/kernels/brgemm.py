@@ -55,7 +55,8 @@ def identity(x):
 
 @triton.jit
 def relu(x):
-    return tl.maximum(x, 0.0)
+    # `x < 0` is False for NaN, so NaN passes through as in torch.relu (tl.maximum drops it).
+    return tl.where(x < 0.0, 0.0, x)
 
 
 @triton.jit

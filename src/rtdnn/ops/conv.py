@@ -166,12 +166,13 @@ def _prepare(
     deterministic: bool,
     out_shape,
     like: torch.Tensor,
+    activation: str = "identity",
 ) -> _Prepared:
     x, w, y = tensors.x, tensors.w, tensors.y
     check_runnable(x.device)
     p = ConvProblem.create(
         direction, TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y), conv, x.device.type,
-        tensors.bias is not None,
+        tensors.bias is not None, activation,
     )  # fmt: skip
     algorithm = select.resolve(p, algo, workspace_limit, deterministic)
     # auto's choice may need more memory than is free when a call asks for its workspace; the
@@ -263,8 +264,9 @@ def conv_forward(
     math: str | None = None,
     micro_batch: str = "undivided",
     deterministic: bool | None = None,
+    activation: str | None = None,
 ) -> torch.Tensor:
-    """y = alpha * conv(x, w) + bias + beta * out.
+    """y = act(alpha * conv(x, w) + bias + beta * out).
 
     x: (N, C, *S), or unbatched (C, *S) as torch.nn.functional.conv*d takes; w: (K, C/groups,
     *R); bias: (K,) or None. Returns y (N, K, *O) (unbatched: (K, *O)), in x's memory format
@@ -278,6 +280,10 @@ def conv_forward(
     `micro_batch` "powerOfTwo" or "all" (with algo="auto") runs the batch in micro-batches,
     each with the fastest algorithm whose workspace fits `workspace_limit` (see plan_conv);
     the first call of a shape measures them all. "undivided" (the default) does not split.
+    `activation` (None or "identity": none; "relu") is applied last, as cuDNN's
+    ConvolutionBiasActivationForward does: in the GEMM's epilogue for the GEMM algorithms
+    (IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM, GEMM and their split forms), by one more pass over
+    y for the others.
     """
     if micro_batch != "undivided":
         check_micro_batch(micro_batch, algo)
@@ -291,15 +297,16 @@ def conv_forward(
             groups=groups, mode=mode, alpha=alpha, beta=beta,
             out=out.unsqueeze(0) if isinstance(out, torch.Tensor) else out, algo=algo,
             workspace_limit=workspace_limit, math=math, micro_batch=micro_batch,
-            deterministic=deterministic,
+            deterministic=deterministic, activation=activation,
         )  # fmt: skip
         return out if out is not None else y.squeeze(0)
     if isinstance(padding, str):
         x, padding = named_padding(x, w, padding, stride, dilation)
     deterministic = resolve_deterministic(deterministic)
+    activation = "identity" if activation is None else activation
     key, call = _lookup(
         Direction.FORWARD, (x, w, bias, out), stride, padding, dilation, groups, mode, algo,
-        workspace_limit, resolve_math_mode(math), deterministic,
+        workspace_limit, resolve_math_mode(math), deterministic, activation,
     )  # fmt: skip
     if call is None:
         x, w = _check_operands("x", x, w, unbatched=True)
@@ -317,7 +324,15 @@ def conv_forward(
         bias = bias.contiguous() if bias is not None else None
         tensors = ConvTensors(x, w, y, bias)
         prepared = _prepare(
-            Direction.FORWARD, tensors, conv, algo, workspace_limit, deterministic, y_shape, x
+            Direction.FORWARD,
+            tensors,
+            conv,
+            algo,
+            workspace_limit,
+            deterministic,
+            y_shape,
+            x,
+            activation,
         )
         call = _remember(key, prepared)
     else:
