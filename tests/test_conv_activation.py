@@ -62,8 +62,8 @@ def test_identity_and_none_are_the_plain_convolution():
 
 
 def test_recorded_call_gives_relus_gradient():
-    """With autograd recording, the activation runs as an op of its own after the
-    convolution's, and the gradients are those of relu(conv)."""
+    """With autograd recording, the custom op runs the same fused forward, and its backward
+    masks dy where the output is zero: the gradients are those of relu(conv)."""
     torch.manual_seed(3)
     x, w, bias = _operands((2, 3, 5, 5), (4, 3, 3, 3))
     x.requires_grad_()

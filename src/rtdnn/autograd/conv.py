@@ -9,7 +9,7 @@ from ..core import ConvDesc, as_tuple, bad_param, conv_output_shape, empty_like_
 from ..core.conv import CONV_ACTIVATIONS
 from ..ops.conv import IntOrSeq, named_padding
 from ._custom_op import check_differentiable, custom_op, public, records_grad
-from .activation import activation_forward_api
+from .activation import activation_backward
 
 
 def _desc(x: Tensor, stride, padding, dilation, groups, mode) -> ConvDesc:
@@ -40,18 +40,19 @@ def conv_forward(
     alpha: float = 1.0,
     micro_batch: str = "undivided",
     deterministic: bool | None = None,
+    activation: str = "identity",
 ) -> Tensor:
     return ops.conv_forward(
         x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups, mode=mode,
         alpha=alpha, algo=algo, workspace_limit=workspace_limit, math=math,
-        micro_batch=micro_batch,
-        deterministic=deterministic,
+        micro_batch=micro_batch, deterministic=deterministic, activation=activation,
     )  # fmt: skip
 
 
 @conv_forward.register_fake
 def _(x, w, bias, stride, padding, dilation, groups, mode, algo="auto", workspace_limit=None,
-      math=None, alpha=1.0, micro_batch="undivided", deterministic=None):  # fmt: skip
+      math=None, alpha=1.0, micro_batch="undivided", deterministic=None,
+      activation="identity"):  # fmt: skip
     shape = conv_output_shape(x.shape, w.shape, _desc(x, stride, padding, dilation, groups, mode))
     return empty_like_layout(shape, x)
 
@@ -130,12 +131,14 @@ def _conv_setup_context(ctx, inputs, output):
     # The eager road passes the arguments as the caller gave them, without the defaults of
     # those left out.
     x, w, bias, stride, padding, dilation, groups, mode, *tuning = inputs
-    defaults = ("auto", None, None, 1.0, "undivided", None)
-    _algo, workspace_limit, math, alpha, micro_batch, deterministic = (
+    defaults = ("auto", None, None, 1.0, "undivided", None, "identity")
+    _algo, workspace_limit, math, alpha, micro_batch, deterministic, activation = (
         *tuning,
         *defaults[len(tuning) :],
     )
-    ctx.save_for_backward(x, w)
+    # The activation's gradient reads the output (relu: where it is positive).
+    ctx.activation = activation
+    ctx.save_for_backward(x, w, output if activation != "identity" else None)
     ctx.conv_args = (
         stride, padding, dilation, groups, mode, workspace_limit, math, alpha, micro_batch,
         deterministic,
@@ -144,7 +147,9 @@ def _conv_setup_context(ctx, inputs, output):
 
 
 def _conv_backward(ctx, dy):
-    x, w = ctx.saved_tensors
+    x, w, y = ctx.saved_tensors
+    if ctx.activation != "identity":
+        dy = activation_backward(dy, y, y, ctx.activation, [])
     args = ctx.conv_args
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
     dx = conv_backward_data(dy, w, list(x.shape), *args) if need_x else None
@@ -153,7 +158,7 @@ def _conv_backward(ctx, dy):
     db = conv_backward_bias(dy) if ctx.has_bias and need_b else None
     # One gradient per input of the full schema; autograd drops the trailing Nones the eager
     # road's shorter argument list has no input for.
-    return dx, dw, db, *(None,) * 11
+    return dx, dw, db, *(None,) * 12
 
 
 conv_forward.register_autograd(_conv_backward, setup_context=_conv_setup_context)
@@ -188,22 +193,14 @@ def conv_forward_api(
             deterministic=deterministic, activation=activation,
         )  # fmt: skip
     check_differentiable("conv_forward", alpha, beta, out)
-    if activation not in (None, "identity"):
-        # Recorded: the convolution's op, then the activation's (its own pass: the custom op
-        # has no fused activation to differentiate).
-        if activation not in CONV_ACTIVATIONS:
-            raise bad_param("activation", activation, f"one of {CONV_ACTIVATIONS}")
-        y = conv_forward_api(
-            x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups,
-            mode=mode, alpha=alpha, algo=algo, workspace_limit=workspace_limit, math=math,
-            micro_batch=micro_batch, deterministic=deterministic,
-        )  # fmt: skip
-        return activation_forward_api(y, activation)
+    activation = "identity" if activation is None else activation
+    if activation not in CONV_ACTIVATIONS:  # before the op (a trace would not check it)
+        raise bad_param("activation", activation, f"one of {CONV_ACTIVATIONS}")
     if isinstance(x, Tensor) and isinstance(w, Tensor) and x.dim() == w.dim() - 1:  # unbatched
         return conv_forward_api(
             x.unsqueeze(0), w, bias, stride=stride, padding=padding, dilation=dilation,
             groups=groups, mode=mode, alpha=alpha, algo=algo, workspace_limit=workspace_limit,
-            math=math, micro_batch=micro_batch, deterministic=deterministic,
+            math=math, micro_batch=micro_batch, deterministic=deterministic, activation=activation,
         ).squeeze(0)  # fmt: skip
     if isinstance(padding, str):  # "same" may pad x on the right: F.pad carries the gradient
         x, padding = named_padding(x, w, padding, stride, dilation)
@@ -211,5 +208,5 @@ def conv_forward_api(
     return conv_forward(
         x, w, bias, list(as_tuple("stride", stride, n)), list(as_tuple("padding", padding, n)),
         list(as_tuple("dilation", dilation, n)), groups, mode, algo, workspace_limit, math,
-        float(alpha), micro_batch, deterministic,
+        float(alpha), micro_batch, deterministic, activation,
     )  # fmt: skip
