@@ -218,3 +218,57 @@ def test_activation_patterns_and_lookalikes():
         model.train(train)
         fused.train(train)
         assert_close(fused(x), model(x).detach().double())
+
+
+def _with_statistics(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` in eval mode with batch norms whose statistics and affine terms are not 0/1."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-1, 1)
+            m.running_var.uniform_(0.5, 2)
+            torch.nn.init.uniform_(m.weight, 0.5, 1.5)
+            torch.nn.init.uniform_(m.bias, -0.5, 0.5)
+    return model.eval()
+
+
+def test_fold_batch_norm_into_convolutions():
+    """Eval mode: the batch norms right after a convolution (with their ReLU) fold into it;
+    the one with the residual add and the one read twice stay. The output is the model's, and
+    so is the input's gradient (the fused forward and its masked backward)."""
+    torch.manual_seed(1)
+    model = _with_statistics(Net())
+    folded, report = rtdnn.convert(model, fold_batch_norm=True)
+    assert report.folded == [
+        "bn + relu into stem", "block.bn1 + relu into block.conv1",
+        "block.bn2 + relu into block.conv2", "block.downsample.1 into block.downsample.0",
+    ]  # fmt: skip
+    assert "folded   4 batch norms" in str(report)
+    names = dict(folded.named_modules())
+    assert "bn" not in names and "block.bn1" not in names and "block.bn3" in names
+    assert names["stem"].activation == "relu" and names["block.downsample.0"].bias is not None
+    assert names["block.downsample.0"].activation == "identity"
+    x = torch.randn(2, 3, 6, 6)
+    xg = x.clone().requires_grad_()
+    out = folded(xg)
+    out.sum().backward()
+    x64 = x.double().requires_grad_()
+    ref = model.double()(x64)
+    ref.sum().backward()
+    assert_close(out, ref.detach())
+    assert_close(xg.grad, x64.grad)
+    assert names["stem"].weight.grad is not None
+
+
+def test_fold_batch_norm_needs_eval_mode():
+    with pytest.raises(rtdnn.BadParamError, match="fold_batch_norm"):
+        rtdnn.convert(Net(), fold_batch_norm=True)
+
+
+def test_folded_model_compiles_whole():
+    torch.manual_seed(2)
+    folded, _ = rtdnn.convert(_with_statistics(Net()), fold_batch_norm=True)
+    x = torch.randn(2, 3, 6, 6)
+    with torch.no_grad():
+        eager = folded(x)
+        compiled = torch.compile(folded, backend="aot_eager", fullgraph=True)(x)
+    assert torch.equal(compiled, eager)

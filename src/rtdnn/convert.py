@@ -23,6 +23,8 @@ import torch
 
 from . import nn as rtdnn_nn
 from .autograd.conv_plan import DIRECTIONS, ConvTuning
+from .core import bad_param
+from .fuse import fold_batch_norm as fold
 from .fuse import fuse_batch_norm, trace
 from .network_plan import LayerPlan, table_lines
 from .nn.conv import _RtdnnConv
@@ -64,6 +66,7 @@ class ConversionReport:
     replaced: list[tuple[str, str]] = field(default_factory=list)  # (path, class name)
     kept: list[tuple[str, str, str]] = field(default_factory=list)  # (path, class, reason)
     fused: list[str] = field(default_factory=list)  # e.g. "layer1.0.bn3 + add + relu"
+    folded: list[str] = field(default_factory=list)  # e.g. "layer1.0.bn1 + relu into ...conv1"
     not_fused: str | None = None  # why fuse=True could not trace the model
     # The convolutions given a workspace limit or micro-batch policy, by path; each holds the
     # plans its directions last ran (filled as the model runs).
@@ -93,6 +96,8 @@ class ConversionReport:
             lines.append(f"  kept     {path or '(root)'}: {name} ({reason})")
         if self.fused:
             lines.append(f"  fused    {len(self.fused)} batch norms with what follows them")
+        if self.folded:
+            lines.append(f"  folded   {len(self.folded)} batch norms into the convolutions")
         if self.not_fused:
             lines.append(f"  not fused: {self.not_fused}")
         if self.tuned:
@@ -118,6 +123,7 @@ def convert(
     *,
     inplace: bool = False,
     fuse: bool = False,
+    fold_batch_norm: bool = False,
     workspace_limit: int | None = None,
     micro_batch: str = "undivided",
     workspace_policy: str = "reuse",
@@ -140,9 +146,18 @@ def convert(
     ReLU, SiLU or Hardswish (and residual add) after it (see rtdnn.fuse); the model returned is
     then a torch.fx.GraphModule with the same submodules and state_dict keys. A model that
     cannot be traced is returned unfused, with the reason in `report.not_fused`.
+
+    fold_batch_norm=True (for inference; implies fuse=True, and needs the model in eval mode)
+    then folds each batch norm that follows a convolution into the convolution's weights and
+    bias, and its ReLU into the convolution's kernel (see rtdnn.fuse.fold_batch_norm): one
+    launch per pair instead of two. The folded batch norms leave the model and its
+    state_dict. `report.folded` lists them.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if fold_batch_norm and model.training:
+        raise bad_param("fold_batch_norm", True, "a model in eval mode (model.eval())")
+    fuse = fuse or fold_batch_norm
     if fuse and inplace:
         # The fused batch norms apply the activation themselves: the input's own forward,
         # which still calls the activation and the add, would then compute something else.
@@ -192,4 +207,6 @@ def convert(
             report.not_fused = f"torch.fx could not trace the model: {type(e).__name__}: {e}"
         else:
             model, report.fused = traced, fuse_batch_norm(traced)
+            if fold_batch_norm:
+                report.folded = fold(traced)
     return model, report

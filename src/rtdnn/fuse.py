@@ -12,6 +12,10 @@ The model is traced with torch.fx; a pattern is fused only where nothing
 else reads the intermediate results (the batch norm's output, the sum) and the batch norm
 module is called once, since the fused activation becomes part of that module. A model that
 cannot be traced (data-dependent control flow) is left as it is; `convert` reports why.
+
+For inference, `fold_batch_norm` goes further, as inference engines do: a batch norm in eval
+mode right after a convolution becomes part of the convolution's weights and bias, and its
+ReLU part of the convolution's GEMM epilogue, so the pair costs one kernel instead of two.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 from torch import fx
+from torch.nn.utils.fusion import fuse_conv_bn_weights
 
+from .nn.conv import _RtdnnConv
 from .nn.normalization import _RtdnnBatchNorm
 
 _ADDS = (operator.add, operator.iadd, torch.add)
@@ -118,3 +124,49 @@ def fuse_batch_norm(gm: fx.GraphModule) -> list[str]:
     gm.graph.lint()
     gm.recompile()
     return fused
+
+
+def fold_batch_norm(gm: fx.GraphModule) -> list[str]:
+    """Fold, in place, each rtdnn batch norm of a traced model (see `trace`; run after
+    `fuse_batch_norm`) that is in eval mode with running statistics and reads only the output
+    of an rtdnn convolution into that convolution: w' = w * g, b' = (b - mean) * g + beta with
+    g = weight / sqrt(running_var + eps) (torch.nn.utils.fusion.fuse_conv_bn_weights), and a
+    ReLU fused with the batch norm goes to the convolution (its `activation`). Batch norms with
+    a residual add, SiLU or Hardswish are left as they are, as are convolutions or batch norms
+    called more than once or read by anything else. Returns one line per fold.
+
+    The folded batch norms are removed from the model: its state_dict loses their keys, the
+    convolutions gain a bias, and later changes to the batch norm's statistics (or training
+    it) no longer apply. The model computes what it computed in eval mode."""
+    modules = dict(gm.named_modules())
+    calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
+    folded = []
+    for node in list(gm.graph.nodes):
+        if node.op != "call_module" or calls[node.target] != 1 or len(node.args) != 1:
+            continue
+        bn, src = modules[node.target], node.args[0]
+        if not isinstance(bn, _RtdnnBatchNorm) or bn.training or bn.running_mean is None:
+            continue
+        if bn.activation not in ("identity", "relu") or node.kwargs:
+            continue
+        if not isinstance(src, fx.Node) or src.op != "call_module" or len(src.users) != 1:
+            continue
+        conv = modules[src.target]
+        if not isinstance(conv, _RtdnnConv) or calls[src.target] != 1:
+            continue
+        if conv.activation != "identity" or conv.out_channels != bn.num_features:
+            continue
+        with torch.no_grad():
+            conv.weight, conv.bias = fuse_conv_bn_weights(
+                conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.eps, bn.weight,
+                bn.bias,
+            )  # fmt: skip
+        conv.activation = bn.activation
+        node.replace_all_uses_with(src)
+        gm.graph.erase_node(node)
+        gm.delete_submodule(node.target)
+        relu = " + relu" if bn.activation == "relu" else ""
+        folded.append(f"{node.target}{relu} into {src.target}")
+    gm.graph.lint()
+    gm.recompile()
+    return folded

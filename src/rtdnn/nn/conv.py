@@ -33,10 +33,13 @@ class _RtdnnConv:
 
     `tuning` (set by rtdnn.convert with a workspace limit or a micro-batch policy) makes the
     layer run each direction by a measured plan within its limit (see autograd.conv_plan);
-    None runs the convolution as the functions' defaults do.
+    None runs the convolution as the functions' defaults do. `activation` ("identity" or
+    "relu", set where rtdnn.fuse folds a batch norm and its ReLU into the layer) is applied to
+    the result, in the convolution's own kernel where its algorithm can.
     """
 
     tuning: ConvTuning | None = None
+    activation: str = "identity"
 
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         input, added = batched(self, input, len(self.kernel_size))
@@ -59,15 +62,20 @@ class _RtdnnConv:
             padding = (0,) * len(self.kernel_size)
         elif padding == "same":
             input, padding = pad_same(input, self.kernel_size, self.dilation)
-        if self.tuning is not None:
-            return planned_conv(
-                input, weight, bias, list(self.stride), list(padding), list(self.dilation),
-                self.groups, "cross_correlation", self.tuning,
-            )  # fmt: skip
-        return autograd.conv_forward(
+        args = (
             input, weight, bias, list(self.stride), list(padding), list(self.dilation),
             self.groups, "cross_correlation",
         )  # fmt: skip
+        if self.tuning is not None:
+            y = planned_conv(*args, self.tuning)
+            if self.activation == "identity":
+                return y
+            return autograd.activation_forward(y, self.activation, [])
+        if self.activation != "identity":
+            return autograd.conv_forward(
+                *args, "auto", None, None, 1.0, "undivided", None, self.activation
+            )
+        return autograd.conv_forward(*args)
 
 
 class Conv1d(_RtdnnConv, torch.nn.Conv1d):
