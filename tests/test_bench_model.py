@@ -15,6 +15,15 @@ def test_model_bench_smoke(tmp_path):
     assert result["output_rel_diff"] < 1e-5
     assert result["replaced"]["Conv2d"] == 3 and result["replaced"]["BatchNorm2d"] == 3
     assert result["rtdnn_training_img_s"] > 0 and result["pytorch_training_img_s"] > 0
+    # Inference with the batch norms folded, both sides: the stem's and the residual block's
+    # first (its second feeds the residual add).
+    assert result["folded"] == 2 and "folded_error" not in result
+    folded = [result[f"{side}_folded_inference_img_s"] for side in ("rtdnn", "pytorch")]
+    assert min(folded) > 0
+    assert (
+        "| inference, batch norms folded into convolutions (2) |"
+        in (tmp_path / "model_small.md").read_text()
+    )
     assert (tmp_path / "model_small.json").exists() and (tmp_path / "model_small.md").exists()
     assert category("cudnn::bn_fw_tr_1C11_kernel_NHWC") == "normalization"
     assert category("brgemm_kernel") == "convolution"

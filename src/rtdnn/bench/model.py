@@ -3,18 +3,21 @@ ConvNeXt-T or ViT-B/16 (or a small CNN) converted with rtdnn.convert, beside the
 PyTorch model (cuDNN, benchmark mode), in one process.
 
 Measures inference and training-step throughput (images/s; SGD with momentum, autocast,
-channels-last), issued eagerly from Python and, on a GPU, replayed from a CUDA graph of the
-whole step (forward, backward and optimizer step captured once), which takes the host's cost of
-issuing each layer out of both sides; on request, both models under torch.compile (the loss
-and optimizer stay eager); the converted model's output difference from PyTorch's;
-and where the GPU time of a training step goes by layer type (convolution, normalization,
-pooling, activation, other), from the profiler's kernel names. Without a GPU it runs a smoke
-version: the small CNN for two steps through the interpreter, checking that conversion, forward
-and backward run.
+channels-last), issued eagerly from Python; inference again with the batch norms that follow
+convolutions folded into them on both sides (rtdnn.convert(fold_batch_norm=True) against
+torch.fx.experimental.optimization.fuse), as inference deployments run; on a GPU, replayed
+from a CUDA graph of the whole step (forward, backward and optimizer step captured once),
+which takes the host's cost of issuing each layer out of both sides; on request, both models
+under torch.compile (the loss and optimizer stay eager); the converted model's output
+difference from PyTorch's; and where the GPU time of a training step goes by layer type
+(convolution, normalization, pooling, activation, other), from the profiler's kernel names.
+Without a GPU it runs a smoke version: the small CNN for two steps through the interpreter,
+checking that conversion, forward and backward run.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import os
@@ -203,6 +206,11 @@ def run_model(
             net.train()
             rate = _images_per_s(train, batch, steps, 2, device)
             samples.setdefault(f"{label}_training_img_s", []).append(rate)
+    folded_steps = _folded_steps(model, autocast, x, results)
+    for _ in range(rounds if folded_steps else 0):
+        for label, infer in folded_steps.items():
+            rate = _images_per_s(infer, batch, steps, 2, device)
+            samples.setdefault(f"{label}_folded_inference_img_s", []).append(rate)
     if cuda:  # the same steps replayed from CUDA graphs, each side captured once per kind
         for label, (net, infer, train) in steps_fns.items():
             for kind, fn, mode in (("inference", infer, False), ("training", train, True)):
@@ -245,6 +253,30 @@ def run_model(
     return results
 
 
+def _folded_steps(model: torch.nn.Module, autocast, x: torch.Tensor, results: dict) -> dict:
+    """Each side's inference step with the batch norms after convolutions folded into them:
+    PyTorch's by torch.fx.experimental.optimization.fuse (weights and bias), rtdnn's by
+    convert(fold_batch_norm=True) (weights, bias and the ReLU after them, in the GEMM's
+    epilogue). {} when either side cannot fold the model (the reason goes into `results`)."""
+    from torch.fx.experimental.optimization import fuse as torch_fold
+
+    eval_model = copy.deepcopy(model).eval()
+    try:
+        torch_folded = torch_fold(eval_model)
+        rtdnn_folded, report = convert(eval_model, fold_batch_norm=True)
+    except Exception as e:  # an untraceable model: no folded rows
+        results["folded_error"] = f"{type(e).__name__}: {e}"[:500]
+        return {}
+    nets = {"pytorch": torch_folded, "rtdnn": rtdnn_folded}
+    results["folded"] = len(report.folded)
+
+    def infer(net):
+        with torch.no_grad(), autocast():
+            net(x)
+
+    return {label: functools.partial(infer, net) for label, net in nets.items()}
+
+
 def _compiled_steps(steps_fns: dict, mode: str, device: torch.device, results: dict) -> dict:
     """Each side's model under torch.compile(mode=mode), its inference and training steps
     compiled by three calls each (tracing, compiling; reduce-overhead records its CUDA graphs
@@ -274,8 +306,8 @@ def _compiled_steps(steps_fns: dict, mode: str, device: torch.device, results: d
 #: The throughput rows: eager steps, the same steps replayed from CUDA graphs, and the models
 #: under torch.compile.
 KINDS = (
-    "inference", "training", "graph_inference", "graph_training", "compiled_inference",
-    "compiled_training",
+    "inference", "training", "folded_inference", "graph_inference", "graph_training",
+    "compiled_inference", "compiled_training",
 )  # fmt: skip
 
 
@@ -283,6 +315,8 @@ def _row_label(kind: str, r: dict) -> str:
     """The table's name for a throughput row."""
     if kind.startswith("graph_"):
         return kind.removeprefix("graph_") + ", CUDA graph"
+    if kind == "folded_inference":
+        return f"inference, batch norms folded into convolutions ({r.get('folded', 0)})"
     if kind.startswith("compiled_"):
         return kind.removeprefix("compiled_") + f", torch.compile ({r['compile_mode']})"
     return kind
@@ -302,6 +336,8 @@ def markdown(r: dict) -> str:
             continue
         label = _row_label(kind, r)
         if a is None or b is None:  # no graph rows without a GPU, a capture or compile failed
+            if kind == "folded_inference":  # a model either side cannot fold: no row
+                continue
             if not r["device"].startswith("cpu"):
                 failed = "compile failed" if kind.startswith("compiled_") else "capture failed"
                 cells = [f"{v:.1f}" if v is not None else failed for v in (a, b)]
