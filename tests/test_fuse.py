@@ -272,3 +272,47 @@ def test_folded_model_compiles_whole():
         eager = folded(x)
         compiled = torch.compile(folded, backend="aot_eager", fullgraph=True)(x)
     assert torch.equal(compiled, eager)
+
+
+class _TiedDecoder(torch.nn.Module):
+    """An encoder conv + batch norm + ReLU, a decoder reading the encoder's filter itself, and
+    a batch norm whose weight the forward reads too."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = torch.nn.Conv2d(3, 4, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.conv = torch.nn.Conv2d(4, 4, 1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        h = torch.relu(self.bn(self.enc(x)))
+        h = self.bn2(self.conv(h)) * self.bn2.weight.view(1, -1, 1, 1)
+        return torch.nn.functional.conv_transpose2d(h, self.enc.weight, padding=1)
+
+
+def test_fold_leaves_modules_whose_parameters_the_forward_reads():
+    torch.manual_seed(3)
+    model = _with_statistics(_TiedDecoder())
+    folded, report = rtdnn.convert(model, fold_batch_norm=True)
+    assert report.folded == []
+    x = torch.randn(2, 3, 5, 5)
+    with torch.no_grad():
+        assert_close(folded(x), model.double()(x.double()))
+
+
+def test_folded_convolution_refuses_unbatched_input_and_shows_its_activation():
+    torch.manual_seed(4)
+    model = _with_statistics(torch.nn.Sequential(
+        torch.nn.Conv1d(3, 4, 3, bias=False), torch.nn.BatchNorm1d(4), torch.nn.ReLU()
+    ))  # fmt: skip
+    folded, report = rtdnn.convert(model, fold_batch_norm=True)
+    assert report.folded == ["1 + relu into 0"]
+    conv = dict(folded.named_modules())["0"]
+    assert "activation=relu" in repr(conv)
+    assert conv.bias.requires_grad and conv.weight.requires_grad
+    x = torch.randn(2, 3, 6)
+    with torch.no_grad():
+        assert_close(folded(x), model.double()(x.double()))
+        with pytest.raises(rtdnn.NotSupportedError, match="batched input only"):
+            folded(x[0])

@@ -140,6 +140,13 @@ def fold_batch_norm(gm: fx.GraphModule) -> list[str]:
     it) no longer apply. The model computes what it computed in eval mode."""
     modules = dict(gm.named_modules())
     calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
+    # Parameters the forward reads directly (a decoder tied to an encoder's filter): their
+    # modules keep their own weights.
+    read = [n.target for n in gm.graph.nodes if n.op == "get_attr"]
+
+    def read_directly(path: str) -> bool:
+        return any(t == path or t.startswith(path + ".") for t in read)
+
     folded = []
     for node in list(gm.graph.nodes):
         if node.op != "call_module" or calls[node.target] != 1 or len(node.args) != 1:
@@ -156,12 +163,16 @@ def fold_batch_norm(gm: fx.GraphModule) -> list[str]:
             continue
         if conv.activation != "identity" or conv.out_channels != bn.num_features:
             continue
+        if read_directly(node.target) or read_directly(src.target):
+            continue
         with torch.no_grad():
             conv.weight, conv.bias = fuse_conv_bn_weights(
                 conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.eps, bn.weight,
                 bn.bias,
             )  # fmt: skip
+        conv.bias.requires_grad_(conv.weight.requires_grad)  # a new bias trains as the weight
         conv.activation = bn.activation
+        conv.folded_batch_norm = True
         node.replace_all_uses_with(src)
         gm.graph.erase_node(node)
         gm.delete_submodule(node.target)

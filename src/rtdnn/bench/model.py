@@ -269,6 +269,9 @@ def _folded_steps(model: torch.nn.Module, autocast, x: torch.Tensor, results: di
         return {}
     nets = {"pytorch": torch_folded, "rtdnn": rtdnn_folded}
     results["folded"] = len(report.folded)
+    with torch.no_grad(), autocast():
+        ref, out = torch_folded(x).float(), rtdnn_folded(x).float()
+    results["folded_output_rel_diff"] = float((out - ref).norm() / ref.norm())
 
     def infer(net):
         with torch.no_grad(), autocast():
@@ -345,6 +348,8 @@ def markdown(r: dict) -> str:
             continue
         lines.append(f"| {label} | {a:.1f} | {b:.1f} | {b / a:.2f} |")
     lines += ["", f"converted output vs PyTorch: relative difference {r['output_rel_diff']:.1e}"]
+    if "folded_output_rel_diff" in r:
+        lines += [f"folded: relative difference {r['folded_output_rel_diff']:.1e}"]
     if "compile_mode" in r:
         first = ", ".join(
             f"{side} {kind} {r[f'{side}_compile_{kind}_s']:.0f} s"

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .. import autograd
 from ..autograd.conv_plan import ConvTuning, planned_conv
-from ..core import bad_param
+from ..core import bad_param, not_supported
 from ..ops.conv import pad_same
 from ._inputs import batched, unbatch
 
@@ -40,9 +40,18 @@ class _RtdnnConv:
 
     tuning: ConvTuning | None = None
     activation: str = "identity"
+    folded_batch_norm: bool = False  # rtdnn.fuse.fold_batch_norm folded one into this layer
 
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         input, added = batched(self, input, len(self.kernel_size))
+        if added and self.folded_batch_norm:
+            # The batch norm folded in would have taken the unbatched output (K, *S) as a
+            # batch of K (BatchNorm1d) or refused it (2d, 3d): not what the fold computes.
+            raise not_supported(
+                "input.dim()", input.dim() - 1,
+                f"a batch norm was folded into this {type(self).__name__}, which takes "
+                "batched input only",
+            )  # fmt: skip
         if input.shape[1] != self.in_channels:
             raise bad_param(
                 f"input.shape[{0 if added else 1}]",
@@ -76,6 +85,10 @@ class _RtdnnConv:
                 *args, "auto", None, None, 1.0, "undivided", None, self.activation
             )
         return autograd.conv_forward(*args)
+
+    def extra_repr(self) -> str:
+        extra = "" if self.activation == "identity" else f", activation={self.activation}"
+        return super().extra_repr() + extra
 
 
 class Conv1d(_RtdnnConv, torch.nn.Conv1d):
