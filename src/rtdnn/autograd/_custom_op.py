@@ -94,10 +94,11 @@ def shortcut_untracked_calls(op, fn) -> None:
     are plain CUDA or CPU tensors, and torch's kernel otherwise.
 
     torch's kernel redispatches below autograd to a second Python kernel, which checks the
-    outputs for aliasing and then calls `fn`: about 20 us per call on the host, a quarter of a
-    converted ResNet-50's inference step under torch.compile. Everything traced (fake tensors,
-    functionalization, dispatch modes, subclasses) shows another key above the backend, and
-    any gradient to record takes torch's road, so only the plain eager call is shortened.
+    outputs for aliasing and then calls `fn`: about 20 us more per call on the host (27 against
+    8 us for a convolution, CPU), milliseconds in a compiled ResNet-50's step of 130 calls.
+    Everything traced (fake tensors, functionalization, dispatch modes, subclasses) shows
+    another key above the backend, and any gradient to record takes torch's road, so only the
+    plain eager call is shortened.
     torch's private helper, or the replacement itself, failing leaves torch's kernel in place.
 
     Such a call keeps no scratch buffer (core.handle.call_with_transient_scratch): it comes
