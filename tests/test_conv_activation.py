@@ -85,6 +85,8 @@ def test_unknown_activation_is_refused_naming_it():
     with pytest.raises(BadParamError, match="activation"):
         rtdnn.conv_forward(x, w, bias, out=out, activation="gelu")
     assert out.isnan().all()
+    with pytest.raises(BadParamError, match="activation"):  # a batch of 0 is no exception
+        rtdnn.conv_forward(x[:0], w, bias, activation="gelu")
     with pytest.raises(BadParamError, match="activation"):
         rtdnn.conv_forward(x.requires_grad_(), w, bias, activation="gelu")
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from .. import ops
-from ..core import ConvDesc, as_tuple, bad_param, conv_output_shape, empty_like_layout
-from ..core.conv import CONV_ACTIVATIONS
+from ..core import ConvDesc, as_tuple, conv_activation, conv_output_shape, empty_like_layout
 from ..ops.conv import IntOrSeq, named_padding
 from ._custom_op import check_differentiable, custom_op, public, records_grad
 from .activation import activation_backward
@@ -193,9 +192,7 @@ def conv_forward_api(
             deterministic=deterministic, activation=activation,
         )  # fmt: skip
     check_differentiable("conv_forward", alpha, beta, out)
-    activation = "identity" if activation is None else activation
-    if activation not in CONV_ACTIVATIONS:  # before the op (a trace would not check it)
-        raise bad_param("activation", activation, f"one of {CONV_ACTIVATIONS}")
+    activation = conv_activation(activation)  # before the op (a trace would not check it)
     if isinstance(x, Tensor) and isinstance(w, Tensor) and x.dim() == w.dim() - 1:  # unbatched
         return conv_forward_api(
             x.unsqueeze(0), w, bias, stride=stride, padding=padding, dilation=dilation,

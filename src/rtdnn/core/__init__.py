@@ -6,6 +6,7 @@ from .conv import (
     ConvProblem,
     Direction,
     as_tuple,
+    conv_activation,
     conv_output_shape,
     conv_output_size,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "SUPPORTED_DTYPES",
     "TensorDesc",
     "as_tuple",
+    "conv_activation",
     "bad_param",
     "cached_call",
     "cdiv",

@@ -138,6 +138,15 @@ def conv_output_shape(
 CONV_ACTIVATIONS = ("identity", "relu")
 
 
+def conv_activation(activation: str | None) -> str:
+    """A forward's `activation` argument checked: one of CONV_ACTIVATIONS (None: "identity")."""
+    if activation is None:
+        return "identity"
+    if activation not in CONV_ACTIVATIONS:
+        raise bad_param("activation", activation, f"one of {CONV_ACTIVATIONS}")
+    return activation
+
+
 @dataclass(frozen=True)
 class ConvProblem:
     """One convolution in one direction.
@@ -239,8 +248,6 @@ class ConvProblem:
             raise bad_param("dtype", (x.dtype, w.dtype, y.dtype), "the same dtype for x, w and y")
         if device not in ("cuda", "cpu"):
             raise not_supported("device", device, "rtdnn runs on CUDA GPUs or the CPU interpreter")
-        if activation not in CONV_ACTIVATIONS:
-            raise bad_param("activation", activation, f"one of {CONV_ACTIVATIONS}")
-        if activation != "identity" and direction != Direction.FORWARD:
+        if conv_activation(activation) != "identity" and direction != Direction.FORWARD:
             raise bad_param("activation", activation, "'identity' outside the forward direction")
         return cls(direction, x, w, y, conv, device, has_bias, activation)

@@ -41,6 +41,7 @@ from ..core import (
     check_runnable,
     check_scaling,
     check_tensor,
+    conv_activation,
     conv_output_shape,
     empty_like_layout,
     layout_strides,
@@ -303,12 +304,13 @@ def conv_forward(
     if isinstance(padding, str):
         x, padding = named_padding(x, w, padding, stride, dilation)
     deterministic = resolve_deterministic(deterministic)
-    activation = "identity" if activation is None else activation
+    activation = "identity" if activation is None else activation  # the key's spelling
     key, call = _lookup(
         Direction.FORWARD, (x, w, bias, out), stride, padding, dilation, groups, mode, algo,
         workspace_limit, resolve_math_mode(math), deterministic, activation,
     )  # fmt: skip
     if call is None:
+        activation = conv_activation(activation)  # checked before an empty batch returns
         x, w = _check_operands("x", x, w, unbatched=True)
         conv = _conv_desc(x.dim(), stride, padding, dilation, groups, mode, math)
         y_shape = conv_output_shape(x.shape, w.shape, conv)
