@@ -6,7 +6,7 @@ import torch
 import triton.language as tl
 from triton.runtime.jit import JITFunction
 
-from rtdnn.kernels.launch import SlotLaunch
+from rtdnn.kernels.launch import SlotLaunch, _Compiled, _descriptor_wrapper_parts
 
 
 def _kernel(X, alpha, n, FLAG: tl.constexpr, BLOCK: tl.constexpr):  # never launched
@@ -69,13 +69,15 @@ def test_a_missing_argument_is_refused():
         SlotLaunch(KERNEL, (1,), {}, ("X",), alpha=2.0, n=7, FLAG=True)
 
 
-class _FakeCompiled:
-    """What SlotLaunch keeps of a compiled kernel, with a C launcher that records its calls."""
+class _FakeCompiled(_Compiled):
+    """What SlotLaunch keeps of a compiled kernel, with a C launcher that records its calls
+    (and, given `descriptors`, takes host-side tensor descriptors at those positions)."""
 
-    def __init__(self):
+    def __init__(self, descriptors=()):
         self.function, self.metadata, self.flags = "function", "metadata", (False, True)
         self.calls = []
         self.c_launch = lambda *args: self.calls.append(args)
+        self.descriptors, self.tensor_maps = descriptors, {}
 
 
 def test_a_prepared_launch_calls_the_c_launcher_with_raw_addresses(monkeypatch):
@@ -102,3 +104,59 @@ def test_a_prepared_launch_calls_the_c_launcher_with_raw_addresses(monkeypatch):
     ]  # fmt: skip
     run(x, 0.25, False)  # FLAG=False compiles a kernel of its own
     assert len(fake.calls) == 1 and len(slow) == 1
+
+
+def test_triton_s_descriptor_wrapper_is_unwrapped():
+    """Triton's launcher wraps its C entry point to encode host-side tensor descriptors at
+    every call; SlotLaunch takes the entry point and the descriptors' positions and metadata
+    from that wrapper, and leaves a launcher it does not recognize alone."""
+    from triton.backends.nvidia.driver import wrap_handle_tensordesc
+
+    def entry(*args):
+        return args
+
+    signature = {"A": "tensordesc<bf16[64, 64]>", "n": "i32", "B": "tensordesc<bf16[64, 32]>"}
+    metas = [{"swizzle": 128}, {"swizzle": 64}]
+    assert _descriptor_wrapper_parts(wrap_handle_tensordesc(entry, signature, metas)) == (
+        entry, ((0, metas[0]), (2, metas[1])),
+    )  # fmt: skip
+    assert _descriptor_wrapper_parts(wrap_handle_tensordesc(entry, signature, None)) is None
+    assert _descriptor_wrapper_parts(wrap_handle_tensordesc(entry, {"n": "i32"}, None)) is None
+    assert _descriptor_wrapper_parts(print) is None
+
+
+def test_a_tensor_descriptor_is_encoded_once_per_address(monkeypatch):
+    """A descriptor slot reaches the C launcher as its encoded map, shape and strides, encoded
+    at the first call with its tensor's address and reused by later calls at that address."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from rtdnn.kernels import launch
+
+    monkeypatch.setattr(launch, "INTERPRETED", False)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 1234, raising=False)
+    encoded = []
+
+    def encode(desc, meta):
+        encoded.append((desc.base.data_ptr(), meta))
+        return [f"map{len(encoded)}", *desc.shape, *desc.strides]
+
+    monkeypatch.setattr(launch, "make_tensordesc_arg", encode)
+    run = SlotLaunch(KERNEL, (1,), {}, ("X", "alpha"), n=7, FLAG=True, BLOCK=16)
+    x, y = torch.empty(64, 32), torch.empty(64, 32)
+
+    def desc(t):
+        return TensorDescriptor(t, [64, 32], [32, 1], [16, 16])
+
+    fake = _FakeCompiled(descriptors=((0, {"swizzle": 64}),))
+    run.compiled[run._signature(0, (desc(x), 0.5))[0]] = fake
+    run(desc(x), 0.5)
+    run(desc(x), 0.25)
+    run(desc(y), 0.5)
+    assert encoded == [(x.data_ptr(), {"swizzle": 64}), (y.data_ptr(), {"swizzle": 64})]
+    head = (1, 1, 1, 1234, "function", False, True, None, None, "metadata", None, None, None)
+    assert fake.calls == [
+        (*head, "map1", 64, 32, 32, 1, 0.5, 7, True, 16),
+        (*head, "map1", 64, 32, 32, 1, 0.25, 7, True, 16),
+        (*head, "map2", 64, 32, 32, 1, 0.5, 7, True, 16),
+    ]

@@ -85,16 +85,18 @@ def sgd_train_step(net, loss_fn, x: torch.Tensor, target: torch.Tensor):
 
 def profile_steps(step, path: str, steps: int = 5, lines: int = 70) -> None:
     """A Python profile of `steps` calls of step, each issued with the GPU drained, written to
-    `path` sorted by own time and by cumulative time."""
+    `path` sorted by own time and by cumulative time. The backward runs on the calling thread
+    (cProfile sees one thread; autograd's engine thread would be left out)."""
     import cProfile
     import pstats
 
     pr = cProfile.Profile()
-    for _ in range(steps):
-        torch.cuda.synchronize()
-        pr.enable()
-        step()
-        pr.disable()
+    with torch.autograd.set_multithreading_enabled(False):
+        for _ in range(steps):
+            torch.cuda.synchronize()
+            pr.enable()
+            step()
+            pr.disable()
     torch.cuda.synchronize()
     with open(path, "w") as f:
         st = pstats.Stats(pr, stream=f)

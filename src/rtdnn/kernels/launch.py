@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 
 import torch
 from triton import knobs
+from triton.backends.nvidia.driver import make_tensordesc_arg
 from triton.runtime import _allocation
 from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -75,6 +76,53 @@ class _Compiled:
         scratch = launcher.global_scratch_size > 0 or launcher.profile_scratch_size > 0
         self.c_launch = None if scratch else launcher.launch
         self.flags = (launcher.launch_cooperative_grid, launcher.launch_pdl)
+        # Host-side tensor descriptors: Triton's wrapper of the C entry point encodes a
+        # CUtensorMap for each at every call (a driver call). rtdnn encodes each once per
+        # address instead and calls the C entry point itself.
+        self.descriptors: tuple[tuple[int, dict], ...] = ()
+        self.tensor_maps: dict[tuple[int, int], list] = {}
+        wrapped = _descriptor_wrapper_parts(launcher.launch)
+        if self.c_launch is not None and wrapped is not None:
+            self.c_launch, self.descriptors = wrapped
+
+    def with_tensor_maps(self, args: list) -> list:
+        """args with each host-side tensor descriptor replaced by what the C entry point takes
+        for it: its CUtensorMap, then its shape and strides. A descriptor's shape, strides and
+        block are part of the compiled kernel's key, so its address alone picks the map; the
+        maps hold addresses, not tensors, and one encoded for an address stays right for
+        any tensor later placed there with the same shape and strides."""
+        out: list = []
+        start = 0
+        maps = self.tensor_maps
+        for position, meta in self.descriptors:
+            out += args[start:position]
+            desc = args[position]
+            key = (position, desc.base.data_ptr())
+            encoded = maps.get(key)
+            if encoded is None:
+                if len(maps) >= 1024:  # a bound on what many addresses keep
+                    maps.clear()
+                encoded = maps[key] = make_tensordesc_arg(desc, meta)
+            out += encoded
+            start = position + 1
+        out += args[start:]
+        return out
+
+
+def _descriptor_wrapper_parts(launch) -> tuple[object, tuple[tuple[int, dict], ...]] | None:
+    """(the C entry point, ((argument position, descriptor metadata), ...)) when `launch` is
+    Triton 3.6's tensor-descriptor wrapper (driver.wrap_handle_tensordesc) around it with
+    metadata for every descriptor; None otherwise (no descriptors, or a Triton whose wrapper
+    differs: its own path is then used)."""
+    code = getattr(launch, "__code__", None)
+    if code is None or launch.__closure__ is None:
+        return None
+    cells = dict(zip(code.co_freevars, (c.cell_contents for c in launch.__closure__), strict=True))
+    entry, indices = cells.get("launcher"), cells.get("tensordesc_indices")
+    metas = cells.get("tensordesc_meta")
+    if entry is None or not indices or metas is None or any(m is None for m in metas):
+        return None
+    return entry, tuple(zip(sorted(indices), metas, strict=True))
 
 
 def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
@@ -141,6 +189,8 @@ class SlotLaunch:
         if compiled is None or compiled.c_launch is None or _launch_hooks_installed():
             self._slow_path(key, compiled, values)
             return
+        if compiled.descriptors:
+            args = compiled.with_tensor_maps(args)
         gx, gy, gz = self.grid
         coop, pdl = compiled.flags
         compiled.c_launch(
@@ -177,10 +227,9 @@ class SlotLaunch:
                 sig.append(((v & 15) == 0, v == 1, -(2**31) <= v < 2**31))
                 args[i] = v
             elif kind is TensorDescriptor:
-                # A host-side TMA descriptor, which Triton's launcher (the C entry point's
-                # Python wrapper) turns into a CUtensorMap at each call. The key holds all of
-                # it but the address, so that it is at least as fine as Triton's
-                # specialization (the base's dtype and the block shape).
+                # A host-side TMA descriptor (_Compiled.with_tensor_maps encodes it). The key
+                # holds all of it but the address, so that it is at least as fine as
+                # Triton's specialization (the base's dtype and the block shape).
                 base = v.base
                 sig.append((
                     TensorDescriptor, base.dtype, (base.data_ptr() & 15) == 0, tuple(v.shape),
