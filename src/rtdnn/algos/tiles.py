@@ -1,10 +1,12 @@
 """Tile shapes: candidates per problem, and the run-time choice among them.
 
-On the GPU the first run of a problem times each candidate once (on scratch output, so the
-caller's `out` is never touched by the trials) and remembers the fastest for the process, and
-in a store that outlives it when one is installed (the tuning database, see set_store).
-Set RTDNN_AUTOTUNE=0 to skip the trials and take the first candidate. In the interpreter (CPU)
-one small tile is used: its cost there is per program, not per element.
+On the GPU the first run of a problem takes, in order: the choice this machine's tuning
+database holds for it; the choice shipped with rtdnn for this kind of GPU (select.shipped);
+else it times each candidate once (on scratch output, so the caller's `out` is never touched
+by the trials), and keeps the fastest for the process and in the database. RTDNN_AUTOTUNE=0
+times nothing and reads no database: the shipped choice, else the first candidate.
+RTDNN_AUTOTUNE=1 passes over the shipped choices: every problem is measured here once. In the
+interpreter (CPU) one small tile is used: its cost there is per program, not per element.
 """
 
 from __future__ import annotations
@@ -37,14 +39,20 @@ class TileStore(Protocol):
     def save(self, key: tuple, tiles: TileConfig) -> None: ...
 
 
-# The layer above installs its tuning database here; this one does not import it.
+# The layer above installs its tuning database and the shipped choices here; this one does
+# not import them.
 _store: TileStore | None = None
+_shipped: TileStore | None = None
+
+#: The environment variable that says whether to time tile candidates (module docstring).
+AUTOTUNE_ENV = "RTDNN_AUTOTUNE"
 
 
-def set_store(store: TileStore | None) -> None:
-    """Keep tile choices in `store` too (None: in this process only)."""
-    global _store
-    _store = store
+def set_store(store: TileStore | None, shipped: TileStore | None = None) -> None:
+    """Keep tile choices in `store` too (None: in this process only), and read the choices
+    shipped for the GPU from `shipped` (only `load` is used)."""
+    global _store, _shipped
+    _store, _shipped = store, shipped
 
 
 def gemm_candidates(p: ConvProblem, rows: int, cols: int, depth: int) -> list[TileConfig]:
@@ -190,22 +198,26 @@ def tma_gemm_candidates(
 
 
 def tune(key, candidates: list[TileConfig], make_run) -> TileConfig:
-    """The fastest of `candidates` for `key`, timing `make_run(tiles)()` once per candidate on
-    the GPU (remembered for the process and in the store); the first candidate elsewhere or
-    with RTDNN_AUTOTUNE=0. `key` is (algorithm name, *what identifies the problem), each part
-    with a stable str(). `make_run` must not write anything the caller reads."""
+    """The tiles of `candidates` to run `key` with (the module docstring says how they are
+    chosen): on the GPU a stored or shipped choice, else the fastest, timing
+    `make_run(tiles)()` once per candidate; the first candidate elsewhere. Remembered for the
+    process. `key` is (algorithm name, *what identifies the problem), each part with a stable
+    str(). `make_run` must not write anything the caller reads."""
     if key in _chosen:
         return _chosen[key]
     best = candidates[0]
-    if (
-        len(candidates) > 1
-        and torch.cuda.is_available()
-        and os.environ.get("RTDNN_AUTOTUNE") != "0"
-    ):
-        stored = _store.load(key) if _store is not None else None
-        if stored in candidates:  # a choice among other candidates is tuned again
-            _chosen[key] = stored
-            return stored
+    autotune = os.environ.get(AUTOTUNE_ENV)
+    if len(candidates) > 1 and torch.cuda.is_available():
+        # A choice that is not among the candidates (another version's) is not used.
+        known = None
+        if autotune != "0" and _store is not None:
+            known = _store.load(key)
+        if known not in candidates and autotune != "1" and _shipped is not None:
+            known = _shipped.load(key)
+        if known in candidates:
+            _chosen[key] = known
+            return known
+    if len(candidates) > 1 and torch.cuda.is_available() and autotune != "0":
         best_ms = float("inf")
         for tiles in candidates:
             try:

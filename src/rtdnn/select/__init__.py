@@ -30,7 +30,7 @@ from ..algos.implicit_precomp_gemm import precomp_preferred
 from ..algos.winograd import winograd_preferred
 from ..core import ConvProblem, Direction, NotSupportedError, allocate_workspace, bad_param
 from ..core.timing import device_time_ms
-from . import database
+from . import database, shipped
 
 PREFERENCES = ("fastest", "no_workspace")
 
@@ -40,7 +40,7 @@ _measured: dict[ConvProblem, list[AlgoPerf]] = {}
 # Problems the database had no results for when choose asked, so that it asks once.
 _not_stored: set[ConvProblem] = set()
 
-tiles.set_store(database.TileChoices())
+tiles.set_store(database.TileChoices(), shipped.ShippedTiles())
 
 
 @dataclass(frozen=True)

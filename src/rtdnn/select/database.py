@@ -530,33 +530,45 @@ def use(db: TuningDatabase | None) -> None:
 # -- tile choices, for algos.tiles -----------------------------------------------------------
 
 
+def tuner_key_parts(key: tuple) -> tuple[str, str]:
+    """A tile tuner key (algorithm name, *what identifies the problem) as stored: the name, and
+    the rest joined by "|" (a convolution's rest is its ConvProblem.key())."""
+    return str(key[0]), "|".join(str(part) for part in key[1:])
+
+
+def tiles_to_fields(tiles: TileConfig) -> dict:
+    """A tile config as JSON data: its class's name and its fields."""
+    return {"class": type(tiles).__name__, **dataclasses.asdict(tiles)}
+
+
+def tiles_from_fields(fields: dict) -> TileConfig | None:
+    """The tile config that tiles_to_fields gave `fields` (which it consumes), or None when
+    this version has no such class or fields (another version's: tune again)."""
+    try:
+        kind = _tile_classes().get(fields.pop("class", TileConfig.__name__))
+        return None if kind is None else kind(**fields)
+    except (TypeError, AttributeError):
+        return None
+
+
 class TileChoices:
-    """The tile tuner's choices kept in this process's tuning database, for the current GPU.
-
-    A tuner key is (algorithm name, *what identifies the problem); it is stored as the name and
-    the rest joined by "|" (a convolution's rest is its ConvProblem.key()).
-    """
-
-    @staticmethod
-    def _split(key: tuple) -> tuple[str, str]:
-        return str(key[0]), "|".join(str(part) for part in key[1:])
+    """The tile tuner's choices kept in this process's tuning database, for the current GPU."""
 
     def load(self, key: tuple) -> TileConfig | None:
-        algo, problem = self._split(key)
+        algo, problem = tuner_key_parts(key)
         text = database().lookup_tiles(algo, problem, environment("cuda"))
         if text is None:
             return None
         try:
-            fields = json.loads(text)
-            kind = _tile_classes().get(fields.pop("class", TileConfig.__name__))
-            return None if kind is None else kind(**fields)
-        except (ValueError, TypeError, AttributeError):  # another version's: tune again
+            return tiles_from_fields(json.loads(text))
+        except ValueError:
             return None
 
     def save(self, key: tuple, tiles: TileConfig) -> None:
-        algo, problem = self._split(key)
-        fields = {"class": type(tiles).__name__, **dataclasses.asdict(tiles)}
-        database().store_tiles(algo, problem, environment("cuda"), json.dumps(fields))
+        algo, problem = tuner_key_parts(key)
+        database().store_tiles(
+            algo, problem, environment("cuda"), json.dumps(tiles_to_fields(tiles))
+        )
 
 
 def _tile_classes() -> dict[str, type]:
@@ -581,5 +593,8 @@ __all__ = [
     "database",
     "default_path",
     "environment",
+    "tiles_from_fields",
+    "tiles_to_fields",
+    "tuner_key_parts",
     "use",
 ]

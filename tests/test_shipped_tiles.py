@@ -1,0 +1,142 @@
+"""The tile choices that ship with rtdnn (select.shipped): which GPU's table a lookup reads,
+the batch-size classes of convolution problems, writing a sweep's choices into the tables,
+and how the tile tuner uses them beside the tuning database and RTDNN_AUTOTUNE."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from rtdnn.algos import tiles
+from rtdnn.core import ConvDesc, ConvProblem, Direction, TensorDesc
+from rtdnn.kernels.launch import TileConfig, TmaGemmTiles
+from rtdnn.select import database, shipped
+
+A, B, C = TileConfig(128, 128, 64), TileConfig(64, 128, 64), TmaGemmTiles(128, 256, 64, splits=2)
+
+
+def _key(batch: int, channels: int = 64) -> str:
+    x = torch.empty(batch, channels, 14, 14).to(memory_format=torch.channels_last)
+    w = torch.empty(128, channels, 3, 3).to(memory_format=torch.channels_last)
+    y = torch.empty(batch, 128, 14, 14).to(memory_format=torch.channels_last)
+    conv = ConvDesc.create(2, 1, 1, 1, 1, "cross_correlation", "ieee")
+    desc = [TensorDesc.of(t) for t in (x, w, y)]
+    return ConvProblem.create(Direction.FORWARD, *desc, conv, "cuda").key()
+
+
+def test_a_convolution_key_names_its_layer_apart_from_the_batch():
+    layer, batch = shipped.batch_class(_key(32))
+    assert batch == 32 and shipped.batch_class(_key(256)) == (layer, 256)
+    assert shipped.batch_class(_key(32, channels=32))[0] != layer
+    assert shipped.batch_class("StridedGeometry(rows=128)|torch.bfloat16") is None
+
+
+def test_a_table_gives_the_exact_choice_else_the_nearest_batch():
+    entries = [
+        {"algo": "IMPLICIT_GEMM", "problem": _key(64), "tiles": database.tiles_to_fields(A)},
+        {"algo": "IMPLICIT_GEMM", "problem": _key(256), "tiles": database.tiles_to_fields(B)},
+        {"algo": "GEMM", "problem": _key(64), "tiles": database.tiles_to_fields(C)},
+        {"algo": "linear", "problem": "rows=7", "tiles": database.tiles_to_fields(A)},
+        {"algo": "GEMM", "problem": _key(8), "tiles": {"class": "NoSuchTiles", "block_m": 1}},
+    ]
+    table = shipped.Table(entries)
+    assert table.lookup("IMPLICIT_GEMM", _key(64)) == A
+    assert table.lookup("IMPLICIT_GEMM", _key(256)) == B
+    assert table.lookup("IMPLICIT_GEMM", _key(96)) == A  # nearer 64 than 256 (log scale)
+    assert table.lookup("IMPLICIT_GEMM", _key(200)) == B
+    assert table.lookup("IMPLICIT_GEMM", _key(128)) == B  # a tie takes the larger batch
+    assert table.lookup("GEMM", _key(64)) == C and table.lookup("GEMM", _key(1)) == C
+    assert table.lookup("IMPLICIT_GEMM", _key(64, channels=32)) is None  # another layer
+    assert table.lookup("DIRECT", _key(64)) is None
+    assert table.lookup("linear", "rows=7") == A and table.lookup("linear", "rows=8") is None
+
+
+def _entries(db, device: str) -> list:
+    env = dataclasses.replace(database.environment("cpu"), device=device)
+    db.store_tiles("IMPLICIT_GEMM", _key(64), env, '{"class": "TileConfig", "block_m": 128, '
+                   '"block_n": 128, "block_k": 64}')  # fmt: skip
+    db.store_tiles("GEMM", _key(64), env, '{"class": "TmaGemmTiles", "block_m": 128, '
+                   '"block_n": 256, "block_k": 64, "splits": 2}')  # fmt: skip
+    return [e for e in db.tile_entries() if e.environment == env]
+
+
+def test_a_sweep_is_written_and_read_back_per_gpu(tmp_path):
+    path = str(tmp_path / "shipped.json")
+    db = database.TuningDatabase(None)
+    document = shipped.read(path)  # no file yet: no tables
+    assert document == {"format": shipped.FORMAT, "tables": []}
+    document = shipped.add_sweep(document, _entries(db, "NVIDIA H200 sm_90"), 132, "s1", "d1")
+    shipped.write(document, path)
+    store = shipped.ShippedTiles(path, gpu=lambda: ("9.0", 132))
+    assert store.load(("IMPLICIT_GEMM", _key(64))) == A
+    assert store.load(("GEMM", _key(128))) == C
+    # Another capability or multiprocessor count, or no GPU: no table.
+    for gpu in (("8.0", 132), ("9.0", 114)):
+        assert shipped.ShippedTiles(path, gpu=lambda gpu=gpu: gpu).load(("GEMM", _key(64))) is None
+    assert shipped.ShippedTiles(path, gpu=lambda: None).load(("GEMM", _key(64))) is None
+    # A second sweep of the same kind of GPU merges into its table, and is recorded.
+    db2 = database.TuningDatabase(None)
+    env = dataclasses.replace(database.environment("cpu"), device="NVIDIA H100 sm_90")
+    db2.store_tiles("IMPLICIT_GEMM", _key(64), env, '{"class": "TileConfig", "block_m": 64, '
+                    '"block_n": 128, "block_k": 64}')  # fmt: skip
+    document = shipped.add_sweep(shipped.read(path), db2.tile_entries(), 132, "s2", "d2")
+    shipped.write(document, path)
+    (table,) = shipped.read(path)["tables"]
+    assert [s["sweep"] for s in table["sweeps"]] == ["s1", "s2"] and len(table["tiles"]) == 2
+    assert store.load(("IMPLICIT_GEMM", _key(64))) == B and store.load(("GEMM", _key(64))) == C
+    with pytest.raises(ValueError, match="not a GPU"):
+        shipped.add_sweep(document, _entries(db, "cpu"), 132, "s", "d")
+
+
+def test_the_shipped_tables_parse():
+    """The file that ships: every table's choices are tiles of this version."""
+    for table in shipped.read()["tables"]:
+        assert len(shipped.Table(table["tiles"]).exact) == len(table["tiles"]) > 0
+
+
+class _Store:
+    def __init__(self, tiles):
+        self.tiles, self.saved = tiles, []
+
+    def load(self, key):
+        return self.tiles
+
+    def save(self, key, tiles):
+        self.saved.append(tiles)
+
+
+@pytest.mark.parametrize(
+    "autotune, stored, expected, timed",
+    [
+        (None, None, A, 0),  # shipped, nothing timed
+        (None, B, B, 0),  # this machine's database first
+        (None, TileConfig(1, 1, 1), A, 0),  # a stored choice that is no candidate is passed over
+        ("0", B, A, 0),  # no database, still the shipped choice
+        ("1", None, B, 3),  # measured: B is the fastest
+        ("1", C, C, 0),  # a choice measured here before
+    ],
+)
+def test_the_tuner_takes_the_stored_then_the_shipped_choice(
+    monkeypatch, autotune, stored, expected, timed
+):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tiles, "_chosen", {})
+    monkeypatch.setattr(tiles, "device_time_ms", lambda fn, rep_ms: fn())
+    store = _Store(stored)
+    monkeypatch.setattr(tiles, "_store", store)
+    monkeypatch.setattr(tiles, "_shipped", _Store(A))
+    if autotune is None:
+        monkeypatch.delenv(tiles.AUTOTUNE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(tiles.AUTOTUNE_ENV, autotune)
+    runs = []
+
+    def make_run(t):
+        return lambda: runs.append(t) or (0.5 if t == B else 1.0)
+
+    assert tiles.tune(("IMPLICIT_GEMM", "p"), [A, B, C], make_run) == expected
+    assert len(runs) == timed and store.saved == ([B] if timed else [])
+    # With no shipped choice either, RTDNN_AUTOTUNE=0 takes the first candidate untimed.
+    monkeypatch.setattr(tiles, "_shipped", _Store(None))
+    monkeypatch.setenv(tiles.AUTOTUNE_ENV, "0")
+    assert tiles.tune(("IMPLICIT_GEMM", "q"), [C, B], make_run) == C
