@@ -86,6 +86,38 @@ def test_linear_every_direction(tma_launches, dtype_name):
     assert len(tma_launches) == 4
 
 
+def test_tensor_maps_follow_the_data(tma_launches, monkeypatch):
+    """Each descriptor's CUtensorMap is encoded once per address (kernels/launch.py): a call
+    on new data at an address seen before (a freed tensor's block given out again, or the
+    same tensor rewritten) reuses the map and reads the new data; a new address encodes a new
+    map."""
+    from rtdnn.kernels import launch
+
+    encoded = []
+    encode = launch.make_tensordesc_arg
+
+    def counted(desc, meta):
+        encoded.append(desc.base.data_ptr())
+        return encode(desc, meta)
+
+    monkeypatch.setattr(launch, "make_tensordesc_arg", counted)
+    dtype, tol = DTYPES["bf16"]
+    w = (torch.randn(384, 256, device="cuda") / 16).to(dtype)
+    addresses = set()
+    for i in range(4):
+        x = torch.randn(512, 256, device="cuda").to(dtype)
+        if i == 3:
+            x.normal_()  # new data, same tensor
+        addresses.add(x.data_ptr())
+        y = ops.linear(x, w)
+        assert R.rel_error(y, (x.double() @ w.double().t()).cpu()) < tol, i
+        del x, y
+    assert len(tma_launches) == 4
+    # One map for the weight, one per distinct address of x (the first call compiles through
+    # Triton's own launcher, which encodes its maps itself).
+    assert len(encoded) <= 1 + len(addresses) and len(set(encoded)) == len(encoded)
+
+
 @pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K"])
 def test_pointwise_convolution_every_direction(tma_launches, algo):
     dtype, tol = DTYPES["bf16"]
