@@ -8,10 +8,27 @@ import torch
 
 
 @pytest.mark.slow
-def test_model_bench_smoke(tmp_path):
-    from rtdnn.bench.model import category, run_model
+def test_model_bench_smoke(tmp_path, monkeypatch):
+    """One smoke run (each run takes minutes in the interpreter) checks the eager, folded and
+    compiled rows: each side compiled and timed in both kinds of step (through aot_eager here:
+    Inductor's CPU compilation takes minutes), and one side whose compilation fails reported
+    without stopping the run."""
+    import rtdnn.bench.model as M
 
-    result = run_model("small", out_dir=str(tmp_path))
+    real = torch.compile
+
+    def broken(*args):
+        raise RuntimeError("no compiler here")
+
+    def compile_or_fail(net, mode=None):  # the converted model (traced by fx) fails
+        return (
+            broken
+            if type(net).__module__.startswith("torch.fx")
+            else real(net, backend="aot_eager")
+        )
+
+    monkeypatch.setattr(torch, "compile", compile_or_fail)
+    result = M.run_model("small", out_dir=str(tmp_path), compile_mode="default")
     assert result["output_rel_diff"] < 1e-5
     assert result["replaced"]["Conv2d"] == 3 and result["replaced"]["BatchNorm2d"] == 3
     assert result["rtdnn_training_img_s"] > 0 and result["pytorch_training_img_s"] > 0
@@ -25,10 +42,18 @@ def test_model_bench_smoke(tmp_path):
         in (tmp_path / "model_small.md").read_text()
     )
     assert (tmp_path / "model_small.json").exists() and (tmp_path / "model_small.md").exists()
-    assert category("cudnn::bn_fw_tr_1C11_kernel_NHWC") == "normalization"
-    assert category("brgemm_kernel") == "convolution"
-    assert category("max_pool_forward_nhwc") == "pooling"
-    assert category("vectorized_elementwise_kernel") == "activation"
+    for kind in ("inference", "training"):
+        assert result[f"pytorch_compiled_{kind}_img_s"] > 0
+        assert result[f"pytorch_compile_{kind}_s"] > 0
+        assert "no compiler here" in result[f"rtdnn_compile_{kind}_error"]
+        assert f"rtdnn_compiled_{kind}_img_s" not in result
+    assert "rtdnn training under torch.compile failed: RuntimeError: no compiler here" in (
+        M.markdown(result)
+    )
+    assert M.category("cudnn::bn_fw_tr_1C11_kernel_NHWC") == "normalization"
+    assert M.category("brgemm_kernel") == "convolution"
+    assert M.category("max_pool_forward_nhwc") == "pooling"
+    assert M.category("vectorized_elementwise_kernel") == "activation"
     assert not torch.cuda.is_available() or result["training_ratio"] > 0
 
 
@@ -62,33 +87,3 @@ def test_markdown_names_the_compile_rows_and_first_call_seconds():
     assert any("rtdnn training 40 s" in line for line in lines)
     del r["compile_mode"]
     assert not any("torch.compile" in line for line in markdown(r).splitlines())
-
-
-@pytest.mark.slow
-def test_model_bench_compiles_both_models(monkeypatch):
-    """The smoke run with compile_mode: each side compiled and timed in both kinds of step
-    (through aot_eager here: Inductor's CPU compilation takes minutes), and one side whose
-    compilation fails is reported without stopping the run."""
-    import rtdnn.bench.model as M
-
-    real = torch.compile
-
-    def broken(*args):
-        raise RuntimeError("no compiler here")
-
-    def compile_or_fail(net, mode=None):  # the converted model (traced by fx) fails
-        return (
-            broken
-            if type(net).__module__.startswith("torch.fx")
-            else real(net, backend="aot_eager")
-        )
-
-    monkeypatch.setattr(torch, "compile", compile_or_fail)
-    r = M.run_model("small", compile_mode="default")
-    for kind in ("inference", "training"):
-        assert r[f"pytorch_compiled_{kind}_img_s"] > 0 and r[f"pytorch_compile_{kind}_s"] > 0
-        assert "no compiler here" in r[f"rtdnn_compile_{kind}_error"]
-        assert f"rtdnn_compiled_{kind}_img_s" not in r
-    assert "rtdnn training under torch.compile failed: RuntimeError: no compiler here" in (
-        M.markdown(r)
-    )
