@@ -51,6 +51,44 @@ def test_a_table_gives_the_exact_choice_else_the_nearest_batch():
     assert table.lookup("linear", "rows=7") == A and table.lookup("linear", "rows=8") is None
 
 
+def _conv_key(n, c, k, h, kernel=3, stride=1, channels_last=True) -> str:
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.empty(n, c, h, h).to(memory_format=fmt)
+    w = torch.empty(k, c, kernel, kernel).to(memory_format=fmt)
+    p = (h + 2 - kernel) // stride + 1
+    y = torch.empty(n, k, p, p).to(memory_format=fmt)
+    conv = ConvDesc.create(2, stride, 1, 1, 1, "cross_correlation", "ieee")
+    desc = [TensorDesc.of(t) for t in (x, w, y)]
+    return ConvProblem.create(Direction.FORWARD, *desc, conv, "cuda").key()
+
+
+def test_an_untuned_layer_takes_the_choice_of_the_most_similar_one():
+    """With `similar` (RTDNN_AUTOTUNE=0), a convolution the table lacks takes the choice of
+    the one of the same kind (filter, stride, layouts, dtype...) nearest in pixels and
+    channels; never one of another kind."""
+    entries = [
+        {"algo": "IMPLICIT_GEMM", "problem": _conv_key(64, 256, 256, 14),
+         "tiles": database.tiles_to_fields(A)},
+        {"algo": "IMPLICIT_GEMM", "problem": _conv_key(64, 64, 64, 56),
+         "tiles": database.tiles_to_fields(B)},
+    ]  # fmt: skip
+    table = shipped.Table(entries)
+    near_first = _conv_key(32, 384, 384, 13)
+    assert table.lookup("IMPLICIT_GEMM", near_first) is None  # not without `similar`
+    assert table.lookup("IMPLICIT_GEMM", near_first, similar=True) == A
+    assert table.lookup("IMPLICIT_GEMM", _conv_key(16, 96, 64, 96), similar=True) == B
+    for other in (
+        _conv_key(64, 256, 256, 14, kernel=5),
+        _conv_key(64, 256, 256, 14, stride=2),
+        _conv_key(64, 256, 256, 14, channels_last=False),
+    ):
+        assert table.lookup("IMPLICIT_GEMM", other, similar=True) is None
+    assert table.lookup("GEMM", near_first, similar=True) is None
+    assert shipped.shape_class("rows=7") is None
+    kind, sizes = shipped.shape_class(_conv_key(64, 256, 128, 14))
+    assert sizes == (64 * 14 * 14, 256, 128) and kind[3] == (True, True, True)
+
+
 def _entries(db, device: str) -> list:
     env = dataclasses.replace(database.environment("cpu"), device=device)
     db.store_tiles("IMPLICIT_GEMM", _key(64), env, '{"class": "TileConfig", "block_m": 128, '
@@ -98,7 +136,8 @@ class _Store:
     def __init__(self, tiles):
         self.tiles, self.saved = tiles, []
 
-    def load(self, key):
+    def load(self, key, similar=False):
+        self.similar = similar
         return self.tiles
 
     def save(self, key, tiles):
@@ -134,8 +173,11 @@ def test_the_tuner_takes_the_stored_then_the_shipped_choice(
     def make_run(t):
         return lambda: runs.append(t) or (0.5 if t == B else 1.0)
 
+    shipped_store = tiles._shipped
     assert tiles.tune(("IMPLICIT_GEMM", "p"), [A, B, C], make_run) == expected
     assert len(runs) == timed and store.saved == ([B] if timed else [])
+    # Only untuned runs take a similar layer's choice: tuned ones measure instead.
+    assert getattr(shipped_store, "similar", autotune == "0") == (autotune == "0")
     # With no shipped choice either, RTDNN_AUTOTUNE=0 takes the first candidate untimed.
     monkeypatch.setattr(tiles, "_shipped", _Store(None))
     monkeypatch.setenv(tiles.AUTOTUNE_ENV, "0")

@@ -4,7 +4,8 @@ On the GPU the first run of a problem takes, in order: the choice this machine's
 database holds for it; the choice shipped with rtdnn for this kind of GPU (select.shipped);
 else it times each candidate once (on scratch output, so the caller's `out` is never touched
 by the trials), and keeps the fastest for the process and in the database. RTDNN_AUTOTUNE=0
-times nothing and reads no database: the shipped choice, else the first candidate.
+times nothing and reads no database: the shipped choice (for a layer the table lacks, that of
+the most similar one it has), else the first candidate.
 RTDNN_AUTOTUNE=1 passes over the shipped choices: every problem is measured here once. In the
 interpreter (CPU) one small tile is used: its cost there is per program, not per element.
 """
@@ -39,18 +40,25 @@ class TileStore(Protocol):
     def save(self, key: tuple, tiles: TileConfig) -> None: ...
 
 
+class ShippedStore(Protocol):
+    """Tile choices shipped with rtdnn, by tuner key; `similar`: also a choice made for a
+    problem like this one (select.shipped)."""
+
+    def load(self, key: tuple, similar: bool = False) -> TileConfig | None: ...
+
+
 # The layer above installs its tuning database and the shipped choices here; this one does
 # not import them.
 _store: TileStore | None = None
-_shipped: TileStore | None = None
+_shipped: ShippedStore | None = None
 
 #: The environment variable that says whether to time tile candidates (module docstring).
 AUTOTUNE_ENV = "RTDNN_AUTOTUNE"
 
 
-def set_store(store: TileStore | None, shipped: TileStore | None = None) -> None:
+def set_store(store: TileStore | None, shipped: ShippedStore | None = None) -> None:
     """Keep tile choices in `store` too (None: in this process only), and read the choices
-    shipped for the GPU from `shipped` (only `load` is used)."""
+    shipped for the GPU from `shipped`."""
     global _store, _shipped
     _store, _shipped = store, shipped
 
@@ -213,7 +221,8 @@ def tune(key, candidates: list[TileConfig], make_run) -> TileConfig:
         if autotune != "0" and _store is not None:
             known = _store.load(key)
         if known not in candidates and autotune != "1" and _shipped is not None:
-            known = _shipped.load(key)
+            # Untuned, a layer the table lacks takes the choice of one like it.
+            known = _shipped.load(key, similar=autotune == "0")
         if known in candidates:
             _chosen[key] = known
             return known

@@ -5,8 +5,11 @@ layers on a GPU, one table per GPU swept. A table serves every GPU of the same c
 capability and multiprocessor count: a tile's speed depends on the architecture, and how
 evenly its programs fill the GPU on the count. A problem found in the table takes its choice;
 one found only at other batch sizes (the same layer, the batch size aside) takes the choice of
-the nearest batch size. The tuner still checks that a shipped choice is one of its candidates
-(a later version may offer others), and measures where the table has nothing.
+the nearest batch size. With tuning off (RTDNN_AUTOTUNE=0), a convolution found neither way
+takes the choice of the nearest-sized one of the same kind (shape_class), which is more
+likely to suit it than the heuristic's first candidate; with tuning on it is measured instead.
+The tuner still checks that a shipped choice is one of its candidates (a later version may
+offer others).
 
 `tools/ship_tiles.py` writes the tables from a sweep's tuning database.
 """
@@ -32,6 +35,35 @@ FORMAT = 1
 _BATCH = re.compile(r"\|x\((\d+),")
 
 
+# A convolution's problem key in parts (ConvProblem.key): direction|dtype|math|x(shape)(strides)
+# |w(shape)(strides)|y(strides)|the convolution's parameters, bias, device, activation.
+_CONV_KEY = re.compile(
+    r"^(?P<head>[^|]+\|[^|]+\|[^|]+)\|x\((?P<x>[^)]*)\)\((?P<xs>[^)]*)\)"
+    r"\|w\((?P<w>[^)]*)\)\((?P<ws>[^)]*)\)\|y\((?P<ys>[^)]*)\)\|(?P<rest>.*)$"
+)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(",") if v.strip())
+
+
+def shape_class(problem: str) -> tuple[tuple, tuple[int, int, int]] | None:
+    """(what a convolution's key says besides its sizes: direction, dtype, math, filter size,
+    stride, padding, dilation, groups, mode, bias, device, activation, and whether each tensor
+    is channels-last; its sizes: pixels N x spatial, input channels, output channels), or
+    None for a key that is not a convolution's."""
+    m = _CONV_KEY.match(problem)
+    if m is None:
+        return None
+    x, w = _ints(m["x"]), _ints(m["w"])
+    xs, ws, ys = _ints(m["xs"]), _ints(m["ws"]), _ints(m["ys"])
+    if len(x) < 3 or len(w) != len(x) or len(xs) != len(x) or len(ws) != len(w):
+        return None
+    # Channels-last: the channel stride is 1 (and the tensor has more than one channel).
+    layouts = tuple(len(st) > 1 and st[1] == 1 for st in (xs, ws, ys))
+    return (m["head"], w[2:], m["rest"], layouts), (math.prod(x[:1] + x[2:]), x[1], w[0])
+
+
 def batch_class(problem: str) -> tuple[str, int] | None:
     """(the problem key with its batch size taken out, the batch size), or None for a key
     without one (a linear layer's)."""
@@ -47,6 +79,7 @@ class Table:
     def __init__(self, entries: list[dict]):
         self.exact: dict[tuple[str, str], TileConfig] = {}
         self.by_class: dict[tuple[str, str], list[tuple[int, TileConfig]]] = {}
+        self.by_shape: dict[tuple[str, tuple], list[tuple[tuple, TileConfig]]] = {}
         for e in entries:
             tiles = tiles_from_fields(dict(e["tiles"]))
             if tiles is None:
@@ -55,19 +88,36 @@ class Table:
             found = batch_class(e["problem"])
             if found is not None:
                 self.by_class.setdefault((e["algo"], found[0]), []).append((found[1], tiles))
+            shaped = shape_class(e["problem"])
+            if shaped is not None:
+                self.by_shape.setdefault((e["algo"], shaped[0]), []).append((shaped[1], tiles))
 
-    def lookup(self, algo: str, problem: str) -> TileConfig | None:
+    def lookup(self, algo: str, problem: str, similar: bool = False) -> TileConfig | None:
+        """The choice for `problem`, else for the same layer at the nearest batch size; with
+        `similar`, else for the nearest-sized convolution of the same kind (filter, stride,
+        dtype, layouts...: shape_class), by the distance of their sizes in log scale."""
         tiles = self.exact.get((algo, problem))
         if tiles is not None:
             return tiles
         found = batch_class(problem)
-        if found is None:
+        near = self.by_class.get((algo, found[0])) if found is not None else None
+        if near:
+            batch = max(found[1], 1)
+            return min(near, key=lambda bt: (abs(math.log(max(bt[0], 1) / batch)), -bt[0]))[1]
+        shaped = shape_class(problem) if similar else None
+        alike = self.by_shape.get((algo, shaped[0])) if shaped is not None else None
+        if not alike:
             return None
-        near = self.by_class.get((algo, found[0]))
-        if not near:
-            return None
-        batch = max(found[1], 1)
-        return min(near, key=lambda bt: (abs(math.log(max(bt[0], 1) / batch)), -bt[0]))[1]
+        sizes = shaped[1]
+
+        def distance(entry: tuple[tuple, TileConfig]) -> tuple[float, tuple]:
+            other = entry[0]
+            far = sum(
+                abs(math.log(max(a, 1) / max(b, 1))) for a, b in zip(other, sizes, strict=True)
+            )
+            return far, tuple(-v for v in other)  # a tie takes the larger
+
+        return min(alike, key=distance)[1]
 
 
 def read(path: str = PATH) -> dict:
@@ -110,13 +160,14 @@ class ShippedTiles:
     def __init__(self, path: str = PATH, gpu=current_gpu):
         self.path, self.gpu = path, gpu
 
-    def load(self, key: tuple) -> TileConfig | None:
-        """The shipped choice for a tuner key (algorithm name, *problem), or None."""
+    def load(self, key: tuple, similar: bool = False) -> TileConfig | None:
+        """The shipped choice for a tuner key (algorithm name, *problem), or None; `similar`:
+        see Table.lookup."""
         gpu = self.gpu()
         table = _table_for(*gpu, self.path) if gpu is not None else None
         if table is None:
             return None
-        return table.lookup(*tuner_key_parts(key))
+        return table.lookup(*tuner_key_parts(key), similar=similar)
 
 
 def add_sweep(document: dict, entries: list, multiprocessors: int, sweep: str, date: str) -> dict:
