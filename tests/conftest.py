@@ -280,12 +280,14 @@ __all__ = [
 def tma_launches(monkeypatch) -> list[int]:
     """Records the splits of each TMA GEMM launch (kernels/gemm_tma.py), in order. The path is
     turned on under the interpreter (on a GPU it runs on Hopper and later), and the tile tuner
-    off, so that its tiles, the first candidates, run and the tuner's trials are not counted."""
+    and the shipped tile choices off, so that its tiles, the first candidates, run and the
+    tuner's trials are not counted."""
     from rtdnn.algos import tiles
     from rtdnn.kernels import launch
 
     monkeypatch.setattr(tiles, "TMA_GEMM_IN_INTERPRETER", True)
     monkeypatch.setenv("RTDNN_AUTOTUNE", "0")
+    monkeypatch.setattr(tiles, "_shipped", None)  # the first candidates, not shipped choices
     splits: list[int] = []
     call = launch.TmaGemmLaunch.__call__
 
