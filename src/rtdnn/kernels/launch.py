@@ -15,7 +15,6 @@ from dataclasses import dataclass, fields
 
 import torch
 from triton import knobs
-from triton.backends.nvidia.driver import make_tensordesc_arg
 from triton.runtime import _allocation
 from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -24,6 +23,11 @@ from ..core.handle import stream_counters
 from .brgemm import brgemm_kernel, identity, split_finish_kernel
 from .gemm_tma import gemm_tma_kernel
 from .strided import StridedGeometry, strided_c_addr
+
+try:  # the CUtensorMap encoding of Triton's CUDA launcher (_Compiled.with_tensor_maps)
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+except ImportError:  # a Triton without the CUDA backend: its own launcher encodes them
+    make_tensordesc_arg = None
 
 #: brgemm_kernel's UPCAST flag (bfloat16 tiles multiplied as float32 under the interpreter).
 #: A constant of its own, apart from INTERPRETED (which says how to launch), so that the
@@ -82,7 +86,7 @@ class _Compiled:
         self.descriptors: tuple[tuple[int, dict], ...] = ()
         self.tensor_maps: dict[tuple[int, int], list] = {}
         wrapped = _descriptor_wrapper_parts(launcher.launch)
-        if self.c_launch is not None and wrapped is not None:
+        if self.c_launch is not None and wrapped is not None and make_tensordesc_arg is not None:
             self.c_launch, self.descriptors = wrapped
 
     def with_tensor_maps(self, args: list) -> list:
