@@ -215,7 +215,8 @@ def tune(key, candidates: list[TileConfig], make_run) -> TileConfig:
         return _chosen[key]
     best = candidates[0]
     autotune = os.environ.get(AUTOTUNE_ENV)
-    if len(candidates) > 1 and torch.cuda.is_available():
+    choosing = len(candidates) > 1 and torch.cuda.is_available()
+    if choosing:
         # A choice that is not among the candidates (another version's) is not used.
         known = None
         if autotune != "0" and _store is not None:
@@ -226,7 +227,7 @@ def tune(key, candidates: list[TileConfig], make_run) -> TileConfig:
         if known in candidates:
             _chosen[key] = known
             return known
-    if len(candidates) > 1 and torch.cuda.is_available() and autotune != "0":
+    if choosing and autotune != "0":
         best_ms = float("inf")
         for tiles in candidates:
             try:

@@ -74,7 +74,8 @@ def batch_class(problem: str) -> tuple[str, int] | None:
 
 
 class Table:
-    """One GPU's shipped choices, by (algorithm, problem) and by (algorithm, batch class)."""
+    """One GPU's shipped choices, by (algorithm, problem), by (algorithm, batch class) and by
+    (algorithm, shape class)."""
 
     def __init__(self, entries: list[dict]):
         self.exact: dict[tuple[str, str], TileConfig] = {}
