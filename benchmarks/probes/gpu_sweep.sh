@@ -2,9 +2,11 @@
 # One GPU call of sweeps for the shipped tile table, into $OUT/tuning.sqlite3 (bring it back,
 # then tools/ship_tiles.py). RUNS: words "model:NAME:BATCH[,BATCH]" (tile_sweep.py) or
 # "suite:NAME" (`rtdnn bench --suite NAME`, every direction), each under LIMIT seconds; what a
-# run tuned before its limit stays in the database.
+# run tuned before its limit stays in the database. MISSING=1: tune only what the shipped
+# table lacks (tuning's default road), so that a sweep cut by its limit can be continued.
 set -u
 export OUT=${OUT:-gpu-results} PYTHONUNBUFFERED=1 PYTHONPATH=src RTDNN_AUTOTUNE=1
+if [ "${MISSING:-0}" = 1 ]; then unset RTDNN_AUTOTUNE; fi
 export RTDNN_TUNING_DB=$OUT/tuning.sqlite3
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
