@@ -1,6 +1,7 @@
 """Where a ResNet-50 training step's host time goes, by removing layers of it: the step as it
 runs, the step with each Triton launch prepared but not issued (kernels do not run: timing
-only), and the step with the launches removed altogether; beside PyTorch's step. Rounds
+only), and the step with the launches removed altogether; beside PyTorch's step; and the
+step as it runs with autograd's backward on the calling thread instead of its device thread. Rounds
 alternate between the variants, since the host's speed drifts; the minimum per variant is kept.
 A Python profile of the launch-free step shows where the rest goes.
     PYTHONPATH=src python benchmarks/probes/host_layers.py OUT_DIR
@@ -49,11 +50,12 @@ def no_launch(self, *values):
     return None
 
 
-# variant -> (SlotLaunch.__call__, whether the C launcher is called)
+# variant -> (SlotLaunch.__call__, whether the C launcher is called, backward on its own thread)
 variants = {
-    "as run": (real_call, True),
-    "launch prepared, not issued": (real_call, False),
-    "no launch": (no_launch, True),
+    "as run": (real_call, True, True),
+    "as run, backward on the calling thread": (real_call, True, False),
+    "launch prepared, not issued": (real_call, False, True),
+    "no launch": (no_launch, True, True),
 }
 
 
@@ -75,10 +77,11 @@ for _ in range(5):
 results: dict[str, list[float]] = {k: [] for k in ["pytorch", *variants]}
 for _ in range(5):
     results["pytorch"].append(host_ms(torch_step))
-    for name, (fn, issue) in variants.items():
+    for name, (fn, issue, threaded) in variants.items():
         L.SlotLaunch.__call__ = fn
         set_issue(issue)
-        results[name].append(host_ms(ours))
+        with torch.autograd.set_multithreading_enabled(threaded):
+            results[name].append(host_ms(ours))
     L.SlotLaunch.__call__ = real_call
     set_issue(True)
 summary = {k: {"min_ms": round(min(v), 2), "rounds": [round(t, 2) for t in v]}
