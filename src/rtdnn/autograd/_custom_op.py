@@ -211,17 +211,14 @@ class CustomOp:
 
     def __call__(self, *args):
         # One pass over the arguments: a tensor subclass (FakeTensor, FunctionalTensor, a
-        # user's) sends the call through the dispatcher, as tracing and dispatch modes do. A
-        # tensor left over from a finished torch.func transform (a "dead wrapper") sends it
-        # through Function.apply, which unwraps it.
-        needs_grad = dead = False
+        # user's) sends the call through the dispatcher, as tracing and dispatch modes do.
+        needs_grad = False
         for a in args:
             kind = type(a)
             if kind in _PLAIN_ARGUMENTS:  # most arguments: a set lookup, not an isinstance
                 continue
             if kind is Tensor or kind is torch.nn.Parameter:
                 needs_grad = needs_grad or a.requires_grad
-                dead = dead or _unwrap_if_dead(a) is not a
             elif isinstance(a, Tensor):
                 return self.op(*args)
         if (
@@ -231,7 +228,11 @@ class CustomOp:
         ):
             return self.op(*args)
         if needs_grad and self.function is not None and torch.is_grad_enabled():
-            if dead or torch._C._are_functorch_transforms_active():
+            # A tensor left over from a finished torch.func transform (a "dead wrapper") goes
+            # through Function.apply, which unwraps it; only a call autograd records looks.
+            if torch._C._are_functorch_transforms_active() or any(
+                _unwrap_if_dead(a) is not a for a in args if isinstance(a, Tensor)
+            ):
                 return self.function.apply(*args)
             return self.apply(*args)
         return self.eager(*args)

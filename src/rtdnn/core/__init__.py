@@ -24,6 +24,7 @@ from .tensor import (
     MATH_MODES,
     SUPPORTED_DTYPES,
     TensorDesc,
+    byte_spans,
     cached_call,
     cdiv,
     channels_last,
@@ -39,6 +40,7 @@ from .tensor import (
     layout_strides,
     resolve_deterministic,
     resolve_math_mode,
+    spans_apart,
     tma_aligned,
 )
 
@@ -66,6 +68,8 @@ __all__ = [
     "cdiv",
     "channels_last",
     "check_no_overlap",
+    "byte_spans",
+    "spans_apart",
     "check_out_disjoint",
     "check_out",
     "check_scaling",

@@ -123,10 +123,21 @@ def stream_counters(device: torch.device, numel: int) -> torch.Tensor:
     return stream_scratch(device, "counters", numel, torch.int32, zeroed=True)
 
 
-# Side streams of run_concurrently, by (device index, host thread, slot); made on first use
-# and kept. Per thread, as scratch buffers are: a stream that one thread is capturing into a
-# CUDA graph must not receive another thread's launches.
-_side_streams: dict[tuple[int, int, int], torch.cuda.Stream] = {}
+class _Fork:
+    """Side streams for run_concurrently, and the events that fork them from the current
+    stream and join them back. Made on first use and kept, per (device index, host thread,
+    number of side streams): per thread, as scratch buffers are, since a stream that one
+    thread is capturing into a CUDA graph must not receive another thread's launches. An
+    event is recorded anew on each use, and a wait takes its latest record, so the events
+    are reused rather than made per call (stream.wait_stream makes one per call)."""
+
+    def __init__(self, index: int, count: int):
+        self.sides = [torch.cuda.Stream(index) for _ in range(count)]
+        self.forked = torch.cuda.Event()
+        self.joined = [torch.cuda.Event() for _ in range(count)]
+
+
+_forks: dict[tuple[int, int, int], _Fork] = {}
 
 
 def run_concurrently(device: torch.device, calls: Sequence[Callable[[], None]]) -> None:
@@ -143,18 +154,28 @@ def run_concurrently(device: torch.device, calls: Sequence[Callable[[], None]]) 
             call()
         return
     index = _cuda_index(device)
+    key = (index, threading.get_ident(), len(calls) - 1)
+    fork = _forks.get(key)
+    if fork is None:
+        fork = _forks[key] = _Fork(index, len(calls) - 1)
     main = torch.cuda.current_stream(index)
-    sides = []
-    for slot in range(len(calls) - 1):
-        key = (index, threading.get_ident(), slot)
-        side = _side_streams.get(key)
-        if side is None:
-            side = _side_streams[key] = torch.cuda.Stream(index)
-        side.wait_stream(main)
-        sides.append(side)
+    fork.forked.record(main)
+    for side in fork.sides:
+        side.wait_event(fork.forked)
     calls[0]()
-    for side, call in zip(sides, calls[1:], strict=True):
-        with torch.cuda.stream(side):
-            call()
-    for side in sides:
-        main.wait_stream(side)
+    # torch.cuda.set_stream switches the stream of the stream's device only; the context
+    # manager torch.cuda.stream also makes that device current, at several times the cost.
+    switch = torch.cuda.set_stream if index == torch._C._cuda_getDevice() else None
+    for side, joined, call in zip(fork.sides, fork.joined, calls[1:], strict=True):
+        if switch is None:
+            with torch.cuda.stream(side):
+                call()
+        else:
+            switch(side)
+            try:
+                call()
+            finally:
+                switch(main)
+        joined.record(side)
+    for joined in fork.joined:
+        main.wait_event(joined)

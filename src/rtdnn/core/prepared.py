@@ -20,15 +20,19 @@ def signature(name: str, tensors, *flags) -> tuple | None:
     and flags with their types, so that True and 1 differ (a list or tuple flag keyed element
     by element, each with its type: the checks of [True] and [1] differ). None when an
     argument that should be a tensor is not one: such a call is checked every time."""
-    parts = []
+    parts = [name]
+    append = parts.append  # a signature is built on every call: one loop, no generators
     for t in tensors:
         if t is None:
-            parts.append(None)
+            append(None)
         elif isinstance(t, torch.Tensor):
-            parts.append((t.shape, t.stride(), t.dtype, t.device))
+            append((t.shape, t.stride(), t.dtype, t.device))
         else:
             return None
-    return (name, *parts, *(_flag(f) for f in flags))
+    for f in flags:
+        # A str equals no value of another type, so it stands for itself.
+        append(f if type(f) is str else _flag(f))
+    return tuple(parts)
 
 
 def _flag(f: object) -> tuple:

@@ -20,9 +20,16 @@ MAX_ELEMENTS = 2**31 - 1
 MATH_MODES = ("fp32", "tf32")
 
 
+#: The getter behind torch.backends.cudnn.allow_tf32, whose module property costs several
+#: times the call itself (it is read on every convolution call); the property without it.
+_cudnn_allow_tf32 = getattr(
+    torch._C, "_get_cudnn_allow_tf32", lambda: torch.backends.cudnn.allow_tf32
+)
+
+
 def default_math_mode() -> str:
     """The math mode used when a caller gives none: PyTorch's cuDNN TF32 switch decides."""
-    return "tf32" if torch.backends.cudnn.allow_tf32 else "fp32"
+    return "tf32" if _cudnn_allow_tf32() else "fp32"
 
 
 def default_matmul_math_mode() -> str:
@@ -193,6 +200,31 @@ def check_out_disjoint(out: torch.Tensor | None, **inputs: torch.Tensor | None) 
     plans know shapes and strides, not addresses."""
     if out is not None:
         check_no_overlap(out, inputs.items())
+
+
+def byte_spans(*tensors: torch.Tensor | None) -> tuple[int, ...]:
+    """Each tensor's bytes from its first element to one past its last (0 for None or an
+    empty tensor). They depend only on shapes, strides and dtypes, so a prepared call keeps
+    them and checks overlaps from addresses alone (spans_apart)."""
+    return tuple(
+        0 if t is None or t.numel() == 0 else _address_range(t)[1] - t.data_ptr() for t in tensors
+    )
+
+
+def spans_apart(tensors, spans: tuple[int, ...], written: int) -> bool:
+    """Whether each of the first `written` tensors shares no memory with any other among
+    `tensors` (spans[i] the byte span of tensors[i], from byte_spans, 0 to skip it). False
+    means that check_no_overlap is to say which overlap and raise."""
+    ranges = [(t.data_ptr(), s) if s else None for t, s in zip(tensors, spans, strict=True)]
+    for i in range(written):
+        if ranges[i] is None:
+            continue
+        lo, span = ranges[i]
+        hi = lo + span
+        for j, other in enumerate(ranges):
+            if j != i and other is not None and other[0] < hi and lo < other[0] + other[1]:
+                return False
+    return True
 
 
 def _address_range(t: torch.Tensor) -> tuple[int, int]:

@@ -15,10 +15,11 @@ from ..ops.conv import pad_same
 from ._inputs import batched, unbatch
 
 
-def autocast_inputs(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
+def autocast_inputs(first: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
     """Under torch.autocast, cast floating inputs to the autocast dtype, as torch does for its
-    own convolutions and matmuls (the custom ops themselves take one dtype)."""
-    first = next(t for t in tensors if t is not None)
+    own convolutions and matmuls (the custom ops themselves take one dtype). The first is
+    the layer's input, whose device says which autocast applies."""
+    tensors = (first, *tensors)
     kind = first.device.type
     if not torch.is_autocast_enabled(kind):
         return tensors

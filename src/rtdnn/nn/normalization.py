@@ -51,20 +51,25 @@ class _RtdnnBatchNorm:
     def _batch_norm(self, input: Tensor, z: Tensor | None, activation: str) -> Tensor:
         self._check_input_dim(input)
         check_dtype(self, input)
+        # The module's own dictionaries, read once: each attribute read through
+        # Module.__getattr__ costs more than the rest of this method's Python.
+        buffers, parameters = self._buffers, self._parameters
         factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked.add_(1)
+        steps = buffers.get("num_batches_tracked")
+        if self.training and self.track_running_stats and steps is not None:
+            steps.add_(1)
             if self.momentum is None:  # cumulative moving average
-                factor = 1.0 / float(self.num_batches_tracked)
+                factor = 1.0 / float(steps)
+        running_mean, running_var = buffers.get("running_mean"), buffers.get("running_var")
         # Batch statistics in training, and in eval when there are no running statistics.
-        use_batch = self.training or (self.running_mean is None and self.running_var is None)
+        use_batch = self.training or (running_mean is None and running_var is None)
         track = not self.training or self.track_running_stats
         return autograd.batch_norm(
             input,
-            self.running_mean if track else None,
-            self.running_var if track else None,
-            self.weight,
-            self.bias,
+            running_mean if track else None,
+            running_var if track else None,
+            parameters.get("weight"),
+            parameters.get("bias"),
             use_batch,
             factor,
             self.eps,

@@ -36,10 +36,12 @@ import torch
 from ..algos import norm as engine
 from ..core import (
     bad_param,
+    byte_spans,
     check_no_overlap,
     check_out_disjoint,
     check_scaling,
     check_tensor,
+    spans_apart,
 )
 from ..core.prepared import nonzero, signature
 from . import _norm as V
@@ -99,8 +101,11 @@ def batch_norm_forward_training(
         running_var=running_var,
         z=z,
     )
-    if running_mean is not None:  # then running_var too (checked by _train_call)
-        # Written in place while x, weight, bias and z are read (out against them: above).
+    # running_mean and running_var (both or neither, checked by _train_call) are written in
+    # place while x, weight, bias and z are read (out against them: above). The spans are
+    # the prepared call's; an overlap found from them is named by the full checks.
+    stats = (running_mean, running_var, x, weight, bias, z)
+    if running_mean is not None and not spans_apart(stats, call.spans, written=2):
         others = [("x", x), ("weight", weight), ("bias", bias), ("z", z)]
         check_no_overlap(running_mean, others, out_name="running_mean")
         others.append(("running_mean", running_mean))
@@ -109,6 +114,7 @@ def batch_norm_forward_training(
 
 
 def _train_call(x, weight, bias, running_mean, running_var, z, out, mode, activation, beta):
+    given = (running_mean, running_var, x, weight, bias, z)  # as the caller passes them
     x = check_tensor("x", x, ndim=(2, 3, 4, 5), empty=True)
     kept, pshape, count = _setup(x, mode)
     weight = V.param("weight", weight, pshape, x)
@@ -126,6 +132,7 @@ def _train_call(x, weight, bias, running_mean, running_var, z, out, mode, activa
     y = V.output(out, x)
     V.ready(x)
     y_strides = y.stride()
+    spans = byte_spans(*given)  # of the tensors checked above
     if count == 0:  # an empty batch: nothing to normalize, no statistics to update
 
         def empty_call(x, weight, bias, running_mean, running_var, z, out, momentum, eps, *_):
@@ -133,6 +140,7 @@ def _train_call(x, weight, bias, running_mean, running_var, z, out, mode, activa
             nan = torch.full(pshape, math.nan, dtype=torch.float32, device=x.device)
             return y, nan, nan.clone()
 
+        empty_call.spans = spans
         return empty_call
     shape = x.shape
     plan = engine.ForwardPlan(
@@ -150,6 +158,7 @@ def _train_call(x, weight, bias, running_mean, running_var, z, out, mode, activa
         )  # fmt: skip
         return y, mean, invstd
 
+    call.spans = spans
     return call
 
 

@@ -70,7 +70,9 @@ def observed() -> Iterator[list[Observed]]:
 
 def observing() -> bool:
     """True inside an `observed()` block of this thread."""
-    return bool(getattr(_local, "observers", None))
+    # The thread's own dictionary, as observed() fills it: getattr would raise and catch an
+    # AttributeError on every convolution call outside such a block.
+    return bool(_local.__dict__.get("observers"))
 
 
 def table(p: ConvProblem, policy: str, deterministic: bool = False) -> dict[int, list]:
