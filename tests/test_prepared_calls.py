@@ -10,6 +10,7 @@ import torch
 
 import rtdnn
 from rtdnn import ops
+from rtdnn.core import byte_spans, spans_apart
 from rtdnn.core.prepared import PreparedCalls, signature
 
 linear_module = importlib.import_module("rtdnn.ops.linear")
@@ -26,6 +27,24 @@ def test_signature_separates_shapes_strides_and_flag_types():
     assert signature("f", (a,), True) != signature("f", (a,), 1)
     assert hash(signature("f", (a, None), [1, 2]))  # a list flag is kept as a tuple
     assert signature("f", (a, 3)) is None  # not a tensor: checked every time
+    assert signature("f", (a,), "relu") != signature("f", (a,), "identity")
+
+
+def test_spans_apart_judges_overlaps_from_addresses():
+    """What a prepared call checks on each call from the byte spans it keeps: a written
+    tensor against every other one, interleaved views counted as overlapping (as
+    check_no_overlap counts them), adjacent ones and empty ones not."""
+    buf = torch.randn(64)
+    written, read = buf[:8], buf[8:16]
+    spans = byte_spans(written, read, None)
+    assert spans == (32, 32, 0)
+    assert spans_apart((written, read, None), spans, written=1)
+    assert not spans_apart((written, buf[4:12], None), spans, written=1)
+    even, odd = buf[0:16:2], buf[1:16:2]  # share no element, but their ranges interleave
+    assert not spans_apart((even, odd), byte_spans(even, odd), written=1)
+    # Only the first `written` are checked against the rest: two read ones may overlap.
+    assert spans_apart((written, read, buf[9:12]), byte_spans(written, read, buf[9:12]), 1)
+    assert spans_apart((buf[:0], buf), byte_spans(buf[:0], buf), written=1)
 
 
 def test_failed_preparation_is_not_kept():
