@@ -85,5 +85,10 @@ def test_markdown_names_the_compile_rows_and_first_call_seconds():
     assert "| training, torch.compile (reduce-overhead) | 103.0 | 153.0 | 1.49 |" in lines
     assert "| inference, CUDA graph | capture failed | capture failed | |" in lines
     assert any("rtdnn training 40 s" in line for line in lines)
+    assert not any("calling thread" in line for line in lines)  # not measured: no row
+    r["pytorch_calling_thread_training_img_s"] = 100.0
+    r["rtdnn_calling_thread_training_img_s"] = 120.0
+    lines = markdown(r).splitlines()
+    assert "| training, backward on the calling thread | 100.0 | 120.0 | 1.20 |" in lines
     del r["compile_mode"]
     assert not any("torch.compile" in line for line in markdown(r).splitlines())

@@ -3,14 +3,16 @@ ConvNeXt-T or ViT-B/16 (or a small CNN) converted with rtdnn.convert, beside the
 PyTorch model (cuDNN, benchmark mode), in one process.
 
 Measures inference and training-step throughput (images/s; SGD with momentum, autocast,
-channels-last), issued eagerly from Python; inference again with the batch norms that follow
-convolutions folded into them on both sides (rtdnn.convert(fold_batch_norm=True) against
-torch.fx.experimental.optimization.fuse), as inference deployments run; on a GPU, replayed
-from a CUDA graph of the whole step (forward, backward and optimizer step captured once),
-which takes the host's cost of issuing each layer out of both sides; on request, both models
-under torch.compile (the loss and optimizer stay eager); the converted model's output
-difference from PyTorch's; and where the GPU time of a training step goes by layer type
-(convolution, normalization, pooling, activation, other), from the profiler's kernel names.
+channels-last), issued eagerly from Python; on a GPU the training step again with autograd's
+backward on the calling thread (torch.autograd.set_multithreading_enabled(False)); inference
+again with the batch norms that follow convolutions folded into them on both sides
+(rtdnn.convert(fold_batch_norm=True) against torch.fx.experimental.optimization.fuse), as
+inference deployments run; on a GPU, replayed from a CUDA graph of the whole step (forward,
+backward and optimizer step captured once), which takes the host's cost of issuing each layer
+out of both sides; on request, both models under torch.compile (the loss and optimizer stay
+eager); the converted model's output difference from PyTorch's; and where the GPU time of a
+training step goes by layer type (convolution, normalization, pooling, activation, other),
+from the profiler's kernel names.
 Without a GPU it runs a smoke version: the small CNN for two steps through the interpreter,
 checking that conversion, forward and backward run.
 """
@@ -206,6 +208,12 @@ def run_model(
             net.train()
             rate = _images_per_s(train, batch, steps, 2, device)
             samples.setdefault(f"{label}_training_img_s", []).append(rate)
+            if cuda:  # the CPU's backward runs on the calling thread already
+                # Autograd runs a GPU graph's backward on a thread of its own, where the
+                # Python of each layer's backward ran 1.5 times slower (BENCHMARKS.md).
+                with torch.autograd.set_multithreading_enabled(False):
+                    rate = _images_per_s(train, batch, steps, 2, device)
+                samples.setdefault(f"{label}_calling_thread_training_img_s", []).append(rate)
     folded_steps = _folded_steps(model, autocast, x, results)
     for _ in range(rounds if folded_steps else 0):
         for label, infer in folded_steps.items():
@@ -309,8 +317,8 @@ def _compiled_steps(steps_fns: dict, mode: str, device: torch.device, results: d
 #: The throughput rows: eager steps, the same steps replayed from CUDA graphs, and the models
 #: under torch.compile.
 KINDS = (
-    "inference", "training", "folded_inference", "graph_inference", "graph_training",
-    "compiled_inference", "compiled_training",
+    "inference", "training", "calling_thread_training", "folded_inference", "graph_inference",
+    "graph_training", "compiled_inference", "compiled_training",
 )  # fmt: skip
 
 
@@ -320,6 +328,8 @@ def _row_label(kind: str, r: dict) -> str:
         return kind.removeprefix("graph_") + ", CUDA graph"
     if kind == "folded_inference":
         return f"inference, batch norms folded into convolutions ({r.get('folded', 0)})"
+    if kind == "calling_thread_training":
+        return "training, backward on the calling thread"
     if kind.startswith("compiled_"):
         return kind.removeprefix("compiled_") + f", torch.compile ({r['compile_mode']})"
     return kind
@@ -339,7 +349,9 @@ def markdown(r: dict) -> str:
             continue
         label = _row_label(kind, r)
         if a is None or b is None:  # no graph rows without a GPU, a capture or compile failed
-            if kind == "folded_inference":  # a model either side cannot fold: no row
+            # A model either side cannot fold, or a run from before the calling-thread row:
+            # no row.
+            if kind in ("folded_inference", "calling_thread_training"):
                 continue
             if not r["device"].startswith("cpu"):
                 failed = "compile failed" if kind.startswith("compiled_") else "capture failed"
