@@ -316,3 +316,99 @@ def test_folded_convolution_refuses_unbatched_input_and_shows_its_activation():
         assert_close(folded(x), model.double()(x.double()))
         with pytest.raises(rtdnn.NotSupportedError, match="batched input only"):
             folded(x[0])
+
+
+def test_convolutions_pair_with_their_batch_norms_in_training():
+    """Each batch norm that reads only a convolution's output runs with it as one op in
+    training (autograd.conv_batch_norm), and the model matches PyTorch's: output, every
+    gradient, running statistics and step counts (test_fused_model_matches_pytorch checks
+    the same model in both modes); in eval mode the two modules run one after the other."""
+    torch.manual_seed(1)
+    model = Net()
+    fused, report = rtdnn.convert(model, fuse=True)
+    assert sorted(report.paired) == [
+        "block.conv1 + block.bn1", "block.conv2 + block.bn2", "block.conv3 + block.bn3",
+        "block.downsample.0 + block.downsample.1", "stem + bn",
+    ]  # fmt: skip
+    assert "paired" in str(report) and fused.state_dict().keys() == model.state_dict().keys()
+    calls = [n.target for n in fused.graph.nodes if n.op == "call_module"]
+    assert "block.bn3" not in calls and "head_bn" in calls  # head_bn reads no convolution
+    ran = []
+    real = rtdnn.autograd.conv_batch_norm
+
+    def counted(*args, **kwargs):
+        ran.append(1)
+        return real(*args, **kwargs)
+
+    for train, pairs in ((True, 5), (False, 0)):
+        ran.clear()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(rtdnn.autograd, "conv_batch_norm", counted)
+            _assert_same_step(model, fused, torch.randn(2, 3, 6, 6), train)
+        assert len(ran) == pairs
+    for a, b in zip(model.buffers(), fused.buffers(), strict=True):
+        if a.is_floating_point():
+            assert_close(b, a.double())
+        else:
+            assert torch.equal(a, b)  # num_batches_tracked
+
+
+class PairLookalikes(torch.nn.Module):
+    """Convolutions and batch norms that must not pair, and one whose residual the paired op
+    cannot take (a broadcast shift: the two modules run apart and add it as torch does)."""
+
+    def __init__(self):
+        super().__init__()
+        self.reflect = torch.nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect", bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(4)
+        self.read_twice = torch.nn.Conv2d(4, 4, 1)
+        self.bn2 = torch.nn.BatchNorm2d(4)
+        self.same = torch.nn.Conv2d(4, 4, 3, padding="same", bias=False)
+        self.bn3 = torch.nn.BatchNorm2d(4)
+        self.shifted = torch.nn.Conv2d(4, 4, 1, bias=False)
+        self.bn4 = torch.nn.BatchNorm2d(4)
+        self.shift = torch.nn.Parameter(torch.randn(4, 1, 1))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.reflect(x)))
+        c = self.read_twice(y)
+        y = self.bn2(c) + c
+        y = torch.relu(self.bn3(self.same(y)))
+        return torch.relu(self.bn4(self.shifted(y)) + self.shift)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_pairing_leaves_what_it_cannot_take(train):
+    torch.manual_seed(2)
+    model = PairLookalikes()
+    fused, report = rtdnn.convert(model, fuse=True)
+    assert report.paired == ["shifted + bn4"]
+    _assert_same_step(model, fused, torch.randn(2, 3, 5, 5), train)
+    # Unbatched input to a paired convolution: the batch norm refuses it, as torch's does.
+    paired = Net()
+    converted, _ = rtdnn.convert(paired, fuse=True)
+    with pytest.raises(ValueError, match="expected 4D input"):
+        converted.train(train)(torch.randn(3, 6, 6))
+
+
+def test_paired_op_computes_what_the_two_modules_compute():
+    """Under autocast (float16: the interpreter's bfloat16 products are wrong) the paired op
+    runs the same kernels as the convolution and batch norm modules one after the other: the
+    same bits, forward and backward."""
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, stride=2, padding=1), torch.nn.BatchNorm2d(8)
+    ).to(memory_format=torch.channels_last)
+    paired, report = rtdnn.convert(model, fuse=True)
+    apart, _ = rtdnn.convert(model)
+    assert report.paired == ["0 + 1"]
+    x = torch.randn(2, 3, 7, 7).to(memory_format=torch.channels_last)
+    results = []
+    for net in (paired, apart):
+        xg = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = net(xg)
+        out.float().square().sum().backward()
+        results.append([out, xg.grad, *[p.grad for p in net.parameters()], *net.buffers()])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)

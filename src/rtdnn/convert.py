@@ -25,7 +25,7 @@ from . import nn as rtdnn_nn
 from .autograd.conv_plan import DIRECTIONS, ConvTuning
 from .core import bad_param
 from .fuse import fold_batch_norm as fold
-from .fuse import fuse_batch_norm, trace
+from .fuse import fuse_batch_norm, pair_conv_batch_norm, trace
 from .network_plan import LayerPlan, table_lines
 from .nn.conv import _RtdnnConv
 
@@ -67,6 +67,7 @@ class ConversionReport:
     kept: list[tuple[str, str, str]] = field(default_factory=list)  # (path, class, reason)
     fused: list[str] = field(default_factory=list)  # e.g. "layer1.0.bn3 + add + relu"
     folded: list[str] = field(default_factory=list)  # e.g. "layer1.0.bn1 + relu into ...conv1"
+    paired: list[str] = field(default_factory=list)  # e.g. "layer1.0.conv1 + layer1.0.bn1"
     not_fused: str | None = None  # why fuse=True could not trace the model
     # The convolutions given a workspace limit or micro-batch policy, by path; each holds the
     # plans its directions last ran (filled as the model runs).
@@ -98,6 +99,8 @@ class ConversionReport:
             lines.append(f"  fused    {len(self.fused)} batch norms with what follows them")
         if self.folded:
             lines.append(f"  folded   {len(self.folded)} batch norms into the convolutions")
+        if self.paired:
+            lines.append(f"  paired   {len(self.paired)} convolutions with their batch norms")
         if self.not_fused:
             lines.append(f"  not fused: {self.not_fused}")
         if self.tuned:
@@ -143,9 +146,12 @@ def convert(
     so converted runs its convolutions eagerly: torch.compile breaks its graph around them.
 
     fuse=True also traces the converted model with torch.fx and fuses each batch norm with the
-    ReLU, SiLU or Hardswish (and residual add) after it (see rtdnn.fuse); the model returned is
-    then a torch.fx.GraphModule with the same submodules and state_dict keys. A model that
-    cannot be traced is returned unfused, with the reason in `report.not_fused`.
+    ReLU, SiLU or Hardswish (and residual add) after it (see rtdnn.fuse), and pairs each batch
+    norm that reads only a convolution's output with that convolution, so that in training
+    the two run as one op with one autograd node (rtdnn.fuse.pair_conv_batch_norm; the batch
+    norm's own forward hooks no longer run there); the model returned is then a
+    torch.fx.GraphModule with the same submodules and state_dict keys. A model that cannot be
+    traced is returned unfused, with the reason in `report.not_fused`.
 
     fold_batch_norm=True (for inference; implies fuse=True, and needs the model in eval mode)
     then folds each batch norm that follows a convolution into the convolution's weights and
@@ -209,4 +215,6 @@ def convert(
             model, report.fused = traced, fuse_batch_norm(traced)
             if fold_batch_norm:
                 report.folded = fold(traced)
+            else:
+                report.paired = pair_conv_batch_norm(traced)
     return model, report

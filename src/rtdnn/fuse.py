@@ -126,6 +126,53 @@ def fuse_batch_norm(gm: fx.GraphModule) -> list[str]:
     return fused
 
 
+def pair_conv_batch_norm(gm: fx.GraphModule) -> list[str]:
+    """Pair, in place, each rtdnn batch norm of a traced model (see `trace`; run after
+    `fuse_batch_norm`) that reads only the output of an rtdnn convolution with that
+    convolution: the two calls become one, conv(x, batch_norm=bn, z=z), which computes
+    bn(conv(x), z) and in training runs as one op with one autograd node
+    (autograd.conv_batch_norm), saving the host a second op call and a second node per
+    layer. Parameters, buffers and state_dict keys are unchanged; the batch norm's own forward
+    (and its hooks) no longer runs in training. Convolutions or batch norms called more than
+    once or read by anything else, and convolutions with their own activation, folded batch
+    norm, measured plan, padding mode or "same" padding, are left as they are. Returns one
+    line per pair."""
+    modules = dict(gm.named_modules())
+    calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
+    paired = []
+    for node in list(gm.graph.nodes):
+        if node.op != "call_module" or calls[node.target] != 1 or node.kwargs:
+            continue
+        bn = modules[node.target]
+        if not isinstance(bn, _RtdnnBatchNorm) or len(node.args) not in (1, 2):
+            continue
+        src = node.args[0]
+        if not isinstance(src, fx.Node) or src.op != "call_module" or len(src.users) != 1:
+            continue
+        conv = modules[src.target]
+        if not isinstance(conv, _RtdnnConv) or calls[src.target] != 1:
+            continue
+        if len(src.args) != 1 or src.kwargs or conv.out_channels != bn.num_features:
+            continue
+        if conv.tuning is not None or conv.activation != "identity" or conv.folded_batch_norm:
+            continue
+        if conv.padding_mode != "zeros" or conv.padding == "same":
+            continue
+        kwargs = {"batch_norm": None}
+        with gm.graph.inserting_before(node):
+            kwargs["batch_norm"] = gm.graph.get_attr(node.target)
+            if len(node.args) == 2:
+                kwargs["z"] = node.args[1]
+            call = gm.graph.call_module(src.target, src.args, kwargs)
+        node.replace_all_uses_with(call)
+        gm.graph.erase_node(node)
+        gm.graph.erase_node(src)
+        paired.append(f"{src.target} + {node.target}")
+    gm.graph.lint()
+    gm.recompile()
+    return paired
+
+
 def fold_batch_norm(gm: fx.GraphModule) -> list[str]:
     """Fold, in place, each rtdnn batch norm of a traced model (see `trace`; run after
     `fuse_batch_norm`) that is in eval mode with running statistics and reads only the output

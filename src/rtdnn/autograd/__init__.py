@@ -32,6 +32,7 @@ from .conv import (
     conv_forward,
     conv_forward_api,
 )
+from .conv_batch_norm import conv_batch_norm, conv_batch_norm_train
 from .ctc import ctc_loss
 from .dropout import dropout_backward, dropout_forward, dropout_forward_api
 from .group_norm import (
@@ -121,6 +122,8 @@ __all__ = [
     "batch_norm_train",
     "conv_backward_bias",
     "conv_backward_data",
+    "conv_batch_norm",
+    "conv_batch_norm_train",
     "conv_backward_filter",
     "conv_forward",
     "cross_entropy",

@@ -10,9 +10,17 @@ from torch import Tensor
 
 from .. import autograd
 from ..autograd.conv_plan import ConvTuning, planned_conv
-from ..core import bad_param, not_supported
+from ..core import (
+    SUPPORTED_DTYPES,
+    ConvDesc,
+    bad_param,
+    conv_output_shape,
+    not_supported,
+)
 from ..ops.conv import pad_same
 from ._inputs import batched, unbatch
+
+MODE = "cross_correlation"  # what torch.nn's convolution modules compute
 
 
 def autocast_inputs(first: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
@@ -42,6 +50,56 @@ class _RtdnnConv:
     tuning: ConvTuning | None = None
     activation: str = "identity"
     folded_batch_norm: bool = False  # rtdnn.fuse.fold_batch_norm folded one into this layer
+
+    def forward(
+        self, input: Tensor, batch_norm: torch.nn.Module | None = None, z: Tensor | None = None
+    ) -> Tensor:
+        """torch's forward; with `batch_norm`, an rtdnn batch norm that rtdnn.fuse paired with
+        this layer, batch_norm(conv(input), z), one op in training (see its after_conv)."""
+        if batch_norm is not None:
+            return batch_norm.after_conv(self, input, z)
+        if z is not None:
+            raise bad_param("z", "a tensor", "None without batch_norm (z is the batch norm's)")
+        return self._conv_forward(input, self.weight, self.bias)
+
+    def pairs_with_batch_norm(self, input: Tensor, channels: int) -> bool:
+        """Whether this layer's convolution of `input` can run in one op with a batch norm of
+        `channels` features (autograd.conv_batch_norm): batched input of this layer's
+        channels, zero padding given as numbers (or "valid"), no measured plan of its own, no
+        activation or folded batch norm of its own. Otherwise the two modules run apart, and
+        the convolution's own checks speak for bad input."""
+        padding = self.padding
+        return (
+            self.tuning is None
+            and self.activation == "identity"
+            and not self.folded_batch_norm
+            and self.padding_mode == "zeros"
+            and (padding == "valid" or not isinstance(padding, str))
+            and self.out_channels == channels
+            and input.dim() == len(self.kernel_size) + 2
+            and input.shape[1] == self.in_channels
+            and input.dtype in SUPPORTED_DTYPES
+        )
+
+    def autocast_inputs(self, input: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(input, weight, bias) as this layer's convolution takes them under autocast."""
+        return autocast_inputs(input, self._parameters["weight"], self._parameters.get("bias"))
+
+    def geometry(self) -> tuple[list[int], list[int], list[int], int]:
+        """(stride, padding, dilation, groups) as the custom ops take them."""
+        padding = self.padding
+        if padding == "valid":
+            padding = (0,) * len(self.kernel_size)
+        return list(self.stride), list(padding), list(self.dilation), self.groups
+
+    def output_like(self, z: Tensor, x: Tensor) -> bool:
+        """Whether z has the shape, dtype and device of this layer's output for the input x
+        (as autocast_inputs gives it)."""
+        if z.dtype != x.dtype or z.device != x.device or z.dim() != x.dim():
+            return False
+        stride, padding, dilation, _ = self.geometry()
+        desc = ConvDesc.create(x.dim() - 2, stride, padding, dilation, self.groups, MODE, "fp32")
+        return tuple(z.shape) == conv_output_shape(x.shape, self.weight.shape, desc)
 
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         input, added = batched(self, input, len(self.kernel_size))
@@ -74,7 +132,7 @@ class _RtdnnConv:
             input, padding = pad_same(input, self.kernel_size, self.dilation)
         args = (
             input, weight, bias, list(self.stride), list(padding), list(self.dilation),
-            self.groups, "cross_correlation",
+            self.groups, MODE,
         )  # fmt: skip
         if self.tuning is not None:
             y = planned_conv(*args, self.tuning)

@@ -51,9 +51,28 @@ class _RtdnnBatchNorm:
     def _batch_norm(self, input: Tensor, z: Tensor | None, activation: str) -> Tensor:
         self._check_input_dim(input)
         check_dtype(self, input)
+        running_mean, running_var, use_batch, factor = self._statistics()
+        parameters = self._parameters
+        return autograd.batch_norm(
+            input,
+            running_mean,
+            running_var,
+            parameters.get("weight"),
+            parameters.get("bias"),
+            use_batch,
+            factor,
+            self.eps,
+            z=z,
+            activation=activation,
+        )
+
+    def _statistics(self) -> tuple[Tensor | None, Tensor | None, bool, float]:
+        """(running_mean, running_var, whether to use batch statistics, the momentum factor)
+        for one call, as torch's forward decides them; the running statistics are None when
+        not tracked, and a call in training counts a step in num_batches_tracked."""
         # The module's own dictionaries, read once: each attribute read through
         # Module.__getattr__ costs more than the rest of this method's Python.
-        buffers, parameters = self._buffers, self._parameters
+        buffers = self._buffers
         factor = 0.0 if self.momentum is None else self.momentum
         steps = buffers.get("num_batches_tracked")
         if self.training and self.track_running_stats and steps is not None:
@@ -63,19 +82,26 @@ class _RtdnnBatchNorm:
         running_mean, running_var = buffers.get("running_mean"), buffers.get("running_var")
         # Batch statistics in training, and in eval when there are no running statistics.
         use_batch = self.training or (running_mean is None and running_var is None)
-        track = not self.training or self.track_running_stats
-        return autograd.batch_norm(
-            input,
-            running_mean if track else None,
-            running_var if track else None,
-            parameters.get("weight"),
-            parameters.get("bias"),
-            use_batch,
-            factor,
-            self.eps,
-            z=z,
-            activation=activation,
-        )
+        if self.training and not self.track_running_stats:
+            running_mean = running_var = None
+        return running_mean, running_var, use_batch, factor
+
+    def after_conv(self, conv: torch.nn.Module, input: Tensor, z: Tensor | None = None) -> Tensor:
+        """self(conv(input), z) for an rtdnn convolution module `conv` that rtdnn.fuse paired
+        with this batch norm: in training, where both layers allow it, one op and one autograd
+        node (autograd.conv_batch_norm); otherwise the two modules one after the other."""
+        if self.training and conv.pairs_with_batch_norm(input, self.num_features):
+            x, w, b = conv.autocast_inputs(input)
+            if z is None or conv.output_like(z, x):
+                self._check_input_dim(input)  # the convolution's output has input's dims
+                running_mean, running_var, _, factor = self._statistics()
+                parameters = self._parameters
+                return autograd.conv_batch_norm(
+                    x, w, b, *conv.geometry(), parameters.get("weight"),
+                    parameters.get("bias"), running_mean, running_var, factor, self.eps, z=z,
+                    activation=self.activation,
+                )  # fmt: skip
+        return self(conv(input), z)
 
 
 class BatchNorm1d(_RtdnnBatchNorm, torch.nn.BatchNorm1d):
