@@ -412,3 +412,26 @@ def test_paired_op_computes_what_the_two_modules_compute():
         results.append([out, xg.grad, *[p.grad for p in net.parameters()], *net.buffers()])
     for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
+
+
+def test_paired_cumulative_average_and_refused_arguments():
+    """momentum=None (a cumulative average over the steps) moves the running statistics as
+    torch does; a convolution that refuses its arguments (weights of another dtype) raises
+    before the batch norm counts a step or touches its statistics, as the modules apart do."""
+    torch.manual_seed(6)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4, momentum=None))
+    paired, report = rtdnn.convert(model, fuse=True)
+    assert report.paired == ["0 + 1"]
+    for _ in range(2):
+        x = torch.randn(2, 3, 5, 5)
+        assert_close(paired(x), model(x).detach().double())
+    for a, b in zip(model.buffers(), paired.buffers(), strict=True):
+        if a.is_floating_point():
+            assert_close(b, a.double())
+        else:
+            assert torch.equal(a, b)
+    before = [b.clone() for b in paired.buffers()]
+    paired.get_submodule("0").half()
+    with pytest.raises(rtdnn.Error, match="dtype"):
+        paired(torch.randn(2, 3, 5, 5))
+    assert all(torch.equal(a, b) for a, b in zip(before, paired.buffers(), strict=True))

@@ -66,19 +66,21 @@ class _RtdnnBatchNorm:
             activation=activation,
         )
 
-    def _statistics(self) -> tuple[Tensor | None, Tensor | None, bool, float]:
+    def _statistics(self, count: bool = True) -> tuple[Tensor | None, Tensor | None, bool, float]:
         """(running_mean, running_var, whether to use batch statistics, the momentum factor)
         for one call, as torch's forward decides them; the running statistics are None when
-        not tracked, and a call in training counts a step in num_batches_tracked."""
+        not tracked. A call in training counts a step in num_batches_tracked, here (as torch
+        does) or, with count=False, by the caller once its op has run."""
         # The module's own dictionaries, read once: each attribute read through
         # Module.__getattr__ costs more than the rest of this method's Python.
         buffers = self._buffers
         factor = 0.0 if self.momentum is None else self.momentum
         steps = buffers.get("num_batches_tracked")
         if self.training and self.track_running_stats and steps is not None:
-            steps.add_(1)
-            if self.momentum is None:  # cumulative moving average
-                factor = 1.0 / float(steps)
+            if count:
+                steps.add_(1)
+            if self.momentum is None:  # cumulative moving average, this step included
+                factor = 1.0 / (float(steps) + (0 if count else 1))
         running_mean, running_var = buffers.get("running_mean"), buffers.get("running_var")
         # Batch statistics in training, and in eval when there are no running statistics.
         use_batch = self.training or (running_mean is None and running_var is None)
@@ -94,13 +96,19 @@ class _RtdnnBatchNorm:
             x, w, b = conv.autocast_inputs(input)
             if z is None or conv.output_like(z, x):
                 self._check_input_dim(input)  # the convolution's output has input's dims
-                running_mean, running_var, _, factor = self._statistics()
+                # The step is counted once the op has run: a convolution that refuses its
+                # arguments leaves the batch norm as it was, as the two modules apart do.
+                running_mean, running_var, _, factor = self._statistics(count=False)
                 parameters = self._parameters
-                return autograd.conv_batch_norm(
+                y = autograd.conv_batch_norm(
                     x, w, b, *conv.geometry(), parameters.get("weight"),
                     parameters.get("bias"), running_mean, running_var, factor, self.eps, z=z,
                     activation=self.activation,
                 )  # fmt: skip
+                steps = self._buffers.get("num_batches_tracked")
+                if self.track_running_stats and steps is not None:
+                    steps.add_(1)
+                return y
         return self(conv(input), z)
 
 
