@@ -134,9 +134,8 @@ def pair_conv_batch_norm(gm: fx.GraphModule) -> list[str]:
     (autograd.conv_batch_norm), saving the host a second op call and a second node per
     layer. Parameters, buffers and state_dict keys are unchanged; the batch norm's own forward
     (and its hooks) no longer runs in training. Convolutions or batch norms called more than
-    once or read by anything else, and convolutions with their own activation, folded batch
-    norm, measured plan, padding mode or "same" padding, are left as they are. Returns one
-    line per pair."""
+    once or read by anything else, and convolutions that cannot pair (see
+    nn.conv's pairs_with_batch_norm), are left as they are. Returns one line per pair."""
     modules = dict(gm.named_modules())
     calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
     paired = []
@@ -152,15 +151,10 @@ def pair_conv_batch_norm(gm: fx.GraphModule) -> list[str]:
         conv = modules[src.target]
         if not isinstance(conv, _RtdnnConv) or calls[src.target] != 1:
             continue
-        if len(src.args) != 1 or src.kwargs or conv.out_channels != bn.num_features:
+        if len(src.args) != 1 or src.kwargs or not conv.pairs_with_batch_norm(bn.num_features):
             continue
-        if conv.tuning is not None or conv.activation != "identity" or conv.folded_batch_norm:
-            continue
-        if conv.padding_mode != "zeros" or conv.padding == "same":
-            continue
-        kwargs = {"batch_norm": None}
         with gm.graph.inserting_before(node):
-            kwargs["batch_norm"] = gm.graph.get_attr(node.target)
+            kwargs = {"batch_norm": gm.graph.get_attr(node.target)}
             if len(node.args) == 2:
                 kwargs["z"] = node.args[1]
             call = gm.graph.call_module(src.target, src.args, kwargs)

@@ -62,23 +62,28 @@ class _RtdnnConv:
             raise bad_param("z", "a tensor", "None without batch_norm (z is the batch norm's)")
         return self._conv_forward(input, self.weight, self.bias)
 
-    def pairs_with_batch_norm(self, input: Tensor, channels: int) -> bool:
-        """Whether this layer's convolution of `input` can run in one op with a batch norm of
-        `channels` features (autograd.conv_batch_norm): batched input of this layer's
-        channels, zero padding given as numbers (or "valid"), no measured plan of its own, no
-        activation or folded batch norm of its own. Otherwise the two modules run apart, and
-        the convolution's own checks speak for bad input."""
+    def pairs_with_batch_norm(self, channels: int, input: Tensor | None = None) -> bool:
+        """Whether this layer's convolution can run in one op with a batch norm of `channels`
+        features (autograd.conv_batch_norm): zero padding given as numbers (or "valid"), no
+        measured plan, activation or folded batch norm of its own; and, for `input` when
+        given, batched input of this layer's channels and a dtype rtdnn computes. Otherwise
+        the two modules run apart, and the convolution's own checks speak for bad input."""
         padding = self.padding
-        return (
+        layer = (
             self.tuning is None
             and self.activation == "identity"
             and not self.folded_batch_norm
             and self.padding_mode == "zeros"
             and (padding == "valid" or not isinstance(padding, str))
             and self.out_channels == channels
-            and input.dim() == len(self.kernel_size) + 2
-            and input.shape[1] == self.in_channels
-            and input.dtype in SUPPORTED_DTYPES
+        )
+        return layer and (
+            input is None
+            or (
+                input.dim() == len(self.kernel_size) + 2
+                and input.shape[1] == self.in_channels
+                and input.dtype in SUPPORTED_DTYPES
+            )
         )
 
     def autocast_inputs(self, input: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:

@@ -92,7 +92,7 @@ class _RtdnnBatchNorm:
         """self(conv(input), z) for an rtdnn convolution module `conv` that rtdnn.fuse paired
         with this batch norm: in training, where both layers allow it, one op and one autograd
         node (autograd.conv_batch_norm); otherwise the two modules one after the other."""
-        if self.training and conv.pairs_with_batch_norm(input, self.num_features):
+        if self.training and conv.pairs_with_batch_norm(self.num_features, input):
             x, w, b = conv.autocast_inputs(input)
             if z is None or conv.output_like(z, x):
                 self._check_input_dim(input)  # the convolution's output has input's dims
