@@ -46,10 +46,10 @@ def batch_norm_train(
     new_rm = new_rv = None
     if running_mean is not None and running_var is not None:
         new_rm, new_rv = running_mean.clone(), running_var.clone()
-    y, mean, invstd = ops.batch_norm_forward_training(
-        x, weight, bias, running_mean=new_rm, running_var=new_rv, momentum=momentum, eps=eps,
-        mode=_bn_mode(per_activation), z=z, activation=activation, alpha=alpha,
-    )  # fmt: skip
+    # The eager road's computation on copies: a functional op returns what it updates.
+    y, mean, invstd = _batch_norm_train_in_place(
+        x, weight, bias, z, new_rm, new_rv, momentum, eps, activation, per_activation, alpha
+    )
     if new_rm is None:
         new_rm, new_rv = _nothing(x), _nothing(x)
     return y, mean, invstd, new_rm, new_rv
@@ -218,18 +218,32 @@ def _train(
 ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """batch_norm_train's (y, saved_mean, saved_invstd), the running statistics (if given)
     updated in place."""
-    if (running_mean is None) != (running_var is None):
-        raise bad_param("running_var", running_var, "given with running_mean (both or neither)")
+    check_running_pair(running_mean, running_var)
     outputs = batch_norm_train(
         x, weight, bias, z, running_mean, running_var, momentum, eps, activation, per_activation,
         alpha,
     )  # fmt: skip
-    # Three outputs on the eager road, which updated the running statistics in place.
-    if len(outputs) == 5 and running_mean is not None and outputs[3].numel():
-        with torch.no_grad():
-            running_mean.copy_(outputs[3])
-            running_var.copy_(outputs[4])
+    copy_new_running(outputs, 5, running_mean, running_var)
     return outputs[0], outputs[1], outputs[2]
+
+
+def check_running_pair(running_mean: Tensor | None, running_var: Tensor | None) -> None:
+    """Running statistics come both or neither."""
+    if (running_mean is None) != (running_var is None):
+        raise bad_param("running_var", running_var, "given with running_mean (both or neither)")
+
+
+def copy_new_running(
+    outputs: tuple, functional: int, running_mean: Tensor | None, running_var: Tensor | None
+) -> None:
+    """Copy a training op's new running statistics (its last two outputs) into the buffers
+    when the op ran as a functional op, with all `functional` outputs (through the
+    dispatcher, as a traced or compiled graph calls it). The eager road returns fewer: its
+    kernel updated the buffers in place."""
+    if len(outputs) == functional and running_mean is not None and outputs[-2].numel():
+        with torch.no_grad():
+            running_mean.copy_(outputs[-2])
+            running_var.copy_(outputs[-1])
 
 
 def batch_norm(

@@ -14,9 +14,9 @@ import torch
 from torch import Tensor
 
 from .. import ops
-from ..core import ConvDesc, bad_param, conv_output_shape, empty_like_layout
+from ..core import ConvDesc, conv_output_shape, empty_like_layout
 from ._custom_op import _nothing, custom_op
-from .batch_norm import batch_norm_bwd
+from .batch_norm import batch_norm_bwd, check_running_pair, copy_new_running
 from .conv import conv_backward_bias, conv_backward_data, conv_backward_filter
 
 _MODE = "cross_correlation"  # what the torch.nn convolution modules compute
@@ -24,6 +24,20 @@ _MODE = "cross_correlation"  # what the torch.nn convolution modules compute
 
 def _conv_args(stride, padding, dilation, groups) -> dict:
     return dict(stride=stride, padding=padding, dilation=dilation, groups=groups, mode=_MODE)
+
+
+def _in_place(
+    x, w, conv_bias, stride, padding, dilation, groups, weight, bias, z, running_mean,
+    running_var, momentum, eps, activation,
+):  # fmt: skip
+    """The eager road: (y, conv output, saved_mean, saved_invstd), the running statistics
+    updated in place by the kernel that finishes the batch statistics."""
+    c = ops.conv_forward(x, w, conv_bias, **_conv_args(stride, padding, dilation, groups))
+    y, mean, invstd = ops.batch_norm_forward_training(
+        c, weight, bias, running_mean=running_mean, running_var=running_var,
+        momentum=momentum, eps=eps, z=z, activation=activation,
+    )  # fmt: skip
+    return y, c, mean, invstd
 
 
 @custom_op("rtdnn::conv_batch_norm_train")
@@ -45,32 +59,18 @@ def conv_batch_norm_train(
     activation: str,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(y, conv output, saved_mean, saved_invstd, new_running_mean, new_running_var), the
-    batch norm spatial (one statistic per output channel)."""
-    c = ops.conv_forward(x, w, conv_bias, **_conv_args(stride, padding, dilation, groups))
+    batch norm spatial (one statistic per output channel): the eager road's computation on
+    copies of the running statistics, as a functional op returns what it updates."""
     new_rm = new_rv = None
     if running_mean is not None and running_var is not None:
         new_rm, new_rv = running_mean.clone(), running_var.clone()
-    y, mean, invstd = ops.batch_norm_forward_training(
-        c, weight, bias, running_mean=new_rm, running_var=new_rv, momentum=momentum, eps=eps,
-        z=z, activation=activation,
+    outputs = _in_place(
+        x, w, conv_bias, stride, padding, dilation, groups, weight, bias, z, new_rm, new_rv,
+        momentum, eps, activation,
     )  # fmt: skip
     if new_rm is None:
         new_rm, new_rv = _nothing(x), _nothing(x)
-    return y, c, mean, invstd, new_rm, new_rv
-
-
-def _in_place(
-    x, w, conv_bias, stride, padding, dilation, groups, weight, bias, z, running_mean,
-    running_var, momentum, eps, activation,
-):  # fmt: skip
-    """The eager road: (y, conv output, saved_mean, saved_invstd), the running statistics
-    updated in place by the kernel that finishes the batch statistics."""
-    c = ops.conv_forward(x, w, conv_bias, **_conv_args(stride, padding, dilation, groups))
-    y, mean, invstd = ops.batch_norm_forward_training(
-        c, weight, bias, running_mean=running_mean, running_var=running_var,
-        momentum=momentum, eps=eps, z=z, activation=activation,
-    )  # fmt: skip
-    return y, c, mean, invstd
+    return *outputs, new_rm, new_rv
 
 
 conv_batch_norm_train.register_eager(_in_place)
@@ -142,15 +142,10 @@ def conv_batch_norm(
     rtdnn.autograd.batch_norm(training=True), as one op and one autograd node. x: (N, C, *S);
     w: (K, C / groups, *R); weight, bias, running_mean, running_var: (K,) or None; z: the
     convolution's output shape, or None."""
-    if (running_mean is None) != (running_var is None):
-        raise bad_param("running_var", running_var, "given with running_mean (both or neither)")
+    check_running_pair(running_mean, running_var)
     outputs = conv_batch_norm_train(
         x, w, conv_bias, stride, padding, dilation, groups, weight, bias, z, running_mean,
         running_var, momentum, eps, activation,
     )  # fmt: skip
-    # Four outputs on the eager road, which updated the running statistics in place.
-    if len(outputs) == 6 and running_mean is not None and outputs[4].numel():
-        with torch.no_grad():
-            running_mean.copy_(outputs[4])
-            running_var.copy_(outputs[5])
+    copy_new_running(outputs, 6, running_mean, running_var)
     return outputs[0]
