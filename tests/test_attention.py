@@ -99,6 +99,25 @@ def test_rows_with_every_key_masked_give_zeros_as_torch():
     assert torch.equal(out[:, :, 3], torch.zeros_like(out[:, :, 3]))
 
 
+def test_causal_programs_in_chunks_of_heads(monkeypatch):
+    """Causal grids walk chunks of kernels.attention.CAUSAL_CHUNK heads (longest blocks first):
+    11 rows of batch x heads make one whole chunk and a partial one, grouped-query heads
+    included; every block of every head must still be computed once. Outputs and gradients
+    start as NaN, so a block no program wrote fails."""
+    empty = torch.empty
+
+    def nan_empty(*args, **kwargs):
+        t = empty(*args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", nan_empty)
+    torch.manual_seed(11)
+    check(rand(1, 11, 35, 16), rand(1, 11, 35, 16), rand(1, 11, 35, 16), is_causal=True)
+    check(
+        rand(3, 6, 33, 16), rand(3, 3, 33, 16), rand(3, 3, 33, 16), enable_gqa=True, is_causal=True
+    )
+
+
 def test_grouped_query_attention():
     torch.manual_seed(5)
     check(rand(2, 4, 17, 16), rand(2, 2, 19, 16), rand(2, 2, 19, 16), enable_gqa=True)

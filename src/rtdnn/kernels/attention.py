@@ -91,12 +91,41 @@ def attention_dropout_keep_kernel(
 
 
 @triton.jit
-def _heads(H, GROUP):
-    """(batch * H + head, batch, query head, key/value head) of this program, whose grid axis 1
-    runs over batch * H."""
-    bh = tl.program_id(1)
+def _heads(bh, H, GROUP):
+    """(batch, query head, key/value head) of row bh = batch * H + head."""
     h = bh % H
-    return bh, bh // H, h, h // GROUP
+    return bh // H, h, h // GROUP
+
+
+# How many heads' blocks a causal grid interleaves (see _block_and_row).
+CAUSAL_CHUNK = tl.constexpr(8)
+
+
+@triton.jit
+def _block_and_row(CAUSAL: tl.constexpr, LONGEST_LAST: tl.constexpr):
+    """(block, row) of this program in a grid (blocks, rows): the block along the sequence and
+    the row of batch x heads it works on.
+
+    Without a causal mask every block has the same work and programs take them in grid order:
+    the programs running at once share a head, whose keys and values stay in L2. With one, a
+    block's work grows along the sequence (LONGEST_LAST: query blocks, which see more keys
+    further down; otherwise key blocks, seen by fewer queries), and a grid that ends on long
+    blocks leaves most multiprocessors idle while they finish. So programs walk chunks of
+    CAUSAL_CHUNK rows, each chunk's blocks longest first and its rows side by side: every
+    chunk ends on short blocks, and the programs running at once still cover few heads."""
+    blocks = tl.num_programs(0)
+    if not CAUSAL:
+        return tl.program_id(0), tl.program_id(1)
+    rows = tl.num_programs(1)
+    pid = tl.program_id(1) * blocks + tl.program_id(0)
+    chunk = pid // (CAUSAL_CHUNK * blocks)
+    first = chunk * CAUSAL_CHUNK
+    width = tl.minimum(CAUSAL_CHUNK, rows - first)
+    rank = pid - first * blocks
+    block = rank // width
+    if LONGEST_LAST:
+        block = blocks - 1 - block
+    return block, first + rank % width
 
 
 @triton.jit
@@ -237,10 +266,8 @@ def attention_forward_kernel(
     the tensor memory accelerator straight into shared memory, where the tensor cores read
     them, with no address arithmetic or masks per element; rows and columns outside a head's
     tensor read as zeros and are not written. Otherwise they are pointers, with any strides."""
-    pid_m = tl.program_id(0)
-    if CAUSAL:  # blocks further down see more keys: start those first, end on short ones
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    bh, b, h, hk = _heads(H, GROUP)
+    pid_m, bh = _block_and_row(CAUSAL, True)
+    b, h, hk = _heads(bh, H, GROUP)
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     if TMA:
@@ -300,7 +327,8 @@ def attention_backward_delta_kernel(
     """Grid (cdiv(Lq, BLOCK_M), batch * H): delta_i = sum_j dO_ij O_ij (= sum_j P_ij dP_ij, what
     dS = P (dP - delta) subtracts), float32, contiguous (B, H, Lq). One pass over O and dO, where
     the same sum in torch (two conversions, a product, a reduction) makes several."""
-    bh, b, h, _ = _heads(H, 1)
+    bh = tl.program_id(1)
+    b, h, _ = _heads(bh, H, 1)
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_dv = tl.arange(0, BLOCK_DV)
     o = _load_tile(OUT + b * sob + h * soh, offs_m, offs_dv, Lq, DV, som, sod, True)
@@ -415,18 +443,19 @@ def attention_backward_dkdv_kernel(
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """Grid (cdiv(Lk, BLOCK_N), batch * H // HEADS): dK and dV of one key block, summed over
-    HEADS consecutive query heads, written to head (program_id(1) % (H // HEADS)) of DK and
+    """Grid (cdiv(Lk, BLOCK_N), batch * H // HEADS), in _block_and_row's order: dK and dV of
+    one key block, summed over HEADS consecutive query heads, written to head
+    (row % (H // HEADS)) of DK and
     DV_OUT in their dtype. HEADS = GROUP sums a key/value head's whole group in one program
     (in a fixed order: deterministic, and no per-query-head buffer to add up afterwards);
     HEADS = 1 leaves that sum to the caller.
 
     TMA: Q, K, V and DO are tensor descriptors with [1, 1, BLOCK_M or BLOCK_N, BLOCK_D or
     BLOCK_DV] blocks (see attention_forward_kernel); otherwise pointers with any strides."""
-    pid_n = tl.program_id(0)
+    pid_n, row = _block_and_row(CAUSAL, False)
     n_out = H // HEADS
-    b = tl.program_id(1) // n_out
-    out_head = tl.program_id(1) % n_out
+    b = row // n_out
+    out_head = row % n_out
     h0 = out_head * HEADS
     hk = h0 // GROUP
     start_n = pid_n * BLOCK_N
@@ -565,10 +594,8 @@ def attention_backward_dq_kernel(
 ):  # fmt: skip
     """Grid (cdiv(Lq, BLOCK_M), batch * H): dQ of one query block, in DQ's dtype. TMA: Q, K, V
     and DO are tensor descriptors (see attention_backward_dkdv_kernel)."""
-    pid_m = tl.program_id(0)
-    if CAUSAL:  # blocks further down see more keys: start those first, end on short ones
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    bh, b, h, hk = _heads(H, GROUP)
+    pid_m, bh = _block_and_row(CAUSAL, True)
+    b, h, hk = _heads(bh, H, GROUP)
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     row_ok = offs_m < Lq
