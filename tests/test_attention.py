@@ -118,6 +118,20 @@ def test_causal_programs_in_chunks_of_heads(monkeypatch):
     )
 
 
+@pytest.mark.parametrize("e, split", [(32, True), (80, False)])
+def test_causal_key_blocks_with_and_without_a_separate_diagonal_loop(e, split):
+    """Causal dK/dV runs the diagonal's query blocks in their own loop for heads up to 64 and
+    one loop masking every block for wider ones (ops.attention._backward_config); both
+    against float64, with lengths that leave partial blocks."""
+    from rtdnn.ops import attention as A
+
+    torch.manual_seed(12)
+    q = rand(1, 2, 37, e)
+    assert A._backward_config(q, e, e, False, True)[0]["SPLIT_DIAGONAL"] is split
+    check(q, rand(1, 2, 37, e), rand(1, 2, 37, e), is_causal=True)
+    check(rand(1, 4, 21, e), rand(1, 2, 30, e), rand(1, 2, 30, e), is_causal=True, enable_gqa=True)
+
+
 def test_grouped_query_attention():
     torch.manual_seed(5)
     check(rand(2, 4, 17, 16), rand(2, 2, 19, 16), rand(2, 2, 19, 16), enable_gqa=True)

@@ -3,9 +3,11 @@
     PYTHONPATH=src python benchmarks/probes/attention_kernels.py OUT_DIR [HEADS]
 
 1. The suite's cases of head size HEADS (default "128"; "all": 64 and 128) with L >= 4096:
-   the forward, and forward + backward with each version of the backward in VERSIONS
-   (dK/dV tiles at head size 128), beside torch's fastest SDPA backend, interleaved per
-   case.
+   the forward, and forward + backward with each version in VERSIONS (dK/dV tiles at head
+   size 128; "old kernels": those of benchmarks/probes/attention_old_kernel.py when that
+   file is there, a copy of an earlier src/rtdnn/kernels/attention.py with the same
+   arguments: `git show REV:src/rtdnn/kernels/attention.py > ...`), beside torch's fastest
+   SDPA backend, interleaved per case.
 2. torch.profiler's device time per kernel for one causal and one non-causal case, rtdnn's
    kernels beside torch's (cuDNN's), forward + backward.
 
@@ -27,22 +29,28 @@ from rtdnn.bench.attention import _time_torch, cases
 from rtdnn.core.timing import device_time_ms
 from rtdnn.ops import attention as A
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+try:
+    import attention_old_kernel as OLD
+except ImportError:
+    OLD = None
+NEW = A.K
 SHIPPED = A._backward_config
-# name -> dK/dV tiles (BLOCK_M, BLOCK_N, num_warps, num_stages) at head size 128, or None for
-# the shipped ones
-VERSIONS = {
-    "shipped": None,
-    "dkdv 32x128": (32, 128, 8, 2),
-}
+# name -> dK/dV tiles (BLOCK_M, BLOCK_N, num_warps, num_stages) at head size 128 (None: the
+# shipped ones), or "old" for the old kernels with the shipped tiles
+VERSIONS = {"shipped": None, "dkdv 64x128 s3": (64, 128, 8, 3)}
+if OLD is not None:
+    VERSIONS["old kernels"] = "old"
 
 
 def use(version: str) -> None:
-    """Run rtdnn's attention backward as `version` (prepared launches are dropped)."""
+    """Run rtdnn's attention as `version` (prepared launches are dropped)."""
     tiles = VERSIONS[version]
+    A.K = OLD if tiles == "old" else NEW
 
     def config(q, e, ev, extra, causal):
         dkdv, dq = SHIPPED(q, e, ev, extra, causal)
-        if tiles is not None and max(dkdv["BLOCK_D"], dkdv["BLOCK_DV"]) == 128:
+        if isinstance(tiles, tuple) and max(dkdv["BLOCK_D"], dkdv["BLOCK_DV"]) == 128:
             m, n, w, st = tiles
             dkdv = dict(dkdv, BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=st)
         return dkdv, dq
@@ -109,8 +117,10 @@ def main(out_dir: str, heads: str) -> None:
         theirs = calls(case, F.scaled_dot_product_attention)
         for d, direction in enumerate(("forward", "forward+backward")):
             ms = {}
-            for name in names[:1] if d == 0 else names:
-                if case.head_dim != 128 and VERSIONS[name] is not None:
+            for name in names:
+                if d == 0 and VERSIONS[name] is not None and VERSIONS[name] != "old":
+                    continue  # the forward does not change with dK/dV's tiles
+                if case.head_dim != 128 and isinstance(VERSIONS[name], tuple):
                     continue
                 use(name)
                 mine = calls(case, rtdnn.scaled_dot_product_attention)[d]

@@ -442,6 +442,7 @@ def attention_backward_dkdv_kernel(
     TMA: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
+    SPLIT_DIAGONAL: tl.constexpr,
 ):  # fmt: skip
     """Grid (cdiv(Lk, BLOCK_N), batch * H // HEADS), in _block_and_row's order: dK and dV of
     one key block, summed over HEADS consecutive query heads, written to head
@@ -471,19 +472,23 @@ def attention_backward_dkdv_kernel(
     qk_scale = sm_scale * 1.4426950408889634  # log2(e): scores in the base-2 domain
 
     # Causal: queries before the key block see none of it; those in [m_begin, m_full) see
-    # part of it (the diagonal); from m_full on, all of it.
+    # part of it (the diagonal); from m_full on, all of it. SPLIT_DIAGONAL runs those apart,
+    # so that only the diagonal's blocks pay for the mask; otherwise one loop masks every
+    # block (see _backward_config).
     m_begin = 0
     m_full = 0
     if CAUSAL:
         m_begin = start_n // BLOCK_M * BLOCK_M
-        m_full = tl.minimum((start_n + BLOCK_N - 1 + BLOCK_M - 1) // BLOCK_M * BLOCK_M, Lq)
+        m_full = m_begin
+        if SPLIT_DIAGONAL:
+            m_full = tl.minimum((start_n + BLOCK_N - 1 + BLOCK_M - 1) // BLOCK_M * BLOCK_M, Lq)
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)
     for i in range(HEADS):
         h = h0 + i
         bh = b * H + h
         m_base = b * smb + h * smh
-        if CAUSAL:
+        if CAUSAL and SPLIT_DIAGONAL:
             dk, dv = _dkdv_blocks(
                 dk, dv, k, v, Q, DO, LSE, DELTA, M, m_begin, m_full, b, h, bh, offs_n,
                 m_base, sm_scale, qk_scale, p_drop, seed, Lq, Lk, D, DV, sqb, sqh, sqm, sqd,
@@ -493,8 +498,8 @@ def attention_backward_dkdv_kernel(
         dk, dv = _dkdv_blocks(
             dk, dv, k, v, Q, DO, LSE, DELTA, M, m_full, Lq, b, h, bh, offs_n, m_base,
             sm_scale, qk_scale, p_drop, seed, Lq, Lk, D, DV, sqb, sqh, sqm, sqd, sdob, sdoh,
-            sdom, sdod, smm, smn, BLOCK_M, BLOCK_D, BLOCK_DV, False, HAS_MASK, DROPOUT, TMA,
-            UPCAST, PRECISION,
+            sdom, sdod, smm, smn, BLOCK_M, BLOCK_D, BLOCK_DV, CAUSAL and not SPLIT_DIAGONAL,
+            HAS_MASK, DROPOUT, TMA, UPCAST, PRECISION,
         )  # fmt: skip
     dk = dk * sm_scale
     _store_tile(DK + b * sdkb + out_head * sdkh, dk, offs_n, offs_d, Lk, D, sdkn, sdkd)
