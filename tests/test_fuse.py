@@ -9,6 +9,7 @@ import torch
 from conftest import assert_close
 
 import rtdnn
+from rtdnn.algos import norm as engine
 
 
 class Bottleneck(torch.nn.Module):
@@ -405,13 +406,34 @@ def test_paired_op_computes_what_the_two_modules_compute():
     x = torch.randn(2, 3, 7, 7).to(memory_format=torch.channels_last)
     results = []
     for net in (paired, apart):
-        xg = x.clone().requires_grad_()
-        with torch.autocast("cpu", dtype=torch.float16):
-            out = net(xg)
-        out.float().square().sum().backward()
-        results.append([out, xg.grad, *[p.grad for p in net.parameters()], *net.buffers()])
-    for a, b in zip(*results, strict=True):
+        # Two steps: the second runs the plans the first one's calls stored.
+        for _ in range(2):
+            xg = x.clone().requires_grad_()
+            net.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.float16):
+                out = net(xg)
+            out.float().square().sum().backward()
+            grads = [p.grad for p in net.parameters()]
+            results.append([out, xg.grad, *grads, *[b.clone() for b in net.buffers()]])
+    kept = {k[0] for k in engine.cache.calls if k is not None}
+    assert {"conv_bn_train", "conv_bn_bwd"} <= kept
+    for a, b in zip(results[0] + results[1], results[2] + results[3], strict=True):
         assert torch.equal(a, b)
+
+
+def test_paired_op_checks_overlaps_on_every_call():
+    """A call with the signature of one that ran before takes its plan, and the plan still
+    refuses running statistics that share memory (the same buffer for both)."""
+    torch.manual_seed(5)
+    x = torch.randn(2, 3, 5, 5, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, requires_grad=True)
+    weight, bias = torch.ones(4, requires_grad=True), torch.zeros(4, requires_grad=True)
+    rm, rv = torch.zeros(4), torch.ones(4)
+    args = ([1, 1], [0, 0], [1, 1], 1, weight, bias)
+    for _ in range(2):
+        rtdnn.autograd.conv_batch_norm(x, w, None, *args, rm, rv, 0.1, 1e-5).sum().backward()
+    with pytest.raises(rtdnn.Error, match="running"):
+        rtdnn.autograd.conv_batch_norm(x, w, None, *args, rm, rm, 0.1, 1e-5)
 
 
 def test_paired_cumulative_average_and_refused_arguments():

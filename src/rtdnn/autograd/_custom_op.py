@@ -238,6 +238,22 @@ class CustomOp:
         return self.eager(*args)
 
 
+def runs_eager(*tensors) -> bool:
+    """Whether CustomOp.__call__ would run an op's eager function on these tensors (None
+    allowed) with nothing for autograd to record: grad mode off, plain tensors, no tracing
+    or mode. A backward that calls several ops asks once and then calls their eager roads."""
+    if torch.is_grad_enabled():
+        return False
+    for t in tensors:
+        if t is not None and type(t) is not Tensor and type(t) is not torch.nn.Parameter:
+            return False
+    return not (
+        torch.compiler.is_compiling()
+        or torch._C._is_torch_function_mode_enabled()
+        or is_in_torch_dispatch_mode()
+    )
+
+
 def custom_op(name: str):
     """Decorator: `fn` as the custom op `name` with an eager fast path (see CustomOp)."""
     return functools.partial(CustomOp, name)

@@ -56,6 +56,15 @@ class PreparedCalls:
         self.calls: dict[tuple, Callable] = {}
         self.limit = limit  # a bound on what many distinct problems keep
 
+    def find(self, key: tuple | None) -> Callable | None:
+        """The call prepared under `key`, or None (also for a key of None or unhashable)."""
+        if key is None:
+            return None
+        try:
+            return self.calls.get(key)
+        except TypeError:
+            return None
+
     def get(self, key: tuple | None, prepare: Callable[[], Callable]) -> Callable:
         """The call prepared under `key`, or `prepare()` (which checks the arguments and
         raises on bad ones), kept under `key` unless key is None or unhashable (symbolic

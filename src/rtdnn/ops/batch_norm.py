@@ -87,8 +87,26 @@ def batch_norm_forward_training(
     activation. Statistics take two reads of x (one for the statistics, one to normalize).
     """
     tensors = (x, weight, bias, running_mean, running_var, z, out)
-    k = signature("bn_train", tensors, mode, activation, nonzero(beta))
-    call = engine.cache.get(k, lambda: _train_call(*tensors, mode, activation, beta))
+    call = prepared_training(*tensors, mode, activation, beta)
+    return run_training(call, *tensors, momentum, eps, alpha, beta)
+
+
+def prepared_training(x, weight, bias, running_mean, running_var, z, out, mode, activation,
+                      beta):  # fmt: skip
+    """batch_norm_forward_training's prepared call for its arguments' signature (checked and
+    prepared on the signature's first call): run it with run_training."""
+    k = signature("bn_train", (x, weight, bias, running_mean, running_var, z, out), mode,
+                  activation, nonzero(beta))  # fmt: skip
+    return engine.cache.get(
+        k, lambda: _train_call(x, weight, bias, running_mean, running_var, z, out, mode,
+                               activation, beta)
+    )  # fmt: skip
+
+
+def run_training(call, x, weight, bias, running_mean, running_var, z, out, momentum, eps, alpha,
+                 beta) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """What batch_norm_forward_training checks on every call (what its signature does not
+    fix: the scalars, overlaps), then the prepared `call` of these arguments' signature."""
     momentum = V.momentum(momentum)
     eps = V.eps(eps)
     check_scaling(alpha, beta, out)
@@ -110,7 +128,10 @@ def batch_norm_forward_training(
         check_no_overlap(running_mean, others, out_name="running_mean")
         others.append(("running_mean", running_mean))
         check_no_overlap(running_var, others, out_name="running_var")
-    return call(*tensors, momentum, eps, float(alpha), float(beta))
+    return call(
+        x, weight, bias, running_mean, running_var, z, out, momentum, eps, float(alpha),
+        float(beta),
+    )  # fmt: skip
 
 
 def _train_call(x, weight, bias, running_mean, running_var, z, out, mode, activation, beta):
@@ -263,8 +284,7 @@ def batch_norm_backward(
     needed). Two passes over dy and x: sums per statistic, then dx.
     """
     tensors = (dy, x, saved_mean, saved_invstd, weight, bias, z, out)
-    k = signature("bn_bwd", tensors, activation, mode, training, nonzero(beta))
-    call = engine.cache.get(k, lambda: _backward_call(*tensors, activation, mode, training, beta))
+    call = prepared_backward(*tensors, activation, mode, training, beta)
     check_scaling(alpha, beta, out)
     check_out_disjoint(
         out,
@@ -277,6 +297,16 @@ def batch_norm_backward(
         z=z,
     )
     return call(*tensors, float(alpha), float(beta))
+
+
+def prepared_backward(dy, x, saved_mean, saved_invstd, weight, bias, z, out, activation, mode,
+                      training, beta):  # fmt: skip
+    """batch_norm_backward's prepared call for its arguments' signature, called with (dy, x,
+    saved_mean, saved_invstd, weight, bias, z, out, alpha, beta) once batch_norm_backward's
+    per-call checks (scalars, out's overlaps) have passed."""
+    tensors = (dy, x, saved_mean, saved_invstd, weight, bias, z, out)
+    k = signature("bn_bwd", tensors, activation, mode, training, nonzero(beta))
+    return engine.cache.get(k, lambda: _backward_call(*tensors, activation, mode, training, beta))
 
 
 def _backward_call(dy, x, saved_mean, saved_invstd, weight, bias, z, out, activation, mode,

@@ -152,6 +152,34 @@ def _lookup(direction: Direction, tensors, *params) -> tuple[tuple | None, _Prep
         return None, None
 
 
+def prepared_forward(x, w, bias, stride, padding, dilation, groups, mode: str,
+                     deterministic: bool) -> _Prepared | None:  # fmt: skip
+    """The prepared call that conv_forward(x, w, bias, stride=..., padding=..., dilation=...,
+    groups=..., mode=..., deterministic=...) stored (the other arguments left at their
+    defaults; padding as numbers), or None if none has run (or it was forgotten). Run it with
+    run_prepared."""
+    return _lookup(
+        Direction.FORWARD, (x, w, bias, None), stride, padding, dilation, groups, mode, "auto",
+        None, resolve_math_mode(None), deterministic, "identity",
+    )[1]  # fmt: skip
+
+
+def prepared_backward(direction: Direction, first, second, shape, stride, padding, dilation,
+                      groups, mode: str, deterministic: bool) -> _Prepared | None:  # fmt: skip
+    """As prepared_forward, for conv_backward_data (first, second = dy, w; shape = x_shape) or
+    conv_backward_filter (x, dy; w_shape)."""
+    return _lookup(
+        direction, (first, second, None), shape, stride, padding, dilation, groups, mode, "auto",
+        None, resolve_math_mode(None), deterministic,
+    )[1]  # fmt: skip
+
+
+def run_prepared(call: _Prepared, t: ConvTensors, deterministic: bool) -> None:
+    """Run a call that `prepared` returned on tensors of its signature (alpha 1, beta 0, no
+    out: nothing left to check per call)."""
+    _run(call, t, "undivided", None, 1.0, 0.0, deterministic)
+
+
 def _remember(key: tuple | None, call: _Prepared) -> _Prepared:
     if key is not None:
         _prepared[key] = call
