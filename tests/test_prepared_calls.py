@@ -157,6 +157,10 @@ def test_flags_are_keyed_element_by_element():
     """A sequence flag's elements keep their types: a call that passes [True] where ints are
     due is refused whatever was called before with [1]."""
     assert signature("f", (), [1]) != signature("f", (), [True])
+    assert signature("f", (), [1, 2]) == signature("f", (), [1, 2])
+    assert signature("f", (), [1, 2]) != signature("f", (), (1, 2))
+    assert signature("f", (), [[1]]) != signature("f", (), [[True]])  # nested: element-wise
+    assert signature("f", (), [(1,)]) != signature("f", (), [(True,)])
     x = torch.randn(2, 3, 4)
     ops.reduce_tensor(x, "add", [1])
     with pytest.raises(rtdnn.BadParamError, match="dims"):

@@ -37,8 +37,19 @@ def signature(name: str, tensors, *flags) -> tuple | None:
 
 def _flag(f: object) -> tuple:
     if isinstance(f, list | tuple):
+        # Sequences of scalars (a convolution's stride, padding and dilation: six per layer
+        # call) are keyed as their values and their values' types side by side, which costs
+        # half of keying each element; others element by element. The two forms have
+        # different lengths, so they never compare equal.
+        types = tuple(map(type, f))
+        if _SCALARS.issuperset(types):
+            return (type(f), tuple(f), types)
         return (type(f), tuple(_flag(e) for e in f))
     return (type(f), f)
+
+
+#: The element types a flat sequence flag may hold to be keyed by value and type (_flag).
+_SCALARS = frozenset({int, float, bool, str, type(None)})
 
 
 def nonzero(v: object) -> object:
