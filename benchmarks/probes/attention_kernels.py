@@ -38,7 +38,12 @@ NEW = A.K
 SHIPPED = A._backward_config
 # name -> dK/dV tiles (BLOCK_M, BLOCK_N, num_warps, num_stages) at head size 128 (None: the
 # shipped ones), or "old" for the old kernels with the shipped tiles
-VERSIONS = {"shipped": None, "dkdv 64x128 s3": (64, 128, 8, 3)}
+VERSIONS = {
+    "shipped": None,
+    "dkdv 32x128 w8 s3": (32, 128, 8, 3),
+    "dkdv 64x64 w8 s3": (64, 64, 8, 3),
+    "dkdv 64x64 w8 s2": (64, 64, 8, 2),
+}
 if OLD is not None:
     VERSIONS["old kernels"] = "old"
 
