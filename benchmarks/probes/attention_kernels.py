@@ -19,10 +19,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections import defaultdict
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import rtdnn
 from rtdnn.bench.attention import _time_torch, cases
@@ -30,6 +28,8 @@ from rtdnn.core.timing import device_time_ms
 from rtdnn.ops import attention as A
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_breakdown import kernel_times  # noqa: E402
+
 try:
     import attention_old_kernel as OLD
 except ImportError:
@@ -90,21 +90,6 @@ def calls(case, sdpa):
     return forward, both
 
 
-def kernel_times(fn, reps: int = 5) -> dict[str, float]:
-    """Mean device microseconds per call of each kernel fn launches."""
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    total: dict[str, float] = defaultdict(float)
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            total[event.name[:70]] += event.device_time / reps
-    return dict(total)
-
-
 def main(out_dir: str, heads: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
     torch.manual_seed(0)
@@ -150,7 +135,7 @@ def main(out_dir: str, heads: str) -> None:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            profiles[case.name] = dict(rtdnn=kernel_times(mine), cudnn=kernel_times(theirs))
+            profiles[case.name] = dict(rtdnn=kernel_times(mine, 5), cudnn=kernel_times(theirs, 5))
         print(f"\n{case.name}, forward + backward, device us per call")
         for side, times in profiles[case.name].items():
             for kernel, us in sorted(times.items(), key=lambda kv: -kv[1]):
