@@ -200,3 +200,23 @@ def test_rows_describe_the_problem_the_call_runs(direction, monkeypatch):
         c.ours(algo="IMPLICIT_GEMM")
         (prepared,) = conv_ops._prepared.values()
         assert prepared.problem == conv_algos._problem(c, direction), layer["name"]
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        torch.nn.Conv2d(96, 96, 7, groups=96),  # one input channel: the depthwise filters
+        torch.nn.Conv2d(3, 8, 3),
+        torch.nn.Conv3d(4, 4, 3, groups=4),
+    ],
+)
+def test_suite_tensors_are_strided_as_a_models(module):
+    """The suites' channels-last filters carry the strides of a model's (module.to(memory_
+    format=...)), also in a dimension of size 1, where strides are otherwise arbitrary: the
+    shipped tile table is keyed by strides recorded from models, and a suite's depthwise
+    filter strided otherwise missed every shipped choice."""
+    from rtdnn.bench.conv import _channels_last
+
+    fmt = torch.channels_last if module.weight.dim() == 4 else torch.channels_last_3d
+    want = module.to(memory_format=fmt).weight.stride()
+    assert _channels_last(torch.randn(module.weight.shape)).stride() == want

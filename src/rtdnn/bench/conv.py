@@ -85,6 +85,14 @@ def matmul_ceiling(dtype: torch.dtype) -> float:
 
 
 def _channels_last(t: torch.Tensor) -> torch.Tensor:
+    """t with its channels innermost, as a model moved to channels-last holds it: 4-D and 5-D
+    tensors through torch's memory formats, whose strides for a dimension of size 1 (a
+    depthwise filter's one input channel) are those the shipped tile table's keys recorded
+    from models (a copy through movedim gives that dimension another stride, and the lookup
+    missed)."""
+    formats = {4: torch.channels_last, 5: torch.channels_last_3d}
+    if t.dim() in formats:
+        return t.to(memory_format=formats[t.dim()])
     return t.movedim(1, -1).contiguous().movedim(-1, 1)
 
 
