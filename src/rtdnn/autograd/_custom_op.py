@@ -221,11 +221,7 @@ class CustomOp:
                 needs_grad = needs_grad or a.requires_grad
             elif isinstance(a, Tensor):
                 return self.op(*args)
-        if (
-            torch.compiler.is_compiling()
-            or torch._C._is_torch_function_mode_enabled()
-            or is_in_torch_dispatch_mode()
-        ):
+        if _traced_or_in_mode():
             return self.op(*args)
         if needs_grad and self.function is not None and torch.is_grad_enabled():
             # A tensor left over from a finished torch.func transform (a "dead wrapper") goes
@@ -247,7 +243,13 @@ def runs_eager(*tensors) -> bool:
     for t in tensors:
         if t is not None and type(t) is not Tensor and type(t) is not torch.nn.Parameter:
             return False
-    return not (
+    return not _traced_or_in_mode()
+
+
+def _traced_or_in_mode() -> bool:
+    """Whether torch.compile is tracing or a torch-function or dispatch mode is active: calls
+    then go through the dispatcher (the registered op), never an eager road."""
+    return (
         torch.compiler.is_compiling()
         or torch._C._is_torch_function_mode_enabled()
         or is_in_torch_dispatch_mode()

@@ -176,7 +176,7 @@ def _backward(ctx, dy, *_):
     args = ctx.conv_args
     # Without a gradient graph to build (create_graph) or a trace, the ops would run their
     # eager roads: the plan of this signature runs them at once (see _ForwardPlan).
-    key = None
+    key = plan = None
     if runs_eager(dy, x, w, c, weight, bias, z, mean, invstd):
         deterministic = torch.are_deterministic_algorithms_enabled()
         key = signature(
@@ -184,7 +184,7 @@ def _backward(ctx, dy, *_):
             need[0], need[1], deterministic, default_math_mode(),
         )  # fmt: skip
         plan = engine.cache.find(key)
-    if key is not None and plan is not None:
+    if plan is not None:
         dc, dx, dw, dweight, dbias, dz = plan(
             dy, x, w, c, weight, bias, z, mean, invstd, deterministic
         )
