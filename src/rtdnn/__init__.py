@@ -37,6 +37,7 @@ from .autograd import scale_tensor_api as scale_tensor
 from .autograd import scaled_dot_product_attention_api as scaled_dot_product_attention
 from .autograd import set_tensor_api as set_tensor
 from .autograd import softmax_forward_api as softmax_forward
+from .autograd import squeeze_excitation_api as squeeze_excitation
 from .autograd import transform_tensor_api as transform_tensor
 from .convert import ConversionReport, convert
 from .core import (
@@ -70,6 +71,7 @@ from .ops import (
     pooling_backward,
     rms_norm_backward,
     softmax_backward,
+    squeeze_excitation_backward,
 )
 from .select import AlgoPerf
 
@@ -138,5 +140,7 @@ __all__ = [
     "set_tensor",
     "softmax_backward",
     "softmax_forward",
+    "squeeze_excitation",
+    "squeeze_excitation_backward",
     "transform_tensor",
 ]

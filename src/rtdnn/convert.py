@@ -17,6 +17,7 @@ and runs them within its limit (see rtdnn.network_plan, which divides a network 
 from __future__ import annotations
 
 import copy
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -47,8 +48,14 @@ def _float64_reason(module: torch.nn.Module, model_float64: bool) -> str | None:
     return None
 
 
+#: Modules of other libraries that rtdnn.nn replaces, by their class's full name. Their
+#: libraries are not imported for this: a model that holds one has imported its library.
+FOREIGN_TWINS = {"torchvision.ops.misc.SqueezeExcitation": rtdnn_nn.SqueezeExcitation}
+
+
 def twins() -> dict[type, type]:
-    """torch.nn class -> the rtdnn.nn class that replaces it."""
+    """torch.nn class (or one of FOREIGN_TWINS, where its library is loaded) -> the rtdnn.nn
+    class that replaces it."""
     table = {}
     for name in rtdnn_nn.__all__:
         cls = getattr(rtdnn_nn, name)
@@ -56,6 +63,11 @@ def twins() -> dict[type, type]:
             if base.__module__.startswith("torch.nn") and base.__name__ == cls.__name__:
                 table[base] = cls
                 break
+    for full_name, twin in FOREIGN_TWINS.items():
+        module, _, name = full_name.rpartition(".")
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type):
+            table[cls] = twin
     return table
 
 

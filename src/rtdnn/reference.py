@@ -712,3 +712,16 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
         _f64_graph(log_probs), targets, input_lengths, target_lengths, blank=blank,
         reduction=reduction, zero_infinity=zero_infinity,
     )  # fmt: skip
+
+
+def squeeze_excitation(x, w1, b1, w2, b2, activation="relu", gate="sigmoid") -> torch.Tensor:
+    """x * gate(act(mean(x) @ w1^T + b1) @ w2^T + b2), the means over x's spatial dims; a
+    float64 graph (on the inputs' upcast copies, which keep requires_grad) for gradients."""
+    x, w1, w2 = _f64_graph(x), _f64_graph(w1), _f64_graph(w2)
+    b1 = None if b1 is None else _f64_graph(b1)
+    b2 = None if b2 is None else _f64_graph(b2)
+    s = x.mean(dim=tuple(range(2, x.dim())))
+    h = {"relu": F.relu, "silu": F.silu}[activation](F.linear(s, w1.flatten(1), b1))
+    z = F.linear(h, w2.flatten(1), b2)
+    g = {"sigmoid": torch.sigmoid, "hardsigmoid": F.hardsigmoid}[gate](z)
+    return x * g.reshape(*g.shape, *[1] * (x.dim() - 2))

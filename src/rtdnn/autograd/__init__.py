@@ -73,6 +73,11 @@ from .pooling import (
 from .rnn import rnn, rnn_api, rnn_backward
 from .softmax import softmax_backward, softmax_forward, softmax_forward_api
 from .spatial_transformer import affine_grid, grid_sample
+from .squeeze_excitation import (
+    squeeze_excitation_api,
+    squeeze_excitation_backward,
+    squeeze_excitation_forward,
+)
 from .tensor_ops import (
     add_tensor_api,
     op_tensor,
@@ -109,6 +114,7 @@ __all__ = [
     "set_tensor_api",
     "rnn_api",
     "scaled_dot_product_attention_api",
+    "squeeze_excitation_api",
     "CustomOp",
     "activation_backward",
     "activation_forward",
@@ -158,5 +164,7 @@ __all__ = [
     "grid_sample",
     "softmax_backward",
     "softmax_forward",
+    "squeeze_excitation_backward",
+    "squeeze_excitation_forward",
     "transform_tensor",
 ]

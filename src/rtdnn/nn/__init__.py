@@ -41,6 +41,7 @@ from .pooling import (
     MaxPool3d,
 )
 from .rnn import GRU, LSTM, RNN
+from .squeeze_excitation import SqueezeExcitation
 
 __all__ = [
     "AdaptiveAvgPool1d",
@@ -82,5 +83,6 @@ __all__ = [
     "Sigmoid",
     "SiLU",
     "Softmax",
+    "SqueezeExcitation",
     "Tanh",
 ]

@@ -44,6 +44,11 @@ from .spatial_transformer import (
     grid_sample,
     grid_sample_backward,
 )
+from .squeeze_excitation import (
+    squeeze_excitation,
+    squeeze_excitation_backward,
+    squeeze_excitation_training,
+)
 from .tensor_ops import (
     add_tensor,
     op_tensor,
@@ -104,5 +109,8 @@ __all__ = [
     "set_tensor",
     "softmax_backward",
     "softmax_forward",
+    "squeeze_excitation",
+    "squeeze_excitation_backward",
+    "squeeze_excitation_training",
     "transform_tensor",
 ]
