@@ -1,20 +1,21 @@
 """Squeeze-and-excitation kernels: y = x * gate(W2 act(W1 mean(x) + b1) + b2).
 
 x is read as (N, C, L): its spatial dims collapsed into one of L positions with one stride.
-The block runs in three launches forward and four backward, each float32 inside:
+The block runs in four launches each way, each float32 inside:
 
-    forward   pool_kernel       partial sums of x over slices of L    -> P [splits, N, C]
-              excite_kernel     s0 = sum(P) / L, z1 = W1 s0 + b1, z2 = W2 act(z1) + b2
-              scale_kernel      y = x * gate(z2)
-    backward  pool_kernel       partial sums of dy * x                -> P [splits, N, C]
-              gate_grad_kernel  g = sum(P) * gate'(z2); per block of rows: dh = g W2,
-                                dz1 = dh * act'(z1), and its rows' share of dW2 and db2
-              squeeze_grad_kernel  per block of channels: dW1, db1, dW2 and db2 summed over
-                                the row blocks in order, t = (dz1 W1) / L
-              scale_kernel      dx = dy * gate(z2) + t
+    forward   pool_kernel         partial sums of x over slices of L  -> P [splits, N, C]
+              squeeze_kernel      s0 = sum(P) / L, z1 = s0 W1^T + b1
+              excite_kernel       z2 = act(z1) W2^T + b2
+              scale_kernel        y = x * gate(z2)
+    backward  pool_kernel         partial sums of dy * x              -> P [splits, N, C]
+              excite_grad_kernel  g = sum(P) * gate'(z2), dz1 = (g W2) * act'(z1)
+              weight_grad_kernel  per block of channels: dW2, db2, dW1 (and db1) summed over
+                                  the rows in order, t = (dz1 W1) / L
+              scale_kernel        dx = dy * gate(z2) + t
 
-The two small matrix products (N x C by C x R and back) are tiles of tl.dot in float32 with
-IEEE precision; every sum runs in a fixed order, so the results are deterministic.
+The small matrix products (N x C by C x R and back) are tiles of tl.dot in float32 with IEEE
+precision, spread over blocks of rows and of R or C so that a large block keeps many
+multiprocessors busy; every sum runs in a fixed order, so the results are deterministic.
 """
 
 import triton
@@ -86,16 +87,15 @@ def pool_kernel(
 
 
 @triton.jit
-def excite_kernel(
-    P, splits, W1, B1, W2, B2, S0, Z1, Z2, N, C, R, inv_l, sw1_r, sw1_c, sw2_c, sw2_r,
-    ACT: tl.constexpr, HAS_B1: tl.constexpr, HAS_B2: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
+def squeeze_kernel(
+    P, splits, W1, B1, S0, Z1, N, C, R, inv_l, sw1_r, sw1_c,
+    HAS_B1: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
 ):  # fmt: skip
-    """For a block of rows n: s0 = sum of the pool's splits / L, z1 = s0 W1^T + b1,
-    z2 = act(z1) W2^T + b2; stores s0 (N x C), z1 (N x R) and z2 (N x C). Grid: row blocks."""
+    """z1 = s0 W1^T + b1 for a block of rows and of R, s0 = the pool's splits summed / L;
+    stores z1 (N x R) and, in the first block of R, s0 (N x C). Grid: (row blocks, R blocks)."""
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = n < N
-    r = tl.arange(0, BLOCK_R)
+    r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     r_ok = r < R
     z1 = tl.zeros([BLOCK_N, BLOCK_R], tl.float32)
     for c0 in range(0, C, BLOCK_C):
@@ -106,7 +106,8 @@ def excite_kernel(
         for s in range(splits):
             s0 += tl.load(P + (s * N + n[:, None]) * C + c[None, :], mask=nc_mask, other=0.0)
         s0 = s0 * inv_l
-        tl.store(S0 + n[:, None] * C + c[None, :], s0, mask=nc_mask)
+        if tl.program_id(1) == 0:
+            tl.store(S0 + n[:, None] * C + c[None, :], s0, mask=nc_mask)
         w1t = tl.load(
             W1 + r[None, :] * sw1_r + c[:, None] * sw1_c, mask=c_ok[:, None] & r_ok[None, :],
             other=0.0,
@@ -115,18 +116,33 @@ def excite_kernel(
     if HAS_B1:
         z1 += tl.load(B1 + r, mask=r_ok, other=0.0).to(tl.float32)[None, :]
     tl.store(Z1 + n[:, None] * R + r[None, :], z1, mask=n_ok[:, None] & r_ok[None, :])
-    h = tl.where(r_ok[None, :], _act(z1, ACT), 0.0)
-    for c0 in range(0, C, BLOCK_C):
-        c = c0 + tl.arange(0, BLOCK_C)
-        c_ok = c < C
-        w2t = tl.load(
-            W2 + c[None, :] * sw2_c + r[:, None] * sw2_r, mask=r_ok[:, None] & c_ok[None, :],
-            other=0.0,
-        )  # fmt: skip
-        z2 = tl.dot(h, w2t.to(tl.float32), input_precision="ieee")
-        if HAS_B2:
-            z2 += tl.load(B2 + c, mask=c_ok, other=0.0).to(tl.float32)[None, :]
-        tl.store(Z2 + n[:, None] * C + c[None, :], z2, mask=n_ok[:, None] & c_ok[None, :])
+
+
+@triton.jit
+def excite_kernel(
+    Z1, W2, B2, Z2, N, C, R, sw2_c, sw2_r,
+    ACT: tl.constexpr, HAS_B2: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    """z2 = act(z1) W2^T + b2 for a block of rows and of channels (BLOCK_R covers all of R);
+    stores z2 (N x C). Grid: (row blocks, channel blocks)."""
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = n < N
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = c < C
+    r = tl.arange(0, BLOCK_R)
+    r_ok = r < R
+    nr_mask = n_ok[:, None] & r_ok[None, :]
+    z1 = tl.load(Z1 + n[:, None] * R + r[None, :], mask=nr_mask, other=0.0)
+    h = tl.where(nr_mask, _act(z1, ACT), 0.0)
+    w2t = tl.load(
+        W2 + c[None, :] * sw2_c + r[:, None] * sw2_r, mask=r_ok[:, None] & c_ok[None, :],
+        other=0.0,
+    )  # fmt: skip
+    z2 = tl.dot(h, w2t.to(tl.float32), input_precision="ieee")
+    if HAS_B2:
+        z2 += tl.load(B2 + c, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(Z2 + n[:, None] * C + c[None, :], z2, mask=n_ok[:, None] & c_ok[None, :])
 
 
 @triton.jit
@@ -150,57 +166,53 @@ def scale_kernel(
 
 
 @triton.jit
-def gate_grad_kernel(
-    P, splits, Z1, Z2, W2, DZ1, WS, N, C, R, sw2_c, sw2_r,
+def _gate_grad_rows(P, splits, Z2, n, c, nc_mask, N, C, GATE: tl.constexpr):
+    """g = dL/dz2 on rows n, channels c: the pool's splits of sum(dy * x) times gate'(z2)."""
+    ds = tl.zeros(nc_mask.shape, tl.float32)
+    for s in range(splits):
+        ds += tl.load(P + (s * N + n[:, None]) * C + c[None, :], mask=nc_mask, other=0.0)
+    z2 = tl.load(Z2 + n[:, None] * C + c[None, :], mask=nc_mask, other=0.0)
+    return tl.where(nc_mask, ds * _gate_grad(z2, GATE), 0.0)
+
+
+@triton.jit
+def excite_grad_kernel(
+    P, splits, Z1, Z2, W2, DZ1, N, C, R, sw2_c, sw2_r,
     ACT: tl.constexpr, GATE: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
 ):  # fmt: skip
-    """For a block of rows n: g = (sum of the pool's splits) * gate'(z2), dz1 = (g W2) *
-    act'(z1) (stored, N x R), and this block's share of dW2 = g^T act(z1) and of db2 = the
-    column sums of g, stored in WS [row blocks, C, R + 1] (db2 in the last column).
-    Grid: row blocks."""
-    block = tl.program_id(0)
-    n = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    """dz1 = (g W2) * act'(z1) for a block of rows and of R, g = dL/dz2; stores dz1 (N x R).
+    Grid: (row blocks, R blocks)."""
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = n < N
-    r = tl.arange(0, BLOCK_R)
+    r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     r_ok = r < R
-    nr_mask = n_ok[:, None] & r_ok[None, :]
-    z1 = tl.load(Z1 + n[:, None] * R + r[None, :], mask=nr_mask, other=0.0)
-    h = tl.where(nr_mask, _act(z1, ACT), 0.0)
     dh = tl.zeros([BLOCK_N, BLOCK_R], tl.float32)
     for c0 in range(0, C, BLOCK_C):
         c = c0 + tl.arange(0, BLOCK_C)
         c_ok = c < C
-        nc_mask = n_ok[:, None] & c_ok[None, :]
-        ds = tl.zeros([BLOCK_N, BLOCK_C], tl.float32)
-        for s in range(splits):
-            ds += tl.load(P + (s * N + n[:, None]) * C + c[None, :], mask=nc_mask, other=0.0)
-        z2 = tl.load(Z2 + n[:, None] * C + c[None, :], mask=nc_mask, other=0.0)
-        g = tl.where(nc_mask, ds * _gate_grad(z2, GATE), 0.0)
+        g = _gate_grad_rows(P, splits, Z2, n, c, n_ok[:, None] & c_ok[None, :], N, C, GATE)
         w2 = tl.load(
             W2 + c[:, None] * sw2_c + r[None, :] * sw2_r, mask=c_ok[:, None] & r_ok[None, :],
             other=0.0,
         )  # fmt: skip
         dh = tl.dot(g, w2.to(tl.float32), dh, input_precision="ieee")
-        dw2 = tl.dot(tl.trans(g), h, input_precision="ieee")
-        ws = WS + (block * C + c) * (R + 1)
-        tl.store(ws[:, None] + r[None, :], dw2, mask=c_ok[:, None] & r_ok[None, :])
-        tl.store(ws + R, tl.sum(g, axis=0), mask=c_ok)
-    dz1 = dh * _act_grad(z1, ACT)
-    tl.store(DZ1 + n[:, None] * R + r[None, :], dz1, mask=nr_mask)
+    nr_mask = n_ok[:, None] & r_ok[None, :]
+    z1 = tl.load(Z1 + n[:, None] * R + r[None, :], mask=nr_mask, other=0.0)
+    tl.store(DZ1 + n[:, None] * R + r[None, :], dh * _act_grad(z1, ACT), mask=nr_mask)
 
 
 @triton.jit
-def squeeze_grad_kernel(
-    DZ1, S0, W1, WS, blocks, T, DW1, DB1, DW2, DB2, N, C, R, inv_l,
+def weight_grad_kernel(
+    P, splits, S0, Z1, Z2, DZ1, W1, T, DW1, DB1, DW2, DB2, N, C, R, inv_l,
     sw1_r, sw1_c, sd1_r, sd1_c, sd2_c, sd2_r,
-    HAS_B1: tl.constexpr, HAS_B2: tl.constexpr,
+    ACT: tl.constexpr, GATE: tl.constexpr, HAS_B1: tl.constexpr, HAS_B2: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
 ):  # fmt: skip
-    """For a block of channels c: dW1[:, c] = dz1^T s0[:, c], t[:, c] = (dz1 W1[:, c]) / L
-    (the pooled gradient spread over L), dW2[c] and db2[c] summed over gate_grad_kernel's row
-    blocks in order; the first program also stores db1 = the column sums of dz1.
-    Grid: channel blocks."""
+    """For a block of channels (BLOCK_R covers all of R), summed over the rows in order:
+    dW2 = g^T act(z1), db2 = sum of g, dW1 = dz1^T s0; and t = (dz1 W1) / L, the pooled
+    gradient spread over the L positions (N x C). The first program also stores db1 = the
+    column sums of dz1. Grid: channel blocks."""
     cb = tl.program_id(0)
     c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
     c_ok = c < C
@@ -210,29 +222,29 @@ def squeeze_grad_kernel(
     w1 = tl.load(W1 + r[:, None] * sw1_r + c[None, :] * sw1_c, mask=rc_mask, other=0.0)
     w1 = w1.to(tl.float32)
     dw1 = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)
+    dw2 = tl.zeros([BLOCK_C, BLOCK_R], tl.float32)
     db1 = tl.zeros([BLOCK_R], tl.float32)
+    db2 = tl.zeros([BLOCK_C], tl.float32)
     for n0 in range(0, N, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         n_ok = n < N
         nc_mask = n_ok[:, None] & c_ok[None, :]
-        dz1 = tl.load(DZ1 + n[:, None] * R + r[None, :], mask=n_ok[:, None] & r_ok[None, :],
-                      other=0.0)  # fmt: skip
+        nr_mask = n_ok[:, None] & r_ok[None, :]
+        g = _gate_grad_rows(P, splits, Z2, n, c, nc_mask, N, C, GATE)
+        z1 = tl.load(Z1 + n[:, None] * R + r[None, :], mask=nr_mask, other=0.0)
+        h = tl.where(nr_mask, _act(z1, ACT), 0.0)
+        dz1 = tl.load(DZ1 + n[:, None] * R + r[None, :], mask=nr_mask, other=0.0)
         s0 = tl.load(S0 + n[:, None] * C + c[None, :], mask=nc_mask, other=0.0)
+        dw2 = tl.dot(tl.trans(g), h, dw2, input_precision="ieee")
+        db2 += tl.sum(g, axis=0)
         dw1 = tl.dot(tl.trans(dz1), s0, dw1, input_precision="ieee")
         db1 += tl.sum(dz1, axis=0)
         t = tl.dot(dz1, w1, input_precision="ieee") * inv_l
         tl.store(T + n[:, None] * C + c[None, :], t, mask=nc_mask)
     tl.store(DW1 + r[:, None] * sd1_r + c[None, :] * sd1_c, dw1, mask=rc_mask)
+    tl.store(DW2 + c[:, None] * sd2_c + r[None, :] * sd2_r, dw2, mask=c_ok[:, None] & r_ok[None, :])
+    if HAS_B2:
+        tl.store(DB2 + c, db2, mask=c_ok)
     if HAS_B1:
         if cb == 0:
             tl.store(DB1 + r, db1, mask=r_ok)
-    cr_mask = c_ok[:, None] & r_ok[None, :]
-    dw2 = tl.zeros([BLOCK_C, BLOCK_R], tl.float32)
-    db2 = tl.zeros([BLOCK_C], tl.float32)
-    for block in range(blocks):
-        ws = WS + (block * C + c) * (R + 1)
-        dw2 += tl.load(ws[:, None] + r[None, :], mask=cr_mask, other=0.0)
-        db2 += tl.load(ws + R, mask=c_ok, other=0.0)
-    tl.store(DW2 + c[:, None] * sd2_c + r[None, :] * sd2_r, dw2, mask=cr_mask)
-    if HAS_B2:
-        tl.store(DB2 + c, db2, mask=c_ok)

@@ -14,7 +14,7 @@ gate: "sigmoid" or "hardsigmoid". Everything between x and y is computed in floa
 at most MAX_SQUEEZE.
 
 The block is a composite of cheap steps on a small tensor; run as one op it costs three
-launches forward and four backward, against six ops and their autograd nodes when each step is
+launches each way, against six ops and their autograd nodes when each step is
 its own op. It writes new tensors only: no alpha, beta or out.
 """
 
@@ -36,7 +36,7 @@ ACTIVATIONS = tuple(K.ACTIVATIONS)
 GATES = tuple(K.GATES)
 
 #: The largest squeeze width R: the kernels hold a row block's R values in registers.
-MAX_SQUEEZE = 1024
+MAX_SQUEEZE = 512
 
 #: Elements of x one program of the pool and scale kernels covers per step.
 _TILE = 4096
@@ -148,31 +148,41 @@ class _Plan:
         self.pool = slot_launch(K.pool_kernel, grid, slots, PRODUCT=False, **pool)
         self.pool_product = slot_launch(K.pool_kernel, grid, slots, PRODUCT=True, **pool)
 
-        # the small products: row blocks forward and for the gate's gradient, channel blocks
-        # for the squeeze's; a w tile of block_c x block_r float32 values per program.
-        block_r = max(16, _pow2(r))
-        block_k = max(16, min(64, 8192 // block_r))
-        warps = 4 if block_r * block_k <= 4096 else 8
+        # The small products. Over R (squeeze, excite_grad): blocks of 16 rows by 16 of R,
+        # reading all of C in chunks. Over C (excite, weight_grad): blocks of channels with
+        # all of R in registers, as many channels as keep a w tile at 4096 float32 values
+        # (8 warps above that). Each product then has row blocks x R or C blocks programs.
         self.row_blocks = cdiv(n, _BLOCK_N)
-        small = dict(N=n, C=c, R=r, BLOCK_N=_BLOCK_N, BLOCK_C=block_k, BLOCK_R=block_r)
+        rows = max(1, self.row_blocks)
+        full_r = max(16, _pow2(r))
+        block_c = max(16, min(64, 4096 // full_r))
+        warps = 4 if full_r * block_c <= 4096 else 8
+        by_r = dict(N=n, C=c, R=r, BLOCK_N=_BLOCK_N, BLOCK_C=64, BLOCK_R=16)
+        by_c = dict(N=n, C=c, R=r, BLOCK_N=_BLOCK_N, BLOCK_C=block_c, BLOCK_R=full_r)
+        # weight_grad keeps three block_c x R accumulators and w1's tile: a quarter as many
+        # channels (ptxas spilled thousands of bytes with excite's tile, sm_90).
+        grad_c = max(16, min(64, 1024 // full_r))
+        grad_warps = 4 if full_r * grad_c <= 512 else 8 if full_r * grad_c <= 2048 else 16
+        w1s, w2s = self.w1_strides, self.w2_strides
+        self.squeeze = slot_launch(
+            K.squeeze_kernel, (rows, cdiv(r, 16)), ("P", "W1", "B1", "S0", "Z1"),
+            splits=self.splits, inv_l=1.0 / length, sw1_r=w1s[0], sw1_c=w1s[1],
+            HAS_B1=self.has_b1, **by_r,
+        )  # fmt: skip
         self.excite = slot_launch(
-            K.excite_kernel, (max(1, self.row_blocks),),
-            ("P", "W1", "B1", "W2", "B2", "S0", "Z1", "Z2"), num_warps=warps,
-            splits=self.splits, inv_l=1.0 / length, sw1_r=self.w1_strides[0],
-            sw1_c=self.w1_strides[1], sw2_c=self.w2_strides[0], sw2_r=self.w2_strides[1],
-            ACT=act, HAS_B1=self.has_b1, HAS_B2=self.has_b2, **small,
+            K.excite_kernel, (rows, cdiv(c, block_c)), ("Z1", "W2", "B2", "Z2"),
+            num_warps=warps, sw2_c=w2s[0], sw2_r=w2s[1], ACT=act, HAS_B2=self.has_b2, **by_c,
         )  # fmt: skip
-        self.gate_grad = slot_launch(
-            K.gate_grad_kernel, (max(1, self.row_blocks),),
-            ("P", "Z1", "Z2", "W2", "DZ1", "WS"), num_warps=warps, splits=self.splits,
-            sw2_c=self.w2_strides[0], sw2_r=self.w2_strides[1], ACT=act, GATE=gt, **small,
+        self.excite_grad = slot_launch(
+            K.excite_grad_kernel, (rows, cdiv(r, 16)), ("P", "Z1", "Z2", "W2", "DZ1"),
+            splits=self.splits, sw2_c=w2s[0], sw2_r=w2s[1], ACT=act, GATE=gt, **by_r,
         )  # fmt: skip
-        self.squeeze_grad = slot_launch(
-            K.squeeze_grad_kernel, (cdiv(c, block_k),),
-            ("DZ1", "S0", "W1", "WS", "T", "DW1", "DB1", "DW2", "DB2", "sd1_r", "sd1_c",
-             "sd2_c", "sd2_r"), num_warps=warps, blocks=self.row_blocks, inv_l=1.0 / length,
-            sw1_r=self.w1_strides[0], sw1_c=self.w1_strides[1], HAS_B1=self.has_b1,
-            HAS_B2=self.has_b2, **small,
+        self.weight_grad = slot_launch(
+            K.weight_grad_kernel, (cdiv(c, grad_c),),
+            ("P", "S0", "Z1", "Z2", "DZ1", "W1", "T", "DW1", "DB1", "DW2", "DB2", "sd1_r",
+             "sd1_c", "sd2_c", "sd2_r"), num_warps=grad_warps, splits=self.splits,
+            inv_l=1.0 / length, sw1_r=w1s[0], sw1_c=w1s[1], ACT=act, GATE=gt,
+            HAS_B1=self.has_b1, HAS_B2=self.has_b2, **{**by_c, "BLOCK_C": grad_c},
         )  # fmt: skip
 
         # scale: one program per (tile of positions, channel block, sample)
@@ -212,8 +222,8 @@ class _Plan:
         s0, z2, z1 = self._split(saved)
         pooled = stream_scratch(x.device, "se_pool", self.splits * self.n * self.c)
         self.pool(x, x, pooled, *self.x_strides, *self.x_strides)
-        self.excite(pooled, w1, b1 if b1 is not None else w1, w2, b2 if b2 is not None else w2,
-                    s0, z1, z2)  # fmt: skip
+        self.squeeze(pooled, w1, b1 if b1 is not None else w1, s0, z1)
+        self.excite(z1, w2, b2 if b2 is not None else w2, z2)
         self.scale(x, z2, z2, y, *self.x_strides, *self.out_strides)
         return y, saved
 
@@ -232,13 +242,13 @@ class _Plan:
         dy, dy_strides = self._dy(dy)
         n, c, r = self.n, self.c, self.r
         s0, z2, z1 = self._split(saved)
-        sizes = (self.splits * n * c, n * r, self.row_blocks * c * (r + 1), n * c)
+        sizes = (self.splits * n * c, n * r, n * c)
         scratch = stream_scratch(x.device, "se_backward", sum(sizes))
-        pooled, dz1, ws, t = torch.split(scratch[: sum(sizes)], sizes)
+        pooled, dz1, t = torch.split(scratch[: sum(sizes)], sizes)
         self.pool_product(dy, x, pooled, *dy_strides, *self.x_strides)
-        self.gate_grad(pooled, z1, z2, w2, dz1, ws)
-        self.squeeze_grad(
-            dz1, s0, w1, ws, t, dw1, db1 if db1 is not None else dw1, dw2,
+        self.excite_grad(pooled, z1, z2, w2, dz1)
+        self.weight_grad(
+            pooled, s0, z1, z2, dz1, w1, t, dw1, db1 if db1 is not None else dw1, dw2,
             db2 if db2 is not None else dw2, dw1.stride(0), dw1.stride(1), dw2.stride(0),
             dw2.stride(1),
         )  # fmt: skip
