@@ -80,6 +80,9 @@ def check(shape, r, dtype, layout, activation, gate, *, w_dtype=torch.float32, b
         ((17, 8, 1, 1), 3, torch.bfloat16, "channels_last", "silu", "sigmoid", BF16, True),
         # 1-D input (N, C, L), two channel blocks in the squeeze gradient (C = 70)
         ((2, 70, 3), 40, torch.float32, "contiguous", "relu", "sigmoid", F32, True),
+        # R = 130: all of R takes 256 lanes, so the channel blocks of the products (16) differ
+        # from those of the pooling and scaling (64), which cover all 70 channels
+        ((2, 70, 2, 3), 130, F32, "channels_last", "relu", "hardsigmoid", F32, True),
         # 3-D input
         ((2, 5, 2, 3, 2), 4, torch.float32, "channels_last", "silu", "hardsigmoid", F32, True),
         # spatial dims that are not one run of positions: copied first

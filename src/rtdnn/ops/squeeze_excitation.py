@@ -155,10 +155,10 @@ class _Plan:
         self.row_blocks = cdiv(n, _BLOCK_N)
         rows = max(1, self.row_blocks)
         full_r = max(16, _pow2(r))
-        block_c = max(16, min(64, 4096 // full_r))
-        warps = 4 if full_r * block_c <= 4096 else 8
+        excite_c = max(16, min(64, 4096 // full_r))
+        warps = 4 if full_r * excite_c <= 4096 else 8
         by_r = dict(N=n, C=c, R=r, BLOCK_N=_BLOCK_N, BLOCK_C=64, BLOCK_R=16)
-        by_c = dict(N=n, C=c, R=r, BLOCK_N=_BLOCK_N, BLOCK_C=block_c, BLOCK_R=full_r)
+        by_c = dict(N=n, C=c, R=r, BLOCK_N=_BLOCK_N, BLOCK_C=excite_c, BLOCK_R=full_r)
         # weight_grad keeps three block_c x R accumulators and w1's tile: a quarter as many
         # channels (ptxas spilled thousands of bytes with excite's tile, sm_90).
         grad_c = max(16, min(64, 1024 // full_r))
@@ -170,7 +170,7 @@ class _Plan:
             HAS_B1=self.has_b1, **by_r,
         )  # fmt: skip
         self.excite = slot_launch(
-            K.excite_kernel, (rows, cdiv(c, block_c)), ("Z1", "W2", "B2", "Z2"),
+            K.excite_kernel, (rows, cdiv(c, excite_c)), ("Z1", "W2", "B2", "Z2"),
             num_warps=warps, sw2_c=w2s[0], sw2_r=w2s[1], ACT=act, HAS_B2=self.has_b2, **by_c,
         )  # fmt: skip
         self.excite_grad = slot_launch(
