@@ -32,6 +32,8 @@ GATES = {"sigmoid": 0, "hardsigmoid": 1}
 def _act(z, ACT: tl.constexpr):
     if ACT == 0:
         return tl.where(z < 0.0, 0.0, z)  # NaN passes through, as in torch.relu
+    if ACT == 2:  # identity: excite_kernel computing the pooled gradient t
+        return z
     return z * sigmoid(z)
 
 
@@ -120,12 +122,13 @@ def squeeze_kernel(
 
 @triton.jit
 def excite_kernel(
-    Z1, W2, B2, Z2, N, C, R, sw2_c, sw2_r,
+    Z1, W2, B2, Z2, N, C, R, sw2_c, sw2_r, out_scale,
     ACT: tl.constexpr, HAS_B2: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
 ):  # fmt: skip
-    """z2 = act(z1) W2^T + b2 for a block of rows and of channels (BLOCK_R covers all of R);
-    stores z2 (N x C). Grid: (row blocks, channel blocks)."""
+    """z2 = (act(z1) W2^T + b2) * out_scale for a block of rows and of channels (BLOCK_R covers
+    all of R); stores z2 (N x C). Grid: (row blocks, channel blocks). With the identity as act
+    it also gives the backward's t = (dz1 W1) / L where weight_grad_kernel splits R."""
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = n < N
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -142,6 +145,7 @@ def excite_kernel(
     z2 = tl.dot(h, w2t.to(tl.float32), input_precision="ieee")
     if HAS_B2:
         z2 += tl.load(B2 + c, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+    z2 = z2 * out_scale
     tl.store(Z2 + n[:, None] * C + c[None, :], z2, mask=n_ok[:, None] & c_ok[None, :])
 
 
@@ -207,16 +211,16 @@ def weight_grad_kernel(
     P, splits, S0, Z1, Z2, DZ1, W1, T, DW1, DB1, DW2, DB2, N, C, R, inv_l,
     sw1_r, sw1_c, sd1_r, sd1_c, sd2_c, sd2_r,
     ACT: tl.constexpr, GATE: tl.constexpr, HAS_B1: tl.constexpr, HAS_B2: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
+    WITH_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
 ):  # fmt: skip
-    """For a block of channels (BLOCK_R covers all of R), summed over the rows in order:
-    dW2 = g^T act(z1), db2 = sum of g, dW1 = dz1^T s0; and t = (dz1 W1) / L, the pooled
-    gradient spread over the L positions (N x C). The first program also stores db1 = the
-    column sums of dz1. Grid: channel blocks."""
+    """For a block of channels and of R, summed over the rows in order: dW2 = g^T act(z1),
+    db2 = sum of g (first R block), dW1 = dz1^T s0, db1 = the column sums of dz1 (first
+    channel block); and, WITH_T (one block covers all of R), t = (dz1 W1) / L, the pooled
+    gradient spread over the L positions (N x C). Grid: (channel blocks, R blocks)."""
     cb = tl.program_id(0)
     c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
     c_ok = c < C
-    r = tl.arange(0, BLOCK_R)
+    r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     r_ok = r < R
     rc_mask = r_ok[:, None] & c_ok[None, :]
     w1 = tl.load(W1 + r[:, None] * sw1_r + c[None, :] * sw1_c, mask=rc_mask, other=0.0)
@@ -239,12 +243,14 @@ def weight_grad_kernel(
         db2 += tl.sum(g, axis=0)
         dw1 = tl.dot(tl.trans(dz1), s0, dw1, input_precision="ieee")
         db1 += tl.sum(dz1, axis=0)
-        t = tl.dot(dz1, w1, input_precision="ieee") * inv_l
-        tl.store(T + n[:, None] * C + c[None, :], t, mask=nc_mask)
+        if WITH_T:
+            t = tl.dot(dz1, w1, input_precision="ieee") * inv_l
+            tl.store(T + n[:, None] * C + c[None, :], t, mask=nc_mask)
     tl.store(DW1 + r[:, None] * sd1_r + c[None, :] * sd1_c, dw1, mask=rc_mask)
     tl.store(DW2 + c[:, None] * sd2_c + r[None, :] * sd2_r, dw2, mask=c_ok[:, None] & r_ok[None, :])
     if HAS_B2:
-        tl.store(DB2 + c, db2, mask=c_ok)
+        if tl.program_id(1) == 0:
+            tl.store(DB2 + c, db2, mask=c_ok)
     if HAS_B1:
         if cb == 0:
             tl.store(DB1 + r, db1, mask=r_ok)

@@ -159,31 +159,46 @@ class _Plan:
         warps = 4 if full_r * excite_c <= 4096 else 8
         by_r = dict(N=n, C=c, R=r, BLOCK_N=_BLOCK_N, BLOCK_C=64, BLOCK_R=16)
         by_c = dict(N=n, C=c, R=r, BLOCK_N=_BLOCK_N, BLOCK_C=excite_c, BLOCK_R=full_r)
-        # weight_grad keeps three block_c x R accumulators and w1's tile: a quarter as many
-        # channels (ptxas spilled thousands of bytes with excite's tile, sm_90).
-        grad_c = max(16, min(64, 1024 // full_r))
-        grad_warps = 4 if full_r * grad_c <= 512 else 8 if full_r * grad_c <= 2048 else 16
+        # weight_grad keeps three channels x R accumulators and w1's tile: a quarter as many
+        # channels as excite (ptxas spilled thousands of bytes with excite's tile, sm_90).
+        # Above R = 128 it still did (a stack frame at 256 lanes of R), so there it takes
+        # blocks of 64 of R as well, and t, which needs all of R, comes from excite_kernel
+        # (identity activation, scaled by 1 / L): one launch more.
+        split_r = full_r > 128
+        grad_r = 64 if split_r else full_r
+        grad_c = max(16, min(64, 1024 // grad_r))
+        grad_warps = 4 if grad_r * grad_c <= 512 else 8 if grad_r * grad_c <= 2048 else 16
         w1s, w2s = self.w1_strides, self.w2_strides
         self.squeeze = slot_launch(
             K.squeeze_kernel, (rows, cdiv(r, 16)), ("P", "W1", "B1", "S0", "Z1"),
             splits=self.splits, inv_l=1.0 / length, sw1_r=w1s[0], sw1_c=w1s[1],
             HAS_B1=self.has_b1, **by_r,
         )  # fmt: skip
+        excite = dict(num_warps=warps, HAS_B2=self.has_b2, **by_c)
         self.excite = slot_launch(
             K.excite_kernel, (rows, cdiv(c, excite_c)), ("Z1", "W2", "B2", "Z2"),
-            num_warps=warps, sw2_c=w2s[0], sw2_r=w2s[1], ACT=act, HAS_B2=self.has_b2, **by_c,
+            sw2_c=w2s[0], sw2_r=w2s[1], out_scale=1.0, ACT=act, **excite,
         )  # fmt: skip
         self.excite_grad = slot_launch(
             K.excite_grad_kernel, (rows, cdiv(r, 16)), ("P", "Z1", "Z2", "W2", "DZ1"),
             splits=self.splits, sw2_c=w2s[0], sw2_r=w2s[1], ACT=act, GATE=gt, **by_r,
         )  # fmt: skip
         self.weight_grad = slot_launch(
-            K.weight_grad_kernel, (cdiv(c, grad_c),),
+            K.weight_grad_kernel, (cdiv(c, grad_c), cdiv(r, grad_r)),
             ("P", "S0", "Z1", "Z2", "DZ1", "W1", "T", "DW1", "DB1", "DW2", "DB2", "sd1_r",
              "sd1_c", "sd2_c", "sd2_r"), num_warps=grad_warps, splits=self.splits,
             inv_l=1.0 / length, sw1_r=w1s[0], sw1_c=w1s[1], ACT=act, GATE=gt,
-            HAS_B1=self.has_b1, HAS_B2=self.has_b2, **{**by_c, "BLOCK_C": grad_c},
+            HAS_B1=self.has_b1, HAS_B2=self.has_b2, WITH_T=not split_r,
+            **{**by_c, "BLOCK_C": grad_c, "BLOCK_R": grad_r},
         )  # fmt: skip
+        # t = (dz1 W1) / L: W1 (R x C) read as excite reads W2 (C x R), through its strides
+        self.pooled_grad = None
+        if split_r:
+            self.pooled_grad = slot_launch(
+                K.excite_kernel, (rows, cdiv(c, excite_c)), ("Z1", "W2", "B2", "Z2"),
+                sw2_c=w1s[1], sw2_r=w1s[0], out_scale=1.0 / length, ACT=2,
+                **{**excite, "HAS_B2": False},
+            )  # fmt: skip
 
         # scale: one program per (tile of positions, channel block, sample)
         scale_grid = (cdiv(positions, block_l), c_blocks, max(1, n))
@@ -252,6 +267,8 @@ class _Plan:
             db2 if db2 is not None else dw2, dw1.stride(0), dw1.stride(1), dw2.stride(0),
             dw2.stride(1),
         )  # fmt: skip
+        if self.pooled_grad is not None:
+            self.pooled_grad(dz1, w1, w1, t)
         self.scale_add(dy, z2, t, dx, *dy_strides, *self.out_strides)
         return dx, dw1, db1, dw2, db2
 
