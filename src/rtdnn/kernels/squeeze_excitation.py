@@ -1,7 +1,8 @@
 """Squeeze-and-excitation kernels: y = x * gate(W2 act(W1 mean(x) + b1) + b2).
 
 x is read as (N, C, L): its spatial dims collapsed into one of L positions with one stride.
-The block runs in four launches each way, each float32 inside:
+The block runs in four launches each way, each float32 inside (one more backward above a
+squeeze width of 128, see weight_grad_kernel):
 
     forward   pool_kernel         partial sums of x over slices of L  -> P [splits, N, C]
               squeeze_kernel      s0 = sum(P) / L, z1 = s0 W1^T + b1

@@ -42,10 +42,11 @@ class SqueezeExcitation(torch.nn.Module):
     (C, H, W).
 
     With a ReLU or SiLU `activation` and a Sigmoid or Hardsigmoid `scale_activation` (torch's or
-    rtdnn's) the block runs as one rtdnn op (four launches each way, every step
-    between x and y in float32); other activations, or submodules changed into something else,
-    run the submodules one after the other as torchvision does. rtdnn.convert turns
-    torchvision's SqueezeExcitation modules into this one (same submodules and state_dict).
+    rtdnn's) the block runs as one rtdnn op (four launches each way, five backward above
+    R = 128, every step between x and y in float32); other activations, or submodules changed
+    into something else, run the submodules one after the other as torchvision does.
+    rtdnn.convert turns torchvision's SqueezeExcitation modules into this one (same submodules
+    and state_dict).
     """
 
     def __init__(

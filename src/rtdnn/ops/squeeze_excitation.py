@@ -13,9 +13,9 @@ b1: (R,) and b2: (C,) or None; the four share one floating dtype, which may diff
 gate: "sigmoid" or "hardsigmoid". Everything between x and y is computed in float32, and R is
 at most MAX_SQUEEZE.
 
-The block is a composite of cheap steps on a small tensor; run as one op it costs three
-launches each way, against six ops and their autograd nodes when each step is
-its own op. It writes new tensors only: no alpha, beta or out.
+The block is a composite of cheap steps on a small tensor; run as one op it costs four
+launches each way (five backward above R = 128), against six ops and their autograd nodes
+when each step is its own op. It writes new tensors only: no alpha, beta or out.
 """
 
 from __future__ import annotations
