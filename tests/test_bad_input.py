@@ -62,6 +62,9 @@ class Case:
 def _cases() -> dict:
     x3, x4 = (2, 3, 4), (1, 2, 4, 4)
     nc = (4, 3, 2, 2)
+    se_weights = dict(w1=t(3, 2, 1, 1), b1=t(3), w2=t(2, 3, 1, 1), b2=t(2))
+    se_x = t(*x4)
+    se_saved = rtdnn.ops.squeeze_excitation_training(se_x, **se_weights)[1]
     return {
         "activation_forward": Case(dict(x=t(*x3), mode="leaky_relu"), x3, ("x",)),
         "activation_backward": Case(
@@ -209,6 +212,8 @@ def _cases() -> dict:
             dict(query=t(1, 2, 3, 16), key=t(1, 2, 5, 16), value=t(1, 2, 5, 16), is_causal=True)
         ),
         "softmax_backward": Case(dict(y=t(*x3), dy=t(*x3)), x3),
+        "squeeze_excitation": Case(dict(x=t(*x4), **se_weights)),
+        "squeeze_excitation_backward": Case(dict(dy=t(*x4), x=se_x, saved=se_saved, **se_weights)),
         "softmax_forward": Case(dict(x=t(*x3)), x3),
         "transform_tensor": Case(dict(x=t(*x3)), x3, ("x",)),
     }
