@@ -90,6 +90,15 @@ def pool_kernel(
 
 
 @triton.jit
+def _pooled_sum(P, splits, n, c, nc_mask, N, C):
+    """The pool's partial sums of rows n, channels c, added over its splits in order."""
+    total = tl.zeros(nc_mask.shape, tl.float32)
+    for s in range(splits):
+        total += tl.load(P + (s * N + n[:, None]) * C + c[None, :], mask=nc_mask, other=0.0)
+    return total
+
+
+@triton.jit
 def squeeze_kernel(
     P, splits, W1, B1, S0, Z1, N, C, R, inv_l, sw1_r, sw1_c,
     HAS_B1: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
@@ -105,10 +114,7 @@ def squeeze_kernel(
         c = c0 + tl.arange(0, BLOCK_C)
         c_ok = c < C
         nc_mask = n_ok[:, None] & c_ok[None, :]
-        s0 = tl.zeros([BLOCK_N, BLOCK_C], tl.float32)
-        for s in range(splits):
-            s0 += tl.load(P + (s * N + n[:, None]) * C + c[None, :], mask=nc_mask, other=0.0)
-        s0 = s0 * inv_l
+        s0 = _pooled_sum(P, splits, n, c, nc_mask, N, C) * inv_l
         if tl.program_id(1) == 0:
             tl.store(S0 + n[:, None] * C + c[None, :], s0, mask=nc_mask)
         w1t = tl.load(
@@ -173,9 +179,7 @@ def scale_kernel(
 @triton.jit
 def _gate_grad_rows(P, splits, Z2, n, c, nc_mask, N, C, GATE: tl.constexpr):
     """g = dL/dz2 on rows n, channels c: the pool's splits of sum(dy * x) times gate'(z2)."""
-    ds = tl.zeros(nc_mask.shape, tl.float32)
-    for s in range(splits):
-        ds += tl.load(P + (s * N + n[:, None]) * C + c[None, :], mask=nc_mask, other=0.0)
+    ds = _pooled_sum(P, splits, n, c, nc_mask, N, C)
     z2 = tl.load(Z2 + n[:, None] * C + c[None, :], mask=nc_mask, other=0.0)
     return tl.where(nc_mask, ds * _gate_grad(z2, GATE), 0.0)
 
