@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 import torch
+import triton
 
 from ..algos.geometry import parallel_slots
 from ..core import bad_param, cdiv, check_tensor, layout_strides, not_supported
@@ -45,10 +46,6 @@ _TILE = 4096
 _BLOCK_N = 16
 
 _calls = PreparedCalls()
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
 
 
 def _positions(shape, strides) -> tuple[int, int] | None:
@@ -77,8 +74,9 @@ def _matrix(name: str, w: object, rows: int | None, cols: int, ndim: int, like: 
     return w.stride(0), w.stride(1)
 
 
-def _check(x, w1, b1, w2, b2, activation, gate) -> tuple[int, int, int, int]:
-    """(N, C, R, L) of a valid call; raises naming the first bad argument."""
+def _check(x, w1, b1, w2, b2, activation, gate) -> tuple[int, int, int, int, tuple, tuple]:
+    """(N, C, R, L, w1's strides, w2's strides) of a valid call; raises naming the first bad
+    argument."""
     x = check_tensor("x", x, ndim=(3, 4, 5), empty=True)
     if activation not in K.ACTIVATIONS:
         raise bad_param("activation", activation, f"one of {ACTIVATIONS}")
@@ -91,13 +89,13 @@ def _check(x, w1, b1, w2, b2, activation, gate) -> tuple[int, int, int, int]:
             "x.shape", tuple(x.shape), "channels and spatial positions (only N may be 0)"
         )
     check_span("x", x)
-    _matrix("w1", w1, None, c, x.dim(), x)
+    w1_strides = _matrix("w1", w1, None, c, x.dim(), x)
     r = w1.shape[0]
     if r == 0:
         raise bad_param("w1.shape", tuple(w1.shape), "at least one row (the squeeze width R)")
     if r > MAX_SQUEEZE:
         raise not_supported("w1.shape[0]", r, f"squeeze widths up to {MAX_SQUEEZE}")
-    _matrix("w2", w2, c, r, x.dim(), x)
+    w2_strides = _matrix("w2", w2, c, r, x.dim(), x)
     for name, b, size in (("b1", b1, r), ("b2", b2, c)):
         if b is not None:
             b = check_tensor(name, b, ndim=1, device=x.device)
@@ -107,14 +105,16 @@ def _check(x, w1, b1, w2, b2, activation, gate) -> tuple[int, int, int, int]:
         if t is not None and t.dtype != w1.dtype:
             raise bad_param(f"{name}.dtype", t.dtype, f"{w1.dtype}, w1's dtype")
     check_runnable(x.device)
-    return n, c, r, length
+    return n, c, r, length, w1_strides, w2_strides
 
 
 class _Plan:
     """The launches of one call signature, forward and backward."""
 
     def __init__(self, x, w1, b1, w2, b2, activation, gate):
-        n, c, r, length = _check(x, w1, b1, w2, b2, activation, gate)
+        n, c, r, length, self.w1_strides, self.w2_strides = _check(
+            x, w1, b1, w2, b2, activation, gate
+        )
         self.n, self.c, self.r, self.length = n, c, r, length
         if n > 65535:  # the scale kernel's third grid dim
             raise not_supported("x.shape[0]", n, "batches of up to 65535")
@@ -130,13 +130,11 @@ class _Plan:
         self.out_strides = (self.y_strides[0], self.y_strides[1], y_step)
         act, gt = K.ACTIVATIONS[activation], K.GATES[gate]
         self.has_b1, self.has_b2 = b1 is not None, b2 is not None
-        self.w1_strides = _matrix("w1", w1, None, c, x.dim(), x)
-        self.w2_strides = _matrix("w2", w2, c, r, x.dim(), x)
 
         # pool: one program per (sample, channel block, slice of positions); slices enough
         # that the device has several programs per slot, each at least one tile long.
-        block_c = min(64, _pow2(c))
-        block_l = max(1, min(_pow2(positions), _TILE // block_c))
+        block_c = min(64, triton.next_power_of_2(c))
+        block_l = max(1, min(triton.next_power_of_2(positions), _TILE // block_c))
         c_blocks = cdiv(c, block_c)
         want = 4 * parallel_slots(x.device.type)
         splits = max(1, min(cdiv(want, max(1, n) * c_blocks), cdiv(positions, block_l)))
@@ -154,7 +152,7 @@ class _Plan:
         # (8 warps above that). Each product then has row blocks x R or C blocks programs.
         self.row_blocks = cdiv(n, _BLOCK_N)
         rows = max(1, self.row_blocks)
-        full_r = max(16, _pow2(r))
+        full_r = max(16, triton.next_power_of_2(r))
         excite_c = max(16, min(64, 4096 // full_r))
         warps = 4 if full_r * excite_c <= 4096 else 8
         by_r = dict(N=n, C=c, R=r, BLOCK_N=_BLOCK_N, BLOCK_C=64, BLOCK_R=16)
