@@ -337,3 +337,33 @@ def test_a_mask_that_requires_grad_is_refused():
     mask = torch.zeros(5, 7, requires_grad=True)
     with pytest.raises(rtdnn.NotSupportedError, match="attn_mask"):
         rtdnn.scaled_dot_product_attention(q, rand(*KV), rand(*KV), attn_mask=mask)
+
+
+def test_which_calls_the_hopper_forward_takes():
+    """The warp-specialized Hopper forward (kernels/attention_hopper.py, GPU only, tested in
+    test_attention_gpu.py) takes 16-bit, TMA-addressable tensors with head sizes 64 or 128 and
+    no mask, dropout or negative scale; everything else stays on the Triton kernel."""
+    from rtdnn.ops.attention import hopper_forward_fits
+
+    def fits(q_shape=(2, 4, 100, 128), kv_shape=(2, 2, 90, 128), ev=128, dtype=torch.bfloat16,
+             **flags):  # fmt: skip
+        q, k = torch.empty(q_shape, dtype=dtype), torch.empty(kv_shape, dtype=dtype)
+        v = torch.empty((*kv_shape[:-1], ev), dtype=dtype)
+        kw = dict(has_mask=False, dropout=False, neg_scale=False) | flags
+        return hopper_forward_fits(q, k, v, **kw)
+
+    assert fits()
+    assert fits(dtype=torch.float16)
+    assert fits(q_shape=(1, 2, 1, 64), kv_shape=(1, 2, 1, 64), ev=64)
+    assert fits(ev=64)
+    assert not fits(dtype=torch.float32)
+    assert not fits(q_shape=(2, 4, 100, 96), kv_shape=(2, 2, 90, 96))
+    assert not fits(ev=32)
+    assert not fits(kv_shape=(2, 2, 0, 128))
+    assert not fits(has_mask=True)
+    assert not fits(dropout=True)
+    assert not fits(neg_scale=True)
+    # A key tensor whose rows start 2 bytes apart from 16-byte boundaries: no TMA descriptor.
+    wide = torch.empty(2, 2, 90, 130, dtype=torch.bfloat16)[..., 1:129]
+    q, v = torch.empty(2, 4, 100, 128, dtype=torch.bfloat16), torch.empty_like(wide)
+    assert not hopper_forward_fits(q, wide, v, False, False, False)

@@ -132,3 +132,35 @@ def test_dropout_against_the_mask_it_reports(dtype, causal):
     ref.backward(dout)
     for name, got, want in zip("qkv", leaves, refs, strict=True):
         assert rel(got.grad, want.grad) < 2 * TOL[dtype], name
+
+
+def _hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.mark.skipif(not _hopper(), reason="the warp-specialized forward runs on Hopper (sm_90)")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "q_shape, k_shape, ev",
+    [
+        ((2, 4, 300, 128), (2, 4, 257, 128), 128),  # lengths not multiples of the blocks
+        ((1, 8, 1008, 128), (1, 2, 1104, 128), 128),  # grouped-query, L < S
+        ((2, 2, 777, 64), (2, 2, 333, 64), 64),  # L > S
+        ((1, 2, 1, 128), (1, 2, 129, 128), 64),  # one query row; value size differs
+        ((2, 2, 300, 64), (2, 2, 1, 64), 128),  # one key
+        ((3, 129, 128), (3, 130, 128), 128),  # (N, L, E) inputs
+    ],
+)
+@pytest.mark.parametrize("causal", [False, True])
+def test_hopper_forward(monkeypatch, dtype, q_shape, k_shape, ev, causal):
+    """The warp-specialized Gluon forward (kernels/attention_hopper.py): output and gradients
+    (the backward reads its log-sum-exp) against float64, and the call went through it."""
+    from rtdnn.ops import attention as A
+
+    taken = []
+    prepare = A._hopper_forward_call
+    monkeypatch.setattr(A, "_calls", type(A._calls)())  # prepare afresh, through the spy
+    monkeypatch.setattr(A, "_hopper_forward_call", lambda *a: taken.append(1) or prepare(*a))
+    gqa = q_shape[-3] != k_shape[-3] if len(q_shape) == 4 else False
+    compare(dtype, q_shape, k_shape, ev, is_causal=causal, enable_gqa=gqa)
+    assert taken, "the Hopper forward was not used"

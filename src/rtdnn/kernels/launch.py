@@ -24,6 +24,12 @@ from .brgemm import brgemm_kernel, identity, split_finish_kernel
 from .gemm_tma import gemm_tma_kernel
 from .strided import StridedGeometry, strided_c_addr
 
+try:  # Gluon's host-side descriptor (kernels/attention_hopper.py), which also names a layout
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+except ImportError:
+    GluonTensorDescriptor = TensorDescriptor
+_DESCRIPTORS = (TensorDescriptor, GluonTensorDescriptor)
+
 try:  # the CUtensorMap encoding of Triton's CUDA launcher (_Compiled.with_tensor_maps)
     from triton.backends.nvidia.driver import make_tensordesc_arg
 except ImportError:  # a Triton without the CUDA backend: its own launcher encodes them
@@ -230,14 +236,14 @@ class SlotLaunch:
             elif kind is int:
                 sig.append(((v & 15) == 0, v == 1, -(2**31) <= v < 2**31))
                 args[i] = v
-            elif kind is TensorDescriptor:
+            elif kind in _DESCRIPTORS:
                 # A host-side TMA descriptor (_Compiled.with_tensor_maps encodes it). The key
                 # holds all of it but the address, so that it is at least as fine as
-                # Triton's specialization (the base's dtype and the block shape).
+                # Triton's specialization (the base's dtype, the block shape, Gluon's layout).
                 base = v.base
                 sig.append((
-                    TensorDescriptor, base.dtype, (base.data_ptr() & 15) == 0, tuple(v.shape),
-                    tuple(v.strides), tuple(v.block_shape), v.padding,
+                    kind, base.dtype, (base.data_ptr() & 15) == 0, tuple(v.shape),
+                    tuple(v.strides), tuple(v.block_shape), v.padding, getattr(v, "layout", None),
                 ))  # fmt: skip
                 args[i] = v
             elif kind is tuple:  # tensors read together (an operand and its index table)
@@ -271,16 +277,20 @@ def slot_launch(
     num_warps: int = 4,
     cooperative: bool = False,
     num_stages: int | None = None,
+    maxnreg: int | None = None,
     **fixed,
 ) -> SlotLaunch:
     """A SlotLaunch of fn with these launch options, for a caller that keeps it (a prepared
     call); launch_cached keeps one per key for callers that keep nothing. cooperative: a
     cooperative launch, for kernels whose programs wait on each other: CUDA runs every
     program at once or refuses the launch (an error, never a hang). num_stages: the software
-    pipeline's depth (Triton's default when None)."""
+    pipeline's depth (Triton's default when None). maxnreg: registers a thread at launch (a
+    warp-specialized Gluon kernel's partitions then trade them)."""
     options = dict(num_warps=num_warps)
     if num_stages is not None:
         options["num_stages"] = num_stages
+    if maxnreg is not None:
+        options["maxnreg"] = maxnreg
     if cooperative and not INTERPRETED:
         options["launch_cooperative_grid"] = True
     return SlotLaunch(fn, grid, options, tuple(slots), **fixed)

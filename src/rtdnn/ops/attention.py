@@ -290,8 +290,36 @@ def attention_forward(
     return call(q, k, v, attn_mask, scale, dropout_p, seed)
 
 
+#: Head sizes the Hopper forward takes (kernels/attention_hopper.py).
+HOPPER_HEAD_SIZES = (64, 128)
+
+
+def hopper_forward_fits(q4, k4, v4, has_mask: bool, dropout: bool, neg_scale: bool) -> bool:
+    """Whether the warp-specialized Hopper forward (kernels/attention_hopper.py) takes these
+    (B, H, L, E) tensors, the device aside: 16-bit, head sizes in HOPPER_HEAD_SIZES, both
+    lengths at least 1, every tensor TMA-addressable; no mask, dropout or negative scale."""
+    return (
+        q4.dtype in (torch.float16, torch.bfloat16)
+        and q4.shape[-1] in HOPPER_HEAD_SIZES
+        and v4.shape[-1] in HOPPER_HEAD_SIZES
+        and q4.shape[2] > 0
+        and k4.shape[2] > 0
+        and not (has_mask or dropout or neg_scale)
+        and all(_tma_ready(t) for t in (q4, k4, v4))
+    )
+
+
+def _on_hopper(t: torch.Tensor) -> bool:
+    """Whether t lives on a Hopper GPU (sm_90: the warp-group MMA the Gluon kernel uses)."""
+    return not INTERPRETED and t.is_cuda and torch.cuda.get_device_capability(t.device)[0] == 9
+
+
 def _forward_call(q, k, v, attn_mask, is_causal: bool, dropout: bool, neg_scale: bool):
     q4, k4, v4 = _as4(q), _as4(k), _as4(v)
+    if _on_hopper(q4) and hopper_forward_fits(
+        q4, k4, v4, attn_mask is not None, dropout, neg_scale
+    ):
+        return _hopper_forward_call(q, k, v, is_causal)
     n, h, lq, e = q4.shape
     lk, ev = k4.shape[2], v4.shape[3]
     out = torch.empty((n, h, lq, ev), dtype=q.dtype, device=q.device)
@@ -328,6 +356,34 @@ def _forward_call(q, k, v, attn_mask, is_causal: bool, dropout: bool, neg_scale:
         launch(
             Q=tq, K=tk, V=tv, OUT=to, LSE=lse, M=q4 if mask is None else mask, sm_scale=scale,
             p_drop=dropout_p, seed=seed,
+        )  # fmt: skip
+        return out.view(shape), lse.view(lse_shape)
+
+    return call
+
+
+def _hopper_forward_call(q, k, v, is_causal: bool):
+    """The forward through the warp-specialized Hopper kernel, for calls hopper_forward_fits."""
+    from ..kernels import attention_hopper as KH  # Gluon: imported where it runs
+
+    q4, k4, v4 = _as4(q), _as4(k), _as4(v)
+    n, h, lq, _ = q4.shape
+    lk, ev = k4.shape[2], v4.shape[3]
+    launch = slot_launch(
+        KH.attention_forward_hopper_kernel, (cdiv(lq, 2 * KH.HALF_M), n * h),
+        ("q_desc", "k_desc", "v_desc", "o_desc", "LSE", "sm_scale"), num_warps=4,
+        maxnreg=KH.LAUNCH_REGISTERS, H=h, Lq=lq, Lk=lk, GROUP=h // k4.shape[1],
+        CAUSAL=is_causal, STAGES=KH.STAGES, CONSUMER_REGS=KH.CONSUMER_REGISTERS,
+    )  # fmt: skip
+    shape, lse_shape = (*q.shape[:-1], ev), tuple(q.shape[:-1])
+
+    def call(q, k, v, attn_mask, scale, dropout_p, seed):
+        q4, k4, v4 = _as4(q), _as4(k), _as4(v)
+        out = torch.empty((n, h, lq, ev), dtype=q.dtype, device=q.device)
+        lse = torch.empty((n, h, lq), dtype=torch.float32, device=q.device)
+        launch(
+            KH.descriptor(q4, KH.HALF_M), KH.descriptor(k4, KH.BLOCK_N),
+            KH.descriptor(v4, KH.BLOCK_N), KH.descriptor(out, KH.HALF_M), lse, scale,
         )  # fmt: skip
         return out.view(shape), lse.view(lse_shape)
 
