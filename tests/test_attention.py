@@ -367,3 +367,14 @@ def test_which_calls_the_hopper_forward_takes():
     wide = torch.empty(2, 2, 90, 130, dtype=torch.bfloat16)[..., 1:129]
     q, v = torch.empty(2, 4, 100, 128, dtype=torch.bfloat16), torch.empty_like(wide)
     assert not hopper_forward_fits(q, wide, v, False, False, False)
+
+
+def test_the_hopper_forward_prepares_its_launch():
+    """Its launch is prepared (every kernel argument given) from CPU tensors; it runs only on a
+    Hopper GPU."""
+    from rtdnn.ops.attention import _hopper_forward_call
+
+    q = torch.empty(2, 4, 100, 128, dtype=torch.bfloat16)
+    k = v = torch.empty(2, 2, 90, 128, dtype=torch.bfloat16)
+    for causal in (False, True):
+        assert callable(_hopper_forward_call(q, k, v, causal))

@@ -218,7 +218,6 @@ def _consumer_full(
 def attention_forward_hopper_kernel(
     q_desc, k_desc, v_desc, o_desc, LSE, sm_scale, H, Lq, Lk, GROUP,
     CAUSAL: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    num_warps: gl.constexpr,
 ):  # fmt: skip
     """Grid (cdiv(Lq, 2 * HALF), batch * H); num_warps = 4 (the first consumer; the second
     and the load warp are added). q_desc and o_desc: descriptors of the (B, H, L, E) query and
