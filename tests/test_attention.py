@@ -354,8 +354,11 @@ def test_which_calls_the_hopper_forward_takes():
 
     assert fits()
     assert fits(dtype=torch.float16)
-    assert fits(q_shape=(1, 2, 1, 64), kv_shape=(1, 2, 1, 64), ev=64)
+    assert fits(q_shape=(1, 2, 1, 128), kv_shape=(1, 2, 1, 128), ev=64)
     assert fits(ev=64)
+    # Head size 64 from HOPPER_MIN_KEYS_AT_64 keys on (shorter: the Triton kernel is faster).
+    assert fits(q_shape=(1, 2, 1, 64), kv_shape=(1, 2, 4096, 64), ev=64)
+    assert not fits(q_shape=(1, 2, 1, 64), kv_shape=(1, 2, 4095, 64), ev=64)
     assert not fits(dtype=torch.float32)
     assert not fits(q_shape=(2, 4, 100, 96), kv_shape=(2, 2, 90, 96))
     assert not fits(ev=32)

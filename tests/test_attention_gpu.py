@@ -60,7 +60,12 @@ def compare(dtype, q_shape, k_shape, ev, seed=0, **kw):
     out.backward(dout.to("cuda", dtype))
     ref.backward(dout)
     for name, got, want in zip("qkv", (q, k, v), refs, strict=True):
-        assert rel(got.grad, want.grad) <= TOL[dtype], name
+        if want.grad.abs().max() < 1e-12:
+            # Exactly zero (a single key, or a causal row that sees one: the softmax is
+            # constant), so only rounding noise is allowed.
+            assert got.grad.abs().max().item() <= TOL[dtype], name
+        else:
+            assert rel(got.grad, want.grad) <= TOL[dtype], name
     return q, k, v, out
 
 
@@ -145,9 +150,10 @@ def _hopper() -> bool:
     [
         ((2, 4, 300, 128), (2, 4, 257, 128), 128),  # lengths not multiples of the blocks
         ((1, 8, 1008, 128), (1, 2, 1104, 128), 128),  # grouped-query, L < S
-        ((2, 2, 777, 64), (2, 2, 333, 64), 64),  # L > S
+        ((2, 2, 777, 64), (2, 2, 4133, 64), 64),  # head size 64 from 4096 keys
         ((1, 2, 1, 128), (1, 2, 129, 128), 64),  # one query row; value size differs
-        ((2, 2, 300, 64), (2, 2, 1, 64), 128),  # one key
+        ((2, 2, 300, 128), (2, 2, 1, 128), 64),  # one key
+        ((2, 2, 777, 128), (2, 2, 333, 128), 128),  # L > S
         ((3, 129, 128), (3, 130, 128), 128),  # (N, L, E) inputs
     ],
 )

@@ -294,16 +294,27 @@ def attention_forward(
 HOPPER_HEAD_SIZES = (64, 128)
 
 
+#: Keys from which the Hopper forward also takes head sizes of 64: below it the Triton kernel's
+#: 64-row programs (three a multiprocessor) win. H200, bf16: at 197 keys (ViT-B/16) 0.102
+#: against 0.174 ms, at 512 to 1024 keys 0.75 to 0.91 of torch against 0.58 to 0.86, even at
+#: 2048, ahead from 4096 (0.93 to 1.02 against 0.93 to 0.96). At head size 128 the Hopper
+#: kernel wins from 512 keys on (BENCHMARKS.md, "Attention forward on Hopper").
+HOPPER_MIN_KEYS_AT_64 = 4096
+
+
 def hopper_forward_fits(q4, k4, v4, has_mask: bool, dropout: bool, neg_scale: bool) -> bool:
     """Whether the warp-specialized Hopper forward (kernels/attention_hopper.py) takes these
-    (B, H, L, E) tensors, the device aside: 16-bit, head sizes in HOPPER_HEAD_SIZES, both
-    lengths at least 1, every tensor TMA-addressable; no mask, dropout or negative scale."""
+    (B, H, L, E) tensors, the device aside: 16-bit, head sizes in HOPPER_HEAD_SIZES (64 only
+    with HOPPER_MIN_KEYS_AT_64 keys or more), both lengths at least 1, every tensor
+    TMA-addressable; no mask, dropout or negative scale."""
+    e, ev, lk = q4.shape[-1], v4.shape[-1], k4.shape[2]
     return (
         q4.dtype in (torch.float16, torch.bfloat16)
-        and q4.shape[-1] in HOPPER_HEAD_SIZES
-        and v4.shape[-1] in HOPPER_HEAD_SIZES
+        and e in HOPPER_HEAD_SIZES
+        and ev in HOPPER_HEAD_SIZES
+        and (max(e, ev) > 64 or lk >= HOPPER_MIN_KEYS_AT_64)
         and q4.shape[2] > 0
-        and k4.shape[2] > 0
+        and lk > 0
         and not (has_mask or dropout or neg_scale)
         and all(_tma_ready(t) for t in (q4, k4, v4))
     )
