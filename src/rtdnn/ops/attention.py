@@ -320,9 +320,20 @@ def hopper_forward_fits(q4, k4, v4, has_mask: bool, dropout: bool, neg_scale: bo
     )
 
 
+#: The Triton release whose Gluon (an experimental API, which changes between releases) the
+#: Hopper forward is written for; with another the Triton kernel runs.
+GLUON_TRITON = "3.6."
+
+
 def _on_hopper(t: torch.Tensor) -> bool:
-    """Whether t lives on a Hopper GPU (sm_90: the warp-group MMA the Gluon kernel uses)."""
-    return not INTERPRETED and t.is_cuda and torch.cuda.get_device_capability(t.device)[0] == 9
+    """Whether t lives on a Hopper GPU (sm_90: the warp-group MMA the Gluon kernel uses) and
+    Triton is the release the kernel is written for."""
+    return (
+        not INTERPRETED
+        and t.is_cuda
+        and triton.__version__.startswith(GLUON_TRITON)
+        and torch.cuda.get_device_capability(t.device)[0] == 9
+    )
 
 
 def _forward_call(q, k, v, attn_mask, is_causal: bool, dropout: bool, neg_scale: bool):
