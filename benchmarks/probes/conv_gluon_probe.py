@@ -31,7 +31,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-LOADER_WARPS = 4
+#: Registers a thread: at launch (all warps) and per worker partition, by loader warps.
+REGISTERS = {
+    4: dict(maxnreg=168, CONSUMER_REGS=232, LOADER_REGS=80),
+    8: dict(maxnreg=128, CONSUMER_REGS=160, LOADER_REGS=96),
+}
 
 
 @gluon.jit
@@ -111,6 +115,7 @@ def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, ready, empty, y_desc, 
 def conv_forward_ws_kernel(
     x_ptr, w_desc, y_desc, M, H, W, C, OH, OW, pad_h, pad_w, R, S,
     BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
+    LOADERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
 ):  # fmt: skip
     """Grid (cdiv(M, BLOCK_M), cdiv(K, BLOCK_N)), num_warps 4 (a consumer; the second and the
     4-warp loader are workers). w_desc: the filter as a (K, R*S*C) matrix in [BLOCK_N,
@@ -127,7 +132,7 @@ def conv_forward_ws_kernel(
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         # The loader's threads each arrive when their copies land, and its TMA's arrival.
-        mbarrier.init(ready.index(i), count=32 * 4 + 1)
+        mbarrier.init(ready.index(i), count=32 * LOADERS + 1)
         mbarrier.init(empty.index(i), count=2)
     steps = R * S * (C // BLOCK_K)
     consumer = (a_smem, b_smem, c_smem, ready, empty, y_desc, m0, n0, steps)
@@ -135,8 +140,8 @@ def conv_forward_ws_kernel(
         [(_consumer, (0,) + consumer), (_consumer, (1,) + consumer),
          (_loader, (x_ptr, w_desc, a_smem, b_smem, ready, empty, m0, n0, M, H, W, C, OH, OW,
                     pad_h, pad_w, S, steps))],
-        [4, 4],
-        [232, 80],
+        [4, LOADERS],
+        [CONSUMER_REGS, LOADER_REGS],
     )  # fmt: skip
 
 
@@ -144,7 +149,7 @@ def _gl_dtype(t: torch.Tensor):
     return gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16
 
 
-def conv_forward_ws(x, w, padding, block_m=128, block_n=128, block_k=64, stages=4, maxnreg=168):
+def conv_forward_ws(x, w, padding, block_n=128, stages=4, loaders=4, block_m=128, block_k=64):
     """y = conv2d(x, w, padding) (stride 1) through the warp-specialized kernel."""
     n, c, h, wd = x.shape
     k, _, r, s = w.shape
@@ -162,7 +167,8 @@ def conv_forward_ws(x, w, padding, block_m=128, block_n=128, block_k=64, stages=
     grid = (triton.cdiv(m, block_m), triton.cdiv(k, block_n))
     conv_forward_ws_kernel[grid](
         x, w_desc, y_desc, m, h, wd, c, oh, ow, padding, padding, r, s,
-        BLOCK_M=block_m, BLOCK_K=block_k, STAGES=stages, num_warps=4, maxnreg=maxnreg,
+        BLOCK_M=block_m, BLOCK_K=block_k, STAGES=stages, LOADERS=loaders,
+        **REGISTERS[loaders], num_warps=4,
     )  # fmt: skip
     return y
 
@@ -178,7 +184,7 @@ def compile_offline() -> None:
 
     activate()
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
-    for bn, stages in [(128, 4), (256, 3)]:
+    for bn, stages, loaders in VARIANTS:
         k, c, bm, bk = 256, 256, 128, 64
         x = torch.empty(2, 14, 14, c, dtype=torch.bfloat16)
         w2 = torch.empty(k, 9 * c, dtype=torch.bfloat16)
@@ -189,7 +195,7 @@ def compile_offline() -> None:
         y_desc = TensorDescriptor(y2, list(y2.shape), list(y2.stride()), [bm // 2, bn], yl)
         kernel = conv_forward_ws_kernel.warmup(
             x, w_desc, y_desc, 392, 14, 14, c, 14, 14, 1, 1, 3, 3, BLOCK_M=bm, BLOCK_K=bk,
-            STAGES=stages, num_warps=4, maxnreg=168, grid=(1,),
+            STAGES=stages, LOADERS=loaders, **REGISTERS[loaders], num_warps=4, grid=(1,),
         )  # fmt: skip
         with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
             f.write(kernel.asm["ptx"])
@@ -198,7 +204,8 @@ def compile_offline() -> None:
                                  capture_output=True, text=True).stderr  # fmt: skip
         regs = re.findall(r"Used (\d+) registers", log)
         spills = re.findall(r"(\d+) bytes spill stores", log)
-        print(f"BN={bn} stages={stages}: regs={regs} spill={spills} smem={kernel.metadata.shared}")
+        smem = kernel.metadata.shared
+        print(f"BN={bn} stages={stages} loaders={loaders}: regs={regs} spill={spills} smem={smem}")
         warn = [line for line in log.splitlines() if "arn" in line]
         if warn:
             print("  ", warn[:3])
@@ -209,8 +216,8 @@ LAYERS = [
     ("l1.x.conv2", 64, 64, 56), ("l2.x.conv2", 64, 128, 28), ("l3.x.conv2", 64, 256, 14),
     ("l4.x.conv2", 64, 512, 7), ("vgg conv256_56", 16, 256, 56), ("vgg conv512_28", 16, 512, 28),
 ]  # fmt: skip
-# (BLOCK_N, STAGES)
-VARIANTS = [(128, 4), (256, 3), (128, 3)]
+# (BLOCK_N, STAGES, loader warps)
+VARIANTS = [(128, 4, 4), (128, 4, 8), (128, 5, 8)]
 
 
 def gpu(out_dir: str) -> None:
@@ -228,8 +235,8 @@ def gpu(out_dir: str) -> None:
 
     torch.backends.cudnn.benchmark = True
     log(f"{torch.cuda.get_device_name()}, bf16, channels-last, 3x3 stride 1 padding 1")
-    log("| layer | cuDNN ms | rtdnn ms | " + " | ".join(f"ws n{b} s{t}" for b, t in VARIANTS)
-        + " | best TFLOP/s | best / cuDNN | err |")  # fmt: skip
+    names = " | ".join(f"ws n{b} s{t} l{u}" for b, t, u in VARIANTS)
+    log(f"| layer | cuDNN ms | rtdnn ms | {names} | best TFLOP/s | best / cuDNN | err |")
     log("|---|---:|---:|" + "---:|" * len(VARIANTS) + "---:|---:|---|")
     torch.manual_seed(0)
     for layer in LAYERS:
@@ -252,21 +259,19 @@ def time_layer(name: str, n: int, c: int, side: int, log) -> None:
     times = [device_time_ms(lambda: F.conv2d(x, w, padding=1), graph=True)]
     times.append(device_time_ms(lambda: rtdnn.ops.conv_forward(x, w, padding=1), graph=True))
     errs = []
-    for bn, stages in VARIANTS:
+    for bn, stages, loaders in VARIANTS:
         try:
-            y = conv_forward_ws(x, w, 1, block_n=bn, stages=stages)
+            y = conv_forward_ws(x, w, 1, bn, stages, loaders)
             torch.cuda.synchronize()
             errs.append(((y.float() - ref.float()).norm() / ref.float().norm()).item())
             times.append(
                 device_time_ms(
-                    lambda bn=bn, stages=stages: conv_forward_ws(
-                        x, w, 1, block_n=bn, stages=stages
-                    ),
+                    lambda v=(bn, stages, loaders): conv_forward_ws(x, w, 1, *v),
                     graph=True,
                 )
             )
         except Exception as ex:  # noqa: BLE001
-            log(f"{name} n{bn} s{stages} FAILED {type(ex).__name__}: {ex}"[:300])
+            log(f"{name} n{bn} s{stages} l{loaders} FAILED {type(ex).__name__}: {ex}"[:300])
             errs.append(float("nan"))
             times.append(float("inf"))
     best = min(times[2:])
