@@ -39,52 +39,60 @@ REGISTERS = {
 
 
 @gluon.jit
-def _loader(x_ptr, w_desc, a_smem, b_smem, ready, empty, m0, n0, M, H, W, C, OH, OW, pad_h,
-            pad_w, S, steps):  # fmt: skip
-    """Load partition: step t reads filter tap t // (C / BLOCK_K) and channel chunk t % (C /
-    BLOCK_K): the input rows that tap links to the tile's output pixels (cp.async, zeros
-    outside the image) and the filter tile (TMA)."""
+def _loader(x_ptr, w_desc, a_smem, b_smem, ready, empty, M, H, W, C, OH, OW, pad_h, pad_w, S,
+            steps, tiles, tiles_n):  # fmt: skip
+    """Load partition: for each of this program's tiles, step t reads filter tap t // (C /
+    BLOCK_K) and channel chunk t % (C / BLOCK_K): the input rows that tap links to the tile's
+    output pixels (cp.async, zeros outside the image) and the filter tile (TMA). It runs
+    ahead into the next tile as soon as stages free up."""
     BLOCK_M: gl.constexpr = a_smem.type.shape[1]
     BLOCK_K: gl.constexpr = a_smem.type.shape[2]
+    BLOCK_N: gl.constexpr = b_smem.type.shape[1]
     STAGES: gl.constexpr = a_smem.type.shape[0]
     warps: gl.constexpr = gl.num_warps()
     # 8 channels (16 bytes) a thread, a warp 4 rows x 64 channels.
     layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // BLOCK_K, BLOCK_K // 8],
                                             [warps, 1], [1, 0])  # fmt: skip
-    rows = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
     cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, layout))
-    ow = rows % OW
-    t = rows // OW
-    oh = t % OH
-    n = t // OH
-    row_ok = rows < M
-    base = (n * H + oh - pad_h) * W + ow - pad_w  # input pixel of tap (0, 0)
     chunks = C // BLOCK_K
-    for step in range(steps):
-        stage = step % STAGES
-        phase = (step // STAGES) & 1
-        mbarrier.wait(empty.index(stage), phase ^ 1)
-        tap = step // chunks
-        c0 = (step - tap * chunks) * BLOCK_K
-        r = tap // S
-        s = tap - r * S
-        ih = oh + r - pad_h
-        iw = ow + s - pad_w
-        ok = row_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-        offs = (base + r * W + s) * C + c0
-        ptrs = x_ptr + gl.expand_dims(offs, 1) + gl.expand_dims(cols, 0)
-        async_copy.async_copy_global_to_shared(a_smem.index(stage), ptrs,
-                                               mask=gl.expand_dims(ok, 1))  # fmt: skip
-        async_copy.mbarrier_arrive(ready.index(stage), increment_count=False)
-        mbarrier.expect(ready.index(stage), w_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(w_desc, [n0, tap * C + c0], ready.index(stage),
-                                        b_smem.index(stage))  # fmt: skip
+    it = 0
+    for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
+        m0 = tile // tiles_n * BLOCK_M
+        n0 = tile % tiles_n * BLOCK_N
+        rows = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+        ow = rows % OW
+        t = rows // OW
+        oh = t % OH
+        n = t // OH
+        row_ok = rows < M
+        base = (n * H + oh - pad_h) * W + ow - pad_w  # input pixel of tap (0, 0)
+        for step in range(steps):
+            stage = it % STAGES
+            mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
+            tap = step // chunks
+            c0 = (step - tap * chunks) * BLOCK_K
+            r = tap // S
+            s = tap - r * S
+            ih = oh + r - pad_h
+            iw = ow + s - pad_w
+            ok = row_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            offs = (base + r * W + s) * C + c0
+            ptrs = x_ptr + gl.expand_dims(offs, 1) + gl.expand_dims(cols, 0)
+            async_copy.async_copy_global_to_shared(a_smem.index(stage), ptrs,
+                                                   mask=gl.expand_dims(ok, 1))  # fmt: skip
+            async_copy.mbarrier_arrive(ready.index(stage), increment_count=False)
+            mbarrier.expect(ready.index(stage), w_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(w_desc, [n0, tap * C + c0], ready.index(stage),
+                                            b_smem.index(stage))  # fmt: skip
+            it += 1
 
 
 @gluon.jit
-def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, ready, empty, y_desc, m0, n0, steps):
-    """One consumer warp group: rows half * BLOCK_M / 2 on of the tile, MMAs only; one step's
-    product stays in flight while the next is issued."""
+def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, ready, empty, y_desc, steps, tiles,
+              tiles_n):  # fmt: skip
+    """One consumer warp group: rows half * BLOCK_M / 2 on of each tile, MMAs only; one step's
+    product stays in flight while the next is issued. A tile's store overlaps the next
+    tile's products."""
     BLOCK_M: gl.constexpr = a_smem.type.shape[1]
     BLOCK_N: gl.constexpr = b_smem.type.shape[1]
     STAGES: gl.constexpr = a_smem.type.shape[0]
@@ -93,37 +101,41 @@ def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, ready, empty, y_desc, 
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[warps, 1], instr_shape=[16, BLOCK_N, 16]
     )
-    acc = gl.zeros([HALF, BLOCK_N], gl.float32, acc_layout)
-    for step in range(steps):
-        stage = step % STAGES
-        mbarrier.wait(ready.index(stage), (step // STAGES) & 1)
-        a = a_smem.index(stage).slice(half * HALF, HALF)
-        acc = warpgroup_mma(a, b_smem.index(stage).permute((1, 0)), acc, is_async=True)
-        acc = warpgroup_mma_wait(1, deps=(acc,))
-        prev = (step + STAGES - 1) % STAGES
-        mbarrier.arrive(empty.index(prev), count=1, pred=step > 0)
-    acc = warpgroup_mma_wait(0, deps=(acc,))
-    mbarrier.arrive(empty.index((steps - 1) % STAGES), count=1)
     out = c_smem.index(half)
-    out.store(acc.to(y_desc.dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(y_desc, [m0 + half * HALF, n0], out)
+    it = 0
+    for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
+        m0 = tile // tiles_n * BLOCK_M
+        n0 = tile % tiles_n * BLOCK_N
+        acc = gl.zeros([HALF, BLOCK_N], gl.float32, acc_layout)
+        for step in range(steps):
+            stage = it % STAGES
+            mbarrier.wait(ready.index(stage), (it // STAGES) & 1)
+            a = a_smem.index(stage).slice(half * HALF, HALF)
+            acc = warpgroup_mma(a, b_smem.index(stage).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(1, deps=(acc,))
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=step > 0)
+            it += 1
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1)
+        tma.store_wait(0)  # the previous tile's store has read the buffer
+        out.store(acc.to(y_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(y_desc, [m0 + half * HALF, n0], out)
     tma.store_wait(0)
 
 
 @gluon.jit
 def conv_forward_ws_kernel(
-    x_ptr, w_desc, y_desc, M, H, W, C, OH, OW, pad_h, pad_w, R, S,
+    x_ptr, w_desc, y_desc, M, H, W, C, OH, OW, pad_h, pad_w, R, S, tiles_n,
     BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
     LOADERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
 ):  # fmt: skip
-    """Grid (cdiv(M, BLOCK_M), cdiv(K, BLOCK_N)), num_warps 4 (a consumer; the second and the
-    4-warp loader are workers). w_desc: the filter as a (K, R*S*C) matrix in [BLOCK_N,
-    BLOCK_K] blocks; y_desc: y as an (M, K) matrix in [BLOCK_M / 2, BLOCK_N] blocks."""
-    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    """Grid (programs,): each program takes tiles pid, pid + programs, ... of the
+    cdiv(M, BLOCK_M) x tiles_n tiles (the column tile fastest, so that consecutive tiles read
+    the same input rows). num_warps 4 (a consumer; the second and the loader are workers).
+    w_desc: the filter as a (K, R*S*C) matrix in [BLOCK_N, BLOCK_K] blocks; y_desc: y as an
+    (M, K) matrix in [BLOCK_M / 2, BLOCK_N] blocks."""
     dtype: gl.constexpr = w_desc.dtype
-    m0 = gl.program_id(0) * BLOCK_M
-    n0 = gl.program_id(1) * BLOCK_N
     a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], dtype)
     a_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_layout)
     b_smem = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
@@ -135,11 +147,12 @@ def conv_forward_ws_kernel(
         mbarrier.init(ready.index(i), count=32 * LOADERS + 1)
         mbarrier.init(empty.index(i), count=2)
     steps = R * S * (C // BLOCK_K)
-    consumer = (a_smem, b_smem, c_smem, ready, empty, y_desc, m0, n0, steps)
+    tiles = gl.cdiv(M, BLOCK_M) * tiles_n
+    consumer = (a_smem, b_smem, c_smem, ready, empty, y_desc, steps, tiles, tiles_n)
     gl.warp_specialize(
         [(_consumer, (0,) + consumer), (_consumer, (1,) + consumer),
-         (_loader, (x_ptr, w_desc, a_smem, b_smem, ready, empty, m0, n0, M, H, W, C, OH, OW,
-                    pad_h, pad_w, S, steps))],
+         (_loader, (x_ptr, w_desc, a_smem, b_smem, ready, empty, M, H, W, C, OH, OW,
+                    pad_h, pad_w, S, steps, tiles, tiles_n))],
         [4, LOADERS],
         [CONSUMER_REGS, LOADER_REGS],
     )  # fmt: skip
@@ -149,8 +162,10 @@ def _gl_dtype(t: torch.Tensor):
     return gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16
 
 
-def conv_forward_ws(x, w, padding, block_n=128, stages=4, loaders=4, block_m=128, block_k=64):
-    """y = conv2d(x, w, padding) (stride 1) through the warp-specialized kernel."""
+def conv_forward_ws(x, w, padding, block_n=128, stages=4, loaders=4, persistent=True,
+                    block_m=128, block_k=64):  # fmt: skip
+    """y = conv2d(x, w, padding) (stride 1) through the warp-specialized kernel: one program
+    a multiprocessor looping over tiles (persistent), or one a tile."""
     n, c, h, wd = x.shape
     k, _, r, s = w.shape
     oh, ow = h + 2 * padding - r + 1, wd + 2 * padding - s + 1
@@ -164,9 +179,12 @@ def conv_forward_ws(x, w, padding, block_n=128, stages=4, loaders=4, block_m=128
     w_desc = TensorDescriptor(w2, list(w2.shape), list(w2.stride()), [block_n, block_k], wl)
     y2 = y.permute(0, 2, 3, 1).reshape(m, k)
     y_desc = TensorDescriptor(y2, [m, k], list(y2.stride()), [block_m // 2, block_n], yl)
-    grid = (triton.cdiv(m, block_m), triton.cdiv(k, block_n))
+    tiles_n = triton.cdiv(k, block_n)
+    tiles = triton.cdiv(m, block_m) * tiles_n
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    grid = (min(tiles, sms) if persistent else tiles,)
     conv_forward_ws_kernel[grid](
-        x, w_desc, y_desc, m, h, wd, c, oh, ow, padding, padding, r, s,
+        x, w_desc, y_desc, m, h, wd, c, oh, ow, padding, padding, r, s, tiles_n,
         BLOCK_M=block_m, BLOCK_K=block_k, STAGES=stages, LOADERS=loaders,
         **REGISTERS[loaders], num_warps=4,
     )  # fmt: skip
@@ -184,7 +202,7 @@ def compile_offline() -> None:
 
     activate()
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
-    for bn, stages, loaders in VARIANTS:
+    for bn, stages, loaders, _ in VARIANTS:
         k, c, bm, bk = 256, 256, 128, 64
         x = torch.empty(2, 14, 14, c, dtype=torch.bfloat16)
         w2 = torch.empty(k, 9 * c, dtype=torch.bfloat16)
@@ -194,7 +212,7 @@ def compile_offline() -> None:
         w_desc = TensorDescriptor(w2, list(w2.shape), list(w2.stride()), [bn, bk], wl)
         y_desc = TensorDescriptor(y2, list(y2.shape), list(y2.stride()), [bm // 2, bn], yl)
         kernel = conv_forward_ws_kernel.warmup(
-            x, w_desc, y_desc, 392, 14, 14, c, 14, 14, 1, 1, 3, 3, BLOCK_M=bm, BLOCK_K=bk,
+            x, w_desc, y_desc, 392, 14, 14, c, 14, 14, 1, 1, 3, 3, k // bn, BLOCK_M=bm, BLOCK_K=bk,
             STAGES=stages, LOADERS=loaders, **REGISTERS[loaders], num_warps=4, grid=(1,),
         )  # fmt: skip
         with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
@@ -216,8 +234,8 @@ LAYERS = [
     ("l1.x.conv2", 64, 64, 56), ("l2.x.conv2", 64, 128, 28), ("l3.x.conv2", 64, 256, 14),
     ("l4.x.conv2", 64, 512, 7), ("vgg conv256_56", 16, 256, 56), ("vgg conv512_28", 16, 512, 28),
 ]  # fmt: skip
-# (BLOCK_N, STAGES, loader warps)
-VARIANTS = [(128, 4, 4), (128, 4, 8), (128, 5, 8)]
+# (BLOCK_N (at most the layer's channels), STAGES, loader warps, persistent)
+VARIANTS = [(128, 4, 8, False), (128, 4, 8, True), (128, 4, 4, True), (256, 3, 4, True)]
 
 
 def gpu(out_dir: str) -> None:
@@ -235,7 +253,7 @@ def gpu(out_dir: str) -> None:
 
     torch.backends.cudnn.benchmark = True
     log(f"{torch.cuda.get_device_name()}, bf16, channels-last, 3x3 stride 1 padding 1")
-    names = " | ".join(f"ws n{b} s{t} l{u}" for b, t, u in VARIANTS)
+    names = " | ".join(f"n{b} s{t} l{u}{' p' if p else ''}" for b, t, u, p in VARIANTS)
     log(f"| layer | cuDNN ms | rtdnn ms | {names} | best TFLOP/s | best / cuDNN | err |")
     log("|---|---:|---:|" + "---:|" * len(VARIANTS) + "---:|---:|---|")
     torch.manual_seed(0)
@@ -259,14 +277,15 @@ def time_layer(name: str, n: int, c: int, side: int, log) -> None:
     times = [device_time_ms(lambda: F.conv2d(x, w, padding=1), graph=True)]
     times.append(device_time_ms(lambda: rtdnn.ops.conv_forward(x, w, padding=1), graph=True))
     errs = []
-    for bn, stages, loaders in VARIANTS:
+    for bn, stages, loaders, persistent in VARIANTS:
+        bn = min(bn, c)
         try:
-            y = conv_forward_ws(x, w, 1, bn, stages, loaders)
+            y = conv_forward_ws(x, w, 1, bn, stages, loaders, persistent)
             torch.cuda.synchronize()
             errs.append(((y.float() - ref.float()).norm() / ref.float().norm()).item())
             times.append(
                 device_time_ms(
-                    lambda v=(bn, stages, loaders): conv_forward_ws(x, w, 1, *v),
+                    lambda v=(bn, stages, loaders, persistent): conv_forward_ws(x, w, 1, *v),
                     graph=True,
                 )
             )
