@@ -11,6 +11,7 @@ Forward, stride 1, dilation 1, one group, channels-last 16-bit x (N, H, W, C) an
 
     PYTHONPATH=src python benchmarks/probes/conv_gluon_probe.py compile   (no GPU: sm_90 PTX)
     PYTHONPATH=src python benchmarks/probes/conv_gluon_probe.py OUT_DIR   (GPU: check + time)
+    PYTHONPATH=src ncu ... python benchmarks/probes/conv_gluon_probe.py profile LAYER VARIANT
 """
 
 from __future__ import annotations
@@ -299,8 +300,22 @@ def time_layer(name: str, n: int, c: int, side: int, log) -> None:
         + " ".join(f"{e:.1e}" for e in errs) + " |")  # fmt: skip
 
 
+def profile_one(layer: int, variant: int) -> None:
+    """One call of LAYERS[layer] with VARIANTS[variant], for ncu."""
+    _, n, c, side = LAYERS[layer]
+    bn, stages, loaders, persistent = VARIANTS[variant]
+    x = torch.randn(n, c, side, side, device="cuda", dtype=torch.bfloat16)
+    x = x.to(memory_format=torch.channels_last)
+    w = torch.randn(c, c, 3, 3, device="cuda", dtype=torch.bfloat16)
+    w = w.to(memory_format=torch.channels_last)
+    conv_forward_ws(x, w, 1, min(bn, c), stages, loaders, persistent)
+    torch.cuda.synchronize()
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["compile"]:
         compile_offline()
+    elif sys.argv[1] == "profile":  # profile LAYER VARIANT
+        profile_one(int(sys.argv[2]), int(sys.argv[3]))
     else:
         gpu(sys.argv[1])
