@@ -4,7 +4,10 @@ spends about 200 instructions a step on addresses and masks around 4 to 8 warp-g
 (BENCHMARKS.md, "Where convolution falls short"); here a load partition of four warps does
 that work (cp.async gathers of the input window, zero-filled outside the image, and a TMA
 load of the filter tile) into a ring of shared-memory stages, while two consumer warp groups
-only issue MMAs.
+only issue MMAs. A second kernel (conv_forward_tma_kernel) has no gather at all: one load
+warp brings, per step, a TMA box of the input (the tile's output pixels as [images, rows,
+columns] shifted by the filter tap, zeros outside the image from the hardware) that the MMAs
+read from shared memory as a [pixels, channels] matrix.
 
 Forward, stride 1, dilation 1, one group, channels-last 16-bit x (N, H, W, C) and filter
 (K, R, S, C), C a multiple of BLOCK_K; y (N, OH, OW, K) channels-last.
@@ -159,6 +162,171 @@ def conv_forward_ws_kernel(
     )  # fmt: skip
 
 
+@gluon.jit
+def _tap_loader(x_desc, w_desc, a_smem, b_smem, ready, empty, C, pad_h, pad_w, S, steps, tiles,
+                tiles_n, tiles_h, tiles_w):  # fmt: skip
+    """Load partition of the TMA kernel (one warp): per step one box of x, the tile's output
+    pixels shifted by the filter tap (coordinates outside the image read as zeros), and one
+    filter tile."""
+    BOX_N: gl.constexpr = x_desc.block_type.shape[0]
+    BOX_H: gl.constexpr = x_desc.block_type.shape[1]
+    BOX_W: gl.constexpr = x_desc.block_type.shape[2]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    STAGES: gl.constexpr = a_smem.type.shape[0]
+    nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
+    chunks = C // BLOCK_K
+    it = 0
+    for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
+        tm = tile // tiles_n
+        n0 = (tile - tm * tiles_n) * BLOCK_N
+        tw = tm % tiles_w
+        th = (tm // tiles_w) % tiles_h
+        img = tm // (tiles_w * tiles_h) * BOX_N
+        for step in range(steps):
+            stage = it % STAGES
+            mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
+            tap = step // chunks
+            c0 = (step - tap * chunks) * BLOCK_K
+            r = tap // S
+            s = tap - r * S
+            bar = ready.index(stage)
+            mbarrier.expect(bar, nbytes)
+            tma.async_copy_global_to_shared(
+                x_desc, [img, th * BOX_H + r - pad_h, tw * BOX_W + s - pad_w, c0], bar,
+                a_smem.index(stage),
+            )  # fmt: skip
+            tma.async_copy_global_to_shared(w_desc, [n0, tap * C + c0], bar, b_smem.index(stage))
+            it += 1
+
+
+@gluon.jit
+def _tap_consumer(half: gl.constexpr, a_smem, b_smem, c_smem, ready, empty, y_desc, steps,
+                  tiles, tiles_n, tiles_h, tiles_w):  # fmt: skip
+    """Consumer of the TMA kernel: half of each tile's box of output pixels (half its images,
+    or half its rows for one image), MMAs straight from the boxes in shared memory."""
+    BOX_N: gl.constexpr = a_smem.type.shape[1]
+    BOX_H: gl.constexpr = a_smem.type.shape[2]
+    BOX_W: gl.constexpr = a_smem.type.shape[3]
+    BLOCK_K: gl.constexpr = a_smem.type.shape[4]
+    BLOCK_N: gl.constexpr = b_smem.type.shape[1]
+    STAGES: gl.constexpr = a_smem.type.shape[0]
+    BLOCK_M: gl.constexpr = BOX_N * BOX_H * BOX_W
+    HALF: gl.constexpr = BLOCK_M // 2
+    warps: gl.constexpr = gl.num_warps()
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[warps, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    out = c_smem.index(half)
+    it = 0
+    for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
+        tm = tile // tiles_n
+        n0 = (tile - tm * tiles_n) * BLOCK_N
+        tw = tm % tiles_w
+        th = (tm // tiles_w) % tiles_h
+        img = tm // (tiles_w * tiles_h) * BOX_N
+        acc = gl.zeros([HALF, BLOCK_N], gl.float32, acc_layout)
+        for step in range(steps):
+            stage = it % STAGES
+            mbarrier.wait(ready.index(stage), (it // STAGES) & 1)
+            a = a_smem.index(stage).reshape([BLOCK_M, BLOCK_K]).slice(half * HALF, HALF)
+            acc = warpgroup_mma(a, b_smem.index(stage).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(1, deps=(acc,))
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=step > 0)
+            it += 1
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1)
+        tma.store_wait(0)
+        out.reshape([HALF, BLOCK_N]).store(acc.to(y_desc.dtype))
+        fence_async_shared()
+        if BOX_N > 1:  # each half: half the images
+            coords = [img + half * (BOX_N // 2), th * BOX_H, tw * BOX_W, n0]
+        else:  # each half: half the rows
+            coords = [img, th * BOX_H + half * (BOX_H // 2), tw * BOX_W, n0]
+        tma.async_copy_shared_to_global(y_desc, coords, out)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def conv_forward_tma_kernel(
+    x_desc, w_desc, y_desc, C, pad_h, pad_w, R, S, tiles_n, tiles_h, tiles_w, tiles,
+    STAGES: gl.constexpr,
+):  # fmt: skip
+    """Persistent, grid (programs,). x_desc: x (N, H, W, C) in [BOX_N, BOX_H, BOX_W, BLOCK_K]
+    boxes; w_desc: the filter as (K, R*S*C) in [BLOCK_N, BLOCK_K]; y_desc: y (N, OH, OW, K) in
+    half boxes. Tiles: (image group, row band, column band, output-channel tile)."""
+    dtype: gl.constexpr = w_desc.dtype
+    a_smem = gl.allocate_shared_memory(dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    b_smem = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    c_smem = gl.allocate_shared_memory(dtype, [2] + y_desc.block_type.shape, y_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    steps = R * S * (C // x_desc.block_type.shape[3])
+    consumer = (a_smem, b_smem, c_smem, ready, empty, y_desc, steps, tiles, tiles_n, tiles_h,
+                tiles_w)  # fmt: skip
+    gl.warp_specialize(
+        [(_tap_consumer, (0,) + consumer), (_tap_consumer, (1,) + consumer),
+         (_tap_loader, (x_desc, w_desc, a_smem, b_smem, ready, empty, C, pad_h, pad_w, S,
+                        steps, tiles, tiles_n, tiles_h, tiles_w))],
+        [4, 1],
+        [240, 24],
+    )  # fmt: skip
+
+
+def _box(n: int, oh: int, ow: int) -> tuple[int, int, int]:
+    """(images, rows, columns) of a 128-pixel output box: columns the power of two that covers
+    a row (at most 128), then rows, then images."""
+    bw = min(128, triton.next_power_of_2(ow))
+    bh = min(128 // bw, triton.next_power_of_2(oh))
+    return 128 // (bw * bh), bh, bw
+
+
+def _tma_arguments(x, w, y, padding, block_n, block_k):
+    """The TMA kernel's arguments before STAGES, for channels-last x, w, y (N, C, H, W)."""
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    oh, ow = y.shape[2:]
+    dt = _gl_dtype(x)
+    bn_img, bh, bw = _box(n, oh, ow)
+    assert bn_img > 1 or bh > 1, "a box of one row: no halves"
+    xbox = [bn_img, bh, bw, block_k]
+    ybox = [bn_img // 2, bh, bw, block_n] if bn_img > 1 else [1, bh // 2, bw, block_n]
+    x4, y4 = x.permute(0, 2, 3, 1), y.permute(0, 2, 3, 1)
+    w2 = w.permute(0, 2, 3, 1).reshape(k, r * s * c)
+    x_desc = TensorDescriptor(x4, list(x4.shape), list(x4.stride()), xbox,
+                              gl.NVMMASharedLayout.get_default_for(xbox, dt))  # fmt: skip
+    y_desc = TensorDescriptor(y4, list(y4.shape), list(y4.stride()), ybox,
+                              gl.NVMMASharedLayout.get_default_for(ybox, dt))  # fmt: skip
+    w_desc = TensorDescriptor(
+        w2,
+        list(w2.shape),
+        list(w2.stride()),
+        [block_n, block_k],
+        gl.NVMMASharedLayout.get_default_for([block_n, block_k], dt),
+    )
+    tiles_h, tiles_w = triton.cdiv(oh, bh), triton.cdiv(ow, bw)
+    tiles_n = triton.cdiv(k, block_n)
+    tiles = triton.cdiv(n, bn_img) * tiles_h * tiles_w * tiles_n
+    return (x_desc, w_desc, y_desc, c, padding, padding, r, s, tiles_n, tiles_h, tiles_w, tiles)
+
+
+def conv_forward_tma(x, w, padding, block_n=128, stages=4, block_k=64):
+    """y = conv2d(x, w, padding) (stride 1) through the TMA-per-tap kernel."""
+    n, _, h, wd = x.shape
+    k, _, r, s = w.shape
+    oh, ow = h + 2 * padding - r + 1, wd + 2 * padding - s + 1
+    y = torch.empty(n, k, oh, ow, dtype=x.dtype, device=x.device).to(
+        memory_format=torch.channels_last
+    )
+    args = _tma_arguments(x, w, y, padding, block_n, block_k)
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    conv_forward_tma_kernel[(min(args[-1], sms),)](*args, STAGES=stages, num_warps=4, maxnreg=168)
+    return y
+
+
 def _gl_dtype(t: torch.Tensor):
     return gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16
 
@@ -228,6 +396,25 @@ def compile_offline() -> None:
         warn = [line for line in log.splitlines() if "arn" in line]
         if warn:
             print("  ", warn[:3])
+    for _, n, c, side in LAYERS:
+        for bn, stages in TMA_VARIANTS:
+            bn = min(bn, c)
+            cl = torch.channels_last
+            x = torch.empty(n, c, side, side, dtype=torch.bfloat16).to(memory_format=cl)
+            w = torch.empty(c, c, 3, 3, dtype=torch.bfloat16).to(memory_format=cl)
+            y = torch.empty(n, c, side, side, dtype=torch.bfloat16).to(memory_format=cl)
+            kernel = conv_forward_tma_kernel.warmup(
+                *_tma_arguments(x, w, y, 1, bn, 64), STAGES=stages, num_warps=4, maxnreg=168,
+                grid=(1,),
+            )  # fmt: skip
+            with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+                f.write(kernel.asm["ptx"])
+                f.flush()
+                log = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
+                                     capture_output=True, text=True).stderr  # fmt: skip
+            spills = re.findall(r"(\d+) bytes spill stores", log)
+            print(f"TMA {c}x{side} BN={bn} stages={stages}: spill={spills} "
+                  f"smem={kernel.metadata.shared}")  # fmt: skip
 
 
 # (name, batch, channels in = out, image side): ResNet-50's 3x3 layers at batch 64, and VGG-16's.
@@ -235,8 +422,21 @@ LAYERS = [
     ("l1.x.conv2", 64, 64, 56), ("l2.x.conv2", 64, 128, 28), ("l3.x.conv2", 64, 256, 14),
     ("l4.x.conv2", 64, 512, 7), ("vgg conv256_56", 16, 256, 56), ("vgg conv512_28", 16, 512, 28),
 ]  # fmt: skip
+# The TMA kernel's (BLOCK_N, STAGES).
+TMA_VARIANTS = [(128, 4), (256, 3)]
 # (BLOCK_N (at most the layer's channels), STAGES, loader warps, persistent)
 VARIANTS = [(128, 4, 8, False), (128, 4, 8, True), (128, 4, 4, True), (256, 3, 4, True)]
+
+
+def _variants() -> list[tuple[str, object]]:
+    """(label, conv(x, w, padding, bn)) for the timing table: the best gather kernel and the
+    TMA kernel's variants; bn caps BLOCK_N at the layer's channels."""
+    out = [("gather n128 s4 l8", lambda x, w, c: conv_forward_ws(x, w, 1, min(128, c), 4, 8))]
+    for bn, stages in TMA_VARIANTS:
+        out.append((f"tma n{bn} s{stages}",
+                    lambda x, w, c, bn=bn, stages=stages: conv_forward_tma(
+                        x, w, 1, min(bn, c), stages)))  # fmt: skip
+    return out
 
 
 def gpu(out_dir: str) -> None:
@@ -254,9 +454,9 @@ def gpu(out_dir: str) -> None:
 
     torch.backends.cudnn.benchmark = True
     log(f"{torch.cuda.get_device_name()}, bf16, channels-last, 3x3 stride 1 padding 1")
-    names = " | ".join(f"n{b} s{t} l{u}{' p' if p else ''}" for b, t, u, p in VARIANTS)
+    names = " | ".join(label for label, _ in _variants())
     log(f"| layer | cuDNN ms | rtdnn ms | {names} | best TFLOP/s | best / cuDNN | err |")
-    log("|---|---:|---:|" + "---:|" * len(VARIANTS) + "---:|---:|---|")
+    log("|---|---:|---:|" + "---:|" * len(_variants()) + "---:|---:|---|")
     torch.manual_seed(0)
     for layer in LAYERS:
         time_layer(*layer, log)
@@ -278,20 +478,14 @@ def time_layer(name: str, n: int, c: int, side: int, log) -> None:
     times = [device_time_ms(lambda: F.conv2d(x, w, padding=1), graph=True)]
     times.append(device_time_ms(lambda: rtdnn.ops.conv_forward(x, w, padding=1), graph=True))
     errs = []
-    for bn, stages, loaders, persistent in VARIANTS:
-        bn = min(bn, c)
+    for label, conv in _variants():
         try:
-            y = conv_forward_ws(x, w, 1, bn, stages, loaders, persistent)
+            y = conv(x, w, c)
             torch.cuda.synchronize()
             errs.append(((y.float() - ref.float()).norm() / ref.float().norm()).item())
-            times.append(
-                device_time_ms(
-                    lambda v=(bn, stages, loaders, persistent): conv_forward_ws(x, w, 1, *v),
-                    graph=True,
-                )
-            )
+            times.append(device_time_ms(lambda conv=conv: conv(x, w, c), graph=True))
         except Exception as ex:  # noqa: BLE001
-            log(f"{name} n{bn} s{stages} l{loaders} FAILED {type(ex).__name__}: {ex}"[:300])
+            log(f"{name} {label} FAILED {type(ex).__name__}: {ex}"[:300])
             errs.append(float("nan"))
             times.append(float("inf"))
     best = min(times[2:])
