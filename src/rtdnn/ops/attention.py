@@ -344,8 +344,7 @@ def _forward_call(q, k, v, attn_mask, is_causal: bool, dropout: bool, neg_scale:
         return _hopper_forward_call(q, k, v, is_causal)
     n, h, lq, e = q4.shape
     lk, ev = k4.shape[2], v4.shape[3]
-    out = torch.empty((n, h, lq, ev), dtype=q.dtype, device=q.device)
-    lse = torch.empty((n, h, lq), dtype=torch.float32, device=q.device)
+    out, lse = _forward_outputs(q, n, h, lq, ev)
     mask = _mask4(attn_mask, q, lk)
     cfg = _forward_config(q, e, ev, mask is not None or dropout)
     tma = _use_tma(q4, k4, v4, out, cfg)
@@ -371,8 +370,7 @@ def _forward_call(q, k, v, attn_mask, is_causal: bool, dropout: bool, neg_scale:
 
     def call(q, k, v, attn_mask, scale, dropout_p, seed):
         q4, k4, v4 = _as4(q), _as4(k), _as4(v)
-        out = torch.empty((n, h, lq, ev), dtype=q.dtype, device=q.device)
-        lse = torch.empty((n, h, lq), dtype=torch.float32, device=q.device)
+        out, lse = _forward_outputs(q, n, h, lq, ev)
         mask = _mask4(attn_mask, q, lk)
         tq, tk, tv, to = operands(q4, k4, v4, out)
         launch(
@@ -382,6 +380,12 @@ def _forward_call(q, k, v, attn_mask, is_causal: bool, dropout: bool, neg_scale:
         return out.view(shape), lse.view(lse_shape)
 
     return call
+
+
+def _forward_outputs(q, n: int, h: int, lq: int, ev: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward's output (B, H, Lq, Ev) in q's dtype and its float32 lse (B, H, Lq)."""
+    out = torch.empty((n, h, lq, ev), dtype=q.dtype, device=q.device)
+    return out, torch.empty((n, h, lq), dtype=torch.float32, device=q.device)
 
 
 def _hopper_forward_call(q, k, v, is_causal: bool):
@@ -401,8 +405,7 @@ def _hopper_forward_call(q, k, v, is_causal: bool):
 
     def call(q, k, v, attn_mask, scale, dropout_p, seed):
         q4, k4, v4 = _as4(q), _as4(k), _as4(v)
-        out = torch.empty((n, h, lq, ev), dtype=q.dtype, device=q.device)
-        lse = torch.empty((n, h, lq), dtype=torch.float32, device=q.device)
+        out, lse = _forward_outputs(q, n, h, lq, ev)
         launch(
             KH.descriptor(q4, KH.HALF_M), KH.descriptor(k4, KH.BLOCK_N),
             KH.descriptor(v4, KH.BLOCK_N), KH.descriptor(out, KH.HALF_M), lse, scale,
