@@ -165,16 +165,21 @@ def conv_forward_ws_kernel(
 @gluon.jit
 def _tap_loader(x_desc, w_desc, a_smem, b_smem, ready, empty, C, pad_h, pad_w, S, steps, tiles,
                 tiles_n, tiles_h, tiles_w):  # fmt: skip
-    """Load partition of the TMA kernel (one warp): per step one box of x, the tile's output
-    pixels shifted by the filter tap (coordinates outside the image read as zeros), and one
-    filter tile."""
+    """Load partition of the TMA kernel (one warp). A stage holds GROUP consecutive steps; a
+    step is one box of x, the tile's output pixels shifted by the filter tap (coordinates
+    outside the image read as zeros), and one filter tile. Steps past the last (when GROUP
+    does not divide them) read filter columns past the filter's end: zeros, so their
+    products add nothing."""
     BOX_N: gl.constexpr = x_desc.block_type.shape[0]
     BOX_H: gl.constexpr = x_desc.block_type.shape[1]
     BOX_W: gl.constexpr = x_desc.block_type.shape[2]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
-    STAGES: gl.constexpr = a_smem.type.shape[0]
-    nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
+    # Constants reach a partition as run-time values: the stage count and steps a stage come
+    # from the shapes of the barrier ring and the buffers, which stay constant.
+    STAGES: gl.constexpr = ready.type.shape[0]
+    GROUP: gl.constexpr = a_smem.type.shape[0] // STAGES
+    nbytes: gl.constexpr = GROUP * (x_desc.block_type.nbytes + w_desc.block_type.nbytes)
     chunks = C // BLOCK_K
     it = 0
     for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
@@ -183,20 +188,24 @@ def _tap_loader(x_desc, w_desc, a_smem, b_smem, ready, empty, C, pad_h, pad_w, S
         tw = tm % tiles_w
         th = (tm // tiles_w) % tiles_h
         img = tm // (tiles_w * tiles_h) * BOX_N
-        for step in range(steps):
+        for group in range(gl.cdiv(steps, GROUP)):
             stage = it % STAGES
             mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
-            tap = step // chunks
-            c0 = (step - tap * chunks) * BLOCK_K
-            r = tap // S
-            s = tap - r * S
             bar = ready.index(stage)
             mbarrier.expect(bar, nbytes)
-            tma.async_copy_global_to_shared(
-                x_desc, [img, th * BOX_H + r - pad_h, tw * BOX_W + s - pad_w, c0], bar,
-                a_smem.index(stage),
-            )  # fmt: skip
-            tma.async_copy_global_to_shared(w_desc, [n0, tap * C + c0], bar, b_smem.index(stage))
+            for g in gl.static_range(GROUP):
+                step = group * GROUP + g
+                tap = step // chunks
+                c0 = (step - tap * chunks) * BLOCK_K
+                r = tap // S
+                s = tap - r * S
+                tma.async_copy_global_to_shared(
+                    x_desc, [img, th * BOX_H + r - pad_h, tw * BOX_W + s - pad_w, c0], bar,
+                    a_smem.index(stage * GROUP + g),
+                )  # fmt: skip
+                tma.async_copy_global_to_shared(
+                    w_desc, [n0, step * BLOCK_K], bar, b_smem.index(stage * GROUP + g)
+                )
             it += 1
 
 
@@ -204,13 +213,15 @@ def _tap_loader(x_desc, w_desc, a_smem, b_smem, ready, empty, C, pad_h, pad_w, S
 def _tap_consumer(half: gl.constexpr, a_smem, b_smem, c_smem, ready, empty, y_desc, steps,
                   tiles, tiles_n, tiles_h, tiles_w):  # fmt: skip
     """Consumer of the TMA kernel: half of each tile's box of output pixels (half its images,
-    or half its rows for one image), MMAs straight from the boxes in shared memory."""
+    or half its rows for one image), MMAs straight from the boxes in shared memory; a stage's
+    GROUP products stay in flight while the next stage's are issued."""
     BOX_N: gl.constexpr = a_smem.type.shape[1]
     BOX_H: gl.constexpr = a_smem.type.shape[2]
     BOX_W: gl.constexpr = a_smem.type.shape[3]
     BLOCK_K: gl.constexpr = a_smem.type.shape[4]
     BLOCK_N: gl.constexpr = b_smem.type.shape[1]
-    STAGES: gl.constexpr = a_smem.type.shape[0]
+    STAGES: gl.constexpr = ready.type.shape[0]
+    GROUP: gl.constexpr = a_smem.type.shape[0] // STAGES
     BLOCK_M: gl.constexpr = BOX_N * BOX_H * BOX_W
     HALF: gl.constexpr = BLOCK_M // 2
     warps: gl.constexpr = gl.num_warps()
@@ -226,13 +237,15 @@ def _tap_consumer(half: gl.constexpr, a_smem, b_smem, c_smem, ready, empty, y_de
         th = (tm // tiles_w) % tiles_h
         img = tm // (tiles_w * tiles_h) * BOX_N
         acc = gl.zeros([HALF, BLOCK_N], gl.float32, acc_layout)
-        for step in range(steps):
+        for group in range(gl.cdiv(steps, GROUP)):
             stage = it % STAGES
             mbarrier.wait(ready.index(stage), (it // STAGES) & 1)
-            a = a_smem.index(stage).reshape([BLOCK_M, BLOCK_K]).slice(half * HALF, HALF)
-            acc = warpgroup_mma(a, b_smem.index(stage).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(1, deps=(acc,))
-            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=step > 0)
+            for g in gl.static_range(GROUP):
+                a = a_smem.index(stage * GROUP + g).reshape([BLOCK_M, BLOCK_K])
+                b = b_smem.index(stage * GROUP + g).permute((1, 0))
+                acc = warpgroup_mma(a.slice(half * HALF, HALF), b, acc, is_async=True)
+            acc = warpgroup_mma_wait(GROUP, deps=(acc,))  # the previous stage's are done
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=group > 0)
             it += 1
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1)
@@ -250,14 +263,17 @@ def _tap_consumer(half: gl.constexpr, a_smem, b_smem, c_smem, ready, empty, y_de
 @gluon.jit
 def conv_forward_tma_kernel(
     x_desc, w_desc, y_desc, C, pad_h, pad_w, R, S, tiles_n, tiles_h, tiles_w, tiles,
-    STAGES: gl.constexpr,
+    STAGES: gl.constexpr, GROUP: gl.constexpr,
 ):  # fmt: skip
     """Persistent, grid (programs,). x_desc: x (N, H, W, C) in [BOX_N, BOX_H, BOX_W, BLOCK_K]
     boxes; w_desc: the filter as (K, R*S*C) in [BLOCK_N, BLOCK_K]; y_desc: y (N, OH, OW, K) in
-    half boxes. Tiles: (image group, row band, column band, output-channel tile)."""
+    half boxes. Tiles: (image group, row band, column band, output-channel tile). A stage
+    holds GROUP steps."""
     dtype: gl.constexpr = w_desc.dtype
-    a_smem = gl.allocate_shared_memory(dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
-    b_smem = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    a_smem = gl.allocate_shared_memory(dtype, [STAGES * GROUP] + x_desc.block_type.shape,
+                                       x_desc.layout)  # fmt: skip
+    b_smem = gl.allocate_shared_memory(dtype, [STAGES * GROUP] + w_desc.block_type.shape,
+                                       w_desc.layout)  # fmt: skip
     c_smem = gl.allocate_shared_memory(dtype, [2] + y_desc.block_type.shape, y_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -313,7 +329,7 @@ def _tma_arguments(x, w, y, padding, block_n, block_k):
     return (x_desc, w_desc, y_desc, c, padding, padding, r, s, tiles_n, tiles_h, tiles_w, tiles)
 
 
-def conv_forward_tma(x, w, padding, block_n=128, stages=4, block_k=64):
+def conv_forward_tma(x, w, padding, block_n=128, stages=4, group=1, block_k=64):
     """y = conv2d(x, w, padding) (stride 1) through the TMA-per-tap kernel."""
     n, _, h, wd = x.shape
     k, _, r, s = w.shape
@@ -323,7 +339,9 @@ def conv_forward_tma(x, w, padding, block_n=128, stages=4, block_k=64):
     )
     args = _tma_arguments(x, w, y, padding, block_n, block_k)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    conv_forward_tma_kernel[(min(args[-1], sms),)](*args, STAGES=stages, num_warps=4, maxnreg=168)
+    conv_forward_tma_kernel[(min(args[-1], sms),)](
+        *args, STAGES=stages, GROUP=group, num_warps=4, maxnreg=168
+    )
     return y
 
 
@@ -397,14 +415,15 @@ def compile_offline() -> None:
         if warn:
             print("  ", warn[:3])
     for _, n, c, side in LAYERS:
-        for bn, stages in TMA_VARIANTS:
+        for bn, stages, group in TMA_VARIANTS:
             bn = min(bn, c)
             cl = torch.channels_last
             x = torch.empty(n, c, side, side, dtype=torch.bfloat16).to(memory_format=cl)
             w = torch.empty(c, c, 3, 3, dtype=torch.bfloat16).to(memory_format=cl)
             y = torch.empty(n, c, side, side, dtype=torch.bfloat16).to(memory_format=cl)
             kernel = conv_forward_tma_kernel.warmup(
-                *_tma_arguments(x, w, y, 1, bn, 64), STAGES=stages, num_warps=4, maxnreg=168,
+                *_tma_arguments(x, w, y, 1, bn, 64), STAGES=stages, GROUP=group, num_warps=4,
+                maxnreg=168,
                 grid=(1,),
             )  # fmt: skip
             with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
@@ -413,7 +432,7 @@ def compile_offline() -> None:
                 log = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
                                      capture_output=True, text=True).stderr  # fmt: skip
             spills = re.findall(r"(\d+) bytes spill stores", log)
-            print(f"TMA {c}x{side} BN={bn} stages={stages}: spill={spills} "
+            print(f"TMA {c}x{side} BN={bn} stages={stages} group={group}: spill={spills} "
                   f"smem={kernel.metadata.shared}")  # fmt: skip
 
 
@@ -422,8 +441,8 @@ LAYERS = [
     ("l1.x.conv2", 64, 64, 56), ("l2.x.conv2", 64, 128, 28), ("l3.x.conv2", 64, 256, 14),
     ("l4.x.conv2", 64, 512, 7), ("vgg conv256_56", 16, 256, 56), ("vgg conv512_28", 16, 512, 28),
 ]  # fmt: skip
-# The TMA kernel's (BLOCK_N, STAGES).
-TMA_VARIANTS = [(128, 4), (256, 3)]
+# The TMA kernel's (BLOCK_N, STAGES, steps a stage).
+TMA_VARIANTS = [(128, 4, 1), (256, 3, 1), (128, 3, 2), (128, 2, 2)]
 # (BLOCK_N (at most the layer's channels), STAGES, loader warps, persistent)
 VARIANTS = [(128, 4, 8, False), (128, 4, 8, True), (128, 4, 4, True), (256, 3, 4, True)]
 
@@ -432,10 +451,10 @@ def _variants() -> list[tuple[str, object]]:
     """(label, conv(x, w, padding, bn)) for the timing table: the best gather kernel and the
     TMA kernel's variants; bn caps BLOCK_N at the layer's channels."""
     out = [("gather n128 s4 l8", lambda x, w, c: conv_forward_ws(x, w, 1, min(128, c), 4, 8))]
-    for bn, stages in TMA_VARIANTS:
-        out.append((f"tma n{bn} s{stages}",
-                    lambda x, w, c, bn=bn, stages=stages: conv_forward_tma(
-                        x, w, 1, min(bn, c), stages)))  # fmt: skip
+    for bn, stages, group in TMA_VARIANTS:
+        out.append((f"tma n{bn} s{stages} g{group}",
+                    lambda x, w, c, v=(bn, stages, group): conv_forward_tma(
+                        x, w, 1, min(v[0], c), v[1], v[2])))  # fmt: skip
     return out
 
 
