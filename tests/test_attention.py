@@ -381,3 +381,36 @@ def test_the_hopper_forward_prepares_its_launch():
     k = v = torch.empty(2, 2, 90, 128, dtype=torch.bfloat16)
     for causal in (False, True):
         assert callable(_hopper_forward_call(q, k, v, causal))
+
+
+def test_calls_reach_the_kernel_that_fits_them(monkeypatch):
+    """With a Hopper GPU pretended (the kernel itself runs on the GPU only), attention_forward
+    routes each call signature to the Hopper forward or the Triton kernel by
+    hopper_forward_fits, and a prepared call keeps its road: a masked, dropout or
+    negative-scale call of the same shapes is keyed apart."""
+    from rtdnn.core.prepared import PreparedCalls
+    from rtdnn.ops import attention as A
+
+    taken = []
+
+    def hopper_call(q, k, v, is_causal):
+        def call(*args):
+            taken.append("hopper")
+            return A._forward_outputs(q, *q.shape[:3], v.shape[-1])
+
+        return call
+
+    monkeypatch.setattr(A, "_calls", PreparedCalls())
+    monkeypatch.setattr(A, "_on_hopper", lambda t: True)
+    monkeypatch.setattr(A, "_hopper_forward_call", hopper_call)
+    q = rand(1, 2, 20, 128).to(torch.bfloat16)
+    k, v = rand(1, 2, 17, 128).to(torch.bfloat16), rand(1, 2, 17, 128).to(torch.bfloat16)
+    for _ in range(2):  # the first call prepares, the second finds the prepared call
+        A.attention_forward(q, k, v, None, True, 0.1, False)
+    assert taken == ["hopper", "hopper"]
+    mask = torch.rand(20, 17) > 0.5
+    for args in [(mask, False, 0.1, False, 0.0), (None, False, -0.1, False, 0.0),
+                 (None, False, 0.1, False, 0.2)]:  # fmt: skip
+        out, lse = A.attention_forward(q, k, v, *args)
+        assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    assert taken == ["hopper", "hopper"]
