@@ -93,6 +93,31 @@ def test_nn_linear_autograd_and_compile():
     assert_close(mine.bias.grad, _f64(ref.bias.grad))
 
 
+@pytest.mark.parametrize("grads", ["x,w,b", "x", "w,b"])
+@pytest.mark.parametrize("relu", [False, True])
+def test_linear_backward_roads_agree(grads, relu):
+    """The backward's two roads: without a graph to build both GEMMs go through one prepared
+    call (ops.linear.linear_backward), with create_graph=True through the three custom ops.
+    Gradients against float64, for each set of inputs that asks for one, twice (the second
+    call finds the prepared call)."""
+    torch.manual_seed(0)
+    act = "relu" if relu else None
+    for create_graph in (False, True, False):
+        x = torch.randn(2, 3, 9, requires_grad="x" in grads)
+        w = torch.randn(5, 9, requires_grad="w" in grads)
+        b = torch.randn(5, requires_grad="b" in grads)
+        dy = torch.randn(2, 3, 5)
+        y = rtdnn.linear(x, w, b, activation=act)
+        got = torch.autograd.grad(y, [t for t in (x, w, b) if t.requires_grad], dy,
+                                  create_graph=create_graph)  # fmt: skip
+        xs = [_f64(t).requires_grad_(t.requires_grad) for t in (x, w, b)]
+        ref = F.linear(*xs)
+        ref = F.relu(ref) if relu else ref
+        want = torch.autograd.grad(ref, [t for t in xs if t.requires_grad], dy.double())
+        for g, r in zip(got, want, strict=True):
+            assert_close(g.detach(), r, torch.float32)
+
+
 @settings(max_examples=12, deadline=None)
 @given(
     shape=st.sampled_from([(5, 7), (4, 3, 2), (2, 6, 2, 3), (3, 1100)]),

@@ -6,7 +6,8 @@ import torch
 from torch import Tensor
 
 from .. import ops
-from ._custom_op import check_differentiable, custom_op, public, records_grad
+from ..ops.linear import linear_backward as linear_backward_eager
+from ._custom_op import check_differentiable, custom_op, public, records_grad, runs_eager
 
 # The GEMMs take the plain API's math mode ("fp32", "tf32" or None: torch's TF32 switch). alpha
 # scales the product (before the bias and the activation) in float32 inside the kernel, as the
@@ -78,9 +79,16 @@ def _linear_backward(ctx, dy):
         dy = torch.where(y > 0, dy, torch.zeros((), dtype=dy.dtype, device=dy.device))
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
     # y = act(alpha * x @ w^T + bias): dx and dw take alpha, db does not.
-    dx = linear_backward_data(dy, w, ctx.math, ctx.alpha) if need_x else None
-    dw = linear_backward_weight(x, dy, ctx.math, ctx.alpha) if need_w else None
-    db = linear_backward_bias(dy) if ctx.has_bias and need_b else None
+    need_b = ctx.has_bias and need_b
+    if runs_eager(dy, x, w):  # no graph to build: the three under one signature
+        dx, dw, db = linear_backward_eager(
+            dy, x, w, alpha=ctx.alpha, math=ctx.math, need_x=need_x, need_w=need_w,
+            need_bias=need_b,
+        )  # fmt: skip
+    else:
+        dx = linear_backward_data(dy, w, ctx.math, ctx.alpha) if need_x else None
+        dw = linear_backward_weight(x, dy, ctx.math, ctx.alpha) if need_w else None
+        db = linear_backward_bias(dy) if need_b else None
     return dx, dw, db, None, None, None
 
 

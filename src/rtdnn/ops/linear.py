@@ -57,7 +57,7 @@ from ..kernels.launch import (
 )
 from ..kernels.strided import StridedGeometry
 from ._common import finish_empty
-from .tensor_ops import reduce_tensor
+from .tensor_ops import prepared_reduce, reduce_tensor
 
 ACTIVATIONS = {None: brgemm.identity, "identity": brgemm.identity, "relu": brgemm.relu}
 
@@ -343,6 +343,41 @@ def _backward_weight_call(x, dy, out, math, beta):
         dw = out if out is not None else torch.empty(shape, dtype=x.dtype, device=x.device)
         run(_rows(dy), _rows(x), dw, alpha, beta)
         return dw
+
+    return call
+
+
+def linear_backward(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    *,
+    alpha: float = 1.0,
+    math: str | None = None,
+    need_x: bool = True,
+    need_w: bool = True,
+    need_bias: bool = False,
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """(dx, dw, db): linear_backward_data(dy, w) and linear_backward_weight(x, dy) with
+    alpha, and linear_backward_bias(dy), those asked for (None for the others), no out. One
+    signature for all three: a layer's backward checks and looks up once per call instead of
+    once per product."""
+    check_scaling(alpha, 0.0, None)
+    key = signature("linear_bwd", (dy, x, w), _math_key(math), need_x, need_w, need_bias)
+    call = _calls.get(key, lambda: _backward_call(dy, x, w, math, need_x, need_w, need_bias))
+    return call(dy, x, w, alpha)
+
+
+def _backward_call(dy, x, w, math, need_x: bool, need_w: bool, need_bias: bool):
+    data = _backward_data_call(dy, w, None, math, 0.0) if need_x else None
+    weight = _backward_weight_call(x, dy, None, math, 0.0) if need_w else None
+    bias = prepared_reduce(_rows(dy), "add", 0, keepdim=False) if need_bias else None
+
+    def call(dy, x, w, alpha):
+        dx = data(dy, w, None, alpha, 0.0) if data is not None else None
+        dw = weight(x, dy, None, alpha, 0.0) if weight is not None else None
+        db = bias(_rows(dy), None, 1.0, 0.0) if bias is not None else None
+        return dx, dw, db
 
     return call
 

@@ -260,6 +260,14 @@ def reduce_tensor(
     return call(x, out, alpha, beta)
 
 
+def prepared_reduce(x: torch.Tensor, op: str, dims, keepdim: bool = True):
+    """reduce_tensor's prepared call for x's signature with no `out` and no indices, made on
+    first use: call(x, out=None, alpha, beta=0.0), for ops that reduce as one step of a
+    prepared call of their own (a linear layer's bias gradient)."""
+    key = signature("reduce", (x, None), op, dims, keepdim, False, nonzero(0.0))
+    return _reduce_calls.get(key, lambda: _reduce_call(x, op, dims, keepdim, False, 0.0, None))
+
+
 def _reduce_call(x, op, dims, keepdim, indices, beta, out):
     """reduce_tensor's arguments checked, its plan made: the call for this signature."""
     if op not in red.OPS:
