@@ -292,21 +292,21 @@ def conv_forward_tma_kernel(
     )  # fmt: skip
 
 
-def _box(n: int, oh: int, ow: int) -> tuple[int, int, int]:
-    """(images, rows, columns) of a 128-pixel output box: columns the power of two that covers
-    a row (at most 128), then rows, then images."""
+def _box(n: int, oh: int, ow: int, block_m: int = 128) -> tuple[int, int, int]:
+    """(images, rows, columns) of a block_m-pixel output box: columns the power of two that
+    covers a row (at most 128), then rows, then images."""
     bw = min(128, triton.next_power_of_2(ow))
-    bh = min(128 // bw, triton.next_power_of_2(oh))
-    return 128 // (bw * bh), bh, bw
+    bh = min(block_m // bw, triton.next_power_of_2(oh))
+    return block_m // (bw * bh), bh, bw
 
 
-def _tma_arguments(x, w, y, padding, block_n, block_k):
+def _tma_arguments(x, w, y, padding, block_n, block_k, block_m=128):
     """The TMA kernel's arguments before STAGES, for channels-last x, w, y (N, C, H, W)."""
     n, c, h, wd = x.shape
     k, _, r, s = w.shape
     oh, ow = y.shape[2:]
     dt = _gl_dtype(x)
-    bn_img, bh, bw = _box(n, oh, ow)
+    bn_img, bh, bw = _box(n, oh, ow, block_m)
     assert bn_img > 1 or bh > 1, "a box of one row: no halves"
     xbox = [bn_img, bh, bw, block_k]
     ybox = [bn_img // 2, bh, bw, block_n] if bn_img > 1 else [1, bh // 2, bw, block_n]
@@ -329,7 +329,7 @@ def _tma_arguments(x, w, y, padding, block_n, block_k):
     return (x_desc, w_desc, y_desc, c, padding, padding, r, s, tiles_n, tiles_h, tiles_w, tiles)
 
 
-def conv_forward_tma(x, w, padding, block_n=128, stages=4, group=1, block_k=64):
+def conv_forward_tma(x, w, padding, block_n=128, stages=4, group=1, block_k=64, block_m=128):
     """y = conv2d(x, w, padding) (stride 1) through the TMA-per-tap kernel."""
     n, _, h, wd = x.shape
     k, _, r, s = w.shape
@@ -337,7 +337,7 @@ def conv_forward_tma(x, w, padding, block_n=128, stages=4, group=1, block_k=64):
     y = torch.empty(n, k, oh, ow, dtype=x.dtype, device=x.device).to(
         memory_format=torch.channels_last
     )
-    args = _tma_arguments(x, w, y, padding, block_n, block_k)
+    args = _tma_arguments(x, w, y, padding, block_n, block_k, block_m)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     conv_forward_tma_kernel[(min(args[-1], sms),)](
         *args, STAGES=stages, GROUP=group, num_warps=4, maxnreg=168
@@ -415,14 +415,14 @@ def compile_offline() -> None:
         if warn:
             print("  ", warn[:3])
     for _, n, c, side in LAYERS:
-        for bn, stages, group in TMA_VARIANTS:
+        for bn, stages, group, bm in TMA_VARIANTS:
             bn = min(bn, c)
             cl = torch.channels_last
             x = torch.empty(n, c, side, side, dtype=torch.bfloat16).to(memory_format=cl)
             w = torch.empty(c, c, 3, 3, dtype=torch.bfloat16).to(memory_format=cl)
             y = torch.empty(n, c, side, side, dtype=torch.bfloat16).to(memory_format=cl)
             kernel = conv_forward_tma_kernel.warmup(
-                *_tma_arguments(x, w, y, 1, bn, 64), STAGES=stages, GROUP=group, num_warps=4,
+                *_tma_arguments(x, w, y, 1, bn, 64, bm), STAGES=stages, GROUP=group, num_warps=4,
                 maxnreg=168,
                 grid=(1,),
             )  # fmt: skip
@@ -432,7 +432,7 @@ def compile_offline() -> None:
                 log = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
                                      capture_output=True, text=True).stderr  # fmt: skip
             spills = re.findall(r"(\d+) bytes spill stores", log)
-            print(f"TMA {c}x{side} BN={bn} stages={stages} group={group}: spill={spills} "
+            print(f"TMA {c}x{side} BM={bm} BN={bn} stages={stages} group={group}: spill={spills} "
                   f"smem={kernel.metadata.shared}")  # fmt: skip
 
 
@@ -441,8 +441,9 @@ LAYERS = [
     ("l1.x.conv2", 64, 64, 56), ("l2.x.conv2", 64, 128, 28), ("l3.x.conv2", 64, 256, 14),
     ("l4.x.conv2", 64, 512, 7), ("vgg conv256_56", 16, 256, 56), ("vgg conv512_28", 16, 512, 28),
 ]  # fmt: skip
-# The TMA kernel's (BLOCK_N, STAGES, steps a stage).
-TMA_VARIANTS = [(128, 4, 1), (256, 3, 1), (128, 3, 2), (128, 2, 2)]
+# The TMA kernel's (BLOCK_N, STAGES, steps a stage, BLOCK_M).
+TMA_VARIANTS = [(128, 4, 1, 128), (256, 3, 1, 128), (128, 3, 2, 128), (128, 2, 2, 128),
+                (128, 3, 1, 256)]
 # (BLOCK_N (at most the layer's channels), STAGES, loader warps, persistent)
 VARIANTS = [(128, 4, 8, False), (128, 4, 8, True), (128, 4, 4, True), (256, 3, 4, True)]
 
@@ -451,10 +452,10 @@ def _variants() -> list[tuple[str, object]]:
     """(label, conv(x, w, padding, bn)) for the timing table: the best gather kernel and the
     TMA kernel's variants; bn caps BLOCK_N at the layer's channels."""
     out = [("gather n128 s4 l8", lambda x, w, c: conv_forward_ws(x, w, 1, min(128, c), 4, 8))]
-    for bn, stages, group in TMA_VARIANTS:
-        out.append((f"tma n{bn} s{stages} g{group}",
-                    lambda x, w, c, v=(bn, stages, group): conv_forward_tma(
-                        x, w, 1, min(v[0], c), v[1], v[2])))  # fmt: skip
+    for bn, stages, group, bm in TMA_VARIANTS:
+        out.append((f"tma m{bm} n{bn} s{stages} g{group}",
+                    lambda x, w, c, v=(bn, stages, group, bm): conv_forward_tma(
+                        x, w, 1, min(v[0], c), v[1], v[2], block_m=v[3])))  # fmt: skip
     return out
 
 
