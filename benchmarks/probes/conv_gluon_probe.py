@@ -442,8 +442,13 @@ LAYERS = [
     ("l4.x.conv2", 64, 512, 7), ("vgg conv256_56", 16, 256, 56), ("vgg conv512_28", 16, 512, 28),
 ]  # fmt: skip
 # The TMA kernel's (BLOCK_N, STAGES, steps a stage, BLOCK_M).
-TMA_VARIANTS = [(128, 4, 1, 128), (256, 3, 1, 128), (128, 3, 2, 128), (128, 2, 2, 128),
-                (128, 3, 1, 256)]
+TMA_VARIANTS = [
+    (128, 4, 1, 128),
+    (256, 3, 1, 128),
+    (128, 3, 2, 128),
+    (128, 2, 2, 128),
+    (128, 3, 1, 256),
+]
 # (BLOCK_N (at most the layer's channels), STAGES, loader warps, persistent)
 VARIANTS = [(128, 4, 8, False), (128, 4, 8, True), (128, 4, 4, True), (256, 3, 4, True)]
 
