@@ -3,6 +3,11 @@ direction (the table in algos/winograd.py's docstring), and its time beside IMPL
 cuDNN (through torch) on the 3x3 stride-1 layers of ResNet-50.
 
     PYTHONPATH=src python3 benchmarks/probes/winograd_probe.py [errors] [times[:fp32,bf16]]
+        [stages[:BATCH]]
+
+stages: strict float32 at batch BATCH (default 64, the resnet50 suite's), tiles tuned at first
+use: each kernel's device time per call (torch.profiler over 20 calls), the tiles chosen, the
+whole call's time and cuDNN's.
 
 Each tile size is forced by restricting the algorithm's candidates (OUT_TILES) to it.
 """
@@ -156,6 +161,36 @@ def times(cases=("fp32", "bf16")) -> None:
                 )
 
 
+def stages(batch: int = 64) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    print(f"\nstrict float32, batch {batch}, channels-last: us per call by kernel")
+    for _, c, size in LAYERS:
+        x, w, dy = data(torch.float32, batch, c, c, size)
+        for d in DIRECTIONS:
+            fn = call(d, x, w, dy, ALGO, "fp32")
+            total = device_time_ms(fn, rep_ms=50)
+            cudnn = device_time_ms(torch_call(d, x, w, dy), rep_ms=50)
+            chosen = [v for k, v in tile_choice._chosen.items() if ALGO in str(k)]
+            fn()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(20):
+                    fn()
+                torch.cuda.synchronize()
+            kernels: dict[str, float] = {}
+            for e in prof.events():
+                if e.device_type == torch.autograd.DeviceType.CUDA:
+                    name = e.name.split("(")[0][:40]
+                    kernels[name] = kernels.get(name, 0.0) + e.device_time / 20
+            parts = " ".join(f"{k}={v:.1f}" for k, v in kernels.items())
+            print(f"C={c} {size}x{size} {d:16} total={total * 1e3:.1f} cudnn={cudnn * 1e3:.1f} "
+                  f"ratio={cudnn / total:.2f} | {parts} | tiles={chosen[-1] if chosen else None}",
+                  flush=True)  # fmt: skip
+
+
 def torch_call(direction, x, w, dy):
     from torch.nn.grad import conv2d_input, conv2d_weight
 
@@ -173,6 +208,9 @@ if __name__ == "__main__":
     for arg in what:
         if arg.startswith("precision:"):  # strict float32's errors with these products
             errors_precision(arg.split(":")[1])
+    for arg in what:
+        if arg.startswith("stages"):  # stages or stages:BATCH
+            stages(*[int(arg.split(":")[1])] if ":" in arg else [])
     for arg in what:
         if arg.startswith("times"):  # times or times:fp32,bf16
             times(*[arg.split(":")[1].split(",")] if ":" in arg else [])
