@@ -228,6 +228,26 @@ def test_heuristic_picks_nonfused_for_strict_float32_on_a_gpu(direction, monkeyp
         assert select.choose(q).name not in ALGOS, q
 
 
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_gpu_tiles_are_narrow_and_fit_the_rows(direction, monkeypatch):
+    """On a GPU the GEMMs take Winograd's own tiles, 64 columns wide first (the sweep's
+    winners), and a filter gradient of 64 output channels takes a 64-row tile first."""
+    monkeypatch.setattr(geometry, "multiprocessor_count", lambda index: 132)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    for channels in (64, 256):
+        p = _gpu_problem(direction, (8, channels, 28, 28), (channels, channels, 3, 3))
+        tiles = ALGORITHMS[ALGO].tile_candidates(p)
+        first = tiles[0]
+        assert (first.out_tile, first.block_n) == (4, 64)
+        filter_rows = 64 if direction == "backward_filter" and channels == 64 else 128
+        assert first.block_m == filter_rows
+        # Every shape is offered for both tile sizes, F(4x4) first (strict float32).
+        assert [t.out_tile for t in tiles] == sorted((t.out_tile for t in tiles), reverse=True)
+        assert {t.base() for t in tiles if t.out_tile == 2} == {
+            t.base() for t in tiles if t.out_tile == 4
+        }
+
+
 def test_find_lists_winograd_where_supported(gen, monkeypatch):
     monkeypatch.setattr(select, "_measured", {})
     x = make_tensor((1, 2, 3, 3), torch.float32, generator=gen)

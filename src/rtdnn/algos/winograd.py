@@ -200,6 +200,24 @@ def winograd_preferred(p: ConvProblem) -> bool:
     return on_gpu and WinogradNonfused().supports(p) is None
 
 
+#: The GEMMs' tiles on a GPU, (block_m, block_n, block_k, warps, stages), the untuned choice
+#: first. Forward and backward-data multiply (tiles x channels) planes by (channels x channels)
+#: filters: a reduction of 64 to 512 channels; backward-filter reduces over every tile, split.
+#: Tiles 64 columns wide ran fastest at every channel count from 64 to 512, 1.2x to 2.8x the
+#: generic GEMM's 128 x 128 (H200, strict float32, ResNet-50's 3x3 layers at batch 64,
+#: benchmarks/probes/winograd_sweep.py; BENCHMARKS.md, "Winograd's own GEMM tiles").
+DATA_TILES = ((128, 64, 32, 4, 3), (256, 64, 32, 8, 3), (128, 64, 64, 4, 2), (64, 64, 64, 4, 2))
+FILTER_TILES = ((128, 64, 32, 4, 4), (64, 64, 32, 4, 4), (64, 64, 64, 4, 3))
+
+
+def _gpu_tiles(direction: Direction, rows: int) -> list[TileConfig]:
+    """DATA_TILES or FILTER_TILES as TileConfigs; tiles taller than the GEMM's rows (a filter
+    gradient of 64 output channels) go last, as they compute mostly padding."""
+    shapes = FILTER_TILES if direction == Direction.BACKWARD_FILTER else DATA_TILES
+    tiles = [TileConfig(bm, bn, bk, 8, warps, stages) for bm, bn, bk, warps, stages in shapes]
+    return sorted(tiles, key=lambda t: t.block_m > max(64, rows))
+
+
 def _transform_blocks(a: int, channels: int) -> tuple[int, int]:
     """(tiles, channels) per program of the tile transforms: a^2 values of each are live at
     once, so fewer for F(4x4); channels innermost for channels-last coalescing."""
@@ -270,12 +288,15 @@ class WinogradNonfused(ConvAlgorithm):
         out = []
         for m in _out_tiles(p):
             rows, cols, depth = self._gemm_shape(p, plan(p, m))
-            # The operands are float32 (multiplied as TF32 or IEEE float32).
-            for t in gemm_tiles(p.device, torch.float32, rows, cols, depth)[:3]:
-                if p.device != "cuda" and p.direction == Direction.BACKWARD_FILTER:
+            if p.device == "cuda":
+                tiles = _gpu_tiles(p.direction, rows)
+            else:
+                # The operands are float32 (multiplied as TF32 or IEEE float32).
+                tiles = gemm_tiles(p.device, torch.float32, rows, cols, depth)[:3]
+                if p.direction == Direction.BACKWARD_FILTER:
                     # Short chunks of tiles, so that the tests' tiny shapes take several steps.
-                    t = TileConfig(t.block_m, t.block_n, 16, 1, 1, 1)
-                out.append(WinogradTiles(**asdict(t), out_tile=m))
+                    tiles = [TileConfig(t.block_m, t.block_n, 16, 1, 1, 1) for t in tiles]
+            out += [WinogradTiles(**asdict(t), out_tile=m) for t in tiles]
         return out
 
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
