@@ -3,11 +3,10 @@ direction (the table in algos/winograd.py's docstring), and its time beside IMPL
 cuDNN (through torch) on the 3x3 stride-1 layers of ResNet-50.
 
     PYTHONPATH=src python3 benchmarks/probes/winograd_probe.py [errors] [times[:fp32,bf16]]
-        [stages[:BATCH]]
+        [stages[:SUITE]]
 
-stages: strict float32 at batch BATCH (default 64, the resnet50 suite's), tiles tuned at first
-use: each kernel's device time per call (torch.profiler over 20 calls), the tiles chosen, the
-whole call's time and cuDNN's.
+stages: strict float32 on a suite's 3x3 stride-1 layers (resnet50 by default) at its batch
+size, beside cuDNN in benchmark mode (see `stages`).
 
 Each tile size is forced by restricting the algorithm's candidates (OUT_TILES) to it.
 """
@@ -161,33 +160,65 @@ def times(cases=("fp32", "bf16")) -> None:
                 )
 
 
-def stages(batch: int = 64) -> None:
+def suite_layers(suite: str) -> list[tuple[str, int, int, int, int]]:
+    """(name, batch, c, k, side) of a suite's square 3x3 stride-1 padding-1 layers."""
+    import json
+    from importlib import resources
+
+    path = resources.files("rtdnn.bench") / "suites" / f"{suite}.json"
+    layers = json.loads(path.read_text())["layers"]
+    return [
+        (e["name"], e["n"], e["c"], e["k"], e["spatial"][0])
+        for e in layers
+        if e["kernel"] == [3, 3] and e["stride"] == [1, 1] and e["padding"] == [1, 1]
+        and e["groups"] == 1 and e["spatial"][0] == e["spatial"][1]
+    ]  # fmt: skip
+
+
+def stages(suite: str = "resnet50") -> None:
+    """Strict float32 on a suite's 3x3 stride-1 layers: WINOGRAD_NONFUSED's whole call and
+    each kernel's share (torch.profiler over 10 calls), the tiles chosen, cuDNN in benchmark
+    mode, what `auto` picks; IMPLICIT_GEMM's time unless IG=0."""
+    import os
+
     from torch.profiler import ProfilerActivity, profile
 
+    torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    print(f"\nstrict float32, batch {batch}, channels-last: us per call by kernel")
-    for _, c, size in LAYERS:
-        x, w, dy = data(torch.float32, batch, c, c, size)
+    with_ig = os.environ.get("IG", "1") != "0"
+    print(f"\n{suite}, strict float32, channels-last, us per call; kernels: us per call")
+    print("| layer | direction | WINOGRAD_NONFUSED | cuDNN | ratio | IMPLICIT_GEMM | IG / wino "
+          "| auto | kernels | tiles |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---|---|---|")
+    for name, batch, c, k, size in suite_layers(suite):
+        x, w, dy = data(torch.float32, batch, c, k, size)
         for d in DIRECTIONS:
             fn = call(d, x, w, dy, ALGO, "fp32")
-            total = device_time_ms(fn, rep_ms=50)
-            cudnn = device_time_ms(torch_call(d, x, w, dy), rep_ms=50)
-            chosen = [v for k, v in tile_choice._chosen.items() if ALGO in str(k)]
+            total = device_time_ms(fn, rep_ms=30) * 1e3
+            cudnn = device_time_ms(torch_call(d, x, w, dy), rep_ms=30) * 1e3
+            ig = float("nan")
+            if with_ig:
+                ig = device_time_ms(call(d, x, w, dy, "IMPLICIT_GEMM", "fp32"), rep_ms=30) * 1e3
+            auto = rtdnn.get_conv_algorithm(x, w, direction=d, padding=1, math="fp32")
+            chosen = [v for key, v in tile_choice._chosen.items() if ALGO in str(key)]
+            tiles = chosen[-1] if chosen else None
             fn()
             torch.cuda.synchronize()
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(20):
+                for _ in range(10):
                     fn()
                 torch.cuda.synchronize()
             kernels: dict[str, float] = {}
             for e in prof.events():
                 if e.device_type == torch.autograd.DeviceType.CUDA:
-                    name = e.name.split("(")[0][:40]
-                    kernels[name] = kernels.get(name, 0.0) + e.device_time / 20
-            parts = " ".join(f"{k}={v:.1f}" for k, v in kernels.items())
-            print(f"C={c} {size}x{size} {d:16} total={total * 1e3:.1f} cudnn={cudnn * 1e3:.1f} "
-                  f"ratio={cudnn / total:.2f} | {parts} | tiles={chosen[-1] if chosen else None}",
+                    kname = e.name.split("(")[0].removesuffix("_kernel")[:24]
+                    kernels[kname] = kernels.get(kname, 0.0) + e.device_time / 10
+            parts = ", ".join(f"{key} {v:.0f}" for key, v in kernels.items())
+            label = (f"{tiles.block_m}x{tiles.block_n}x{tiles.block_k} F({tiles.out_tile}x"
+                     f"{tiles.out_tile})") if tiles else "-"  # fmt: skip
+            print(f"| {name} | {d} | {total:.1f} | {cudnn:.1f} | {cudnn / total:.2f} | "
+                  f"{ig:.1f} | {ig / total:.2f} | {auto} | {parts} | {label} |",
                   flush=True)  # fmt: skip
 
 
@@ -209,8 +240,8 @@ if __name__ == "__main__":
         if arg.startswith("precision:"):  # strict float32's errors with these products
             errors_precision(arg.split(":")[1])
     for arg in what:
-        if arg.startswith("stages"):  # stages or stages:BATCH
-            stages(*[int(arg.split(":")[1])] if ":" in arg else [])
+        if arg.startswith("stages"):  # stages or stages:SUITE
+            stages(*[arg.split(":")[1]] if ":" in arg else [])
     for arg in what:
         if arg.startswith("times"):  # times or times:fp32,bf16
             times(*[arg.split(":")[1].split(",")] if ":" in arg else [])
