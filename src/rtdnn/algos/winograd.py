@@ -20,10 +20,11 @@ transformed filter goes through the workspace.
 Products: strict float32 (math="fp32") multiplies as 3xTF32 (each float32 operand split into
 a TF32 high and low part, three tensor-core products summed in float32): on tensor cores, and
 measured more accurate than IEEE float32 products here, whose long backward-filter reduction
-loses most (table below). IEEE products were 20% faster in backward-filter on the 64-channel
-56x56 layer (0.294 against 0.362 ms); forward was not timed with them. math="tf32" multiplies
-as TF32. Float16 and bfloat16 data are transformed in float32 and multiplied as TF32: the
-transformed operands keep 10 bits of mantissa, at least as many as the data had.
+loses most (table below; 1.9e-6 against 7.8e-6 on ResNet-50's 64-channel 56x56 layer at batch
+64). With the GEMM tiles below, the best tile with IEEE products ran within 11% of the best
+with 3xTF32, faster or slower by layer (winograd_sweep.py). math="tf32" multiplies as TF32.
+Float16 and bfloat16 data are transformed in float32 and multiplied as TF32: the transformed
+operands keep 10 bits of mantissa, at least as many as the data had.
 
 Tile size: F(4x4) does 36 products per 16 output pixels (4x fewer multiplications than direct
 convolution), F(2x2) 16 per 4 (2.25x), but F(4x4)'s transforms amplify rounding errors more.
@@ -43,18 +44,23 @@ WINOGRAD (fused) measured the same to two digits in forward and backward-data. S
 offered for strict float32 and bfloat16 (within 1e-5 and 1e-2), F(2x2) only for TF32 and
 float16, where F(4x4) is 4-17x IMPLICIT_GEMM's error and above their tolerances (2e-3, 1e-3).
 
-Time, strict float32, H100, ResNet-50's 3x3 stride-1 layers at batch 32, channels-last, the
-first GEMM tile candidate (RTDNN_AUTOTUNE=0), ms (F(4x4) / IMPLICIT_GEMM / cuDNN through torch,
-TF32 off):
+Time, strict float32, H200, ResNet-50's 3x3 stride-1 layers at batch 64 (the resnet50
+suite's), channels-last, F(4x4), the first GEMM tile candidate (RTDNN_AUTOTUNE=0), us
+(WINOGRAD_NONFUSED / IMPLICIT_GEMM / cuDNN in benchmark mode, TF32 off; benchmarks/probes/
+winograd_probe.py stages):
 
-    layer            forward                 backward-data           backward-filter
-    64ch 56x56       0.209 / 0.781 / 0.332   0.210 / 0.390 / 0.261   0.362 / 10.13 / 0.347
-    128ch 28x28      0.113 / 0.503 / 0.149   0.113 / 0.251 / 0.192   0.115 / 2.502 / 0.140
-    256ch 14x14      0.133 / 0.498 / 0.259   0.130 / 0.246 / 0.305   0.159 / 0.648 / 0.111
-    512ch 7x7        0.175 / 1.016 / 0.353   0.165 / 0.496 / 0.321   0.127 / 0.313 / 0.116
+    layer            forward              backward-data        backward-filter
+    64ch 56x56       216 / 1428 / 423     216 / 732 / 425      252 / 18262 / 580
+    128ch 28x28      153 / 711 / 212      152 / 362 / 298      151 / 4571 / 247
+    256ch 14x14      162 / 937 / 237      160 / 469 / 570      168 / 1155 / 196
+    512ch 7x7        184 / 935 / 512      175 / 470 / 591      141 / 578 / 186
 
-The heuristic does not choose Winograd yet: only algo="WINOGRAD_NONFUSED" or a measurement by
-find_conv_algorithms does. The fused kernel's time is not measured with these products yet.
+1.17x to 3.55x cuDNN, 2.4x to 72x IMPLICIT_GEMM; VGG-16's 3x3 layers of 64 channels and more
+1.11x to 2.84x cuDNN. With the generic GEMM's 128 x 128 tiles (before DATA_TILES) the same
+calls took 371 / 372 / 618 us at 56x56 (0.83x cuDNN in backward-filter) and 1.2x to 2.8x
+longer elsewhere: the GEMM of the 64-channel layer, one 64-deep step a tile, ran a
+128 x 128 x 64 tile (half of it padding) with 192 KiB of shared memory, one program a
+multiprocessor.
 
 Determinism: every sum is in a fixed order; runs are bit-identical.
 
