@@ -473,6 +473,35 @@ def _splits(x, dy, w_shape) -> int:
     return split_count(p)
 
 
+def test_auto_splits_skinny_forward_layers_on_a_gpu(monkeypatch):
+    """On a GPU, forward goes to IMPLICIT_GEMM_SPLIT_K first where the output's 128 x 128
+    tiles fill less than half the multiprocessors and the reduction splits (deepbench's late
+    layers at batch 8); a wide output (ResNet-50's 7x7 layer at batch 64), a short reduction,
+    backward-data and the CPU keep the unsplit kernel first."""
+    import rtdnn.algos.implicit_gemm as implicit_gemm
+    from rtdnn.select import _heuristic_order
+
+    # The split count and the fill ask the device its size: an H100's, here.
+    monkeypatch.setattr(implicit_gemm, "parallel_slots", lambda device: 264)
+
+    def first(n, c, k, side, kernel=3, direction=Direction.FORWARD, device="cuda"):
+        conv = ConvDesc.create(2, 1, kernel // 2, 1, 1, "cross_correlation", "tf32")
+        x = torch.empty(n, c, side, side, dtype=torch.bfloat16)
+        w = torch.empty(k, c, kernel, kernel, dtype=torch.bfloat16)
+        y = torch.empty(n, k, side, side, dtype=torch.bfloat16)
+        p = ConvProblem.create(
+            direction, TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y), conv, device
+        )
+        return _heuristic_order(p)[0]
+
+    assert first(8, 512, 512, 7) == "IMPLICIT_GEMM_SPLIT_K"  # 4 tiles, 4,608 deep
+    assert first(16, 832, 128, 7, kernel=5) == "IMPLICIT_GEMM_SPLIT_K"  # 7 tiles, 20,800
+    assert first(64, 512, 512, 7) == "IMPLICIT_GEMM"  # 100 tiles
+    assert first(8, 64, 512, 7) == "IMPLICIT_GEMM"  # 576 deep: no split
+    assert first(8, 512, 512, 7, direction=Direction.BACKWARD_DATA) == "IMPLICIT_GEMM"
+    assert first(8, 512, 512, 7, device="cpu") == "IMPLICIT_GEMM"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["IMPLICIT_GEMM_SPLIT_K", "GEMM"])
 def test_backward_filter_split_into_several_parts(algo, gen):

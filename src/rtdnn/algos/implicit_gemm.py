@@ -94,6 +94,24 @@ def split_count(p: ConvProblem) -> int:
     return max(1, min(cdiv(parallel_slots(p.device), tiles), most, MAX_SPLITS))
 
 
+def split_k_preferred(p: ConvProblem) -> bool:
+    """Whether `auto` should try IMPLICIT_GEMM_SPLIT_K before the unsplit kernel: for a
+    weight gradient whenever its reduction splits (a small output, a reduction over every
+    pixel); in forward on a GPU only where the output's 128 x 128 tiles fill less than half
+    the multiprocessors and the reduction splits. Measured on an H200 (bf16, first tiles;
+    BENCHMARKS.md, "Skinny forward layers split"): deepbench_train's late layers at batch 8
+    and 16 (7 to 52 tiles, reductions of 2,048 to 20,800) ran 1.2x to 6.5x faster split, on
+    all ten; resnet50's forward layers at batch 64 (100 tiles and more) lost split."""
+    splits = split_count(p)
+    if p.direction == Direction.BACKWARD_FILTER:
+        return splits > 1
+    if p.direction != Direction.FORWARD or p.device != "cuda" or splits == 1:
+        return False
+    rows, cols, _, batches = gemm_shape(p)
+    tiles = cdiv(rows, 128) * cdiv(cols, 128) * batches
+    return 4 * tiles < parallel_slots(p.device)  # two slots a multiprocessor
+
+
 #: At most this many splits of a weight gradient by filter rows. Its output is a few narrow
 #: tiles (seven of 64 x 32 for ResNet-50's 7x7 stem), too few programs for the device at
 #: MAX_SPLITS; from BrgemmLaunch.FINISH_APART_FROM splits on, a launch of its own sums the

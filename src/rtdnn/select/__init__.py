@@ -25,10 +25,10 @@ from ..algos import (
 from ..algos.direct import direct_preferred
 from ..algos.fft import fft_preferred
 from ..algos.gemm import gemm_preferred
-from ..algos.implicit_gemm import split_count
+from ..algos.implicit_gemm import split_k_preferred
 from ..algos.implicit_precomp_gemm import precomp_preferred
 from ..algos.winograd import winograd_preferred
-from ..core import ConvProblem, Direction, NotSupportedError, allocate_workspace, bad_param
+from ..core import ConvProblem, NotSupportedError, allocate_workspace, bad_param
 from ..core.timing import device_time_ms
 from . import database, shipped
 
@@ -85,9 +85,9 @@ def _heuristic_order(p: ConvProblem) -> list[str]:
     # has them (see algos.implicit_precomp_gemm.tf32_filter_copy).
     if precomp_preferred(p):
         first.append("IMPLICIT_PRECOMP_GEMM")
-    # Split-K pays off for backward-filter (a small output, a reduction over every pixel);
-    # measured on resnet50 it lost to the plain kernel in forward, where Find can still pick it.
-    if p.direction == Direction.BACKWARD_FILTER and split_count(p) > 1:
+    # Split-K pays off where the output alone cannot fill the device and the reduction is
+    # long (see algos.implicit_gemm.split_k_preferred); elsewhere Find can still pick it.
+    if split_k_preferred(p):
         return [*first, "IMPLICIT_GEMM_SPLIT_K", "IMPLICIT_GEMM", "GEMM"]
     return [*first, "IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K", "GEMM"]
 
