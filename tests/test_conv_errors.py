@@ -167,11 +167,14 @@ def test_out_overlapping_itself(fn):
     assert_rejected(fn, "out", out)
 
 
-def test_split_k_not_for_backward_data():
-    """Backward-data runs one GEMM per stride phase and is never split."""
-    call = lambda **o: backward_data(algo="IMPLICIT_GEMM_SPLIT_K", **o)
-    assert_rejected(call, "algo", valid_out(backward_data), error=rtdnn.NotSupportedError)
+def test_forced_algorithm_without_the_direction():
+    """A forced algorithm that does not run the direction (fused Winograd has no
+    backward-filter) is refused with NotSupportedError, and nothing is written; split-K runs
+    every direction."""
+    call = lambda **o: backward_filter(algo="WINOGRAD", **o)
+    assert_rejected(call, "algo", valid_out(backward_filter), error=rtdnn.NotSupportedError)
     assert forward(algo="IMPLICIT_GEMM_SPLIT_K").dim() == len(W_SHAPE)
+    assert backward_data(algo="IMPLICIT_GEMM_SPLIT_K").shape == X_SHAPE
     assert backward_filter(algo="IMPLICIT_GEMM_SPLIT_K").shape == W_SHAPE
 
 
@@ -336,4 +339,4 @@ def test_errors_are_value_errors():
     with pytest.raises(ValueError):
         forward(padding=-1)
     with pytest.raises(NotImplementedError):
-        backward_data(algo="IMPLICIT_GEMM_SPLIT_K")
+        backward_filter(algo="WINOGRAD")

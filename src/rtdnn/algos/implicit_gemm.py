@@ -10,6 +10,7 @@ partial sums to a workspace, summed afterwards in a fixed order (deterministic).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -84,11 +85,9 @@ def split_count(p: ConvProblem) -> int:
     """Reduction splits: enough programs to fill the device, each with a long enough share of
     the reduction (16 chunks of 64 on a GPU; small on the CPU so tests split too), at most
     MAX_SPLITS."""
-    if p.direction == Direction.BACKWARD_DATA:
-        return 1
     rows, cols, depth, batches = gemm_shape(p)
-    if p.direction == Direction.FORWARD and not packed(p):
-        depth *= math.prod(p.kernel)
+    if p.direction != Direction.BACKWARD_FILTER and not packed(p):
+        depth *= math.prod(p.kernel)  # forward and backward-data reduce over the taps too
     tiles = cdiv(rows, 128) * cdiv(cols, 128) * batches
     most = max(1, depth // (16 * 64 if p.device == "cuda" else 32))
     return max(1, min(cdiv(parallel_slots(p.device), tiles), most, MAX_SPLITS))
@@ -655,8 +654,10 @@ class ImplicitGemm(ConvAlgorithm):
         return run
 
     def _prepare_backward_data(self, p: ConvProblem, geo, tiles: TileConfig) -> Runner:
-        """One GEMM per stride phase (a single one at stride 1)."""
+        """One GEMM per stride phase (a single one at stride 1), each split as this algorithm
+        splits; a split phase's partial sums take the next part of the workspace."""
         pointwise = pointwise_operands(p, geo)
+        splits = self._tile_splits(p, tiles)
         kg, cg = p.out_channels // p.groups, p.in_channels // p.groups
         gemms = []
         for phase in data_phases(p):
@@ -680,6 +681,7 @@ class ImplicitGemm(ConvAlgorithm):
                     batches=p.groups,
                     tiles=tiles,
                     precision=dot_precision(p),
+                    splits=splits,
                 )  # fmt: skip
             )
 
@@ -687,10 +689,24 @@ class ImplicitGemm(ConvAlgorithm):
         # is a quarter of the pixels, too few tiles to fill the GPU late in a network), the
         # longest first.
         gemms.sort(key=lambda gemm: -gemm.steps_per_split)
+        # Byte offsets of each phase's partial sums (none unsplit): the phases' pixels add up
+        # to dx's, so they fit in workspace_bytes.
+        offsets = list(itertools.accumulate((gemm.partial_bytes for gemm in gemms), initial=0))
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
             calls = [
-                functools.partial(gemm, t.y, t.w, t.x, alpha=alpha, beta=beta) for gemm in gemms
+                functools.partial(
+                    gemm,
+                    t.y,
+                    t.w,
+                    t.x,
+                    alpha=alpha,
+                    beta=beta,
+                    workspace=workspace[at : at + gemm.partial_bytes]
+                    if gemm.partial_bytes
+                    else None,
+                )  # fmt: skip
+                for gemm, at in zip(gemms, offsets, strict=False)
             ]
             run_concurrently(t.x.device, calls)
 
@@ -699,11 +715,6 @@ class ImplicitGemm(ConvAlgorithm):
 
 class ImplicitGemmSplitK(ImplicitGemm):
     name = "IMPLICIT_GEMM_SPLIT_K"
-
-    def supports(self, p: ConvProblem) -> str | None:
-        if p.direction == Direction.BACKWARD_DATA:
-            return "backward-data runs one GEMM per stride phase, which are not split"
-        return None
 
     def splits(self, p: ConvProblem) -> int:
         return split_count(p)
