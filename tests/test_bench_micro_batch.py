@@ -25,8 +25,9 @@ from rtdnn.select import AlgoPerf
 
 KiB = 1 << 10
 # GEMM needs 2.25 KiB a sample on the strided layer (tiny3x3s2): the whole batch does not fit
-# 4 KiB, one sample does. Split-K's backward-filter needs 9 KiB a sample on tiny3x3: one sample
-# fits 16 KiB, two do not. At 4 MiB every algorithm fits the whole batch.
+# 4 KiB, one sample does (split-K's backward-data: two samples). Split-K's backward-filter
+# needs 9 KiB a sample on tiny3x3: one sample fits 16 KiB, two do not. At 4 MiB every
+# algorithm fits the whole batch.
 LIMITS = (4 * KiB, 16 * KiB, 4096 * KiB)
 BUDGET = 40 * KiB  # for all nine convolutions: the division has to trade
 POLICIES = ("undivided", "powerOfTwo", "all")
@@ -123,15 +124,19 @@ def test_no_plan_slower_than_undivided_and_splitting_pays_where_it_should(report
         no_input = total["planned_ms"] - input_grad["planned_ms"]
         assert total["no_input_grad_ms"] == pytest.approx(no_input), total
         assert total["no_input_grad_speedup"] >= 1.0, total
-    for setting, layer, direction, algo in [
-        ("reuse 4 KiB", "tiny3x3s2", "forward", "GEMM"),
-        ("reuse 4 KiB", "tiny3x3s2", "backward_data", "GEMM"),
-        ("reuse 16 KiB", "tiny3x3", "backward_filter", "IMPLICIT_GEMM_SPLIT_K"),
+    # (setting, layer, direction, the fast algorithm, the micro-batch sizes it fits in):
+    # split-K's backward-data partial sums fit 4 KiB for two samples, GEMM's column matrix for
+    # one.
+    for setting, layer, direction, algo, sizes in [
+        ("reuse 4 KiB", "tiny3x3s2", "forward", "GEMM", [1] * 4),
+        ("reuse 4 KiB", "tiny3x3s2", "backward_data", "IMPLICIT_GEMM_SPLIT_K", [2, 2]),
+        ("reuse 16 KiB", "tiny3x3", "backward_filter", "IMPLICIT_GEMM_SPLIT_K", [1] * 4),
     ]:
         for policy in ("powerOfTwo", "all"):
             (x,) = rows(r, setting=setting, layer=layer, direction=direction, policy=policy)
-            assert x["plans"][0]["micro_batches"] == [[1, algo]] * 4
-            assert x["planned_speedup"] == pytest.approx((3 * 4 + 0.25) / (4 * 1.25))
+            assert x["plans"][0]["micro_batches"] == [[b, algo] for b in sizes]
+            planned = sum(1.0 * b + 0.25 for b in sizes)  # made_up_find's cost model
+            assert x["planned_speedup"] == pytest.approx((3 * 4 + 0.25) / planned)
             assert x["unlocked"] == [algo]
     loose = rows(r, setting="reuse 4 MiB")
     assert all(x["planned_speedup"] == 1.0 and not x["unlocked"] for x in loose)

@@ -28,7 +28,9 @@ SUPPORTED = {
     "forward": {
         "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K", "DIRECT",
     },
-    "backward_data": {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT"},
+    "backward_data": {
+        "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K", "DIRECT",
+    },
     "backward_filter": {
         "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "IMPLICIT_GEMM_SPLIT_K", "DIRECT",
     },
