@@ -81,16 +81,21 @@ def gemm_shape(p: ConvProblem) -> tuple[int, int, int, int]:
 MAX_SPLITS = 32
 
 
+def _output_tiles(p: ConvProblem) -> int:
+    """The GEMM's output as 128 x 128 tiles, over every batch entry."""
+    rows, cols, _, batches = gemm_shape(p)
+    return cdiv(rows, 128) * cdiv(cols, 128) * batches
+
+
 def split_count(p: ConvProblem) -> int:
     """Reduction splits: enough programs to fill the device, each with a long enough share of
     the reduction (16 chunks of 64 on a GPU; small on the CPU so tests split too), at most
     MAX_SPLITS."""
-    rows, cols, depth, batches = gemm_shape(p)
+    depth = gemm_shape(p)[2]
     if p.direction != Direction.BACKWARD_FILTER and not packed(p):
         depth *= math.prod(p.kernel)  # forward and backward-data reduce over the taps too
-    tiles = cdiv(rows, 128) * cdiv(cols, 128) * batches
     most = max(1, depth // (16 * 64 if p.device == "cuda" else 32))
-    return max(1, min(cdiv(parallel_slots(p.device), tiles), most, MAX_SPLITS))
+    return max(1, min(cdiv(parallel_slots(p.device), _output_tiles(p)), most, MAX_SPLITS))
 
 
 def split_k_preferred(p: ConvProblem) -> bool:
@@ -106,9 +111,7 @@ def split_k_preferred(p: ConvProblem) -> bool:
         return splits > 1
     if p.direction != Direction.FORWARD or p.device != "cuda" or splits == 1:
         return False
-    rows, cols, _, batches = gemm_shape(p)
-    tiles = cdiv(rows, 128) * cdiv(cols, 128) * batches
-    return 4 * tiles < parallel_slots(p.device)  # two slots a multiprocessor
+    return 4 * _output_tiles(p) < parallel_slots(p.device)  # two slots a multiprocessor
 
 
 #: At most this many splits of a weight gradient by filter rows. Its output is a few narrow
@@ -691,7 +694,7 @@ class ImplicitGemm(ConvAlgorithm):
         gemms.sort(key=lambda gemm: -gemm.steps_per_split)
         # Byte offsets of each phase's partial sums (none unsplit): the phases' pixels add up
         # to dx's, so they fit in workspace_bytes.
-        offsets = list(itertools.accumulate((gemm.partial_bytes for gemm in gemms), initial=0))
+        offsets = list(itertools.accumulate((gemm.partial_bytes for gemm in gemms), initial=0))[:-1]
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
             calls = [
@@ -706,7 +709,7 @@ class ImplicitGemm(ConvAlgorithm):
                     if gemm.partial_bytes
                     else None,
                 )  # fmt: skip
-                for gemm, at in zip(gemms, offsets, strict=False)
+                for gemm, at in zip(gemms, offsets, strict=True)
             ]
             run_concurrently(t.x.device, calls)
 
