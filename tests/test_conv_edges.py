@@ -473,11 +473,11 @@ def _splits(x, dy, w_shape) -> int:
     return split_count(p)
 
 
-def test_auto_splits_skinny_forward_layers_on_a_gpu(monkeypatch):
-    """On a GPU, forward goes to IMPLICIT_GEMM_SPLIT_K first where the output's 128 x 128
-    tiles fill less than half the multiprocessors and the reduction splits (deepbench's late
-    layers at batch 8); a wide output (ResNet-50's 7x7 layer at batch 64), a short reduction,
-    backward-data and the CPU keep the unsplit kernel first."""
+def test_auto_splits_skinny_layers_on_a_gpu(monkeypatch):
+    """On a GPU, forward and backward-data go to IMPLICIT_GEMM_SPLIT_K first where the
+    output's 128 x 128 tiles fill less than half the multiprocessors and the reduction splits
+    (deepbench's late layers at batch 8); a wide output (ResNet-50's 7x7 layer at batch 64),
+    a short reduction and the CPU keep the unsplit kernel first."""
     import rtdnn.algos.implicit_gemm as implicit_gemm
     from rtdnn.select import _heuristic_order
 
@@ -498,7 +498,9 @@ def test_auto_splits_skinny_forward_layers_on_a_gpu(monkeypatch):
     assert first(16, 832, 128, 7, kernel=5) == "IMPLICIT_GEMM_SPLIT_K"  # 7 tiles, 20,800
     assert first(64, 512, 512, 7) == "IMPLICIT_GEMM"  # 100 tiles
     assert first(8, 64, 512, 7) == "IMPLICIT_GEMM"  # 576 deep: no split
-    assert first(8, 512, 512, 7, direction=Direction.BACKWARD_DATA) == "IMPLICIT_GEMM"
+    data = Direction.BACKWARD_DATA
+    assert first(8, 512, 512, 7, direction=data) == "IMPLICIT_GEMM_SPLIT_K"  # 4 tiles
+    assert first(64, 512, 512, 7, direction=data) == "IMPLICIT_GEMM"  # 100 tiles
     assert first(8, 512, 512, 7, device="cpu") == "IMPLICIT_GEMM"
 
 

@@ -101,15 +101,16 @@ def split_count(p: ConvProblem) -> int:
 def split_k_preferred(p: ConvProblem) -> bool:
     """Whether `auto` should try IMPLICIT_GEMM_SPLIT_K before the unsplit kernel: for a
     weight gradient whenever its reduction splits (a small output, a reduction over every
-    pixel); in forward on a GPU only where the output's 128 x 128 tiles fill less than half
-    the multiprocessors and the reduction splits. Measured on an H200 (bf16, first tiles;
-    BENCHMARKS.md, "Skinny forward layers split"): deepbench_train's late layers at batch 8
-    and 16 (7 to 52 tiles, reductions of 2,048 to 20,800) ran 1.2x to 6.5x faster split, on
-    all ten; resnet50's forward layers at batch 64 (100 tiles and more) lost split."""
+    pixel); in forward and backward-data on a GPU only where the output's 128 x 128 tiles
+    fill less than half the multiprocessors and the reduction splits. Measured on an H200
+    (bf16, first tiles; BENCHMARKS.md, "Skinny layers split"): deepbench_train's late layers
+    at batch 8 and 16 (7 to 52 tiles, reductions of 2,048 to 20,800) ran 1.2x to 6.5x faster
+    split in forward, on all ten, and 1.1x to 2.1x in backward-data, on all seven;
+    resnet50's layers at batch 64 (100 tiles and more) lost split."""
     splits = split_count(p)
     if p.direction == Direction.BACKWARD_FILTER:
         return splits > 1
-    if p.direction != Direction.FORWARD or p.device != "cuda" or splits == 1:
+    if p.device != "cuda" or splits == 1:
         return False
     return 4 * _output_tiles(p) < parallel_slots(p.device)  # two slots a multiprocessor
 
