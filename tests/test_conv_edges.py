@@ -504,6 +504,38 @@ def test_auto_splits_skinny_layers_on_a_gpu(monkeypatch):
     assert first(8, 512, 512, 7, device="cpu") == "IMPLICIT_GEMM"
 
 
+@pytest.mark.parametrize("direction", [Direction.FORWARD, Direction.BACKWARD_FILTER])
+def test_filter_row_tiles_fit_shared_memory(direction, monkeypatch):
+    """The few-channel filter-row tiles offered on a GPU fit its shared memory: in float32 a
+    256 x 128 x 64 forward tile in 3 stages (288 KiB) and a 64 x 128 x 128 backward-filter
+    one (the 3 x 5 filter over 15 channels) failed to compile on an H200 (227 KiB); bfloat16
+    keeps them."""
+    import rtdnn.algos.implicit_gemm as implicit_gemm
+    from rtdnn.algos.tiles import tile_candidates
+
+    monkeypatch.setattr(implicit_gemm, "parallel_slots", lambda device: 264)
+    monkeypatch.setattr(implicit_gemm, "shared_memory_bytes", lambda device: 232448)
+    if direction == Direction.FORWARD:
+        x_shape, w_shape, stride, padding = (2, 3, 47, 45), (96, 3, 11, 11), 4, 2
+    else:
+        x_shape, w_shape, stride, padding = (2, 15, 9, 13), (40, 15, 3, 5), 1, 1
+    conv = ConvDesc.create(2, stride, padding, 1, 1, "cross_correlation", "tf32")
+    y_shape = conv_output_shape(x_shape, w_shape, conv)
+    offered = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        x, w, y = (torch.empty(s, dtype=dtype) for s in (x_shape, w_shape, y_shape))
+        p = ConvProblem.create(
+            direction, TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y), conv, "cuda"
+        )
+        rows, cols, depth, _ = implicit_gemm.gemm_shape(p)
+        generic = tile_candidates("cuda", dtype, rows, cols, depth)
+        tiles = implicit_gemm.filter_rows_candidates(p, generic, splits=1)
+        assert tiles, dtype
+        assert all(implicit_gemm.shared_memory_count(p, t) <= 232448 for t in tiles)
+        offered[dtype] = {(t.block_m, t.block_n, t.block_k, t.num_stages) for t in tiles}
+    assert offered[torch.float32] < offered[torch.bfloat16]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["IMPLICIT_GEMM_SPLIT_K", "GEMM"])
 def test_backward_filter_split_into_several_parts(algo, gen):

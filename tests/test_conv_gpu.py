@@ -214,12 +214,13 @@ def test_few_channel_every_tile(direction, case, shape):
         assert err < tol, f"{tiles}: rel. error {err:.2e}"
 
 
-#: Skinny backward-data problems (few output tiles, long reductions) that split-K serves:
-#: stride 1 and stride 2 (four phases, each split into its own part of the workspace).
+#: Skinny backward-data problems (few output tiles, reductions of 2,048 and more, which the
+#: GPU splits) that split-K serves: stride 1 and stride 2 (four phases, each split into its
+#: own part of the workspace).
 SKINNY_BACKWARD_DATA = [
     ((4, 96, 7, 7), (256, 96, 3, 3), dict(padding=1)),
-    ((2, 64, 14, 13), (192, 64, 3, 3), dict(stride=2, padding=1)),
-    ((3, 72, 9, 9), (160, 72, 1, 1), dict()),
+    ((2, 64, 14, 13), (256, 64, 3, 3), dict(stride=2, padding=1)),
+    ((3, 72, 9, 9), (2048, 72, 1, 1), dict()),
 ]
 
 

@@ -135,6 +135,19 @@ def multiprocessor_count(device_index: int) -> int:
 
 
 @functools.cache
+def _shared_memory_bytes(device_index: int) -> int:
+    props = torch.cuda.get_device_properties(device_index)
+    return getattr(props, "shared_memory_per_block_optin", 227 * 1024)
+
+
+def shared_memory_bytes(device: str) -> int:
+    """Shared memory one program may take on the current GPU (the opt-in limit: 227 KiB on
+    Hopper)."""
+    assert device == "cuda", device
+    return _shared_memory_bytes(torch.cuda.current_device())
+
+
+@functools.cache
 def device_memory_bytes(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).total_memory
 

@@ -45,6 +45,7 @@ from .geometry import (
     data_phases,
     dot_precision,
     parallel_slots,
+    shared_memory_bytes,
     static_phase_taps,
     static_taps,
 )
@@ -191,6 +192,29 @@ def filter_rows_candidates(
     each shape also at filter_row_splits."""
     if p.device != "cuda" or not packed(p) or p.direction == Direction.BACKWARD_DATA:
         return []
+    return [t for t in _filter_rows_shapes(p, candidates, splits) if _fits_shared_memory(p, t)]
+
+
+def shared_memory_count(p: ConvProblem, t: TileConfig) -> int:
+    """Bytes of shared memory that tile t takes, counted as the larger of its pipelined
+    operand tiles (stages x (block_m + block_n) x block_k elements) and the float32
+    accumulator that the epilogue passes through it: at or above what Triton 3.6 allocates
+    for each filter-row tile of the few-channel GPU tests on sm_90
+    (benchmarks/aot_compile_few_channels.py)."""
+    operands = t.num_stages * (t.block_m + t.block_n) * t.block_k * p.dtype.itemsize
+    return max(operands, t.block_m * t.block_n * 4)
+
+
+def _fits_shared_memory(p: ConvProblem, t: TileConfig) -> bool:
+    """In float32 the filter-row tiles' 64- and 128-deep steps can exceed the device's shared
+    memory (256 x 128 x 64 in 3 stages: 288 KiB of the H200's 227), a compile failure that
+    the tuner skips but an untuned choice would meet."""
+    return shared_memory_count(p, t) <= shared_memory_bytes(p.device)
+
+
+def _filter_rows_shapes(
+    p: ConvProblem, candidates: list[TileConfig], splits: int
+) -> list[TileConfig]:
     pairs = row_pairs(p)
     kg = p.out_channels // p.groups
     if p.direction == Direction.BACKWARD_FILTER:
