@@ -269,6 +269,7 @@ def test_tf32_weight_gradient_products_are_a_tile_choice_on_few_channels(gen, mo
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(geometry, "multiprocessor_count", lambda index: 132)
+    monkeypatch.setattr(geometry, "_shared_memory_bytes", lambda index: 227 * 1024)
     last = torch.channels_last
     algo = rtdnn.algos.ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"]
 
@@ -783,6 +784,7 @@ def test_filter_rows_tiles_are_offered_for_few_channel_forward_on_a_gpu(monkeypa
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(geometry, "multiprocessor_count", lambda index: 132)
+    monkeypatch.setattr(geometry, "_shared_memory_bytes", lambda index: 227 * 1024)
     last = torch.channels_last
     algo = rtdnn.algos.ALGORITHMS["IMPLICIT_GEMM"]
 
