@@ -506,19 +506,20 @@ def test_auto_splits_skinny_layers_on_a_gpu(monkeypatch):
 
 
 def test_split_count_fills_whole_waves_on_a_gpu(monkeypatch):
-    """On a GPU (132 multiprocessors here) a weight gradient splits into whole waves of one
-    program per multiprocessor: 9 tiles (a 128 x 64 gradient per tap of a 3x3 filter) into
-    14 splits (126 programs, one wave; 30 splits ran a third wave of 6 programs), 36 tiles into
-    7 (252, two waves); never more than the reduction allows."""
+    """On a GPU (132 multiprocessors here) a weight gradient that could overfill the device
+    splits into whole waves of one program per multiprocessor: 9 tiles (a 128 x 64 gradient
+    per tap of a 3x3 filter) into 14 splits (126 programs, one wave; 30 splits ran a third
+    wave of 6 programs), 36 tiles into 7 (252, two waves); one that cannot takes every split
+    its reduction allows."""
     import rtdnn.algos.implicit_gemm as implicit_gemm
 
     monkeypatch.setattr(implicit_gemm, "parallel_slots", lambda device: 264)
 
-    def splits(n, c, k, side):
-        conv = ConvDesc.create(2, 1, 1, 1, 1, "cross_correlation", "tf32")
+    def splits(n, c, k, side, kernel=3, stride=1):
+        conv = ConvDesc.create(2, stride, kernel // 2, 1, 1, "cross_correlation", "tf32")
         x = torch.empty(n, c, side, side, dtype=torch.bfloat16)
-        w = torch.empty(k, c, 3, 3, dtype=torch.bfloat16)
-        y = torch.empty(n, k, side, side, dtype=torch.bfloat16)
+        w = torch.empty(k, c, kernel, kernel, dtype=torch.bfloat16)
+        y = torch.empty(n, k, side // stride, side // stride, dtype=torch.bfloat16)
         p = ConvProblem.create(
             Direction.BACKWARD_FILTER, TensorDesc.of(x), TensorDesc.of(w), TensorDesc.of(y),
             conv, "cuda",
@@ -530,6 +531,8 @@ def test_split_count_fills_whole_waves_on_a_gpu(monkeypatch):
     assert splits(64, 512, 512, 14) == 7  # VGG-16's conv512_512_14: 144 tiles, 1008 programs
     assert splits(64, 64, 64, 8) == 4  # 9 tiles, but 4,096 pixels: 4 chunks of 1,024
     assert splits(256, 64, 64, 224) == 14  # the same 9 tiles over 12.8M pixels
+    # ResNet-50's l2.0.down: 8 tiles x 32 splits fit 264 slots, so all 32 stay.
+    assert splits(64, 256, 512, 56, kernel=1, stride=2) == implicit_gemm.MAX_SPLITS
 
 
 @pytest.mark.parametrize("direction", [Direction.FORWARD, Direction.BACKWARD_FILTER])

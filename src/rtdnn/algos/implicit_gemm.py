@@ -89,19 +89,24 @@ def _output_tiles(p: ConvProblem) -> int:
 
 
 def split_count(p: ConvProblem) -> int:
-    """Reduction splits: programs that fill whole waves of the device, each with a long
-    enough share of the reduction (16 chunks of 64 on a GPU; small on the CPU so tests split
-    too), at most MAX_SPLITS.
+    """Reduction splits, each with a long enough share of the reduction (16 chunks of 64 on
+    a GPU; small on the CPU so tests split too), at most MAX_SPLITS: on a GPU as many as that
+    allows while the programs do not exceed parallel_slots, else programs that fill whole
+    waves of the device.
 
     A wave is one program per multiprocessor (half of parallel_slots: the 128 x 128 tiles
     take 169 registers a thread, one program a multiprocessor). Splits s of T tiles run
     cdiv(T x s, waves) waves of 1/s of the work each: the count of least time, or the fewest
-    splits within 5% of it (fewer partial sums to add). The old count, cdiv(slots, T), ran a
-    nearly empty last wave on most layers (9 tiles x 30 splits = 270 programs on 132
-    multiprocessors); whole waves measured faster at the best tile on all four layers tried,
-    H200, bf16 backward-filter (benchmarks/probes/gpu_split_waves.sh): deepbench's db24 0.128
-    -> 0.107 ms (30 -> 14 splits), db56 0.186 -> 0.162 (11 -> 5), ResNet-50's l3.x.conv2
-    0.063 -> 0.057 (8 -> 7), VGG-16's conv512_512_14 0.189 -> 0.181 (2 -> 7)."""
+    splits within 5% of it (fewer partial sums to add). The former count, cdiv(slots, T),
+    ran a nearly empty last wave on most layers (9 tiles x 30 splits = 270 programs on 132
+    multiprocessors). Measured on an H200, bf16 backward-filter: at the best tile
+    (benchmarks/probes/gpu_split_waves.sh) deepbench's db24 0.128 -> 0.107 ms (30 -> 14
+    splits), db56 0.186 -> 0.162 (11 -> 5), ResNet-50's l3.x.conv2 0.063 -> 0.057 (8 -> 7),
+    VGG-16's conv512_512_14 0.189 -> 0.181 (2 -> 7); in the suites (shipped tiles,
+    split_ab.py) VGG-16's split 3x3 layers 1.2x to 1.4x faster, ResNet-50's late 1x1 layers
+    up to 1.4x. Its early 1x1 layers (1 to 8 tiles) ran slower in whole waves (l2.0.down
+    0.045 -> 0.066 ms in 16 splits): their smaller tiles hold several programs a
+    multiprocessor, so there all 32 splits stay."""
     depth = gemm_shape(p)[2]
     if p.direction != Direction.BACKWARD_FILTER and not packed(p):
         depth *= math.prod(p.kernel)  # forward and backward-data reduce over the taps too
@@ -109,7 +114,10 @@ def split_count(p: ConvProblem) -> int:
     tiles = _output_tiles(p)
     if p.device != "cuda":  # the interpreter: splits for the tests, time aside
         return max(1, min(cdiv(parallel_slots(p.device), tiles), most))
-    wave = parallel_slots(p.device) // 2
+    slots = parallel_slots(p.device)
+    if tiles * most <= slots:
+        return most  # even the most splits leave the device room: take them all
+    wave = slots // 2
     time = {s: cdiv(tiles * s, wave) / s for s in range(1, most + 1)}
     least = min(time.values())
     return min(s for s, t in time.items() if t <= 1.05 * least)
