@@ -61,7 +61,9 @@ def main() -> None:
                     kernels.clear()
                     tensors = ConvTensors(s.x.clone(), s.w.clone(), s.y.clone())
                     algo.prepare(p, tiles)(tensors, workspace, 1.0, 0.0)
-                    shared = max(k.metadata.shared for k in kernels if "brgemm" in k.name)
+                    shared = max(
+                        (k.metadata.shared for k in kernels if "brgemm" in k.name), default=0
+                    )
                     count = implicit_gemm.shared_memory_count(p, tiles)
                     flag = " UNDER" if count < shared else ""
                     print(f"{math_mode or 'bf16'} {direction} {ws} {tiles}: "

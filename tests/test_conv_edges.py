@@ -565,6 +565,8 @@ def test_filter_row_tiles_fit_shared_memory(direction, monkeypatch):
         assert all(implicit_gemm.shared_memory_count(p, t) <= 232448 for t in tiles)
         offered[dtype] = {(t.block_m, t.block_n, t.block_k, t.num_stages) for t in tiles}
     assert offered[torch.float32] < offered[torch.bfloat16]
+    too_large = (256, 128, 64, 3) if direction == Direction.FORWARD else (64, 128, 128, 3)
+    assert too_large in offered[torch.bfloat16] and too_large not in offered[torch.float32]
 
 
 @pytest.mark.slow

@@ -3,6 +3,9 @@
 current count (whole waves) on the same GPU:
 
     PYTHONPATH=src python benchmarks/probes/split_ab.py old|new BENCH_ARGS...
+
+Only the count is put back: backward-data's skinny layers still take split-K first
+(split_k_preferred), as they did not before 25ff1d6, so compare backward-filter runs.
 """
 
 import math

@@ -90,13 +90,14 @@ def _output_tiles(p: ConvProblem) -> int:
 
 def split_count(p: ConvProblem) -> int:
     """Reduction splits, each with a long enough share of the reduction (16 chunks of 64 on
-    a GPU; small on the CPU so tests split too), at most MAX_SPLITS: on a GPU as many as that
-    allows while the programs do not exceed parallel_slots, else programs that fill whole
-    waves of the device.
+    a GPU; small on the CPU so tests split too; counted over every tap, so a strided
+    backward-data's phases, each with some of the taps, get less), at most MAX_SPLITS: on a
+    GPU as many as that allows while the programs do not exceed parallel_slots, else
+    programs that fill whole waves of the device.
 
     A wave is one program per multiprocessor (half of parallel_slots: the 128 x 128 tiles
     take 169 registers a thread, one program a multiprocessor). Splits s of T tiles run
-    cdiv(T x s, waves) waves of 1/s of the work each: the count of least time, or the fewest
+    cdiv(T x s, wave) waves of 1/s of the work each: the count of least time, or the fewest
     splits within 5% of it (fewer partial sums to add). The former count, cdiv(slots, T),
     ran a nearly empty last wave on most layers (9 tiles x 30 splits = 270 programs on 132
     multiprocessors). Measured on an H200, bf16 backward-filter: at the best tile
@@ -117,7 +118,7 @@ def split_count(p: ConvProblem) -> int:
     slots = parallel_slots(p.device)
     if tiles * most <= slots:
         return most  # even the most splits leave the device room: take them all
-    wave = slots // 2
+    wave = max(1, slots // 2)
     time = {s: cdiv(tiles * s, wave) / s for s in range(1, most + 1)}
     least = min(time.values())
     return min(s for s, t in time.items() if t <= 1.05 * least)
