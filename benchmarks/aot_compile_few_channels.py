@@ -10,6 +10,8 @@ ends in UNDER where the count is below the allocation (the count must bound it).
 """
 
 import dataclasses
+import pathlib
+import sys
 
 from sm90_stub import accept_cpu_tensors, activate, compile_only  # noqa: E402
 
@@ -24,18 +26,13 @@ compile_only(kernels)
 from rtdnn.algos import ALGORITHMS, ConvTensors, implicit_gemm  # noqa: E402
 from rtdnn.ops.conv import _problem_for_selection  # noqa: E402
 
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "tests"))
+from test_conv_gpu import FEW_CHANNELS  # noqa: E402
+
 accept_cpu_tensors()
 implicit_gemm.parallel_slots = lambda device: 2 * 132  # an H100's multiprocessors
 implicit_gemm.shared_memory_bytes = lambda device: 1 << 30  # every candidate, to compare
 
-SHAPES = [
-    ((2, 3, 33, 31), (32, 3, 7, 7), dict(stride=2, padding=3)),
-    ((2, 3, 20, 18), (64, 3, 3, 3), dict(padding=1)),
-    ((2, 3, 47, 45), (96, 3, 11, 11), dict(stride=4, padding=2)),
-    ((2, 15, 9, 13), (40, 15, 3, 5), dict(padding=1)),
-    ((2, 5, 12, 14), (24, 5, 5, 3), dict(padding=(2, 4), dilation=(1, 3), mode="convolution")),
-    ((3, 4, 50), (16, 4, 9), dict(stride=2, padding=4)),
-]
 CASES = [("tf32", torch.float32), ("fp32", torch.float32), (None, torch.bfloat16)]
 ALGOS = {"forward": "IMPLICIT_GEMM", "backward_filter": "IMPLICIT_GEMM_SPLIT_K"}
 
@@ -47,7 +44,7 @@ def channels_last(t: torch.Tensor) -> torch.Tensor:
 def main() -> None:
     args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation")
     for math_mode, dtype in CASES:
-        for xs, ws, conv in SHAPES:
+        for xs, ws, conv in FEW_CHANNELS:
             x = channels_last(torch.randn(xs, dtype=dtype))
             w = channels_last(torch.randn(ws, dtype=dtype))
             for direction, name in ALGOS.items():
