@@ -106,8 +106,8 @@ def split_count(p: ConvProblem) -> int:
     VGG-16's conv512_512_14 0.189 -> 0.181 (2 -> 7); in the suites (shipped tiles,
     split_ab.py) VGG-16's split 3x3 layers 1.2x to 1.4x faster, ResNet-50's late 1x1 layers
     up to 1.4x. Its early 1x1 layers (1 to 8 tiles) ran slower in whole waves (l2.0.down
-    0.045 -> 0.066 ms in 16 splits): their smaller tiles hold several programs a
-    multiprocessor, so there all 32 splits stay."""
+    0.045 -> 0.066 ms in 16 splits instead of 32): their smaller tiles hold several
+    programs a multiprocessor, so there every split the reduction allows stays."""
     depth = gemm_shape(p)[2]
     if p.direction != Direction.BACKWARD_FILTER and not packed(p):
         depth *= math.prod(p.kernel)  # forward and backward-data reduce over the taps too
