@@ -112,10 +112,9 @@ def split_count(p: ConvProblem) -> int:
     if p.direction != Direction.BACKWARD_FILTER and not packed(p):
         depth *= math.prod(p.kernel)  # forward and backward-data reduce over the taps too
     most = max(1, min(depth // (16 * 64 if p.device == "cuda" else 32), MAX_SPLITS))
-    tiles = _output_tiles(p)
+    tiles, slots = _output_tiles(p), parallel_slots(p.device)
     if p.device != "cuda":  # the interpreter: splits for the tests, time aside
-        return max(1, min(cdiv(parallel_slots(p.device), tiles), most))
-    slots = parallel_slots(p.device)
+        return max(1, min(cdiv(slots, tiles), most))
     if tiles * most <= slots:
         return most  # even the most splits leave the device room: take them all
     wave = max(1, slots // 2)
