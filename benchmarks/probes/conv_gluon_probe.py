@@ -15,6 +15,7 @@ Forward, stride 1, dilation 1, one group, channels-last 16-bit x (N, H, W, C) an
     PYTHONPATH=src python benchmarks/probes/conv_gluon_probe.py compile   (no GPU: sm_90 PTX)
     PYTHONPATH=src python benchmarks/probes/conv_gluon_probe.py OUT_DIR   (GPU: check + time)
     PYTHONPATH=src ncu ... python benchmarks/probes/conv_gluon_probe.py profile LAYER VARIANT
+    PYTHONPATH=src ncu ... python benchmarks/probes/conv_gluon_probe.py profile-tma LAYER VARIANT
 """
 
 from __future__ import annotations
@@ -531,10 +532,24 @@ def profile_one(layer: int, variant: int) -> None:
     torch.cuda.synchronize()
 
 
+def profile_tma(layer: int, variant: int) -> None:
+    """One call of LAYERS[layer] with TMA_VARIANTS[variant], for ncu."""
+    _, n, c, side = LAYERS[layer]
+    bn, stages, group, bm = TMA_VARIANTS[variant]
+    x = torch.randn(n, c, side, side, device="cuda", dtype=torch.bfloat16)
+    x = x.to(memory_format=torch.channels_last)
+    w = torch.randn(c, c, 3, 3, device="cuda", dtype=torch.bfloat16)
+    w = w.to(memory_format=torch.channels_last)
+    conv_forward_tma(x, w, 1, min(bn, c), stages, group, block_m=bm)
+    torch.cuda.synchronize()
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["compile"]:
         compile_offline()
     elif sys.argv[1] == "profile":  # profile LAYER VARIANT
         profile_one(int(sys.argv[2]), int(sys.argv[3]))
+    elif sys.argv[1] == "profile-tma":  # profile-tma LAYER TMA_VARIANT
+        profile_tma(int(sys.argv[2]), int(sys.argv[3]))
     else:
         gpu(sys.argv[1])
