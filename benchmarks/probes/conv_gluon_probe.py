@@ -330,14 +330,15 @@ def _tma_arguments(x, w, y, padding, block_n, block_k, block_m=128):
     return (x_desc, w_desc, y_desc, c, padding, padding, r, s, tiles_n, tiles_h, tiles_w, tiles)
 
 
-def conv_forward_tma(x, w, padding, block_n=128, stages=4, group=1, block_k=64, block_m=128):
-    """y = conv2d(x, w, padding) (stride 1) through the TMA-per-tap kernel."""
+def conv_forward_tma(x, w, padding, block_n=128, stages=4, group=1, block_k=64, block_m=128,
+                     y=None):  # fmt: skip
+    """y = conv2d(x, w, padding) (stride 1) through the TMA-per-tap kernel (into y when
+    given: channels-last, of the output's shape)."""
     n, _, h, wd = x.shape
     k, _, r, s = w.shape
     oh, ow = h + 2 * padding - r + 1, wd + 2 * padding - s + 1
-    y = torch.empty(n, k, oh, ow, dtype=x.dtype, device=x.device).to(
-        memory_format=torch.channels_last
-    )
+    if y is None:  # the layout's own allocation: no copy kernel in the timed graph
+        y = torch.empty(n, oh, ow, k, dtype=x.dtype, device=x.device).permute(0, 3, 1, 2)
     args = _tma_arguments(x, w, y, padding, block_n, block_k, block_m)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     conv_forward_tma_kernel[(min(args[-1], sms),)](
@@ -532,6 +533,33 @@ def profile_one(layer: int, variant: int) -> None:
     torch.cuda.synchronize()
 
 
+def time_tma(layer: int, variant: int) -> None:
+    """Device time of LAYERS[layer] with TMA_VARIANTS[variant] into a preallocated output,
+    beside cuDNN (graph replays, L2 flushed): the kernel alone."""
+    import torch.nn.functional as F
+
+    from rtdnn.core.timing import device_time_ms
+
+    torch.backends.cudnn.benchmark = True
+    name, n, c, side = LAYERS[layer]
+    bn, stages, group, bm = TMA_VARIANTS[variant]
+    x = torch.randn(n, c, side, side, device="cuda", dtype=torch.bfloat16)
+    x = x.to(memory_format=torch.channels_last)
+    w = (torch.randn(c, c, 3, 3, device="cuda") / (3 * c**0.5)).to(torch.bfloat16)
+    w = w.to(memory_format=torch.channels_last)
+    y = F.conv2d(x, w, padding=1)
+    ref = y.clone()
+    conv_forward_tma(x, w, 1, min(bn, c), stages, group, block_m=bm, y=y)
+    err = ((y.float() - ref.float()).norm() / ref.float().norm()).item()
+    t_cudnn = device_time_ms(lambda: F.conv2d(x, w, padding=1))
+    t = device_time_ms(lambda: conv_forward_tma(x, w, 1, min(bn, c), stages, group, block_m=bm,
+                                                y=y))  # fmt: skip
+    flops = 2 * n * side * side * c * c * 9
+    rate = flops / t / 1e9
+    print(f"{name} {TMA_VARIANTS[variant]}: cuDNN {t_cudnn:.4f} ms, TMA {t:.4f} ms "
+          f"({rate:.0f} TFLOP/s, {t_cudnn / t:.2f} of cuDNN), err {err:.1e}")  # fmt: skip
+
+
 def profile_tma(layer: int, variant: int) -> None:
     """One call of LAYERS[layer] with TMA_VARIANTS[variant], for ncu."""
     _, n, c, side = LAYERS[layer]
@@ -549,6 +577,17 @@ if __name__ == "__main__":
         compile_offline()
     elif sys.argv[1] == "profile":  # profile LAYER VARIANT
         profile_one(int(sys.argv[2]), int(sys.argv[3]))
+    elif sys.argv[1] == "profile-cudnn":  # profile-cudnn LAYER: cuDNN's heuristic choice
+        import torch.nn.functional as F
+
+        _, n, c, side = LAYERS[int(sys.argv[2])]
+        x = torch.randn(n, c, side, side, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(c, c, 3, 3, device="cuda", dtype=torch.bfloat16)
+        cl = torch.channels_last
+        F.conv2d(x.to(memory_format=cl), w.to(memory_format=cl), padding=1)
+        torch.cuda.synchronize()
+    elif sys.argv[1] == "time-tma":  # time-tma LAYER TMA_VARIANT
+        time_tma(int(sys.argv[2]), int(sys.argv[3]))
     elif sys.argv[1] == "profile-tma":  # profile-tma LAYER TMA_VARIANT
         profile_tma(int(sys.argv[2]), int(sys.argv[3]))
     else:
