@@ -260,3 +260,80 @@ def test_split_k_backward_data_every_tile(case, shape):
         launch(ConvTensors(out, w, dy), workspace, 0.5, -1.5)
         err = R.rel_error(out, ref_beta)
         assert err < tol, f"{tiles} with beta: rel. error {err:.2e}"
+
+
+#: Shapes for the warp-specialized Hopper kernel (x shape, w shape, conv parameters): images
+#: not a multiple of the box (17x15, 9x9, 30x70: two boxes a row), a 1-pixel image, padding
+#: above the filter's reach, dilation, 5x5, batch 1, written channels not a multiple of the
+#: tile (96, 200, 192). Backward-data reduces over K, which must be a multiple of 64: the
+#: first two run forward only.
+HOPPER_FORWARD_ONLY = [
+    ((4, 64, 17, 15), (96, 64, 3, 3), dict(padding=1)),
+    ((2, 64, 10, 11), (200, 64, 3, 3), dict(padding=3)),
+]
+HOPPER_SHAPES = [
+    ((1, 128, 9, 9), (128, 128, 3, 3), dict(padding=1)),
+    ((3, 64, 1, 1), (64, 64, 3, 3), dict(padding=1)),
+    ((2, 128, 30, 70), (64, 128, 3, 3), dict(padding=2, dilation=2)),
+    ((5, 64, 7, 7), (128, 64, 5, 5), dict(padding=2)),
+    ((2, 64, 12, 12), (64, 64, 3, 3), dict()),
+    ((2, 192, 8, 8), (128, 192, 3, 3), dict(padding=1)),
+]
+HOPPER_MATRIX = [("forward", s) for s in HOPPER_FORWARD_ONLY + HOPPER_SHAPES]
+HOPPER_MATRIX += [("backward_data", s) for s in HOPPER_SHAPES]
+
+
+@pytest.mark.parametrize("case", ["bf16", "fp16"])
+@pytest.mark.parametrize("direction,shape", HOPPER_MATRIX)
+def test_hopper_kernel(direction, shape, case):
+    """Every tile of the warp-specialized Hopper kernel (IMPLICIT_GEMM's tiles on sm_90),
+    alpha and beta into a NaN-poisoned and then a prior output, forward with bias and relu,
+    matches float64; two runs are bit-identical."""
+    from rtdnn.algos import ALGORITHMS, ConvTensors
+    from rtdnn.algos.implicit_gemm import HopperConvTiles, hopper_unsupported
+    from rtdnn.ops.conv import _problem_for_selection
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Hopper kernel runs on sm_90 only")
+    dtype, _, tol = CASES[case]
+    xs, ws, conv = shape
+    x = _channels_last(torch.randn(xs, device="cuda", dtype=dtype))
+    w = _channels_last(torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * 9) ** 0.5)
+    y_shape = R.conv_forward(x, w, **conv).shape
+    dy = _channels_last(torch.randn(y_shape, device="cuda", dtype=dtype))
+    bias = torch.randn(ws[0], device="cuda", dtype=dtype)
+    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation")
+    p, _ = _problem_for_selection(direction, x, w, math=None, **{**args, **conv})
+    forward = direction == "forward"
+    if forward:
+        p = dataclasses.replace(p, has_bias=True, activation="relu")
+    assert hopper_unsupported(p) is None, hopper_unsupported(p)
+    algo = ALGORITHMS["IMPLICIT_GEMM"]
+    candidates = algo.tile_candidates(p)
+    assert candidates and all(isinstance(t, HopperConvTiles) for t in candidates)
+    out_shape = y_shape if forward else xs
+    prior = _channels_last(torch.randn(out_shape, device="cuda", dtype=dtype))
+    if forward:
+        ref = R.conv_forward(x, w, bias, alpha=0.5, activation="relu", **conv)
+        ref_beta = R.conv_forward(x, w, bias, alpha=0.5, beta=-1.5, out=prior.clone(),
+                                  activation="relu", **conv)  # fmt: skip
+    else:
+        ref = R.conv_backward_data(dy, w, xs, alpha=0.5, **conv)
+        ref_beta = R.conv_backward_data(dy, w, xs, alpha=0.5, beta=-1.5, out=prior.clone(),
+                                        **conv)  # fmt: skip
+
+    def tensors(out):
+        return ConvTensors(x, w, out, bias) if forward else ConvTensors(out, w, dy)
+
+    for tiles in candidates:
+        launch = algo.prepare(p, tiles)
+        out = _channels_last(torch.full(out_shape, float("nan"), device="cuda", dtype=dtype))
+        launch(tensors(out), None, 0.5, 0.0)
+        assert R.rel_error(out, ref) < tol, f"{tiles}: rel. error {R.rel_error(out, ref):.2e}"
+        again = torch.full_like(out, float("nan"))
+        launch(tensors(again), None, 0.5, 0.0)
+        assert torch.equal(again, out), f"{tiles}: not deterministic"
+        out = prior.clone()
+        launch(tensors(out), None, 0.5, -1.5)
+        err = R.rel_error(out, ref_beta)
+        assert err < tol, f"{tiles} with beta: rel. error {err:.2e}"

@@ -34,6 +34,7 @@ from ..kernels.launch import (
     TileConfig,
     TmaGemmLaunch,
     TmaGemmTiles,
+    slot_launch,
     split_finish,
 )
 from ..kernels.strided import StridedGeometry
@@ -44,6 +45,7 @@ from .geometry import (
     conv_geometry,
     data_phases,
     dot_precision,
+    multiprocessor_count,
     parallel_slots,
     shared_memory_bytes,
     static_phase_taps,
@@ -380,6 +382,63 @@ def tma_geometry(p: ConvProblem, tiles: TileConfig) -> conv_tma.TmaGeometry:
     )  # fmt: skip
 
 
+#: Set to 0 to keep the warp-specialized Hopper kernel (kernels/conv_hopper.py) out of
+#: IMPLICIT_GEMM's candidates, so the pointer tiles run (A/B measurements).
+HOPPER_CONV_ENV = "RTDNN_HOPPER_CONV"
+#: The Triton release whose Gluon (an experimental API that changes between releases) the
+#: Hopper kernel is written for; with another the pointer tiles run.
+GLUON_TRITON = "3.6."
+
+
+@dataclass(frozen=True)
+class HopperConvTiles(TileConfig):
+    """Tiles of the warp-specialized Hopper kernel (kernels/conv_hopper.py): block_m output
+    pixels as a box of the output, block_n output channels, block_k reduced channels a step,
+    num_stages the operand ring's depth."""
+
+
+def hopper_unsupported(p: ConvProblem) -> str | None:
+    """None if the warp-specialized Hopper kernel (kernels/conv_hopper.py) runs `p` on this
+    machine, else why not."""
+    if p.device != "cuda" or INTERPRETED or not triton.__version__.startswith(GLUON_TRITON):
+        return f"a Hopper GPU with Triton {GLUON_TRITON}x"
+    if torch.cuda.get_device_capability()[0] != 9:
+        return "a Hopper GPU (sm_90: warp-group MMAs)"
+    if p.direction == Direction.BACKWARD_FILTER:
+        return "forward and backward-data only"
+    if p.dtype not in (torch.float16, torch.bfloat16):
+        return "16-bit data only"
+    if p.spatial_dims != 2 or p.groups != 1:
+        return "2-D convolutions of one group only"
+    if p.activation not in ("identity", "relu"):
+        return f"no {p.activation} epilogue"
+    from ..kernels import conv_hopper  # Gluon: imported where it runs
+
+    reason = tma_unsupported(p, conv_hopper.BLOCK_K)
+    if reason is not None:
+        return reason
+    dst = p.y if p.direction == Direction.FORWARD else p.x
+    if not _channels_last_aligned(dst, p.dtype.itemsize):
+        return "the written tensor must be channels-last with 16-byte aligned strides"
+    return None
+
+
+def _hopper_candidates(p: ConvProblem) -> list[TileConfig]:
+    """The Hopper kernel's tiles where it runs `p` (and RTDNN_HOPPER_CONV is not 0): 128
+    output channels a tile, or 64 where the output has no more (kernels/conv_hopper.py)."""
+    if os.environ.get(HOPPER_CONV_ENV) == "0" or hopper_unsupported(p) is not None:
+        return []
+    from ..kernels import conv_hopper
+
+    cols = p.out_channels if p.direction == Direction.FORWARD else p.in_channels
+    widths = (128, 64) if cols > 64 else (64,)
+    return [
+        HopperConvTiles(conv_hopper.BLOCK_M, bn, conv_hopper.BLOCK_K, group_m=1, num_warps=4,
+                        num_stages=conv_hopper.stages_for(bn))
+        for bn in widths
+    ]  # fmt: skip
+
+
 def _tma_candidates(p: ConvProblem, candidates: list[TileConfig]) -> list[TileConfig]:
     """TMA variants of the pointer candidates, where RTDNN_TMA=1 asks for them and a Hopper
     (or later) GPU can run them."""
@@ -484,6 +543,9 @@ def pointwise_layouts(p: ConvProblem) -> tuple[MatrixLayout, MatrixLayout, tuple
 class ImplicitGemm(ConvAlgorithm):
     name = "IMPLICIT_GEMM"
     fuses_activation = True  # the GEMM's epilogue
+    #: Whether the warp-specialized Hopper kernel serves this algorithm (the plain implicit
+    #: GEMM; not the variants that add a workspace of their own).
+    hopper_kernel = True
 
     def supports(self, p: ConvProblem) -> str | None:
         return None
@@ -493,6 +555,12 @@ class ImplicitGemm(ConvAlgorithm):
 
     def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
         rows, cols, depth, _ = gemm_shape(p)
+        hopper = _hopper_candidates(p) if self.hopper_kernel else []
+        if hopper:
+            # On Hopper the warp-specialized kernel alone (not beside tiles the shipped table
+            # or the tuning database could prefer): H200, bf16, VGG-16's 256-channel 56x56
+            # layer 0.091 ms against the pointer tiles' 0.128 and cuDNN's 0.084.
+            return hopper
         candidates = gemm_candidates(p, rows, cols, depth)
         plain = self._tma_gemm_candidates(p, rows, cols, depth)
         if self.splits(p) > 1 and p.direction != Direction.BACKWARD_FILTER:
@@ -524,6 +592,8 @@ class ImplicitGemm(ConvAlgorithm):
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
         if isinstance(tiles, TmaGemmTiles):
             return self._prepare_tma_gemm(p, tiles)
+        if isinstance(tiles, HopperConvTiles):
+            return self._prepare_hopper(p, tiles)
         geo = static_taps(conv_geometry(p))
         if packed(p):
             # Few channels, few distinct counts: the (tap, channel) split of every packed
@@ -619,6 +689,81 @@ class ImplicitGemm(ConvAlgorithm):
                 plain(t, workspace, alpha, beta)
                 return
             gemm(*operands, out, alpha=alpha, beta=beta, bias=bias, workspace=workspace)
+
+        return run
+
+    def _prepare_hopper(self, p: ConvProblem, tiles: TileConfig) -> Runner:
+        """Forward or backward-data by the warp-specialized Hopper kernel (kernels/
+        conv_hopper.py); the pointer path's first tiles run instead where a call's tensors are
+        not 16-byte aligned."""
+        reason = hopper_unsupported(p)
+        if reason is not None:
+            raise ValueError(f"Hopper tiles for a problem they cannot run: {reason}")
+        from ..kernels import conv_hopper as ch
+
+        forward = p.direction == Direction.FORWARD
+        src, dst = (p.x, p.y) if forward else (p.y, p.x)
+        (pad_h, pad_w), (dil_h, dil_w) = p.conv.padding, p.conv.dilation
+        sign = 1 if forward else -1  # forward reads o - pad + tap * dil, backward o + pad - ...
+        n, dst_h, dst_w = p.batch, *dst.shape[2:]
+        box = ch.conv_box(dst_h, dst_w)
+        tiles_h, tiles_w = cdiv(dst_h, box[1]), cdiv(dst_w, box[2])
+        tiles_n = cdiv(dst.shape[1], tiles.block_n)
+        count = cdiv(n, box[0]) * tiles_h * tiles_w * tiles_n
+        taps, in_channels = math.prod(p.kernel), p.in_channels
+
+        def image(desc: TensorDesc) -> tuple[tuple, tuple]:
+            """(shape, strides) of a channels-last tensor as (N, H, W, channels)."""
+            s = _channels_last_strides(desc)
+            return (desc.shape[0], *desc.shape[2:], desc.shape[1]), (s[0], s[2], s[3], 1)
+
+        src_view, dst_view = image(src), image(dst)
+        w_view = ((p.out_channels, taps * in_channels), (_channels_last_strides(p.w)[0], 1))
+        src_block = [*box, tiles.block_k]
+        dst_block = [*ch.half_box(box), tiles.block_n]
+        w_block = [tiles.block_n, tiles.block_k] if forward else [tiles.block_k, tiles.block_n]
+        programs = min(count, multiprocessor_count(torch.cuda.current_device()))  # persistent
+        launches = {
+            beta_nonzero: slot_launch(
+                ch.conv_hopper_kernel,
+                (programs,),
+                ("x_desc", "w_desc", "y_desc", "bias_ptr", "alpha", "beta"),
+                num_warps=4,
+                maxnreg=ch.LAUNCH_REGISTERS,
+                cols=dst.shape[1],
+                chunks=src.shape[1] // tiles.block_k,
+                taps=taps,
+                tap_cols=in_channels,
+                shift_h=-sign * pad_h,
+                shift_w=-sign * pad_w,
+                step_h=sign * dil_h,
+                step_w=sign * dil_w,
+                S=p.kernel[1],
+                tiles_n=tiles_n,
+                tiles_h=tiles_h,
+                tiles_w=tiles_w,
+                tiles=count,
+                STAGES=tiles.num_stages,
+                BACKWARD_DATA=not forward,
+                HAS_BIAS=forward and p.has_bias,
+                BETA_NONZERO=beta_nonzero,
+                RELU=p.activation == "relu",
+                CONSUMER_REGS=ch.CONSUMER_REGISTERS,
+            )  # fmt: skip
+            for beta_nonzero in (False, True)
+        }
+        plain = self.prepare(p, gemm_candidates(p, *gemm_shape(p)[:3])[0])
+
+        def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            read, written = (t.x, t.y) if forward else (t.y, t.x)
+            if not tma_aligned(read, t.w, written):
+                plain(t, workspace, alpha, beta)
+                return
+            bias = t.bias if forward and t.bias is not None else written
+            launches[beta != 0](
+                ch.descriptor(read, *src_view, src_block), ch.descriptor(t.w, *w_view, w_block),
+                ch.descriptor(written, *dst_view, dst_block), bias, float(alpha), float(beta),
+            )  # fmt: skip
 
         return run
 
@@ -767,6 +912,7 @@ class ImplicitGemm(ConvAlgorithm):
 
 class ImplicitGemmSplitK(ImplicitGemm):
     name = "IMPLICIT_GEMM_SPLIT_K"
+    hopper_kernel = False
 
     def splits(self, p: ConvProblem) -> int:
         return split_count(p)

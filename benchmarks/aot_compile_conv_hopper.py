@@ -1,0 +1,70 @@
+"""Compile the warp-specialized Hopper convolution (kernels/conv_hopper.py) for sm_90 without
+a GPU, as the launches of IMPLICIT_GEMM's Hopper tiles would, and report each variant's
+registers, spills and shared memory (Triton's bundled ptxas).
+
+    PYTHONPATH=src python benchmarks/aot_compile_conv_hopper.py
+"""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sm90_stub import activate  # noqa: E402
+
+activate()
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from rtdnn.kernels import conv_hopper as ch  # noqa: E402
+
+# (direction, batch, channels read, channels written, image side, filter, padding, dilation)
+CASES = [
+    ("forward", 64, 256, 256, 14, 3, 1, 1),
+    ("forward", 64, 64, 64, 56, 3, 1, 1),
+    ("backward_data", 64, 512, 512, 7, 3, 1, 1),
+    ("backward_data", 16, 128, 64, 224, 3, 1, 1),
+    ("forward", 2, 64, 96, 9, 5, 3, 2),
+]
+
+
+def compile_case(direction, n, c_read, c_written, side, r, pad, dil, block_n, beta, bias):
+    forward = direction == "forward"
+    out_side = side + 2 * pad - dil * (r - 1)
+    read = torch.empty(n, side, side, c_read, dtype=torch.bfloat16)
+    written = torch.empty(n, out_side, out_side, c_written, dtype=torch.bfloat16)
+    k, c = (c_written, c_read) if forward else (c_read, c_written)
+    w = torch.empty(k, r * r * c, dtype=torch.bfloat16)
+    box = ch.conv_box(out_side, out_side)
+    w_block = [block_n, ch.BLOCK_K] if forward else [ch.BLOCK_K, block_n]
+    x_desc = ch.descriptor(read, read.shape, read.stride(), [*box, ch.BLOCK_K])
+    w_desc = ch.descriptor(w, w.shape, w.stride(), w_block)
+    y_desc = ch.descriptor(written, written.shape, written.stride(), [*ch.half_box(box), block_n])
+    sign = 1 if forward else -1
+    kernel = ch.conv_hopper_kernel.warmup(
+        x_desc, w_desc, y_desc, written, 1.0, 0.5, c_written, c_read // ch.BLOCK_K, r * r, c,
+        -sign * pad, -sign * pad, sign * dil, sign * dil, r, 1, 1, 1, 1,
+        STAGES=ch.stages_for(block_n), BACKWARD_DATA=not forward, HAS_BIAS=bias,
+        BETA_NONZERO=beta, RELU=bias, CONSUMER_REGS=ch.CONSUMER_REGISTERS,
+        num_warps=4, maxnreg=ch.LAUNCH_REGISTERS, grid=(1,),
+    )  # fmt: skip
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(kernel.asm["ptx"])
+        f.flush()
+        log = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
+                             capture_output=True, text=True).stderr  # fmt: skip
+    spills = re.findall(r"(\d+) bytes spill stores", log)
+    serial = "SERIALIZED" if "C7515" in log or "serializ" in log.lower() else ""
+    return f"smem={kernel.metadata.shared} spills={spills} {serial}"
+
+
+if __name__ == "__main__":
+    for case in CASES:
+        for block_n in (128, 64):
+            for beta, bias in ((False, False), (True, True)):
+                print(case, f"BN={block_n} beta={beta} bias+relu={bias}:",
+                      compile_case(*case, block_n, beta, bias), flush=True)  # fmt: skip

@@ -1,0 +1,249 @@
+"""Forward and backward-data convolution for Hopper (sm_90), warp-specialized, in Gluon.
+
+The implicit GEMM of a stride-1 convolution, with every operand moved by the copy engine:
+for filter tap (r, s) the input pixels a tile of output pixels reads are the tile itself
+shifted by (r, s) times the dilation, less the padding. So a tile of output pixels chosen as
+a box [images, rows, columns] of the output has, for each tap, a box of the input of the same
+shape as its operand: one TMA copy, with the hardware's zero fill doing the padding. Read
+from shared memory as a [pixels, channels] matrix it feeds the warp-group MMA directly (the
+box's 128-byte swizzle is the matrix's). The filter operand is a 2-D box of the filter seen
+as a (K, taps x C) matrix.
+
+Backward-data at stride 1 is the same product: dx's box of pixels reads dy's box shifted the
+other way, reduces over the output channels k, and multiplies by the filter's (k, c) block
+of the tap, whose c is contiguous: the MMA takes that operand with N innermost.
+
+One program a multiprocessor loops over tiles (persistent) and runs three partitions, as
+kernels/attention_hopper.py does:
+
+- **load** (one warp): for each of the program's tiles and each step (a filter tap and a
+  64-channel chunk of the reduction), the input box and the filter block, by TMA, into a
+  ring of STAGES shared-memory stages. A stage is refilled once both consumers released it
+  (an `empty` mbarrier counting two arrivals); the copies' completion arrives on its `ready`
+  mbarrier. The loader runs ahead into the program's next tile as stages free up.
+- **two consumers** (one warp group each): half of the tile's pixels each (half the box's
+  images, or half its rows), one step's MMA in flight while the next is issued; then the
+  epilogue, alpha * acc (+ beta * the prior output, read by TMA) (+ bias) (relu), written by
+  TMA. Pixels and channels outside the output are dropped by the store.
+
+Box shapes (conv_box): 128 output pixels, columns a power of two up to 64 covering a row,
+then rows, then images. Where a row is not a power of two wide the box computes pixels it
+drops (14-wide rows in 16-wide boxes: 88% kept; 7x7 images in 8x8: 77%).
+
+Scope (algos/implicit_gemm.py, hopper_unsupported, checks it): 2-D, stride 1, one group,
+cross-correlation, 16-bit data, channels-last tensors a TMA descriptor can address, the
+reduced channels (C forward, K backward-data) a multiple of 64, a channels-last filter with
+dense taps.
+"""
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+#: Output pixels a tile (a box of the output), and reduced channels a step (64 x 2 bytes: the
+#: TMA's widest swizzled row).
+BLOCK_M = 128
+BLOCK_K = 64
+#: Registers a thread at launch (12 warps: two consumer groups and the load warp's group) and
+#: in a consumer partition.
+LAUNCH_REGISTERS = 168
+CONSUMER_REGISTERS = 240
+
+
+@gluon.jit
+def _load_partition(x_desc, w_desc, a_smem, b_smem, ready, empty, steps, chunks, tap_cols,
+                    shift_h, shift_w, step_h, step_w, S, tiles, tiles_n, tiles_h, tiles_w,
+                    BACKWARD_DATA: gl.constexpr):  # fmt: skip
+    """For each step of each of this program's tiles: the input box of the step's tap and
+    channel chunk, and the filter block of that tap, chunk and the tile's output channels."""
+    BOX_N: gl.constexpr = x_desc.block_type.shape[0]
+    BOX_H: gl.constexpr = x_desc.block_type.shape[1]
+    BOX_W: gl.constexpr = x_desc.block_type.shape[2]
+    CHUNK: gl.constexpr = x_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[BACKWARD_DATA * 1]  # [k, n] or [n, k]
+    STAGES: gl.constexpr = ready.type.shape[0]
+    nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
+    it = 0
+    for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
+        tm = tile // tiles_n
+        n0 = (tile - tm * tiles_n) * BLOCK_N
+        tw = tm % tiles_w
+        th = (tm // tiles_w) % tiles_h
+        img = tm // (tiles_w * tiles_h) * BOX_N
+        for step in range(steps):
+            stage = it % STAGES
+            mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
+            bar = ready.index(stage)
+            mbarrier.expect(bar, nbytes)
+            tap = step // chunks
+            c0 = (step - tap * chunks) * CHUNK
+            r = tap // S
+            s = tap - r * S
+            h0 = th * BOX_H + shift_h + r * step_h
+            w0 = tw * BOX_W + shift_w + s * step_w
+            tma.async_copy_global_to_shared(x_desc, [img, h0, w0, c0], bar, a_smem.index(stage))
+            if BACKWARD_DATA:  # rows: the reduced k; columns: this tap's input channels
+                coords = [c0, tap * tap_cols + n0]
+            else:  # rows: output channels; columns: this tap's reduced c
+                coords = [n0, tap * tap_cols + c0]
+            tma.async_copy_global_to_shared(w_desc, coords, bar, b_smem.index(stage))
+            it += 1
+
+
+@gluon.jit
+def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, ready, empty, y_desc,
+              bias_ptr, alpha, beta, cols, steps, tiles, tiles_n, tiles_h, tiles_w,
+              BACKWARD_DATA: gl.constexpr, HAS_BIAS: gl.constexpr,
+              BETA_NONZERO: gl.constexpr, RELU: gl.constexpr):  # fmt: skip
+    """Half of each tile's pixels: the products over every step, then the epilogue."""
+    BOX_N: gl.constexpr = a_smem.type.shape[1]
+    BOX_H: gl.constexpr = a_smem.type.shape[2]
+    BOX_W: gl.constexpr = a_smem.type.shape[3]
+    CHUNK: gl.constexpr = a_smem.type.shape[4]
+    BLOCK_N: gl.constexpr = b_smem.type.shape[1 + BACKWARD_DATA * 1]
+    STAGES: gl.constexpr = ready.type.shape[0]
+    PIXELS: gl.constexpr = BOX_N * BOX_H * BOX_W
+    HALF: gl.constexpr = PIXELS // 2
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[gl.num_warps(), 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    out = c_smem.index(half)
+    out2 = out.reshape([HALF, BLOCK_N])
+    bar = prior_bar.index(half)
+    it = 0
+    done = 0
+    for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
+        tm = tile // tiles_n
+        n0 = (tile - tm * tiles_n) * BLOCK_N
+        tw = tm % tiles_w
+        th = (tm // tiles_w) % tiles_h
+        img = tm // (tiles_w * tiles_h) * BOX_N
+        acc = gl.zeros([HALF, BLOCK_N], gl.float32, acc_layout)
+        for step in range(steps):
+            stage = it % STAGES
+            mbarrier.wait(ready.index(stage), (it // STAGES) & 1)
+            a = a_smem.index(stage).reshape([PIXELS, CHUNK]).slice(half * HALF, HALF)
+            if BACKWARD_DATA:
+                b = b_smem.index(stage)
+            else:
+                b = b_smem.index(stage).permute((1, 0))
+            acc = warpgroup_mma(a, b, acc, is_async=True)
+            acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous step's product is done
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=step > 0)
+            it += 1
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1)
+        if BOX_N > 1:  # each half: half the images
+            coords = [img + half * (BOX_N // 2), th * BOX_H, tw * BOX_W, n0]
+        else:  # each half: half the rows
+            coords = [img, th * BOX_H + half * (BOX_H // 2), tw * BOX_W, n0]
+        acc = acc * alpha
+        tma.store_wait(0)  # the last tile's store has read `out`
+        if BETA_NONZERO:
+            mbarrier.expect(bar, y_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(y_desc, coords, bar, out)
+            mbarrier.wait(bar, done & 1)
+            # Each thread reads the elements it writes below: no barrier between the two.
+            acc = acc + beta * out2.load(acc_layout).to(gl.float32)
+        if HAS_BIAS:
+            cn = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
+            bias = gl.load(bias_ptr + cn, mask=cn < cols, other=0.0).to(gl.float32)
+            acc = acc + gl.expand_dims(bias, 0)
+        if RELU:
+            acc = gl.maximum(acc, 0.0)
+        out2.store(acc.to(y_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(y_desc, coords, out)
+        done += 1
+    tma.store_wait(0)
+
+
+@gluon.jit
+def conv_hopper_kernel(
+    x_desc, w_desc, y_desc, bias_ptr, alpha, beta, cols, chunks, taps, tap_cols, shift_h,
+    shift_w, step_h, step_w, S, tiles_n, tiles_h, tiles_w, tiles,
+    STAGES: gl.constexpr, BACKWARD_DATA: gl.constexpr, HAS_BIAS: gl.constexpr,
+    BETA_NONZERO: gl.constexpr, RELU: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+):  # fmt: skip
+    """Persistent, grid (programs,). x_desc: the read image (x forward, dy backward-data),
+    (N, H, W, channels) in [BOX_N, BOX_H, BOX_W, 64] boxes; w_desc: the filter as (K, taps x
+    C) in [BLOCK_N, 64] blocks forward, [64, BLOCK_N] backward-data; y_desc: the written
+    image (N, OH, OW, cols) in half boxes. A step: a tap (r, s) = divmod(step // chunks, S)
+    read at box origin + shift + (r, s) x step_hw, and a 64-channel chunk."""
+    dtype: gl.constexpr = w_desc.dtype
+    a_smem = gl.allocate_shared_memory(dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    b_smem = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    c_smem = gl.allocate_shared_memory(dtype, [2] + y_desc.block_type.shape, y_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    prior_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # one arrival per consumer
+    for i in gl.static_range(2):
+        mbarrier.init(prior_bar.index(i), count=1)
+    steps = taps * chunks
+    # Constants are written into the partitions' argument lists here: kept in a variable,
+    # a tuple's constants would reach the partitions as run-time values.
+    gl.warp_specialize(
+        [
+            (_consumer, (0, a_smem, b_smem, c_smem, prior_bar, ready, empty, y_desc, bias_ptr,
+                         alpha, beta, cols, steps, tiles, tiles_n, tiles_h, tiles_w,
+                         BACKWARD_DATA, HAS_BIAS, BETA_NONZERO, RELU)),
+            (_consumer, (1, a_smem, b_smem, c_smem, prior_bar, ready, empty, y_desc, bias_ptr,
+                         alpha, beta, cols, steps, tiles, tiles_n, tiles_h, tiles_w,
+                         BACKWARD_DATA, HAS_BIAS, BETA_NONZERO, RELU)),
+            (_load_partition, (x_desc, w_desc, a_smem, b_smem, ready, empty, steps, chunks,
+                               tap_cols, shift_h, shift_w, step_h, step_w, S, tiles, tiles_n,
+                               tiles_h, tiles_w, BACKWARD_DATA)),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, 24],
+    )  # fmt: skip
+
+
+def conv_box(out_h: int, out_w: int) -> tuple[int, int, int]:
+    """(images, rows, columns) of a tile's BLOCK_M output pixels: columns the power of two
+    that covers a row, at most 64; then rows; then images. Two or more images or rows, so that
+    each consumer takes half."""
+    box_w = min(64, triton.next_power_of_2(out_w))
+    box_h = min(BLOCK_M // box_w, triton.next_power_of_2(out_h))
+    return BLOCK_M // (box_w * box_h), box_h, box_w
+
+
+def half_box(box: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The box of one consumer's pixels: half the images, or half the rows of one."""
+    n, h, w = box
+    return (n // 2, h, w) if n > 1 else (1, h // 2, w)
+
+
+_GLUON_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+#: (block, dtype) -> the shared-memory layout of a TMA block (microseconds to make).
+_layouts: dict[tuple, gl.NVMMASharedLayout] = {}
+
+
+def descriptor(t: torch.Tensor, shape, strides, block) -> TensorDescriptor:
+    """A TMA descriptor of t's data seen with these shape and strides (elements, innermost
+    stride 1), in blocks of `block`, with the swizzled layout the MMAs read."""
+    key = (tuple(block), t.dtype)
+    layout = _layouts.get(key)
+    if layout is None:
+        layout = _layouts[key] = gl.NVMMASharedLayout.get_default_for(
+            list(block), _GLUON_DTYPES[t.dtype]
+        )
+    return TensorDescriptor(t, list(shape), list(strides), list(block), layout)
+
+
+def stages_for(block_n: int) -> int:
+    """Stages of the operand ring that fit beside the epilogue's buffers: 4 of 32 KiB with
+    128 output channels a tile (160 KiB in all), 6 of 24 KiB with 64 (160 KiB)."""
+    return 4 if block_n > 64 else 6
