@@ -21,8 +21,10 @@ import triton  # noqa: E402
 
 from rtdnn.kernels import conv_hopper as ch  # noqa: E402
 
-# (direction, batch, channels read, channels written, image side, filter, padding, dilation)
+# (direction, batch, channels read, channels written, image side, filter, padding, dilation,
+# stride)
 CASES = [
+    ("forward", 64, 256, 256, 14, 3, 1, 1, 2),
     ("forward", 64, 256, 256, 14, 3, 1, 1),
     ("forward", 64, 64, 64, 56, 3, 1, 1),
     ("backward_data", 64, 512, 512, 7, 3, 1, 1),
@@ -31,9 +33,9 @@ CASES = [
 ]
 
 
-def compile_case(direction, n, c_read, c_written, side, r, pad, dil, block_n, beta, bias):
+def compile_case(direction, n, c_read, c_written, side, r, pad, dil, stride, block_n, beta, bias):
     forward = direction == "forward"
-    out_side = side + 2 * pad - dil * (r - 1)
+    out_side = (side + 2 * pad - dil * (r - 1) - 1) // stride + 1
     read = torch.empty(n, side, side, c_read, dtype=torch.bfloat16)
     written = torch.empty(n, out_side, out_side, c_written, dtype=torch.bfloat16)
     k, c = (c_written, c_read) if forward else (c_read, c_written)
@@ -45,9 +47,10 @@ def compile_case(direction, n, c_read, c_written, side, r, pad, dil, block_n, be
     y_desc = ch.descriptor(written, written.shape, written.stride(), [*ch.half_box(box), block_n])
     sign = 1 if forward else -1
     kernel = ch.conv_hopper_kernel.warmup(
-        x_desc, w_desc, y_desc, written, 1.0, 0.5, c_written, c_read // ch.BLOCK_K, r * r, c,
-        -sign * pad, -sign * pad, sign * dil, sign * dil, r, 1, 1, 1, 1,
-        STAGES=ch.stages_for(block_n), BACKWARD_DATA=not forward, HAS_BIAS=bias,
+        x_desc, x_desc, x_desc, x_desc, w_desc, y_desc, written, 1.0, 0.5, c_written,
+        c_read // ch.BLOCK_K, r * r, c, -sign * pad, -sign * pad, sign * dil, sign * dil, stride,
+        stride, pad, r, 1, 1, 1, 1,
+        STAGES=ch.stages_for(block_n), BACKWARD_DATA=not forward, STRIDED=stride > 1, HAS_BIAS=bias,
         BETA_NONZERO=beta, RELU=bias, CONSUMER_REGS=ch.CONSUMER_REGISTERS,
         num_warps=4, maxnreg=ch.LAUNCH_REGISTERS, grid=(1,),
     )  # fmt: skip
@@ -64,6 +67,7 @@ def compile_case(direction, n, c_read, c_written, side, r, pad, dil, block_n, be
 
 if __name__ == "__main__":
     for case in CASES:
+        case = case if len(case) == 9 else (*case, 1)
         for block_n in (128, 64):
             for beta, bias in ((False, False), (True, True)):
                 print(case, f"BN={block_n} beta={beta} bias+relu={bias}:",

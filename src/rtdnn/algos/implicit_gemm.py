@@ -9,6 +9,7 @@ partial sums to a workspace, summed afterwards in a fixed order (deterministic).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -414,6 +415,14 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
         return f"no {p.activation} epilogue"
     from ..kernels import conv_hopper  # Gluon: imported where it runs
 
+    stride = p.conv.stride
+    if stride != (1, 1):
+        if p.direction != Direction.FORWARD or any(q not in (1, 2) for q in stride):
+            return "stride 1 (forward: 1 or 2 in each dimension)"
+        if any(size < q for size, q in zip(p.in_spatial, stride, strict=True)):
+            return "each stride phase of the input must have a row and a column"
+        # The rest as at stride 1: the phases are views of the same tensor.
+        p = dataclasses.replace(p, conv=dataclasses.replace(p.conv, stride=(1, 1)))
     reason = tma_unsupported(p, conv_hopper.BLOCK_K)
     if reason is not None:
         return reason
@@ -712,12 +721,22 @@ class ImplicitGemm(ConvAlgorithm):
         count = cdiv(n, box[0]) * tiles_h * tiles_w * tiles_n
         taps, in_channels = math.prod(p.kernel), p.in_channels
 
-        def image(desc: TensorDesc) -> tuple[tuple, tuple]:
-            """(shape, strides) of a channels-last tensor as (N, H, W, channels)."""
+        def image(desc: TensorDesc, step=(1, 1), phase=(0, 0)) -> tuple[tuple, tuple]:
+            """(shape, strides) of a channels-last tensor as (N, H, W, channels), or of its
+            stride phase (rows and columns step apart, from row and column `phase`)."""
             s = _channels_last_strides(desc)
-            return (desc.shape[0], *desc.shape[2:], desc.shape[1]), (s[0], s[2], s[3], 1)
+            h, w = (
+                cdiv(size - a, q) for size, a, q in zip(desc.shape[2:], phase, step, strict=True)
+            )
+            return (desc.shape[0], h, w, desc.shape[1]), (s[0], s[2] * step[0], s[3] * step[1], 1)
 
-        src_view, dst_view = image(src), image(dst)
+        stride = tuple(p.conv.stride)
+        strided = stride != (1, 1)
+        # The four phase views a strided forward reads (x_desc to x3_desc: (a, b) = divmod(i,
+        # 2)); where the stride is 1 in a dimension, the phases it lacks repeat phase 0.
+        phases = [(a % stride[0], b % stride[1]) for a in range(2) for b in range(2)]
+        src_views = [image(src, stride, ph) for ph in phases]
+        dst_view = image(dst)
         w_view = ((p.out_channels, taps * in_channels), (_channels_last_strides(p.w)[0], 1))
         src_block = [*box, tiles.block_k]
         dst_block = [*ch.half_box(box), tiles.block_n]
@@ -727,7 +746,8 @@ class ImplicitGemm(ConvAlgorithm):
             beta_nonzero: slot_launch(
                 ch.conv_hopper_kernel,
                 (programs,),
-                ("x_desc", "w_desc", "y_desc", "bias_ptr", "alpha", "beta"),
+                ("x_desc", "x1_desc", "x2_desc", "x3_desc", "w_desc", "y_desc", "bias_ptr")
+                + ("alpha", "beta"),
                 num_warps=4,
                 maxnreg=ch.LAUNCH_REGISTERS,
                 cols=dst.shape[1],
@@ -738,6 +758,9 @@ class ImplicitGemm(ConvAlgorithm):
                 shift_w=-sign * pad_w,
                 step_h=sign * dil_h,
                 step_w=sign * dil_w,
+                stride_h=stride[0],
+                stride_w=stride[1],
+                lift=max(pad_h, pad_w),
                 S=p.kernel[1],
                 tiles_n=tiles_n,
                 tiles_h=tiles_h,
@@ -745,6 +768,7 @@ class ImplicitGemm(ConvAlgorithm):
                 tiles=count,
                 STAGES=tiles.num_stages,
                 BACKWARD_DATA=not forward,
+                STRIDED=strided,
                 HAS_BIAS=forward and p.has_bias,
                 BETA_NONZERO=beta_nonzero,
                 RELU=p.activation == "relu",
@@ -760,8 +784,15 @@ class ImplicitGemm(ConvAlgorithm):
                 plain(t, workspace, alpha, beta)
                 return
             bias = t.bias if forward and t.bias is not None else written
+            if strided:  # each phase's view starts at its first pixel
+                reads = [
+                    ch.descriptor(read[:, :, a:, b:], *view, src_block)
+                    for (a, b), view in zip(phases, src_views, strict=True)
+                ]
+            else:
+                reads = [ch.descriptor(read, *src_views[0], src_block)] * 4
             launches[beta != 0](
-                ch.descriptor(read, *src_view, src_block), ch.descriptor(t.w, *w_view, w_block),
+                *reads, ch.descriptor(t.w, *w_view, w_block),
                 ch.descriptor(written, *dst_view, dst_block), bias, float(alpha), float(beta),
             )  # fmt: skip
 

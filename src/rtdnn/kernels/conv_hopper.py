@@ -9,6 +9,10 @@ from shared memory as a [pixels, channels] matrix it feeds the warp-group MMA di
 box's 128-byte swizzle is the matrix's). The filter operand is a 2-D box of the filter seen
 as a (K, taps x C) matrix.
 
+At stride 2 (forward) a tap's input pixels are every other row and column from the tap's
+offset: one of the input's four stride phases, each seen through a descriptor of its own
+(rows and columns two apart), in which the pixels are again a box.
+
 Backward-data at stride 1 is the same product: dx's box of pixels reads dy's box shifted the
 other way, reduces over the output channels k, and multiplies by the filter's (k, c) block
 of the tap, whose c is contiguous: the MMA takes that operand with N innermost.
@@ -30,7 +34,8 @@ Box shapes (conv_box): 128 output pixels, columns a power of two up to 64 coveri
 then rows, then images. Where a row is not a power of two wide the box computes pixels it
 drops (14-wide rows in 16-wide boxes: 88% kept; 7x7 images in 8x8: 77%).
 
-Scope (algos/implicit_gemm.py, hopper_unsupported, checks it): 2-D, stride 1, one group,
+Scope (algos/implicit_gemm.py, hopper_unsupported, checks it): 2-D, stride 1 (forward: 1 or
+2 in each dimension), one group,
 cross-correlation, 16-bit data, channels-last tensors a TMA descriptor can address, the
 reduced channels (C forward, K backward-data) a multiple of 64, a channels-last filter with
 dense taps.
@@ -60,11 +65,15 @@ CONSUMER_REGISTERS = 240
 
 
 @gluon.jit
-def _load_partition(x_desc, w_desc, a_smem, b_smem, ready, empty, steps, chunks, tap_cols,
-                    shift_h, shift_w, step_h, step_w, S, tiles, tiles_n, tiles_h, tiles_w,
-                    BACKWARD_DATA: gl.constexpr):  # fmt: skip
+def _load_partition(x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem, ready, empty,
+                    steps, chunks, tap_cols, shift_h, shift_w, step_h, step_w, stride_h,
+                    stride_w, lift, S, tiles, tiles_n, tiles_h, tiles_w,
+                    BACKWARD_DATA: gl.constexpr, STRIDED: gl.constexpr):  # fmt: skip
     """For each step of each of this program's tiles: the input box of the step's tap and
-    channel chunk, and the filter block of that tap, chunk and the tile's output channels."""
+    channel chunk, and the filter block of that tap, chunk and the tile's output channels.
+    Strided (forward), the tap's input pixels are one stride phase of the input, every
+    stride-th row and column from (a, b): a box of that phase's view, x_desc to x3_desc for
+    phases (0, 0), (0, 1), (1, 0), (1, 1)."""
     BOX_N: gl.constexpr = x_desc.block_type.shape[0]
     BOX_H: gl.constexpr = x_desc.block_type.shape[1]
     BOX_W: gl.constexpr = x_desc.block_type.shape[2]
@@ -88,9 +97,29 @@ def _load_partition(x_desc, w_desc, a_smem, b_smem, ready, empty, steps, chunks,
             c0 = (step - tap * chunks) * CHUNK
             r = tap // S
             s = tap - r * S
-            h0 = th * BOX_H + shift_h + r * step_h
-            w0 = tw * BOX_W + shift_w + s * step_w
-            tma.async_copy_global_to_shared(x_desc, [img, h0, w0, c0], bar, a_smem.index(stage))
+            dh = shift_h + r * step_h
+            dw = shift_w + s * step_w
+            if STRIDED:
+                # Output row o reads input row stride * o + dh: phase dh mod stride, row
+                # o + floor(dh / stride) of that phase (lifted to stay non-negative).
+                dh += stride_h * lift
+                dw += stride_w * lift
+                phase = (dh % stride_h) * 2 + dw % stride_w
+                h0 = th * BOX_H + dh // stride_h - lift
+                w0 = tw * BOX_W + dw // stride_w - lift
+                a = a_smem.index(stage)
+                if phase == 0:
+                    tma.async_copy_global_to_shared(x_desc, [img, h0, w0, c0], bar, a)
+                elif phase == 1:
+                    tma.async_copy_global_to_shared(x1_desc, [img, h0, w0, c0], bar, a)
+                elif phase == 2:
+                    tma.async_copy_global_to_shared(x2_desc, [img, h0, w0, c0], bar, a)
+                else:
+                    tma.async_copy_global_to_shared(x3_desc, [img, h0, w0, c0], bar, a)
+            else:
+                h0 = th * BOX_H + dh
+                w0 = tw * BOX_W + dw
+                tma.async_copy_global_to_shared(x_desc, [img, h0, w0, c0], bar, a_smem.index(stage))
             if BACKWARD_DATA:  # rows: the reduced k; columns: this tap's input channels
                 coords = [c0, tap * tap_cols + n0]
             else:  # rows: output channels; columns: this tap's reduced c
@@ -169,16 +198,21 @@ def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, ready, empt
 
 @gluon.jit
 def conv_hopper_kernel(
-    x_desc, w_desc, y_desc, bias_ptr, alpha, beta, cols, chunks, taps, tap_cols, shift_h,
-    shift_w, step_h, step_w, S, tiles_n, tiles_h, tiles_w, tiles,
-    STAGES: gl.constexpr, BACKWARD_DATA: gl.constexpr, HAS_BIAS: gl.constexpr,
-    BETA_NONZERO: gl.constexpr, RELU: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    x_desc, x1_desc, x2_desc, x3_desc, w_desc, y_desc, bias_ptr, alpha, beta, cols, chunks,
+    taps, tap_cols, shift_h, shift_w, step_h, step_w, stride_h, stride_w, lift, S, tiles_n,
+    tiles_h, tiles_w, tiles,
+    STAGES: gl.constexpr, BACKWARD_DATA: gl.constexpr, STRIDED: gl.constexpr,
+    HAS_BIAS: gl.constexpr, BETA_NONZERO: gl.constexpr, RELU: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     """Persistent, grid (programs,). x_desc: the read image (x forward, dy backward-data),
     (N, H, W, channels) in [BOX_N, BOX_H, BOX_W, 64] boxes; w_desc: the filter as (K, taps x
     C) in [BLOCK_N, 64] blocks forward, [64, BLOCK_N] backward-data; y_desc: the written
     image (N, OH, OW, cols) in half boxes. A step: a tap (r, s) = divmod(step // chunks, S)
-    read at box origin + shift + (r, s) x step_hw, and a 64-channel chunk."""
+    read at box origin + shift + (r, s) x step_hw, and a 64-channel chunk. STRIDED (forward
+    at stride 2 in a dimension): x_desc to x3_desc are the input's stride phases (see
+    _load_partition); lift: at least the padding, so that a shifted row is never negative
+    before the phase is taken."""
     dtype: gl.constexpr = w_desc.dtype
     a_smem = gl.allocate_shared_memory(dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
     b_smem = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
@@ -202,9 +236,10 @@ def conv_hopper_kernel(
             (_consumer, (1, a_smem, b_smem, c_smem, prior_bar, ready, empty, y_desc, bias_ptr,
                          alpha, beta, cols, steps, tiles, tiles_n, tiles_h, tiles_w,
                          BACKWARD_DATA, HAS_BIAS, BETA_NONZERO, RELU)),
-            (_load_partition, (x_desc, w_desc, a_smem, b_smem, ready, empty, steps, chunks,
-                               tap_cols, shift_h, shift_w, step_h, step_w, S, tiles, tiles_n,
-                               tiles_h, tiles_w, BACKWARD_DATA)),
+            (_load_partition, (x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem,
+                               ready, empty, steps, chunks, tap_cols, shift_h, shift_w, step_h,
+                               step_w, stride_h, stride_w, lift, S, tiles, tiles_n, tiles_h,
+                               tiles_w, BACKWARD_DATA, STRIDED)),
         ],
         [4, 1],
         [CONSUMER_REGS, 24],
