@@ -28,6 +28,8 @@ CASES = [
     ("forward", 64, 256, 256, 14, 3, 1, 1),
     ("forward", 64, 64, 64, 56, 3, 1, 1),
     ("backward_data", 64, 512, 512, 7, 3, 1, 1),
+    ("backward_data", 64, 256, 128, 28, 3, 1, 1, 2),
+    ("backward_data", 64, 1024, 512, 28, 1, 0, 1, 2),
     ("backward_data", 16, 128, 64, 224, 3, 1, 1),
     ("forward", 2, 64, 96, 9, 5, 3, 2),
 ]
@@ -45,14 +47,19 @@ def compile_case(direction, n, c_read, c_written, side, r, pad, dil, stride, blo
     x_desc = ch.descriptor(read, read.shape, read.stride(), [*box, ch.BLOCK_K])
     w_desc = ch.descriptor(w, w.shape, w.stride(), w_block)
     y_desc = ch.descriptor(written, written.shape, written.stride(), [*ch.half_box(box), block_n])
-    sign = 1 if forward else -1
+    if forward:
+        th = tw = ch.forward_taps(r, pad, dil)
+    else:  # phase 1 of dx where stride 2, else phase 0
+        th = tw = ch.data_phase_taps(r, pad, dil, stride, stride - 1)
     kernel = ch.conv_hopper_kernel.warmup(
         x_desc, x_desc, x_desc, x_desc, w_desc, y_desc, written, 1.0, 0.5, c_written,
-        c_read // ch.BLOCK_K, r * r, c, -sign * pad, -sign * pad, sign * dil, sign * dil, stride,
-        stride, pad, r, 1, 1, 1, 1,
-        STAGES=ch.stages_for(block_n), BACKWARD_DATA=not forward, STRIDED=stride > 1, HAS_BIAS=bias,
-        BETA_NONZERO=beta, RELU=bias, CONSUMER_REGS=ch.CONSUMER_REGISTERS,
-        num_warps=4, maxnreg=ch.LAUNCH_REGISTERS, grid=(1,),
+        c_read // ch.BLOCK_K, th.count * tw.count, c, tw.count, th.first, tw.first,
+        th.step_filter, tw.step_filter, th.shift, tw.shift, th.step, tw.step, stride, stride,
+        pad, r, 1, 1, 1, 1,
+        STAGES=ch.stages_for(block_n), BACKWARD_DATA=not forward,
+        STRIDED=forward and stride > 1, HAS_BIAS=bias, BETA_NONZERO=beta, RELU=bias,
+        CONSUMER_REGS=ch.CONSUMER_REGISTERS, num_warps=4, maxnreg=ch.LAUNCH_REGISTERS,
+        grid=(1,),
     )  # fmt: skip
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:

@@ -265,19 +265,20 @@ def test_split_k_backward_data_every_tile(case, shape):
 #: Shapes for the warp-specialized Hopper kernel (x shape, w shape, conv parameters): images
 #: not a multiple of the box (17x15, 9x9, 30x70: two boxes a row), a 1-pixel image, padding
 #: above the filter's reach, dilation, 5x5, batch 1, written channels not a multiple of the
-#: tile (96, 200, 192). Backward-data reduces over K, which must be a multiple of 64, and
-#: runs at stride 1 only: HOPPER_FORWARD_ONLY runs forward only.
+#: tile (96, 200, 192). Backward-data reduces over K, which must be a multiple of 64:
+#: HOPPER_FORWARD_ONLY runs forward only.
 HOPPER_FORWARD_ONLY = [
     ((4, 64, 17, 15), (96, 64, 3, 3), dict(padding=1)),
     ((2, 64, 10, 11), (200, 64, 3, 3), dict(padding=3)),
-    # Stride 2 (forward only): odd and even sizes, 1x1 downsampling, 7x7, one dimension.
+]
+HOPPER_SHAPES = [
+    # Stride 2: odd and even sizes, 1x1 downsampling (backward-data: phases no tap reaches),
+    # 7x7, one dimension only, dilation.
     ((2, 64, 15, 16), (128, 64, 3, 3), dict(stride=2, padding=1)),
     ((3, 128, 14, 13), (256, 128, 1, 1), dict(stride=2)),
     ((2, 64, 19, 20), (64, 64, 7, 7), dict(stride=2, padding=3)),
     ((2, 64, 9, 9), (64, 64, 3, 3), dict(stride=(2, 1), padding=1)),
     ((1, 64, 2, 3), (64, 64, 3, 3), dict(stride=2, padding=2, dilation=2)),
-]
-HOPPER_SHAPES = [
     ((1, 128, 9, 9), (128, 128, 3, 3), dict(padding=1)),
     ((3, 64, 1, 1), (64, 64, 3, 3), dict(padding=1)),
     ((2, 128, 30, 70), (64, 128, 3, 3), dict(padding=2, dilation=2)),

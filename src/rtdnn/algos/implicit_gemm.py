@@ -417,8 +417,8 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
 
     stride = p.conv.stride
     if stride != (1, 1):
-        if p.direction != Direction.FORWARD or any(q not in (1, 2) for q in stride):
-            return "stride 1 (forward: 1 or 2 in each dimension)"
+        if any(q not in (1, 2) for q in stride):
+            return "stride 1 or 2 in each dimension"
         if any(size < q for size, q in zip(p.in_spatial, stride, strict=True)):
             return "each stride phase of the input must have a row and a column"
         # The rest as at stride 1: the phases are views of the same tensor.
@@ -703,8 +703,9 @@ class ImplicitGemm(ConvAlgorithm):
 
     def _prepare_hopper(self, p: ConvProblem, tiles: TileConfig) -> Runner:
         """Forward or backward-data by the warp-specialized Hopper kernel (kernels/
-        conv_hopper.py); the pointer path's first tiles run instead where a call's tensors are
-        not 16-byte aligned."""
+        conv_hopper.py): one launch, or at stride 2 in backward-data one per stride phase of
+        dx, side by side. The pointer path's first tiles run instead where a call's tensors
+        are not 16-byte aligned."""
         reason = hopper_unsupported(p)
         if reason is not None:
             raise ValueError(f"Hopper tiles for a problem they cannot run: {reason}")
@@ -712,70 +713,92 @@ class ImplicitGemm(ConvAlgorithm):
 
         forward = p.direction == Direction.FORWARD
         src, dst = (p.x, p.y) if forward else (p.y, p.x)
+        stride = tuple(p.conv.stride)
+        strided = stride != (1, 1)
         (pad_h, pad_w), (dil_h, dil_w) = p.conv.padding, p.conv.dilation
-        sign = 1 if forward else -1  # forward reads o - pad + tap * dil, backward o + pad - ...
-        n, dst_h, dst_w = p.batch, *dst.shape[2:]
-        box = ch.conv_box(dst_h, dst_w)
-        tiles_h, tiles_w = cdiv(dst_h, box[1]), cdiv(dst_w, box[2])
-        tiles_n = cdiv(dst.shape[1], tiles.block_n)
-        count = cdiv(n, box[0]) * tiles_h * tiles_w * tiles_n
-        taps, in_channels = math.prod(p.kernel), p.in_channels
+        (r, s), in_channels = p.kernel, p.in_channels
 
         def image(desc: TensorDesc, step=(1, 1), phase=(0, 0)) -> tuple[tuple, tuple]:
             """(shape, strides) of a channels-last tensor as (N, H, W, channels), or of its
             stride phase (rows and columns step apart, from row and column `phase`)."""
-            s = _channels_last_strides(desc)
+            st = _channels_last_strides(desc)
             h, w = (
                 cdiv(size - a, q) for size, a, q in zip(desc.shape[2:], phase, step, strict=True)
             )
-            return (desc.shape[0], h, w, desc.shape[1]), (s[0], s[2] * step[0], s[3] * step[1], 1)
+            return (desc.shape[0], h, w, desc.shape[1]), (
+                st[0],
+                st[2] * step[0],
+                st[3] * step[1],
+                1,
+            )
 
-        stride = tuple(p.conv.stride)
-        strided = stride != (1, 1)
-        # The four phase views a strided forward reads (x_desc to x3_desc: (a, b) = divmod(i,
-        # 2)); where the stride is 1 in a dimension, the phases it lacks repeat phase 0.
-        phases = [(a % stride[0], b % stride[1]) for a in range(2) for b in range(2)]
-        src_views = [image(src, stride, ph) for ph in phases]
-        dst_view = image(dst)
-        w_view = ((p.out_channels, taps * in_channels), (_channels_last_strides(p.w)[0], 1))
-        src_block = [*box, tiles.block_k]
-        dst_block = [*ch.half_box(box), tiles.block_n]
+        # What is read: forward at stride 2, the four phase views of x (x_desc to x3_desc:
+        # (a, b) = divmod(i, 2); where the stride is 1 in a dimension the phases it lacks
+        # repeat phase 0); else the whole of x or dy.
+        read_phases = [(a % stride[0], b % stride[1]) for a in range(2) for b in range(2)]
+        read_views = [image(src, stride, ph) if forward else image(src) for ph in read_phases]
+        if forward:  # one launch: every tap, the stride taken by the read phases
+            taps = ch.forward_taps(r, pad_h, dil_h), ch.forward_taps(s, pad_w, dil_w)
+            writes = [((0, 0), image(dst), taps)]
+        else:  # a launch per stride phase of dx, with the taps that reach it
+            writes = []
+            for a in range(stride[0]):
+                for b in range(stride[1]):
+                    view = image(dst, stride, (a, b))
+                    taps = (ch.data_phase_taps(r, pad_h, dil_h, stride[0], a),
+                            ch.data_phase_taps(s, pad_w, dil_w, stride[1], b))  # fmt: skip
+                    if view[0][1] and view[0][2]:  # a phase with pixels
+                        writes.append(((a, b), view, taps))
+        w_view = ((p.out_channels, r * s * in_channels), (_channels_last_strides(p.w)[0], 1))
         w_block = [tiles.block_n, tiles.block_k] if forward else [tiles.block_k, tiles.block_n]
-        programs = min(count, multiprocessor_count(torch.cuda.current_device()))  # persistent
-        launches = {
-            beta_nonzero: slot_launch(
-                ch.conv_hopper_kernel,
-                (programs,),
-                ("x_desc", "x1_desc", "x2_desc", "x3_desc", "w_desc", "y_desc", "bias_ptr")
-                + ("alpha", "beta"),
-                num_warps=4,
-                maxnreg=ch.LAUNCH_REGISTERS,
-                cols=dst.shape[1],
-                chunks=src.shape[1] // tiles.block_k,
-                taps=taps,
-                tap_cols=in_channels,
-                shift_h=-sign * pad_h,
-                shift_w=-sign * pad_w,
-                step_h=sign * dil_h,
-                step_w=sign * dil_w,
-                stride_h=stride[0],
-                stride_w=stride[1],
-                lift=max(pad_h, pad_w),
-                S=p.kernel[1],
-                tiles_n=tiles_n,
-                tiles_h=tiles_h,
-                tiles_w=tiles_w,
-                tiles=count,
-                STAGES=tiles.num_stages,
-                BACKWARD_DATA=not forward,
-                STRIDED=strided,
-                HAS_BIAS=forward and p.has_bias,
-                BETA_NONZERO=beta_nonzero,
-                RELU=p.activation == "relu",
-                CONSUMER_REGS=ch.CONSUMER_REGISTERS,
-            )  # fmt: skip
-            for beta_nonzero in (False, True)
-        }
+        phases = []  # (dx phase, written view, its box's block, launches by beta != 0)
+        slots = ("x_desc", "x1_desc", "x2_desc", "x3_desc", "w_desc", "y_desc", "bias_ptr")
+        for phase, view, (th, tw) in writes:
+            n, dst_h, dst_w = view[0][:3]
+            box = ch.conv_box(dst_h, dst_w)
+            tiles_h, tiles_w = cdiv(dst_h, box[1]), cdiv(dst_w, box[2])
+            tiles_n = cdiv(dst.shape[1], tiles.block_n)
+            count = cdiv(n, box[0]) * tiles_h * tiles_w * tiles_n
+            programs = min(count, multiprocessor_count(torch.cuda.current_device()))
+            launches = {
+                beta_nonzero: slot_launch(
+                    ch.conv_hopper_kernel,
+                    (programs,),
+                    (*slots, "alpha", "beta"),
+                    num_warps=4,
+                    maxnreg=ch.LAUNCH_REGISTERS,
+                    cols=dst.shape[1],
+                    chunks=src.shape[1] // tiles.block_k,
+                    taps=th.count * tw.count,
+                    tap_cols=in_channels,
+                    taps_w=tw.count,
+                    r0=th.first,
+                    s0=tw.first,
+                    rstep=th.step_filter,
+                    sstep=tw.step_filter,
+                    shift_h=th.shift,
+                    shift_w=tw.shift,
+                    step_h=th.step,
+                    step_w=tw.step,
+                    stride_h=stride[0],
+                    stride_w=stride[1],
+                    lift=max(pad_h, pad_w),
+                    S=s,
+                    tiles_n=tiles_n,
+                    tiles_h=tiles_h,
+                    tiles_w=tiles_w,
+                    tiles=count,
+                    STAGES=tiles.num_stages,
+                    BACKWARD_DATA=not forward,
+                    STRIDED=forward and strided,
+                    HAS_BIAS=forward and p.has_bias,
+                    BETA_NONZERO=beta_nonzero,
+                    RELU=p.activation == "relu",
+                    CONSUMER_REGS=ch.CONSUMER_REGISTERS,
+                )  # fmt: skip
+                for beta_nonzero in (False, True)
+            }
+            phases.append((phase, view, [*ch.half_box(box), tiles.block_n], launches, box))
         plain = self.prepare(p, gemm_candidates(p, *gemm_shape(p)[:3])[0])
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
@@ -784,17 +807,21 @@ class ImplicitGemm(ConvAlgorithm):
                 plain(t, workspace, alpha, beta)
                 return
             bias = t.bias if forward and t.bias is not None else written
-            if strided:  # each phase's view starts at its first pixel
-                reads = [
-                    ch.descriptor(read[:, :, a:, b:], *view, src_block)
-                    for (a, b), view in zip(phases, src_views, strict=True)
-                ]
-            else:
-                reads = [ch.descriptor(read, *src_views[0], src_block)] * 4
-            launches[beta != 0](
-                *reads, ch.descriptor(t.w, *w_view, w_block),
-                ch.descriptor(written, *dst_view, dst_block), bias, float(alpha), float(beta),
-            )  # fmt: skip
+            w_desc = ch.descriptor(t.w, *w_view, w_block)
+            calls = []
+            for (a, b), view, block, launches, box in phases:
+                if forward and strided:  # each phase's view starts at its first pixel
+                    reads = [
+                        ch.descriptor(read[:, :, pa:, pb:], *rv, [*box, tiles.block_k])
+                        for (pa, pb), rv in zip(read_phases, read_views, strict=True)
+                    ]
+                else:
+                    reads = [ch.descriptor(read, *read_views[0], [*box, tiles.block_k])] * 4
+                out = written[:, :, a:, b:] if (a, b) != (0, 0) else written
+                args = (*reads, w_desc, ch.descriptor(out, *view, block), bias, float(alpha),
+                        float(beta))  # fmt: skip
+                calls.append(functools.partial(launches[beta != 0], *args))
+            run_concurrently(written.device, calls)
 
         return run
 

@@ -15,7 +15,10 @@ offset: one of the input's four stride phases, each seen through a descriptor of
 
 Backward-data at stride 1 is the same product: dx's box of pixels reads dy's box shifted the
 other way, reduces over the output channels k, and multiplies by the filter's (k, c) block
-of the tap, whose c is contiguous: the MMA takes that operand with N innermost.
+of the tap, whose c is contiguous: the MMA takes that operand with N innermost. At stride 2,
+dx's pixels split into four stride phases (every other row and column), each reached by a
+subset of the taps (data_phase_taps) that reads dy at stride 1: four launches, side by side,
+each writing its phase through a strided view of dx.
 
 One program a multiprocessor loops over tiles (persistent) and runs three partitions, as
 kernels/attention_hopper.py does:
@@ -34,12 +37,14 @@ Box shapes (conv_box): 128 output pixels, columns a power of two up to 64 coveri
 then rows, then images. Where a row is not a power of two wide the box computes pixels it
 drops (14-wide rows in 16-wide boxes: 88% kept; 7x7 images in 8x8: 77%).
 
-Scope (algos/implicit_gemm.py, hopper_unsupported, checks it): 2-D, stride 1 (forward: 1 or
-2 in each dimension), one group,
+Scope (algos/implicit_gemm.py, hopper_unsupported, checks it): 2-D, stride 1 or 2 in each
+dimension, one group,
 cross-correlation, 16-bit data, channels-last tensors a TMA descriptor can address, the
 reduced channels (C forward, K backward-data) a multiple of 64, a channels-last filter with
 dense taps.
 """
+
+from typing import NamedTuple
 
 import torch
 import triton
@@ -65,10 +70,23 @@ CONSUMER_REGISTERS = 240
 
 
 @gluon.jit
+def _tile_origin(tile, tiles_n, tiles_h, tiles_w, BOX_N: gl.constexpr, BOX_H: gl.constexpr,
+                 BOX_W: gl.constexpr, BLOCK_N: gl.constexpr):  # fmt: skip
+    """(first image, row, column, output channel) of a tile: output-channel tiles innermost,
+    then column bands, row bands, image groups (neighbouring programs share input boxes)."""
+    tm = tile // tiles_n
+    n0 = (tile - tm * tiles_n) * BLOCK_N
+    w0 = tm % tiles_w * BOX_W
+    h0 = (tm // tiles_w) % tiles_h * BOX_H
+    img = tm // (tiles_w * tiles_h) * BOX_N
+    return img, h0, w0, n0
+
+
+@gluon.jit
 def _load_partition(x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem, ready, empty,
-                    steps, chunks, tap_cols, shift_h, shift_w, step_h, step_w, stride_h,
-                    stride_w, lift, S, tiles, tiles_n, tiles_h, tiles_w,
-                    BACKWARD_DATA: gl.constexpr, STRIDED: gl.constexpr):  # fmt: skip
+                    steps, chunks, tap_cols, taps_w, r0, s0, rstep, sstep, shift_h, shift_w,
+                    step_h, step_w, stride_h, stride_w, lift, S, tiles, tiles_n, tiles_h,
+                    tiles_w, BACKWARD_DATA: gl.constexpr, STRIDED: gl.constexpr):  # fmt: skip
     """For each step of each of this program's tiles: the input box of the step's tap and
     channel chunk, and the filter block of that tap, chunk and the tile's output channels.
     Strided (forward), the tap's input pixels are one stride phase of the input, every
@@ -83,11 +101,8 @@ def _load_partition(x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem, r
     nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
     it = 0
     for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
-        tm = tile // tiles_n
-        n0 = (tile - tm * tiles_n) * BLOCK_N
-        tw = tm % tiles_w
-        th = (tm // tiles_w) % tiles_h
-        img = tm // (tiles_w * tiles_h) * BOX_N
+        img, oh, ow, n0 = _tile_origin(tile, tiles_n, tiles_h, tiles_w, BOX_N, BOX_H, BOX_W,
+                                       BLOCK_N)  # fmt: skip
         for step in range(steps):
             stage = it % STAGES
             mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
@@ -95,18 +110,21 @@ def _load_partition(x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem, r
             mbarrier.expect(bar, nbytes)
             tap = step // chunks
             c0 = (step - tap * chunks) * CHUNK
-            r = tap // S
-            s = tap - r * S
-            dh = shift_h + r * step_h
-            dw = shift_w + s * step_w
+            # Tap (t, q) of the taps this launch visits: filter tap (r0 + rstep t, s0 +
+            # sstep q), read at (t, q) x step from the shift.
+            t = tap // taps_w
+            q = tap - t * taps_w
+            filter_tap = (r0 + rstep * t) * S + s0 + sstep * q
+            dh = shift_h + t * step_h
+            dw = shift_w + q * step_w
             if STRIDED:
                 # Output row o reads input row stride * o + dh: phase dh mod stride, row
                 # o + floor(dh / stride) of that phase (lifted to stay non-negative).
                 dh += stride_h * lift
                 dw += stride_w * lift
                 phase = (dh % stride_h) * 2 + dw % stride_w
-                h0 = th * BOX_H + dh // stride_h - lift
-                w0 = tw * BOX_W + dw // stride_w - lift
+                h0 = oh + dh // stride_h - lift
+                w0 = ow + dw // stride_w - lift
                 a = a_smem.index(stage)
                 if phase == 0:
                     tma.async_copy_global_to_shared(x_desc, [img, h0, w0, c0], bar, a)
@@ -117,13 +135,13 @@ def _load_partition(x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem, r
                 else:
                     tma.async_copy_global_to_shared(x3_desc, [img, h0, w0, c0], bar, a)
             else:
-                h0 = th * BOX_H + dh
-                w0 = tw * BOX_W + dw
+                h0 = oh + dh
+                w0 = ow + dw
                 tma.async_copy_global_to_shared(x_desc, [img, h0, w0, c0], bar, a_smem.index(stage))
             if BACKWARD_DATA:  # rows: the reduced k; columns: this tap's input channels
-                coords = [c0, tap * tap_cols + n0]
+                coords = [c0, filter_tap * tap_cols + n0]
             else:  # rows: output channels; columns: this tap's reduced c
-                coords = [n0, tap * tap_cols + c0]
+                coords = [n0, filter_tap * tap_cols + c0]
             tma.async_copy_global_to_shared(w_desc, coords, bar, b_smem.index(stage))
             it += 1
 
@@ -151,11 +169,8 @@ def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, ready, empt
     it = 0
     done = 0
     for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
-        tm = tile // tiles_n
-        n0 = (tile - tm * tiles_n) * BLOCK_N
-        tw = tm % tiles_w
-        th = (tm // tiles_w) % tiles_h
-        img = tm // (tiles_w * tiles_h) * BOX_N
+        img, oh, ow, n0 = _tile_origin(tile, tiles_n, tiles_h, tiles_w, BOX_N, BOX_H, BOX_W,
+                                       BLOCK_N)  # fmt: skip
         acc = gl.zeros([HALF, BLOCK_N], gl.float32, acc_layout)
         for step in range(steps):
             stage = it % STAGES
@@ -170,11 +185,12 @@ def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, ready, empt
             mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=step > 0)
             it += 1
         acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1)
+        # The last step's stage (none when no tap reaches these pixels: alpha x 0).
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=steps > 0)
         if BOX_N > 1:  # each half: half the images
-            coords = [img + half * (BOX_N // 2), th * BOX_H, tw * BOX_W, n0]
+            coords = [img + half * (BOX_N // 2), oh, ow, n0]
         else:  # each half: half the rows
-            coords = [img, th * BOX_H + half * (BOX_H // 2), tw * BOX_W, n0]
+            coords = [img, oh + half * (BOX_H // 2), ow, n0]
         acc = acc * alpha
         tma.store_wait(0)  # the last tile's store has read `out`
         if BETA_NONZERO:
@@ -199,8 +215,8 @@ def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, ready, empt
 @gluon.jit
 def conv_hopper_kernel(
     x_desc, x1_desc, x2_desc, x3_desc, w_desc, y_desc, bias_ptr, alpha, beta, cols, chunks,
-    taps, tap_cols, shift_h, shift_w, step_h, step_w, stride_h, stride_w, lift, S, tiles_n,
-    tiles_h, tiles_w, tiles,
+    taps, tap_cols, taps_w, r0, s0, rstep, sstep, shift_h, shift_w, step_h, step_w, stride_h,
+    stride_w, lift, S, tiles_n, tiles_h, tiles_w, tiles,
     STAGES: gl.constexpr, BACKWARD_DATA: gl.constexpr, STRIDED: gl.constexpr,
     HAS_BIAS: gl.constexpr, BETA_NONZERO: gl.constexpr, RELU: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
@@ -208,8 +224,10 @@ def conv_hopper_kernel(
     """Persistent, grid (programs,). x_desc: the read image (x forward, dy backward-data),
     (N, H, W, channels) in [BOX_N, BOX_H, BOX_W, 64] boxes; w_desc: the filter as (K, taps x
     C) in [BLOCK_N, 64] blocks forward, [64, BLOCK_N] backward-data; y_desc: the written
-    image (N, OH, OW, cols) in half boxes. A step: a tap (r, s) = divmod(step // chunks, S)
-    read at box origin + shift + (r, s) x step_hw, and a 64-channel chunk. STRIDED (forward
+    image (N, OH, OW, cols) in half boxes. A step: a tap (t, q) = divmod(step // chunks,
+    taps_w) of the taps visited, filter tap (r0 + rstep t, s0 + sstep q) of a filter S wide,
+    read at box origin + shift + (t, q) x step_hw, and a 64-channel chunk; taps: how many are
+    visited (0: the output is alpha x 0, plus beta x its prior value). STRIDED (forward
     at stride 2 in a dimension): x_desc to x3_desc are the input's stride phases (see
     _load_partition); lift: at least the padding, so that a shifted row is never negative
     before the phase is taken."""
@@ -237,9 +255,10 @@ def conv_hopper_kernel(
                          alpha, beta, cols, steps, tiles, tiles_n, tiles_h, tiles_w,
                          BACKWARD_DATA, HAS_BIAS, BETA_NONZERO, RELU)),
             (_load_partition, (x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem,
-                               ready, empty, steps, chunks, tap_cols, shift_h, shift_w, step_h,
-                               step_w, stride_h, stride_w, lift, S, tiles, tiles_n, tiles_h,
-                               tiles_w, BACKWARD_DATA, STRIDED)),
+                               ready, empty, steps, chunks, tap_cols, taps_w, r0, s0, rstep,
+                               sstep, shift_h, shift_w, step_h, step_w, stride_h, stride_w,
+                               lift, S, tiles, tiles_n, tiles_h, tiles_w, BACKWARD_DATA,
+                               STRIDED)),
         ],
         [4, 1],
         [CONSUMER_REGS, 24],
@@ -259,6 +278,36 @@ def half_box(box: tuple[int, int, int]) -> tuple[int, int, int]:
     """The box of one consumer's pixels: half the images, or half the rows of one."""
     n, h, w = box
     return (n // 2, h, w) if n > 1 else (1, h // 2, w)
+
+
+class TapRun(NamedTuple):
+    """The filter taps along one dimension that one launch visits: `count` taps first,
+    first + step_filter, ..., the t-th read at written pixel o + shift + t * step."""
+
+    first: int
+    step_filter: int
+    count: int
+    shift: int
+    step: int
+
+
+def forward_taps(kernel: int, pad: int, dil: int) -> TapRun:
+    """Forward (any stride: the stride is taken by the input's phase views): every tap, the
+    t-th reading o - pad + t * dil."""
+    return TapRun(0, 1, kernel, -pad, dil)
+
+
+def data_phase_taps(kernel: int, pad: int, dil: int, stride: int, phase: int) -> TapRun:
+    """Backward-data, along one dimension, for the input pixels i = stride * o + phase: dx[i]
+    gathers dy[(i + pad - r * dil) / stride] over the taps r where that division is exact,
+    every stride / gcd(dil, stride)-th tap from the first, and the dy pixel moves by
+    (that many taps) x dil / stride from one to the next. No tap: count 0."""
+    reach = [r for r in range(kernel) if (phase + pad - r * dil) % stride == 0]
+    if not reach:
+        return TapRun(0, 1, 0, 0, 0)
+    step_filter = reach[1] - reach[0] if len(reach) > 1 else 1
+    shift = (phase + pad - reach[0] * dil) // stride
+    return TapRun(reach[0], step_filter, len(reach), shift, -(step_filter * dil // stride))
 
 
 _GLUON_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
