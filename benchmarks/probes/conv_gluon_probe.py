@@ -4,10 +4,14 @@ spends about 200 instructions a step on addresses and masks around 4 to 8 warp-g
 (BENCHMARKS.md, "Where convolution falls short"); here a load partition of four warps does
 that work (cp.async gathers of the input window, zero-filled outside the image, and a TMA
 load of the filter tile) into a ring of shared-memory stages, while two consumer warp groups
-only issue MMAs. A second kernel (conv_forward_tma_kernel) has no gather at all: one load
-warp brings, per step, a TMA box of the input (the tile's output pixels as [images, rows,
-columns] shifted by the filter tap, zeros outside the image from the hardware) that the MMAs
-read from shared memory as a [pixels, channels] matrix.
+only issue MMAs. A second design had no gather at all: one load warp brings, per step, a TMA
+box of the input (the tile's output pixels as [images, rows, columns] shifted by the filter
+tap, zeros outside the image from the hardware) that the MMAs read from shared memory as a
+[pixels, channels] matrix. It became IMPLICIT_GEMM's kernel on Hopper
+(src/rtdnn/kernels/conv_hopper.py), timed here as "rtdnn ms"; its probe versions (up to
+b1d3ff7) looked slow because their output was allocated NCHW and converted, a transposing
+copy inside every timed call (BENCHMARKS.md, "Convolution on Hopper: a warp-specialized
+kernel").
 
 Forward, stride 1, dilation 1, one group, channels-last 16-bit x (N, H, W, C) and filter
 (K, R, S, C), C a multiple of BLOCK_K; y (N, OH, OW, K) channels-last.
@@ -15,7 +19,7 @@ Forward, stride 1, dilation 1, one group, channels-last 16-bit x (N, H, W, C) an
     PYTHONPATH=src python benchmarks/probes/conv_gluon_probe.py compile   (no GPU: sm_90 PTX)
     PYTHONPATH=src python benchmarks/probes/conv_gluon_probe.py OUT_DIR   (GPU: check + time)
     PYTHONPATH=src ncu ... python benchmarks/probes/conv_gluon_probe.py profile LAYER VARIANT
-    PYTHONPATH=src ncu ... python benchmarks/probes/conv_gluon_probe.py profile-tma LAYER VARIANT
+    PYTHONPATH=src ncu ... python benchmarks/probes/conv_gluon_probe.py profile-cudnn LAYER
 """
 
 from __future__ import annotations
@@ -163,190 +167,6 @@ def conv_forward_ws_kernel(
     )  # fmt: skip
 
 
-@gluon.jit
-def _tap_loader(x_desc, w_desc, a_smem, b_smem, ready, empty, C, pad_h, pad_w, S, steps, tiles,
-                tiles_n, tiles_h, tiles_w):  # fmt: skip
-    """Load partition of the TMA kernel (one warp). A stage holds GROUP consecutive steps; a
-    step is one box of x, the tile's output pixels shifted by the filter tap (coordinates
-    outside the image read as zeros), and one filter tile. Steps past the last (when GROUP
-    does not divide them) read filter columns past the filter's end: zeros, so their
-    products add nothing."""
-    BOX_N: gl.constexpr = x_desc.block_type.shape[0]
-    BOX_H: gl.constexpr = x_desc.block_type.shape[1]
-    BOX_W: gl.constexpr = x_desc.block_type.shape[2]
-    BLOCK_K: gl.constexpr = x_desc.block_type.shape[3]
-    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
-    # Constants reach a partition as run-time values: the stage count and steps a stage come
-    # from the shapes of the barrier ring and the buffers, which stay constant.
-    STAGES: gl.constexpr = ready.type.shape[0]
-    GROUP: gl.constexpr = a_smem.type.shape[0] // STAGES
-    nbytes: gl.constexpr = GROUP * (x_desc.block_type.nbytes + w_desc.block_type.nbytes)
-    chunks = C // BLOCK_K
-    it = 0
-    for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
-        tm = tile // tiles_n
-        n0 = (tile - tm * tiles_n) * BLOCK_N
-        tw = tm % tiles_w
-        th = (tm // tiles_w) % tiles_h
-        img = tm // (tiles_w * tiles_h) * BOX_N
-        for group in range(gl.cdiv(steps, GROUP)):
-            stage = it % STAGES
-            mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
-            bar = ready.index(stage)
-            mbarrier.expect(bar, nbytes)
-            for g in gl.static_range(GROUP):
-                step = group * GROUP + g
-                tap = step // chunks
-                c0 = (step - tap * chunks) * BLOCK_K
-                r = tap // S
-                s = tap - r * S
-                tma.async_copy_global_to_shared(
-                    x_desc, [img, th * BOX_H + r - pad_h, tw * BOX_W + s - pad_w, c0], bar,
-                    a_smem.index(stage * GROUP + g),
-                )  # fmt: skip
-                tma.async_copy_global_to_shared(
-                    w_desc, [n0, step * BLOCK_K], bar, b_smem.index(stage * GROUP + g)
-                )
-            it += 1
-
-
-@gluon.jit
-def _tap_consumer(half: gl.constexpr, a_smem, b_smem, c_smem, ready, empty, y_desc, steps,
-                  tiles, tiles_n, tiles_h, tiles_w):  # fmt: skip
-    """Consumer of the TMA kernel: half of each tile's box of output pixels (half its images,
-    or half its rows for one image), MMAs straight from the boxes in shared memory; a stage's
-    GROUP products stay in flight while the next stage's are issued."""
-    BOX_N: gl.constexpr = a_smem.type.shape[1]
-    BOX_H: gl.constexpr = a_smem.type.shape[2]
-    BOX_W: gl.constexpr = a_smem.type.shape[3]
-    BLOCK_K: gl.constexpr = a_smem.type.shape[4]
-    BLOCK_N: gl.constexpr = b_smem.type.shape[1]
-    STAGES: gl.constexpr = ready.type.shape[0]
-    GROUP: gl.constexpr = a_smem.type.shape[0] // STAGES
-    BLOCK_M: gl.constexpr = BOX_N * BOX_H * BOX_W
-    HALF: gl.constexpr = BLOCK_M // 2
-    warps: gl.constexpr = gl.num_warps()
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[warps, 1], instr_shape=[16, BLOCK_N, 16]
-    )
-    out = c_smem.index(half)
-    it = 0
-    for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
-        tm = tile // tiles_n
-        n0 = (tile - tm * tiles_n) * BLOCK_N
-        tw = tm % tiles_w
-        th = (tm // tiles_w) % tiles_h
-        img = tm // (tiles_w * tiles_h) * BOX_N
-        acc = gl.zeros([HALF, BLOCK_N], gl.float32, acc_layout)
-        for group in range(gl.cdiv(steps, GROUP)):
-            stage = it % STAGES
-            mbarrier.wait(ready.index(stage), (it // STAGES) & 1)
-            for g in gl.static_range(GROUP):
-                a = a_smem.index(stage * GROUP + g).reshape([BLOCK_M, BLOCK_K])
-                b = b_smem.index(stage * GROUP + g).permute((1, 0))
-                acc = warpgroup_mma(a.slice(half * HALF, HALF), b, acc, is_async=True)
-            acc = warpgroup_mma_wait(GROUP, deps=(acc,))  # the previous stage's are done
-            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=group > 0)
-            it += 1
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1)
-        tma.store_wait(0)
-        out.reshape([HALF, BLOCK_N]).store(acc.to(y_desc.dtype))
-        fence_async_shared()
-        if BOX_N > 1:  # each half: half the images
-            coords = [img + half * (BOX_N // 2), th * BOX_H, tw * BOX_W, n0]
-        else:  # each half: half the rows
-            coords = [img, th * BOX_H + half * (BOX_H // 2), tw * BOX_W, n0]
-        tma.async_copy_shared_to_global(y_desc, coords, out)
-    tma.store_wait(0)
-
-
-@gluon.jit
-def conv_forward_tma_kernel(
-    x_desc, w_desc, y_desc, C, pad_h, pad_w, R, S, tiles_n, tiles_h, tiles_w, tiles,
-    STAGES: gl.constexpr, GROUP: gl.constexpr,
-):  # fmt: skip
-    """Persistent, grid (programs,). x_desc: x (N, H, W, C) in [BOX_N, BOX_H, BOX_W, BLOCK_K]
-    boxes; w_desc: the filter as (K, R*S*C) in [BLOCK_N, BLOCK_K]; y_desc: y (N, OH, OW, K) in
-    half boxes. Tiles: (image group, row band, column band, output-channel tile). A stage
-    holds GROUP steps."""
-    dtype: gl.constexpr = w_desc.dtype
-    a_smem = gl.allocate_shared_memory(dtype, [STAGES * GROUP] + x_desc.block_type.shape,
-                                       x_desc.layout)  # fmt: skip
-    b_smem = gl.allocate_shared_memory(dtype, [STAGES * GROUP] + w_desc.block_type.shape,
-                                       w_desc.layout)  # fmt: skip
-    c_smem = gl.allocate_shared_memory(dtype, [2] + y_desc.block_type.shape, y_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
-    steps = R * S * (C // x_desc.block_type.shape[3])
-    consumer = (a_smem, b_smem, c_smem, ready, empty, y_desc, steps, tiles, tiles_n, tiles_h,
-                tiles_w)  # fmt: skip
-    gl.warp_specialize(
-        [(_tap_consumer, (0,) + consumer), (_tap_consumer, (1,) + consumer),
-         (_tap_loader, (x_desc, w_desc, a_smem, b_smem, ready, empty, C, pad_h, pad_w, S,
-                        steps, tiles, tiles_n, tiles_h, tiles_w))],
-        [4, 1],
-        [240, 24],
-    )  # fmt: skip
-
-
-def _box(n: int, oh: int, ow: int, block_m: int = 128) -> tuple[int, int, int]:
-    """(images, rows, columns) of a block_m-pixel output box: columns the power of two that
-    covers a row (at most 128), then rows, then images."""
-    bw = min(128, triton.next_power_of_2(ow))
-    bh = min(block_m // bw, triton.next_power_of_2(oh))
-    return block_m // (bw * bh), bh, bw
-
-
-def _tma_arguments(x, w, y, padding, block_n, block_k, block_m=128):
-    """The TMA kernel's arguments before STAGES, for channels-last x, w, y (N, C, H, W)."""
-    n, c, h, wd = x.shape
-    k, _, r, s = w.shape
-    oh, ow = y.shape[2:]
-    dt = _gl_dtype(x)
-    bn_img, bh, bw = _box(n, oh, ow, block_m)
-    assert bn_img > 1 or bh > 1, "a box of one row: no halves"
-    xbox = [bn_img, bh, bw, block_k]
-    ybox = [bn_img // 2, bh, bw, block_n] if bn_img > 1 else [1, bh // 2, bw, block_n]
-    x4, y4 = x.permute(0, 2, 3, 1), y.permute(0, 2, 3, 1)
-    w2 = w.permute(0, 2, 3, 1).reshape(k, r * s * c)
-    x_desc = TensorDescriptor(x4, list(x4.shape), list(x4.stride()), xbox,
-                              gl.NVMMASharedLayout.get_default_for(xbox, dt))  # fmt: skip
-    y_desc = TensorDescriptor(y4, list(y4.shape), list(y4.stride()), ybox,
-                              gl.NVMMASharedLayout.get_default_for(ybox, dt))  # fmt: skip
-    w_desc = TensorDescriptor(
-        w2,
-        list(w2.shape),
-        list(w2.stride()),
-        [block_n, block_k],
-        gl.NVMMASharedLayout.get_default_for([block_n, block_k], dt),
-    )
-    tiles_h, tiles_w = triton.cdiv(oh, bh), triton.cdiv(ow, bw)
-    tiles_n = triton.cdiv(k, block_n)
-    tiles = triton.cdiv(n, bn_img) * tiles_h * tiles_w * tiles_n
-    return (x_desc, w_desc, y_desc, c, padding, padding, r, s, tiles_n, tiles_h, tiles_w, tiles)
-
-
-def conv_forward_tma(x, w, padding, block_n=128, stages=4, group=1, block_k=64, block_m=128,
-                     y=None):  # fmt: skip
-    """y = conv2d(x, w, padding) (stride 1) through the TMA-per-tap kernel (into y when
-    given: channels-last, of the output's shape)."""
-    n, _, h, wd = x.shape
-    k, _, r, s = w.shape
-    oh, ow = h + 2 * padding - r + 1, wd + 2 * padding - s + 1
-    if y is None:  # the layout's own allocation: no copy kernel in the timed graph
-        y = torch.empty(n, oh, ow, k, dtype=x.dtype, device=x.device).permute(0, 3, 1, 2)
-    args = _tma_arguments(x, w, y, padding, block_n, block_k, block_m)
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    conv_forward_tma_kernel[(min(args[-1], sms),)](
-        *args, STAGES=stages, GROUP=group, num_warps=4, maxnreg=168
-    )
-    return y
-
-
 def _gl_dtype(t: torch.Tensor):
     return gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16
 
@@ -358,9 +178,9 @@ def conv_forward_ws(x, w, padding, block_n=128, stages=4, loaders=4, persistent=
     n, c, h, wd = x.shape
     k, _, r, s = w.shape
     oh, ow = h + 2 * padding - r + 1, wd + 2 * padding - s + 1
-    y = torch.empty(n, k, oh, ow, dtype=x.dtype, device=x.device).to(
-        memory_format=torch.channels_last
-    )
+    # Allocated channels-last as such: .to(memory_format=...) of an NCHW tensor would add a
+    # transposing copy of the output to every timed call.
+    y = torch.empty(n, oh, ow, k, dtype=x.dtype, device=x.device).permute(0, 3, 1, 2)
     m = n * oh * ow
     w2 = w.permute(0, 2, 3, 1).reshape(k, r * s * c)  # a channels-last filter: a view
     wl = gl.NVMMASharedLayout.get_default_for([block_n, block_k], _gl_dtype(x))
@@ -416,26 +236,6 @@ def compile_offline() -> None:
         warn = [line for line in log.splitlines() if "arn" in line]
         if warn:
             print("  ", warn[:3])
-    for _, n, c, side in LAYERS:
-        for bn, stages, group, bm in TMA_VARIANTS:
-            bn = min(bn, c)
-            cl = torch.channels_last
-            x = torch.empty(n, c, side, side, dtype=torch.bfloat16).to(memory_format=cl)
-            w = torch.empty(c, c, 3, 3, dtype=torch.bfloat16).to(memory_format=cl)
-            y = torch.empty(n, c, side, side, dtype=torch.bfloat16).to(memory_format=cl)
-            kernel = conv_forward_tma_kernel.warmup(
-                *_tma_arguments(x, w, y, 1, bn, 64, bm), STAGES=stages, GROUP=group, num_warps=4,
-                maxnreg=168,
-                grid=(1,),
-            )  # fmt: skip
-            with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-                f.write(kernel.asm["ptx"])
-                f.flush()
-                log = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
-                                     capture_output=True, text=True).stderr  # fmt: skip
-            spills = re.findall(r"(\d+) bytes spill stores", log)
-            print(f"TMA {c}x{side} BM={bm} BN={bn} stages={stages} group={group}: spill={spills} "
-                  f"smem={kernel.metadata.shared}")  # fmt: skip
 
 
 # (name, batch, channels in = out, image side): ResNet-50's 3x3 layers at batch 64, and VGG-16's.
@@ -443,27 +243,19 @@ LAYERS = [
     ("l1.x.conv2", 64, 64, 56), ("l2.x.conv2", 64, 128, 28), ("l3.x.conv2", 64, 256, 14),
     ("l4.x.conv2", 64, 512, 7), ("vgg conv256_56", 16, 256, 56), ("vgg conv512_28", 16, 512, 28),
 ]  # fmt: skip
-# The TMA kernel's (BLOCK_N, STAGES, steps a stage, BLOCK_M).
-TMA_VARIANTS = [
-    (128, 4, 1, 128),
-    (256, 3, 1, 128),
-    (128, 3, 2, 128),
-    (128, 2, 2, 128),
-    (128, 3, 1, 256),
-]
 # (BLOCK_N (at most the layer's channels), STAGES, loader warps, persistent)
 VARIANTS = [(128, 4, 8, False), (128, 4, 8, True), (128, 4, 4, True), (256, 3, 4, True)]
 
 
 def _variants() -> list[tuple[str, object]]:
-    """(label, conv(x, w, padding, bn)) for the timing table: the best gather kernel and the
-    TMA kernel's variants; bn caps BLOCK_N at the layer's channels."""
-    out = [("gather n128 s4 l8", lambda x, w, c: conv_forward_ws(x, w, 1, min(128, c), 4, 8))]
-    for bn, stages, group, bm in TMA_VARIANTS:
-        out.append((f"tma m{bm} n{bn} s{stages} g{group}",
-                    lambda x, w, c, v=(bn, stages, group, bm): conv_forward_tma(
-                        x, w, 1, min(v[0], c), v[1], v[2], block_m=v[3])))  # fmt: skip
-    return out
+    """(label, conv(x, w, padding, bn)) for the timing table: the gather kernel's variants
+    (the TMA-per-tap design is the product's kernel, timed as "rtdnn ms")."""
+    return [
+        (f"gather n{bn} s{stages} l{loaders}{' p' if persistent else ''}",
+         lambda x, w, c, v=(bn, stages, loaders, persistent): conv_forward_ws(
+             x, w, 1, min(v[0], c), v[1], v[2], v[3]))
+        for bn, stages, loaders, persistent in VARIANTS
+    ]  # fmt: skip
 
 
 def gpu(out_dir: str) -> None:
@@ -533,45 +325,6 @@ def profile_one(layer: int, variant: int) -> None:
     torch.cuda.synchronize()
 
 
-def time_tma(layer: int, variant: int) -> None:
-    """Device time of LAYERS[layer] with TMA_VARIANTS[variant] into a preallocated output,
-    beside cuDNN (graph replays, L2 flushed): the kernel alone."""
-    import torch.nn.functional as F
-
-    from rtdnn.core.timing import device_time_ms
-
-    torch.backends.cudnn.benchmark = True
-    name, n, c, side = LAYERS[layer]
-    bn, stages, group, bm = TMA_VARIANTS[variant]
-    x = torch.randn(n, c, side, side, device="cuda", dtype=torch.bfloat16)
-    x = x.to(memory_format=torch.channels_last)
-    w = (torch.randn(c, c, 3, 3, device="cuda") / (3 * c**0.5)).to(torch.bfloat16)
-    w = w.to(memory_format=torch.channels_last)
-    y = F.conv2d(x, w, padding=1)
-    ref = y.clone()
-    conv_forward_tma(x, w, 1, min(bn, c), stages, group, block_m=bm, y=y)
-    err = ((y.float() - ref.float()).norm() / ref.float().norm()).item()
-    t_cudnn = device_time_ms(lambda: F.conv2d(x, w, padding=1))
-    t = device_time_ms(lambda: conv_forward_tma(x, w, 1, min(bn, c), stages, group, block_m=bm,
-                                                y=y))  # fmt: skip
-    flops = 2 * n * side * side * c * c * 9
-    rate = flops / t / 1e9
-    print(f"{name} {TMA_VARIANTS[variant]}: cuDNN {t_cudnn:.4f} ms, TMA {t:.4f} ms "
-          f"({rate:.0f} TFLOP/s, {t_cudnn / t:.2f} of cuDNN), err {err:.1e}")  # fmt: skip
-
-
-def profile_tma(layer: int, variant: int) -> None:
-    """One call of LAYERS[layer] with TMA_VARIANTS[variant], for ncu."""
-    _, n, c, side = LAYERS[layer]
-    bn, stages, group, bm = TMA_VARIANTS[variant]
-    x = torch.randn(n, c, side, side, device="cuda", dtype=torch.bfloat16)
-    x = x.to(memory_format=torch.channels_last)
-    w = torch.randn(c, c, 3, 3, device="cuda", dtype=torch.bfloat16)
-    w = w.to(memory_format=torch.channels_last)
-    conv_forward_tma(x, w, 1, min(bn, c), stages, group, block_m=bm)
-    torch.cuda.synchronize()
-
-
 if __name__ == "__main__":
     if sys.argv[1:] == ["compile"]:
         compile_offline()
@@ -586,9 +339,5 @@ if __name__ == "__main__":
         cl = torch.channels_last
         F.conv2d(x.to(memory_format=cl), w.to(memory_format=cl), padding=1)
         torch.cuda.synchronize()
-    elif sys.argv[1] == "time-tma":  # time-tma LAYER TMA_VARIANT
-        time_tma(int(sys.argv[2]), int(sys.argv[3]))
-    elif sys.argv[1] == "profile-tma":  # profile-tma LAYER TMA_VARIANT
-        profile_tma(int(sys.argv[2]), int(sys.argv[3]))
     else:
         gpu(sys.argv[1])
