@@ -1,0 +1,296 @@
+"""An experiment for the weight gradient on Hopper, in the manner of the forward and
+backward-data kernel (src/rtdnn/kernels/conv_hopper.py): boxes of pixels by TMA, warp-group
+MMAs straight from shared memory, one load warp and two MMA warp groups, persistent programs.
+
+dW[k, r, s, c] = sum over pixels p of dy[p, k] x[p shifted by tap (r, s), c]. A work unit is
+(filter tap, 128 filters k, 128 channels c, a share of dy's pixels). A step takes one box of
+128 of dy's pixels ([images, rows, columns], as the forward's output boxes): two boxes of dy
+(64 filters each, one per MMA warp group, read as the MMA's A operand transposed: k x pixels)
+and two boxes of x at the same pixels shifted by the tap (64 channels each: B, pixels x c),
+so each warp group multiplies a 64 x 128-pixel slice of dy^T by two 128-pixel x 64 blocks of
+x. A unit's share of the pixel boxes is a split of the reduction: float32 partial sums go to
+a workspace (splits, taps, K, C), summed here by torch in a fixed order (the product would use
+rtdnn's split finish). Stride 1, one group, 16-bit, channels-last, K and C multiples of 64.
+
+Not in the product: it has not run on a GPU yet.
+
+    PYTHONPATH=src python benchmarks/probes/conv_hopper_filter_probe.py compile   (no GPU)
+    PYTHONPATH=src python benchmarks/probes/conv_hopper_filter_probe.py OUT_DIR   (GPU)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+STAGES = 3  # 64 KiB a stage: two dy boxes and two x boxes of 16 KiB
+
+
+@gluon.jit
+def _unit(unit, k_tiles, c_tiles, splits):
+    """(tap, first filter, first channel, split) of a work unit: splits innermost, so that the
+    programs sharing a tile's reduction run side by side."""
+    split = unit % splits
+    rest = unit // splits
+    c0 = rest % c_tiles * 128
+    rest = rest // c_tiles
+    k0 = rest % k_tiles * 128
+    return rest // k_tiles, k0, c0, split
+
+
+@gluon.jit
+def _box_origin(box, boxes_h, boxes_w, BOX_N: gl.constexpr, BOX_H: gl.constexpr,
+                BOX_W: gl.constexpr):  # fmt: skip
+    """(first image, row, column) of pixel box `box` of dy."""
+    w0 = box % boxes_w * BOX_W
+    h0 = (box // boxes_w) % boxes_h * BOX_H
+    return box // (boxes_w * boxes_h) * BOX_N, h0, w0
+
+
+@gluon.jit
+def _loader(dy_desc, x_desc, dy_smem, x_smem, ready, empty, units, k_tiles, c_tiles, splits,
+            per_split, boxes, boxes_h, boxes_w, pad_h, pad_w, dil_h, dil_w, S):  # fmt: skip
+    """Per step: dy's box at (k0, k0 + 64) and x's box, shifted by the unit's tap, at
+    (c0, c0 + 64)."""
+    BOX_N: gl.constexpr = dy_desc.block_type.shape[0]
+    BOX_H: gl.constexpr = dy_desc.block_type.shape[1]
+    BOX_W: gl.constexpr = dy_desc.block_type.shape[2]
+    STAGES: gl.constexpr = ready.type.shape[0]
+    nbytes: gl.constexpr = 2 * (dy_desc.block_type.nbytes + x_desc.block_type.nbytes)
+    it = 0
+    for unit in range(gl.program_id(0), units, gl.num_programs(0)):
+        tap, k0, c0, split = _unit(unit, k_tiles, c_tiles, splits)
+        r = tap // S
+        s = tap - r * S
+        first = split * per_split
+        last = gl.minimum(first + per_split, boxes)
+        for box in range(first, last):
+            img, h0, w0 = _box_origin(box, boxes_h, boxes_w, BOX_N, BOX_H, BOX_W)
+            stage = it % STAGES
+            mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
+            bar = ready.index(stage)
+            mbarrier.expect(bar, nbytes)
+            xh = h0 - pad_h + r * dil_h
+            xw = w0 - pad_w + s * dil_w
+            for i in gl.static_range(2):
+                tma.async_copy_global_to_shared(dy_desc, [img, h0, w0, k0 + 64 * i], bar,
+                                                dy_smem.index(stage * 2 + i))  # fmt: skip
+                tma.async_copy_global_to_shared(x_desc, [img, xh, xw, c0 + 64 * i], bar,
+                                                x_smem.index(stage * 2 + i))  # fmt: skip
+            it += 1
+
+
+@gluon.jit
+def _consumer(half: gl.constexpr, dy_smem, x_smem, ready, empty, ws_ptr, units, k_tiles,
+              c_tiles, splits, per_split, boxes, taps, K, C):  # fmt: skip
+    """Filters k0 + 64 half to k0 + 64 (half + 1) of each unit, against its 128 channels (two
+    accumulators of 64 x 64), then the partial sums into the workspace."""
+    PIXELS: gl.constexpr = dy_smem.type.shape[1] * dy_smem.type.shape[2] * dy_smem.type.shape[3]
+    STAGES: gl.constexpr = ready.type.shape[0]
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[gl.num_warps(), 1], instr_shape=[16, 64, 16]
+    )
+    rows = gl.arange(0, 64, layout=gl.SliceLayout(1, acc_layout))
+    cols = gl.arange(0, 64, layout=gl.SliceLayout(0, acc_layout))
+    it = 0
+    for unit in range(gl.program_id(0), units, gl.num_programs(0)):
+        tap, k0, c0, split = _unit(unit, k_tiles, c_tiles, splits)
+        first = split * per_split
+        steps = gl.minimum(first + per_split, boxes) - first
+        acc0 = gl.zeros([64, 64], gl.float32, acc_layout)
+        acc1 = gl.zeros([64, 64], gl.float32, acc_layout)
+        for step in range(steps):
+            stage = it % STAGES
+            mbarrier.wait(ready.index(stage), (it // STAGES) & 1)
+            a = dy_smem.index(stage * 2 + half).reshape([PIXELS, 64]).permute((1, 0))
+            b0 = x_smem.index(stage * 2).reshape([PIXELS, 64])
+            b1 = x_smem.index(stage * 2 + 1).reshape([PIXELS, 64])
+            acc0 = warpgroup_mma(a, b0, acc0, is_async=True)
+            acc1 = warpgroup_mma(a, b1, acc1, is_async=True)
+            acc0, acc1 = warpgroup_mma_wait(2, deps=(acc0, acc1))  # the previous step's
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=step > 0)
+            it += 1
+        acc0, acc1 = warpgroup_mma_wait(0, deps=(acc0, acc1))
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=steps > 0)
+        k = k0 + 64 * half + rows
+        base = ws_ptr + ((split * taps + tap) * K) * C
+        at = base + gl.expand_dims(k, 1) * C + gl.expand_dims(c0 + cols, 0)
+        mask = gl.expand_dims(k < K, 1) & gl.expand_dims(c0 + cols < C, 0)
+        gl.store(at, acc0, mask=mask)
+        mask1 = gl.expand_dims(k < K, 1) & gl.expand_dims(c0 + 64 + cols < C, 0)
+        gl.store(at + 64, acc1, mask=mask1)
+
+
+@gluon.jit
+def conv_filter_hopper_kernel(dy_desc, x_desc, ws_ptr, units, k_tiles, c_tiles, splits,
+                              per_split, boxes, boxes_h, boxes_w, pad_h, pad_w, dil_h, dil_w,
+                              S, taps, K, C, STAGES: gl.constexpr):  # fmt: skip
+    """Persistent, grid (programs,). dy_desc: dy (N, OH, OW, K) in [BOX_N, BOX_H, BOX_W, 64]
+    boxes; x_desc: x (N, H, W, C) in boxes of the same shape; ws: float32 (splits, taps, K,
+    C) partial sums, every element written."""
+    dtype: gl.constexpr = dy_desc.dtype
+    dy_smem = gl.allocate_shared_memory(dtype, [2 * STAGES] + dy_desc.block_type.shape,
+                                        dy_desc.layout)  # fmt: skip
+    x_smem = gl.allocate_shared_memory(dtype, [2 * STAGES] + x_desc.block_type.shape,
+                                       x_desc.layout)  # fmt: skip
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    gl.warp_specialize(
+        [
+            (_consumer, (0, dy_smem, x_smem, ready, empty, ws_ptr, units, k_tiles, c_tiles,
+                         splits, per_split, boxes, taps, K, C)),
+            (_consumer, (1, dy_smem, x_smem, ready, empty, ws_ptr, units, k_tiles, c_tiles,
+                         splits, per_split, boxes, taps, K, C)),
+            (_loader, (dy_desc, x_desc, dy_smem, x_smem, ready, empty, units, k_tiles, c_tiles,
+                       splits, per_split, boxes, boxes_h, boxes_w, pad_h, pad_w, dil_h, dil_w,
+                       S)),
+        ],
+        [4, 1],
+        [232, 24],
+    )  # fmt: skip
+
+
+def plan(x, dy, kernel: tuple[int, int], sms: int):
+    """The launch's boxes, units and splits for channels-last x (N, C, H, W) and dy (N, K, OH,
+    OW): the splits give about two units a multiprocessor."""
+    from rtdnn.kernels import conv_hopper as ch
+
+    n, k, oh, ow = dy.shape
+    c = x.shape[1]
+    box = ch.conv_box(oh, ow)
+    boxes_h, boxes_w = triton.cdiv(oh, box[1]), triton.cdiv(ow, box[2])
+    boxes = triton.cdiv(n, box[0]) * boxes_h * boxes_w
+    tiles = kernel[0] * kernel[1] * triton.cdiv(k, 128) * triton.cdiv(c, 128)
+    per_split = triton.cdiv(boxes, max(1, min(boxes, triton.cdiv(2 * sms, tiles))))
+    splits = triton.cdiv(boxes, per_split)
+    return box, boxes, boxes_h, boxes_w, tiles * splits, splits, per_split
+
+
+def conv_filter_hopper(x, dy, kernel, padding, dilation=1, sms=132):
+    """dW (K, C, R, S) as float32, of a stride-1 convolution of channels-last x and dy."""
+    from rtdnn.kernels import conv_hopper as ch
+
+    n, k, oh, ow = dy.shape
+    c = x.shape[1]
+    box, boxes, boxes_h, boxes_w, units, splits, per_split = plan(x, dy, kernel, sms)
+    block = [*box, 64]
+    dy4, x4 = dy.permute(0, 2, 3, 1), x.permute(0, 2, 3, 1)
+    dy_desc = ch.descriptor(dy, dy4.shape, dy4.stride(), block)
+    x_desc = ch.descriptor(x, x4.shape, x4.stride(), block)
+    taps = kernel[0] * kernel[1]
+    ws = torch.empty(splits, taps, k, c, dtype=torch.float32, device=x.device)
+    conv_filter_hopper_kernel[(min(units, sms),)](
+        dy_desc, x_desc, ws, units, triton.cdiv(k, 128), triton.cdiv(c, 128), splits,
+        per_split, boxes, boxes_h, boxes_w, padding, padding, dilation, dilation, kernel[1],
+        taps, k, c, STAGES=STAGES, num_warps=4, maxnreg=168,
+    )  # fmt: skip
+    return ws.sum(0).view(kernel[0], kernel[1], k, c).permute(2, 3, 0, 1)
+
+
+def compile_offline() -> None:
+    """Compile for sm_90 without a GPU and report registers and spills (Triton's ptxas)."""
+    import re
+    import subprocess
+    import tempfile
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from sm90_stub import activate
+
+    activate()
+    from rtdnn.kernels import conv_hopper as ch
+
+    x = torch.empty(8, 14, 14, 256, dtype=torch.bfloat16)
+    dy = torch.empty(8, 14, 14, 256, dtype=torch.bfloat16)
+    ws = torch.empty(4, 9, 256, 256, dtype=torch.float32)
+    block = [*ch.conv_box(14, 14), 64]
+    dy_desc = ch.descriptor(dy, dy.shape, dy.stride(), block)
+    x_desc = ch.descriptor(x, x.shape, x.stride(), block)
+    kernel = conv_filter_hopper_kernel.warmup(
+        dy_desc, x_desc, ws, 144, 2, 2, 4, 2, 8, 4, 1, 1, 1, 1, 1, 3, 9, 256, 256,
+        STAGES=STAGES, num_warps=4, maxnreg=168, grid=(1,),
+    )  # fmt: skip
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(kernel.asm["ptx"])
+        f.flush()
+        log = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
+                             capture_output=True, text=True).stderr  # fmt: skip
+    print("registers", re.findall(r"Used (\d+) registers", log), "spills",
+          re.findall(r"(\d+) bytes spill stores", log), "smem", kernel.metadata.shared,
+          "serialized" if "C7515" in log else "")  # fmt: skip
+
+
+# (name, batch, channels in, channels out, image side): ResNet-50's and VGG-16's 3x3 layers.
+LAYERS = [
+    ("l1.x.conv2", 64, 64, 64, 56), ("l2.x.conv2", 64, 128, 128, 28),
+    ("l3.x.conv2", 64, 256, 256, 14), ("l4.x.conv2", 64, 512, 512, 7),
+    ("vgg conv128_112", 16, 128, 128, 112), ("vgg conv256_56", 16, 256, 256, 56),
+    ("vgg conv512_28", 16, 512, 512, 28), ("vgg conv512_14", 16, 512, 512, 14),
+]  # fmt: skip
+
+
+def gpu(out_dir: str) -> None:
+    """Each layer: the error against float64 (and cuDNN's), then device times of cuDNN's
+    weight gradient, rtdnn's shipped backward-filter and this kernel (its split sum
+    included)."""
+    from torch.nn.grad import conv2d_weight
+
+    import rtdnn
+    from rtdnn import reference as R
+    from rtdnn.core.timing import device_time_ms
+
+    os.makedirs(out_dir, exist_ok=True)
+    out = open(os.path.join(out_dir, "conv_hopper_filter_probe.md"), "w")
+
+    def log(msg):
+        print(msg, flush=True)
+        out.write(msg + "\n")
+        out.flush()
+
+    torch.backends.cudnn.benchmark = True
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    log(f"{torch.cuda.get_device_name()}, bf16, channels-last, 3x3 stride 1 padding 1")
+    log("| layer | cuDNN ms | rtdnn ms | probe ms | probe / cuDNN | splits | err vs f64 |")
+    log("|---|---:|---:|---:|---:|---:|---|")
+    cl = torch.channels_last
+    for name, n, c, k, side in LAYERS:
+        x = torch.randn(n, c, side, side, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+        dy = torch.randn(n, k, side, side, device="cuda", dtype=torch.bfloat16)
+        dy = dy.to(memory_format=cl)
+        shape = (k, c, 3, 3)
+        try:
+            dw = conv_filter_hopper(x, dy, (3, 3), 1, sms=sms)
+            ref = R.conv_backward_filter(x, dy, shape, padding=1)
+            err = f"{R.rel_error(dw, ref):.1e}"
+        except Exception as ex:  # noqa: BLE001
+            log(f"| {name} | FAILED {type(ex).__name__}: {ex} |"[:300])
+            continue
+        t_cudnn = device_time_ms(lambda: conv2d_weight(x, shape, dy, padding=1))  # noqa: B023
+        t_rtdnn = device_time_ms(
+            lambda: rtdnn.ops.conv_backward_filter(x, dy, shape, padding=1)  # noqa: B023
+        )
+        t = device_time_ms(lambda: conv_filter_hopper(x, dy, (3, 3), 1, sms=sms))  # noqa: B023
+        splits = plan(x, dy, (3, 3), sms)[5]
+        log(f"| {name} | {t_cudnn:.4f} | {t_rtdnn:.4f} | {t:.4f} | {t_cudnn / t:.2f} | "
+            f"{splits} | {err} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["compile"]:
+        compile_offline()
+    else:
+        gpu(sys.argv[1])
