@@ -38,10 +38,9 @@ then rows, then images. Where a row is not a power of two wide the box computes 
 drops (14-wide rows in 16-wide boxes: 88% kept; 7x7 images in 8x8: 77%).
 
 Scope (algos/implicit_gemm.py, hopper_unsupported, checks it): 2-D, stride 1 or 2 in each
-dimension, one group,
-cross-correlation, 16-bit data, channels-last tensors a TMA descriptor can address, the
-reduced channels (C forward, K backward-data) a multiple of 64, a channels-last filter with
-dense taps.
+dimension, one group, cross-correlation, 16-bit data, channels-last tensors a TMA descriptor
+can address, the reduced channels (C forward, K backward-data) a multiple of 64, at least 64
+written channels, a channels-last filter with dense taps.
 """
 
 from typing import NamedTuple
