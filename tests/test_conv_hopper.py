@@ -1,6 +1,8 @@
 """The warp-specialized Hopper convolution's host-side rules, on the CPU (the kernel itself runs
 on sm_90 only: tests/test_conv_gpu.py, test_hopper_kernel)."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -96,3 +98,125 @@ def test_strided_forward_reads_the_right_phase(stride):
                 d = run.shift + t * run.step + stride * lift
                 phase, row = d % stride, o + d // stride - lift
                 assert stride * row + phase == stride * o - pad + t * dil
+
+
+def _box(view: torch.Tensor, origin, size) -> torch.Tensor:
+    """A TMA box of `view` (float64): the elements at origin + index, zero outside."""
+    out = torch.zeros(size, dtype=torch.float64)
+    src, dst = [], []
+    for o, n, extent in zip(origin, size, view.shape, strict=True):
+        lo, hi = max(o, 0), min(o + n, extent)
+        if lo >= hi:
+            return out
+        src.append(slice(lo, hi))
+        dst.append(slice(lo - o, hi - o))
+    out[tuple(dst)] = view[tuple(src)].double()
+    return out
+
+
+def _emulate(fixed: dict, args: tuple) -> None:
+    """conv_hopper_kernel's work, step by step in float64 on the CPU, from one recorded
+    launch: its fixed arguments and its call's descriptors, bias, alpha and beta."""
+    *reads, w_desc, y_desc, bias, alpha, beta = args
+    views = [torch.as_strided(d.base, d.shape, d.strides) for d in (*reads, w_desc, y_desc)]
+    x_views, w_view, y_view = views[:4], views[4], views[5]
+    box = list(reads[0].block_shape[:3])
+    backward = fixed["BACKWARD_DATA"]
+    block_n = w_desc.block_shape[1 if backward else 0]
+    f = fixed
+    for tile in range(f["tiles"]):
+        tm = tile // f["tiles_n"]
+        n0 = (tile - tm * f["tiles_n"]) * block_n
+        ow = tm % f["tiles_w"] * box[2]
+        oh = (tm // f["tiles_w"]) % f["tiles_h"] * box[1]
+        img = tm // (f["tiles_w"] * f["tiles_h"]) * box[0]
+        acc = torch.zeros(*box, block_n, dtype=torch.float64)
+        for step in range(f["taps"] * f["chunks"]):
+            tap, c0 = step // f["chunks"], step % f["chunks"] * 64
+            t, q = tap // f["taps_w"], tap % f["taps_w"]
+            filter_tap = (f["r0"] + f["rstep"] * t) * f["S"] + f["s0"] + f["sstep"] * q
+            dh, dw = f["shift_h"] + t * f["step_h"], f["shift_w"] + q * f["step_w"]
+            phase = 0
+            if f["STRIDED"]:
+                dh += f["stride_h"] * f["lift"]
+                dw += f["stride_w"] * f["lift"]
+                phase = (dh % f["stride_h"]) * 2 + dw % f["stride_w"]
+                dh, dw = dh // f["stride_h"] - f["lift"], dw // f["stride_w"] - f["lift"]
+            a = _box(x_views[phase], [img, oh + dh, ow + dw, c0], [*box, 64])
+            if backward:
+                b = _box(w_view, [c0, filter_tap * f["tap_cols"] + n0], [64, block_n])
+            else:
+                b = _box(w_view, [n0, filter_tap * f["tap_cols"] + c0], [block_n, 64]).T
+            acc += a @ b
+        acc = alpha * acc
+        if f["BETA_NONZERO"]:
+            acc += beta * _box(y_view, [img, oh, ow, n0], [*box, block_n])
+        if f["HAS_BIAS"]:
+            acc += _box(bias.view(1, 1, 1, -1), [0, 0, 0, n0], [1, 1, 1, block_n])
+        if f["RELU"]:
+            acc = acc.clamp_min(0)
+        ends = [min(o + n, e) for o, n, e in zip((img, oh, ow, n0), (*box, block_n),
+                                                 y_view.shape, strict=True)]  # fmt: skip
+        y_view[img : ends[0], oh : ends[1], ow : ends[2], n0 : ends[3]] = acc[
+            : ends[0] - img, : ends[1] - oh, : ends[2] - ow, : ends[3] - n0
+        ].to(y_view.dtype)
+
+
+@pytest.mark.parametrize(
+    "direction,conv",
+    [
+        ("forward", dict(padding=1)),
+        ("forward", dict(stride=2, padding=1)),
+        ("forward", dict(stride=(2, 1), padding=2, dilation=2)),
+        ("backward_data", dict(padding=1)),
+        ("backward_data", dict(stride=2, padding=1)),
+        ("backward_data", dict(stride=2)),  # 1x1: three phases no tap reaches
+    ],
+)
+def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
+    """IMPLICIT_GEMM's Hopper launches, prepared on the CPU with the GPU parts stubbed (the
+    scope check, the launch, the device's multiprocessors) and carried out by an emulation
+    of the kernel's index arithmetic in float64, give the convolution: the descriptors'
+    views, stride phases, tap runs and tile counts the host builds are right."""
+    from rtdnn import reference as R
+    from rtdnn.algos import ConvTensors
+    from rtdnn.algos import implicit_gemm as ig
+
+    launches = []
+
+    def record(fn, grid, slots, num_warps, maxnreg, **fixed):
+        return lambda *args: launches.append((fixed, args))
+
+    monkeypatch.setattr(ig, "hopper_unsupported", lambda p: None)
+    monkeypatch.setattr(ig, "slot_launch", record)
+    monkeypatch.setattr(ig, "multiprocessor_count", lambda device: 132)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    one_by_one = conv == dict(stride=2)
+    cl = torch.channels_last
+    x = torch.randn(2, 64, 9, 10).to(torch.bfloat16).to(memory_format=cl)
+    w = (torch.randn(128 if direction == "forward" else 64, 64, *((1, 1) if one_by_one
+         else (3, 3))) / 24).to(torch.bfloat16).to(memory_format=cl)  # fmt: skip
+    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", math=None)
+    p, _ = _problem_for_selection(direction, x, w, **{**args, **conv})
+    forward = direction == "forward"
+    if forward:
+        p = dataclasses.replace(p, has_bias=True, activation="relu")
+    tiles = HopperConvTiles(128, 64, 64, group_m=1, num_warps=4, num_stages=6)
+    run = ALGORITHMS["IMPLICIT_GEMM"].prepare(p, tiles)
+    y_shape = R.conv_forward(x, w, **conv).shape
+    dy = torch.randn(y_shape).to(torch.bfloat16).to(memory_format=cl)
+    bias = torch.randn(w.shape[0]).to(torch.bfloat16)
+    out_shape = y_shape if forward else x.shape
+    prior = torch.randn(out_shape).to(torch.bfloat16).to(memory_format=cl)
+    out = prior.clone()
+    tensors = ConvTensors(x, w, out, bias) if forward else ConvTensors(out, w, dy)
+    run(tensors, None, 0.5, -1.5)
+    assert launches and all(f["BACKWARD_DATA"] != forward for f, _ in launches)
+    for fixed, call in launches:
+        _emulate(fixed, call)
+    if forward:
+        ref = R.conv_forward(x, w, bias, alpha=0.5, beta=-1.5, out=prior, activation="relu",
+                             **conv)  # fmt: skip
+    else:
+        ref = R.conv_backward_data(dy, w, x.shape, alpha=0.5, beta=-1.5, out=prior, **conv)
+    assert R.rel_error(out, ref) < 1e-2
