@@ -7,17 +7,14 @@ registers, spills and shared memory (Triton's bundled ptxas).
 
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sm90_stub import activate  # noqa: E402
+from sm90_stub import activate, ptxas_log  # noqa: E402
 
 activate()
 
 import torch  # noqa: E402
-import triton  # noqa: E402
 
 from rtdnn.kernels import conv_hopper as ch  # noqa: E402
 
@@ -61,12 +58,7 @@ def compile_case(direction, n, c_read, c_written, side, r, pad, dil, stride, blo
         CONSUMER_REGS=ch.CONSUMER_REGISTERS, num_warps=4, maxnreg=ch.LAUNCH_REGISTERS,
         grid=(1,),
     )  # fmt: skip
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(kernel.asm["ptx"])
-        f.flush()
-        log = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
-                             capture_output=True, text=True).stderr  # fmt: skip
+    log = ptxas_log(kernel)
     spills = re.findall(r"(\d+) bytes spill stores", log)
     serial = "SERIALIZED" if "C7515" in log or "serializ" in log.lower() else ""
     return f"smem={kernel.metadata.shared} spills={spills} {serial}"

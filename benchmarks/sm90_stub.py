@@ -34,6 +34,22 @@ def activate() -> None:
     driver.set_active(Sm90Stub())
 
 
+def ptxas_log(kernel) -> str:
+    """What Triton's bundled ptxas says, with -v, when it assembles a compiled kernel's PTX
+    for sm_90a: registers, spill bytes and warnings (C7515: warp-group MMAs serialized)."""
+    import subprocess
+    import tempfile
+
+    import triton
+
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(kernel.asm["ptx"])
+        f.flush()
+        return subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
+                              capture_output=True, text=True).stderr  # fmt: skip
+
+
 def compile_only(keep: list | None = None) -> set:
     """Make every Triton launch compile its kernel (a warm-up) instead of running it. Returns
     the set of (kernel name, hash) compiled, which fills as launches happen; `keep`, a list,

@@ -203,14 +203,11 @@ def conv_forward_ws(x, w, padding, block_n=128, stages=4, loaders=4, persistent=
 def compile_offline() -> None:
     import os
     import re
-    import subprocess
-    import tempfile
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from sm90_stub import activate
+    from sm90_stub import activate, ptxas_log
 
     activate()
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
     for bn, stages, loaders, _ in VARIANTS:
         k, c, bm, bk = 256, 256, 128, 64
         x = torch.empty(2, 14, 14, c, dtype=torch.bfloat16)
@@ -224,11 +221,7 @@ def compile_offline() -> None:
             x, w_desc, y_desc, 392, 14, 14, c, 14, 14, 1, 1, 3, 3, k // bn, BLOCK_M=bm, BLOCK_K=bk,
             STAGES=stages, LOADERS=loaders, **REGISTERS[loaders], num_warps=4, grid=(1,),
         )  # fmt: skip
-        with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-            f.write(kernel.asm["ptx"])
-            f.flush()
-            log = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
-                                 capture_output=True, text=True).stderr  # fmt: skip
+        log = ptxas_log(kernel)
         regs = re.findall(r"Used (\d+) registers", log)
         spills = re.findall(r"(\d+) bytes spill stores", log)
         smem = kernel.metadata.shared

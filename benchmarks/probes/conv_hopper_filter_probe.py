@@ -204,11 +204,9 @@ def conv_filter_hopper(x, dy, kernel, padding, dilation=1, sms=132):
 def compile_offline() -> None:
     """Compile for sm_90 without a GPU and report registers and spills (Triton's ptxas)."""
     import re
-    import subprocess
-    import tempfile
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from sm90_stub import activate
+    from sm90_stub import activate, ptxas_log
 
     activate()
     from rtdnn.kernels import conv_hopper as ch
@@ -223,12 +221,7 @@ def compile_offline() -> None:
         dy_desc, x_desc, ws, 144, 2, 2, 4, 2, 8, 4, 1, 1, 1, 1, 1, 3, 9, 256, 256,
         STAGES=STAGES, num_warps=4, maxnreg=168, grid=(1,),
     )  # fmt: skip
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(kernel.asm["ptx"])
-        f.flush()
-        log = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
-                             capture_output=True, text=True).stderr  # fmt: skip
+    log = ptxas_log(kernel)
     print("registers", re.findall(r"Used (\d+) registers", log), "spills",
           re.findall(r"(\d+) bytes spill stores", log), "smem", kernel.metadata.shared,
           "serialized" if "C7515" in log else "")  # fmt: skip

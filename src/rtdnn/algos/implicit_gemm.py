@@ -740,7 +740,10 @@ class ImplicitGemm(ConvAlgorithm):
         # (a, b) = divmod(i, 2); where the stride is 1 in a dimension the phases it lacks
         # repeat phase 0); else the whole of x or dy.
         read_phases = [(a % stride[0], b % stride[1]) for a in range(2) for b in range(2)]
-        read_views = [image(src, stride, ph) if forward else image(src) for ph in read_phases]
+        if forward:
+            read_views = [image(src, stride, ph) for ph in read_phases]
+        else:
+            read_views = [image(src)] * 4
         if forward:  # one launch: every tap, the stride taken by the read phases
             taps = ch.forward_taps(r, pad_h, dil_h), ch.forward_taps(s, pad_w, dil_w)
             writes = [((0, 0), image(dst), taps)]
@@ -755,7 +758,8 @@ class ImplicitGemm(ConvAlgorithm):
                         writes.append(((a, b), view, taps))
         w_view = ((p.out_channels, r * s * in_channels), (_channels_last_strides(p.w)[0], 1))
         w_block = [tiles.block_n, tiles.block_k] if forward else [tiles.block_k, tiles.block_n]
-        phases = []  # (dx phase, written view, its box's block, launches by beta != 0)
+        # (written phase, its view, its half-box block, launches by beta != 0, its box)
+        phases = []
         slots = ("x_desc", "x1_desc", "x2_desc", "x3_desc", "w_desc", "y_desc", "bias_ptr")
         for phase, view, (th, tw) in writes:
             n, dst_h, dst_w = view[0][:3]
