@@ -9,13 +9,12 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-180}" python3 -m pytest -q -n 12 -rf -p no:cacheprovider \
   tests/test_conv_gpu.py -k "hopper or all_directions" > "$OUT/gpu_tests.txt" 2>&1
 echo "== gpu tests: exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests.txt" | head -30
-suite() {  # name direction hopper(0/1) limit
-  RTDNN_HOPPER_CONV=$3 timeout "$4" python3 -m rtdnn.cli bench --suite "$1" --direction "$2" \
-    --dtype bf16 --out "$OUT/$1_$2_h$3" > "$OUT/$1_$2_h$3.txt" 2>&1
-  echo "== $1 $2 hopper=$3: exit $?"; grep -E "geomean" "$OUT/$1_$2_h$3.txt"
-}
+source "$(dirname "$0")/suite.sh"
 for d in ${DIRECTIONS:-forward backward_data}; do
   for s in ${SUITES:-resnet50 vgg16}; do
-    for h in 1 0; do suite "$s" "$d" "$h" "${SUITE_LIMIT:-70}"; done
+    for h in 1 0; do
+      RTDNN_HOPPER_CONV=$h && export RTDNN_HOPPER_CONV
+      suite "$s" "$d" bf16 "${SUITE_LIMIT:-70}" "h$h"
+    done
   done
 done

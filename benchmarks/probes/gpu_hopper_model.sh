@@ -9,10 +9,6 @@ timeout "${MODEL_LIMIT:-230}" python3 -m rtdnn.cli bench --model resnet50 \
   --out "$OUT/model_resnet50" > "$OUT/model_resnet50.txt" 2>&1
 echo "== resnet50 model: exit $?"
 grep -E "^\| (inference|training)|wall time|all kernels" "$OUT/model_resnet50.txt"
-suite() {  # name direction dtype limit
-  timeout "$4" python3 -m rtdnn.cli bench --suite "$1" --direction "$2" --dtype "$3" \
-    --out "$OUT/$1_$2_$3" > "$OUT/$1_$2_$3.txt" 2>&1
-  echo "== $1 $2 $3: exit $?"; grep -E "geomean" "$OUT/$1_$2_$3.txt"
-}
+source "$(dirname "$0")/suite.sh"
 suite resnet50 backward_data fp16 60
 suite deepbench_train backward_data bf16 140

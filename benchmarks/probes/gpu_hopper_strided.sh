@@ -8,11 +8,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-200}" python3 -m pytest -q -n 12 -rf -p no:cacheprovider \
   tests/test_conv_gpu.py -k hopper > "$OUT/gpu_tests.txt" 2>&1
 echo "== gpu tests: exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests.txt" | head -30
-suite() {  # name direction dtype limit
-  timeout "$4" python3 -m rtdnn.cli bench --suite "$1" --direction "$2" --dtype "$3" \
-    --out "$OUT/$1_$2_$3" > "$OUT/$1_$2_$3.txt" 2>&1
-  echo "== $1 $2 $3: exit $?"; grep -E "geomean" "$OUT/$1_$2_$3.txt"
-}
+source "$(dirname "$0")/suite.sh"
 suite resnet50 forward bf16 70
 suite resnet50 forward fp16 70
 suite deepbench_train forward bf16 150
