@@ -12,7 +12,8 @@ x. A unit's share of the pixel boxes is a split of the reduction: float32 partia
 a workspace (splits, taps, K, C), summed here by torch in a fixed order (the product would use
 rtdnn's split finish). Stride 1, one group, 16-bit, channels-last, K and C multiples of 64.
 
-Not in the product: it has not run on a GPU yet.
+Not in the product. First run (H200, one 128 x 128 tile as two 64-channel MMAs a warp
+group, 128 pixels a step): correct, 0.5-0.7x cuDNN.
 
     PYTHONPATH=src python benchmarks/probes/conv_hopper_filter_probe.py compile   (no GPU)
     PYTHONPATH=src python benchmarks/probes/conv_hopper_filter_probe.py OUT_DIR   (GPU)
@@ -34,19 +35,21 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-STAGES = 3  # 64 KiB a stage: two dy boxes and two x boxes of 16 KiB
+#: Variants measured: (pixels a step, channels c a tile, stages). A stage holds dy's two
+#: 64-filter boxes and x's box of the tile's channels.
+VARIANTS = [(128, 128, 3), (64, 128, 6), (64, 256, 4), (128, 256, 2)]
 
 
 @gluon.jit
 def _unit(unit, k_tiles, c_tiles, splits):
-    """(tap, first filter, first channel, split) of a work unit: splits innermost, so that the
-    programs sharing a tile's reduction run side by side."""
+    """(tap, first filter, first channel tile, split) of a work unit: splits innermost, so
+    that the programs sharing a tile's reduction run side by side."""
     split = unit % splits
     rest = unit // splits
-    c0 = rest % c_tiles * 128
+    ct = rest % c_tiles
     rest = rest // c_tiles
     k0 = rest % k_tiles * 128
-    return rest // k_tiles, k0, c0, split
+    return rest // k_tiles, k0, ct, split
 
 
 @gluon.jit
@@ -61,16 +64,17 @@ def _box_origin(box, boxes_h, boxes_w, BOX_N: gl.constexpr, BOX_H: gl.constexpr,
 @gluon.jit
 def _loader(dy_desc, x_desc, dy_smem, x_smem, ready, empty, units, k_tiles, c_tiles, splits,
             per_split, boxes, boxes_h, boxes_w, pad_h, pad_w, dil_h, dil_w, S):  # fmt: skip
-    """Per step: dy's box at (k0, k0 + 64) and x's box, shifted by the unit's tap, at
-    (c0, c0 + 64)."""
+    """Per step: dy's boxes at (k0, k0 + 64) and x's box, shifted by the unit's tap, at the
+    tile's channels."""
     BOX_N: gl.constexpr = dy_desc.block_type.shape[0]
     BOX_H: gl.constexpr = dy_desc.block_type.shape[1]
     BOX_W: gl.constexpr = dy_desc.block_type.shape[2]
+    BLOCK_C: gl.constexpr = x_desc.block_type.shape[3]
     STAGES: gl.constexpr = ready.type.shape[0]
-    nbytes: gl.constexpr = 2 * (dy_desc.block_type.nbytes + x_desc.block_type.nbytes)
+    nbytes: gl.constexpr = 2 * dy_desc.block_type.nbytes + x_desc.block_type.nbytes
     it = 0
     for unit in range(gl.program_id(0), units, gl.num_programs(0)):
-        tap, k0, c0, split = _unit(unit, k_tiles, c_tiles, splits)
+        tap, k0, ct, split = _unit(unit, k_tiles, c_tiles, splits)
         r = tap // S
         s = tap - r * S
         first = split * per_split
@@ -81,68 +85,65 @@ def _loader(dy_desc, x_desc, dy_smem, x_smem, ready, empty, units, k_tiles, c_ti
             mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
             bar = ready.index(stage)
             mbarrier.expect(bar, nbytes)
-            xh = h0 - pad_h + r * dil_h
-            xw = w0 - pad_w + s * dil_w
             for i in gl.static_range(2):
                 tma.async_copy_global_to_shared(dy_desc, [img, h0, w0, k0 + 64 * i], bar,
                                                 dy_smem.index(stage * 2 + i))  # fmt: skip
-                tma.async_copy_global_to_shared(x_desc, [img, xh, xw, c0 + 64 * i], bar,
-                                                x_smem.index(stage * 2 + i))  # fmt: skip
+            xh = h0 - pad_h + r * dil_h
+            xw = w0 - pad_w + s * dil_w
+            tma.async_copy_global_to_shared(x_desc, [img, xh, xw, ct * BLOCK_C], bar,
+                                            x_smem.index(stage))  # fmt: skip
             it += 1
 
 
 @gluon.jit
 def _consumer(half: gl.constexpr, dy_smem, x_smem, ready, empty, ws_ptr, units, k_tiles,
-              c_tiles, splits, per_split, boxes, taps, K, C):  # fmt: skip
-    """Filters k0 + 64 half to k0 + 64 (half + 1) of each unit, against its 128 channels (two
-    accumulators of 64 x 64), then the partial sums into the workspace."""
+              c_tiles, splits, per_split, boxes, K, C):  # fmt: skip
+    """Filters k0 + 64 half to k0 + 64 (half + 1) of each unit against its BLOCK_C channels
+    (one 64 x BLOCK_C accumulator), then the partial sums into the workspace."""
     PIXELS: gl.constexpr = dy_smem.type.shape[1] * dy_smem.type.shape[2] * dy_smem.type.shape[3]
+    BLOCK_C: gl.constexpr = x_smem.type.shape[4]
     STAGES: gl.constexpr = ready.type.shape[0]
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[gl.num_warps(), 1], instr_shape=[16, 64, 16]
+        version=[3, 0], warps_per_cta=[gl.num_warps(), 1], instr_shape=[16, BLOCK_C, 16]
     )
     rows = gl.arange(0, 64, layout=gl.SliceLayout(1, acc_layout))
-    cols = gl.arange(0, 64, layout=gl.SliceLayout(0, acc_layout))
+    cols = gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, acc_layout))
     it = 0
     for unit in range(gl.program_id(0), units, gl.num_programs(0)):
-        tap, k0, c0, split = _unit(unit, k_tiles, c_tiles, splits)
+        tap, k0, ct, split = _unit(unit, k_tiles, c_tiles, splits)
         first = split * per_split
         steps = gl.minimum(first + per_split, boxes) - first
-        acc0 = gl.zeros([64, 64], gl.float32, acc_layout)
-        acc1 = gl.zeros([64, 64], gl.float32, acc_layout)
+        acc = gl.zeros([64, BLOCK_C], gl.float32, acc_layout)
         for step in range(steps):
             stage = it % STAGES
             mbarrier.wait(ready.index(stage), (it // STAGES) & 1)
             a = dy_smem.index(stage * 2 + half).reshape([PIXELS, 64]).permute((1, 0))
-            b0 = x_smem.index(stage * 2).reshape([PIXELS, 64])
-            b1 = x_smem.index(stage * 2 + 1).reshape([PIXELS, 64])
-            acc0 = warpgroup_mma(a, b0, acc0, is_async=True)
-            acc1 = warpgroup_mma(a, b1, acc1, is_async=True)
-            acc0, acc1 = warpgroup_mma_wait(2, deps=(acc0, acc1))  # the previous step's
+            b = x_smem.index(stage).reshape([PIXELS, BLOCK_C])
+            acc = warpgroup_mma(a, b, acc, is_async=True)
+            acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous step's
             mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=step > 0)
             it += 1
-        acc0, acc1 = warpgroup_mma_wait(0, deps=(acc0, acc1))
+        acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=steps > 0)
+        # Workspace (taps, splits, K, C): the split finish's (batches, splits, M, N).
         k = k0 + 64 * half + rows
-        base = ws_ptr + ((split * taps + tap) * K) * C
-        at = base + gl.expand_dims(k, 1) * C + gl.expand_dims(c0 + cols, 0)
-        mask = gl.expand_dims(k < K, 1) & gl.expand_dims(c0 + cols < C, 0)
-        gl.store(at, acc0, mask=mask)
-        mask1 = gl.expand_dims(k < K, 1) & gl.expand_dims(c0 + 64 + cols < C, 0)
-        gl.store(at + 64, acc1, mask=mask1)
+        c = ct * BLOCK_C + cols
+        base = ws_ptr + ((tap * splits + split) * K).to(gl.int64) * C
+        at = base + gl.expand_dims(k, 1) * C + gl.expand_dims(c, 0)
+        gl.store(at, acc, mask=gl.expand_dims(k < K, 1) & gl.expand_dims(c < C, 0))
 
 
 @gluon.jit
 def conv_filter_hopper_kernel(dy_desc, x_desc, ws_ptr, units, k_tiles, c_tiles, splits,
                               per_split, boxes, boxes_h, boxes_w, pad_h, pad_w, dil_h, dil_w,
-                              S, taps, K, C, STAGES: gl.constexpr):  # fmt: skip
+                              S, K, C, STAGES: gl.constexpr):  # fmt: skip
     """Persistent, grid (programs,). dy_desc: dy (N, OH, OW, K) in [BOX_N, BOX_H, BOX_W, 64]
-    boxes; x_desc: x (N, H, W, C) in boxes of the same shape; ws: float32 (splits, taps, K,
-    C) partial sums, every element written."""
+    boxes; x_desc: x (N, H, W, C) in boxes of the same pixels and BLOCK_C channels; ws:
+    float32 (taps, splits, K, C) partial sums, every element written."""
     dtype: gl.constexpr = dy_desc.dtype
     dy_smem = gl.allocate_shared_memory(dtype, [2 * STAGES] + dy_desc.block_type.shape,
                                         dy_desc.layout)  # fmt: skip
-    x_smem = gl.allocate_shared_memory(dtype, [2 * STAGES] + x_desc.block_type.shape,
+    x_smem = gl.allocate_shared_memory(dtype, [STAGES] + x_desc.block_type.shape,
                                        x_desc.layout)  # fmt: skip
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -152,9 +153,9 @@ def conv_filter_hopper_kernel(dy_desc, x_desc, ws_ptr, units, k_tiles, c_tiles, 
     gl.warp_specialize(
         [
             (_consumer, (0, dy_smem, x_smem, ready, empty, ws_ptr, units, k_tiles, c_tiles,
-                         splits, per_split, boxes, taps, K, C)),
+                         splits, per_split, boxes, K, C)),
             (_consumer, (1, dy_smem, x_smem, ready, empty, ws_ptr, units, k_tiles, c_tiles,
-                         splits, per_split, boxes, taps, K, C)),
+                         splits, per_split, boxes, K, C)),
             (_loader, (dy_desc, x_desc, dy_smem, x_smem, ready, empty, units, k_tiles, c_tiles,
                        splits, per_split, boxes, boxes_h, boxes_w, pad_h, pad_w, dil_h, dil_w,
                        S)),
@@ -164,45 +165,61 @@ def conv_filter_hopper_kernel(dy_desc, x_desc, ws_ptr, units, k_tiles, c_tiles, 
     )  # fmt: skip
 
 
-def plan(x, dy, kernel: tuple[int, int], sms: int):
-    """The launch's boxes, units and splits for channels-last x (N, C, H, W) and dy (N, K, OH,
-    OW): the splits give about two units a multiprocessor."""
-    from rtdnn.kernels import conv_hopper as ch
+def pixel_box(oh: int, ow: int, pixels: int) -> tuple[int, int, int]:
+    """(images, rows, columns) of `pixels` of dy: columns the power of two covering a row (at
+    most 64), then rows, then images."""
+    box_w = min(64, pixels, triton.next_power_of_2(ow))
+    box_h = min(pixels // box_w, triton.next_power_of_2(oh))
+    return pixels // (box_w * box_h), box_h, box_w
 
+
+def plan(x, dy, kernel: tuple[int, int], sms: int, pixels: int, block_c: int):
+    """The launch's boxes, units and splits: the split count whose waves of units take the
+    fewest steps, a unit costing its boxes plus about four steps of epilogue and fill."""
     n, k, oh, ow = dy.shape
     c = x.shape[1]
-    box = ch.conv_box(oh, ow)
+    box = pixel_box(oh, ow, pixels)
     boxes_h, boxes_w = triton.cdiv(oh, box[1]), triton.cdiv(ow, box[2])
     boxes = triton.cdiv(n, box[0]) * boxes_h * boxes_w
-    tiles = kernel[0] * kernel[1] * triton.cdiv(k, 128) * triton.cdiv(c, 128)
-    per_split = triton.cdiv(boxes, max(1, min(boxes, triton.cdiv(2 * sms, tiles))))
+    tiles = kernel[0] * kernel[1] * triton.cdiv(k, 128) * triton.cdiv(c, block_c)
+
+    def cost(splits):
+        per = triton.cdiv(boxes, splits)
+        return triton.cdiv(tiles * triton.cdiv(boxes, per), sms) * (per + 4)
+
+    best = min(range(1, min(boxes, 64) + 1), key=cost)
+    per_split = triton.cdiv(boxes, best)
     splits = triton.cdiv(boxes, per_split)
     return box, boxes, boxes_h, boxes_w, tiles * splits, splits, per_split
 
 
-def conv_filter_hopper(x, dy, kernel, padding, dilation=1, sms=132):
+def conv_filter_hopper(x, dy, kernel, padding, dilation=1, sms=132, variant=VARIANTS[0],
+                       sum_splits=True):  # fmt: skip
     """dW (K, C, R, S) as float32, of a stride-1 convolution of channels-last x and dy."""
     from rtdnn.kernels import conv_hopper as ch
 
+    pixels, block_c, stages = variant
     n, k, oh, ow = dy.shape
     c = x.shape[1]
-    box, boxes, boxes_h, boxes_w, units, splits, per_split = plan(x, dy, kernel, sms)
-    block = [*box, 64]
+    box, boxes, boxes_h, boxes_w, units, splits, per_split = plan(x, dy, kernel, sms, pixels,
+                                                                  block_c)  # fmt: skip
     dy4, x4 = dy.permute(0, 2, 3, 1), x.permute(0, 2, 3, 1)
-    dy_desc = ch.descriptor(dy, dy4.shape, dy4.stride(), block)
-    x_desc = ch.descriptor(x, x4.shape, x4.stride(), block)
+    dy_desc = ch.descriptor(dy, dy4.shape, dy4.stride(), [*box, 64])
+    x_desc = ch.descriptor(x, x4.shape, x4.stride(), [*box, block_c])
     taps = kernel[0] * kernel[1]
-    ws = torch.empty(splits, taps, k, c, dtype=torch.float32, device=x.device)
+    ws = torch.empty(taps, splits, k, c, dtype=torch.float32, device=x.device)
     conv_filter_hopper_kernel[(min(units, sms),)](
-        dy_desc, x_desc, ws, units, triton.cdiv(k, 128), triton.cdiv(c, 128), splits,
+        dy_desc, x_desc, ws, units, triton.cdiv(k, 128), triton.cdiv(c, block_c), splits,
         per_split, boxes, boxes_h, boxes_w, padding, padding, dilation, dilation, kernel[1],
-        taps, k, c, STAGES=STAGES, num_warps=4, maxnreg=168,
+        k, c, STAGES=stages, num_warps=4, maxnreg=168,
     )  # fmt: skip
-    return ws.sum(0).view(kernel[0], kernel[1], k, c).permute(2, 3, 0, 1)
+    if not sum_splits:
+        return ws
+    return ws.sum(1).view(kernel[0], kernel[1], k, c).permute(2, 3, 0, 1)
 
 
 def compile_offline() -> None:
-    """Compile for sm_90 without a GPU and report registers and spills (Triton's ptxas)."""
+    """Compile each variant for sm_90 without a GPU and report registers and spills."""
     import re
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -211,20 +228,21 @@ def compile_offline() -> None:
     activate()
     from rtdnn.kernels import conv_hopper as ch
 
-    x = torch.empty(8, 14, 14, 256, dtype=torch.bfloat16)
-    dy = torch.empty(8, 14, 14, 256, dtype=torch.bfloat16)
-    ws = torch.empty(4, 9, 256, 256, dtype=torch.float32)
-    block = [*ch.conv_box(14, 14), 64]
-    dy_desc = ch.descriptor(dy, dy.shape, dy.stride(), block)
-    x_desc = ch.descriptor(x, x.shape, x.stride(), block)
-    kernel = conv_filter_hopper_kernel.warmup(
-        dy_desc, x_desc, ws, 144, 2, 2, 4, 2, 8, 4, 1, 1, 1, 1, 1, 3, 9, 256, 256,
-        STAGES=STAGES, num_warps=4, maxnreg=168, grid=(1,),
-    )  # fmt: skip
-    log = ptxas_log(kernel)
-    print("registers", re.findall(r"Used (\d+) registers", log), "spills",
-          re.findall(r"(\d+) bytes spill stores", log), "smem", kernel.metadata.shared,
-          "serialized" if "C7515" in log else "")  # fmt: skip
+    for pixels, block_c, stages in VARIANTS:
+        x = torch.empty(8, 14, 14, 256, dtype=torch.bfloat16)
+        dy = torch.empty(8, 14, 14, 256, dtype=torch.bfloat16)
+        ws = torch.empty(9, 4, 256, 256, dtype=torch.float32)
+        box = pixel_box(14, 14, pixels)
+        dy_desc = ch.descriptor(dy, dy.shape, dy.stride(), [*box, 64])
+        x_desc = ch.descriptor(x, x.shape, x.stride(), [*box, block_c])
+        kernel = conv_filter_hopper_kernel.warmup(
+            dy_desc, x_desc, ws, 144, 2, 2, 4, 2, 8, 4, 1, 1, 1, 1, 1, 3, 256, 256,
+            STAGES=stages, num_warps=4, maxnreg=168, grid=(1,),
+        )  # fmt: skip
+        log = ptxas_log(kernel)
+        print((pixels, block_c, stages), "registers", re.findall(r"Used (\d+) registers", log),
+              "spills", re.findall(r"(\d+) bytes spill stores", log), "smem",
+              kernel.metadata.shared, "serialized" if "C7515" in log else "")  # fmt: skip
 
 
 # (name, batch, channels in, channels out, image side): ResNet-50's and VGG-16's 3x3 layers.
@@ -237,9 +255,8 @@ LAYERS = [
 
 
 def gpu(out_dir: str) -> None:
-    """Each layer: the error against float64 (and cuDNN's), then device times of cuDNN's
-    weight gradient, rtdnn's shipped backward-filter and this kernel (its split sum
-    included)."""
+    """Each layer: cuDNN's and rtdnn's shipped weight gradient, then each variant's error
+    against float64 and its device time, kernel alone and with the torch sum of its splits."""
     from torch.nn.grad import conv2d_weight
 
     import rtdnn
@@ -256,30 +273,44 @@ def gpu(out_dir: str) -> None:
 
     torch.backends.cudnn.benchmark = True
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    log(f"{torch.cuda.get_device_name()}, bf16, channels-last, 3x3 stride 1 padding 1")
-    log("| layer | cuDNN ms | rtdnn ms | probe ms | probe / cuDNN | splits | err vs f64 |")
-    log("|---|---:|---:|---:|---:|---:|---|")
+    log(f"{torch.cuda.get_device_name()}, bf16, channels-last, 3x3 stride 1 padding 1; "
+        "variant (pixels a step, channels a tile, stages); kernel ms / with split sum ms")  # fmt: skip
+    head = " | ".join(f"{v}" for v in VARIANTS)
+    log(f"| layer | cuDNN ms | rtdnn ms | {head} |")
+    log("|---|---:|---:|" + "---|" * len(VARIANTS))
     cl = torch.channels_last
     for name, n, c, k, side in LAYERS:
         x = torch.randn(n, c, side, side, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
         dy = torch.randn(n, k, side, side, device="cuda", dtype=torch.bfloat16)
         dy = dy.to(memory_format=cl)
         shape = (k, c, 3, 3)
-        try:
-            dw = conv_filter_hopper(x, dy, (3, 3), 1, sms=sms)
-            ref = R.conv_backward_filter(x, dy, shape, padding=1)
-            err = f"{R.rel_error(dw, ref):.1e}"
-        except Exception as ex:  # noqa: BLE001
-            log(f"| {name} | FAILED {type(ex).__name__}: {ex} |"[:300])
-            continue
+        ref = R.conv_backward_filter(x, dy, shape, padding=1)
         t_cudnn = device_time_ms(lambda: conv2d_weight(x, shape, dy, padding=1))  # noqa: B023
         t_rtdnn = device_time_ms(
             lambda: rtdnn.ops.conv_backward_filter(x, dy, shape, padding=1)  # noqa: B023
         )
-        t = device_time_ms(lambda: conv_filter_hopper(x, dy, (3, 3), 1, sms=sms))  # noqa: B023
-        splits = plan(x, dy, (3, 3), sms)[5]
-        log(f"| {name} | {t_cudnn:.4f} | {t_rtdnn:.4f} | {t:.4f} | {t_cudnn / t:.2f} | "
-            f"{splits} | {err} |")  # fmt: skip
+        cells = []
+        for v in VARIANTS:
+            try:
+                err = R.rel_error(conv_filter_hopper(x, dy, (3, 3), 1, sms=sms, variant=v), ref)
+                t = device_time_ms(
+                    lambda: conv_filter_hopper(
+                        x,
+                        dy,
+                        (3, 3),
+                        1,
+                        sms=sms,
+                        variant=v,  # noqa: B023
+                        sum_splits=False,
+                    )  # fmt: skip
+                )
+                ts = device_time_ms(lambda: conv_filter_hopper(x, dy, (3, 3), 1, sms=sms,  # noqa: B023
+                                                               variant=v))  # fmt: skip
+                splits = plan(x, dy, (3, 3), sms, v[0], v[1])[5]
+                cells.append(f"{t:.4f} / {ts:.4f} ({t_cudnn / ts:.2f}x, s{splits}, {err:.0e})")
+            except Exception as ex:  # noqa: BLE001
+                cells.append(f"FAILED {type(ex).__name__}: {str(ex)[:80]}")
+        log(f"| {name} | {t_cudnn:.4f} | {t_rtdnn:.4f} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

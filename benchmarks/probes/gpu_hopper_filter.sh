@@ -4,5 +4,5 @@
 # layers. Results under $OUT.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src RTDNN_AUTOTUNE=0
-timeout "${LIMIT:-240}" python3 benchmarks/probes/conv_hopper_filter_probe.py "$OUT" 2>&1 \
+timeout "${LIMIT:-400}" python3 benchmarks/probes/conv_hopper_filter_probe.py "$OUT" 2>&1 \
   | grep -v Warning | tail -20
