@@ -273,8 +273,8 @@ def gpu(out_dir: str) -> None:
 
     torch.backends.cudnn.benchmark = True
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    log(f"{torch.cuda.get_device_name()}, bf16, channels-last, 3x3 stride 1 padding 1; "
-        "variant (pixels a step, channels a tile, stages); kernel ms / with split sum ms")  # fmt: skip
+    log(f"{torch.cuda.get_device_name()}, bf16, channels-last, 3x3 stride 1 padding 1; variant "
+        "(pixels a step, channels a tile, stages): kernel ms / with split sum ms")  # fmt: skip
     head = " | ".join(f"{v}" for v in VARIANTS)
     log(f"| layer | cuDNN ms | rtdnn ms | {head} |")
     log("|---|---:|---:|" + "---|" * len(VARIANTS))
@@ -291,21 +291,15 @@ def gpu(out_dir: str) -> None:
         )
         cells = []
         for v in VARIANTS:
+
+            def run(v=v, x=x, dy=dy, sum_splits=True):
+                return conv_filter_hopper(x, dy, (3, 3), 1, sms=sms, variant=v,
+                                          sum_splits=sum_splits)  # fmt: skip
+
             try:
-                err = R.rel_error(conv_filter_hopper(x, dy, (3, 3), 1, sms=sms, variant=v), ref)
-                t = device_time_ms(
-                    lambda: conv_filter_hopper(
-                        x,
-                        dy,
-                        (3, 3),
-                        1,
-                        sms=sms,
-                        variant=v,  # noqa: B023
-                        sum_splits=False,
-                    )  # fmt: skip
-                )
-                ts = device_time_ms(lambda: conv_filter_hopper(x, dy, (3, 3), 1, sms=sms,  # noqa: B023
-                                                               variant=v))  # fmt: skip
+                err = R.rel_error(run(), ref)
+                t = device_time_ms(lambda run=run: run(sum_splits=False))
+                ts = device_time_ms(run)
                 splits = plan(x, dy, (3, 3), sms, v[0], v[1])[5]
                 cells.append(f"{t:.4f} / {ts:.4f} ({t_cudnn / ts:.2f}x, s{splits}, {err:.0e})")
             except Exception as ex:  # noqa: BLE001
