@@ -35,21 +35,22 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-#: Variants measured: (pixels a step, channels c a tile, stages). A stage holds dy's two
-#: 64-filter boxes and x's box of the tile's channels.
-VARIANTS = [(128, 128, 3), (64, 128, 6), (64, 256, 4), (128, 256, 2)]
+#: Variants measured: (pixels a step, filters a unit, channels a unit, stages). Each consumer
+#: warp group takes whole units, alternating (ping-pong: one's epilogue under the other's
+#: products). A stage holds dy's box of the unit's filters and x's box of its channels.
+VARIANTS = [(64, 128, 128, 6), (128, 128, 128, 3), (64, 64, 256, 5), (128, 64, 256, 2)]
 
 
 @gluon.jit
-def _unit(unit, k_tiles, c_tiles, splits):
-    """(tap, first filter, first channel tile, split) of a work unit: splits innermost, so
-    that the programs sharing a tile's reduction run side by side."""
+def _unit(unit, k_tiles, c_tiles, splits, BLOCK_F: gl.constexpr, BLOCK_C: gl.constexpr):
+    """(tap, first filter, first channel, split) of a work unit: splits innermost, so that
+    the programs sharing a tile's reduction run side by side."""
     split = unit % splits
     rest = unit // splits
-    ct = rest % c_tiles
+    c0 = rest % c_tiles * BLOCK_C
     rest = rest // c_tiles
-    k0 = rest % k_tiles * 128
-    return rest // k_tiles, k0, ct, split
+    k0 = rest % k_tiles * BLOCK_F
+    return rest // k_tiles, k0, c0, split
 
 
 @gluon.jit
@@ -64,17 +65,18 @@ def _box_origin(box, boxes_h, boxes_w, BOX_N: gl.constexpr, BOX_H: gl.constexpr,
 @gluon.jit
 def _loader(dy_desc, x_desc, dy_smem, x_smem, ready, empty, units, k_tiles, c_tiles, splits,
             per_split, boxes, boxes_h, boxes_w, pad_h, pad_w, dil_h, dil_w, S):  # fmt: skip
-    """Per step: dy's boxes at (k0, k0 + 64) and x's box, shifted by the unit's tap, at the
-    tile's channels."""
+    """Per step of each unit in turn: dy's box of the unit's filters and x's box, shifted by
+    the unit's tap, of its channels."""
     BOX_N: gl.constexpr = dy_desc.block_type.shape[0]
     BOX_H: gl.constexpr = dy_desc.block_type.shape[1]
     BOX_W: gl.constexpr = dy_desc.block_type.shape[2]
+    BLOCK_F: gl.constexpr = dy_desc.block_type.shape[3]
     BLOCK_C: gl.constexpr = x_desc.block_type.shape[3]
     STAGES: gl.constexpr = ready.type.shape[0]
-    nbytes: gl.constexpr = 2 * dy_desc.block_type.nbytes + x_desc.block_type.nbytes
+    nbytes: gl.constexpr = dy_desc.block_type.nbytes + x_desc.block_type.nbytes
     it = 0
     for unit in range(gl.program_id(0), units, gl.num_programs(0)):
-        tap, k0, ct, split = _unit(unit, k_tiles, c_tiles, splits)
+        tap, k0, c0, split = _unit(unit, k_tiles, c_tiles, splits, BLOCK_F, BLOCK_C)
         r = tap // S
         s = tap - r * S
         first = split * per_split
@@ -85,63 +87,67 @@ def _loader(dy_desc, x_desc, dy_smem, x_smem, ready, empty, units, k_tiles, c_ti
             mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
             bar = ready.index(stage)
             mbarrier.expect(bar, nbytes)
-            for i in gl.static_range(2):
-                tma.async_copy_global_to_shared(dy_desc, [img, h0, w0, k0 + 64 * i], bar,
-                                                dy_smem.index(stage * 2 + i))  # fmt: skip
+            tma.async_copy_global_to_shared(dy_desc, [img, h0, w0, k0], bar, dy_smem.index(stage))
             xh = h0 - pad_h + r * dil_h
             xw = w0 - pad_w + s * dil_w
-            tma.async_copy_global_to_shared(x_desc, [img, xh, xw, ct * BLOCK_C], bar,
-                                            x_smem.index(stage))  # fmt: skip
+            tma.async_copy_global_to_shared(x_desc, [img, xh, xw, c0], bar, x_smem.index(stage))
             it += 1
 
 
 @gluon.jit
-def _consumer(half: gl.constexpr, dy_smem, x_smem, ready, empty, ws_ptr, units, k_tiles,
+def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, ws_ptr, units, k_tiles,
               c_tiles, splits, per_split, boxes, K, C):  # fmt: skip
-    """Filters k0 + 64 half to k0 + 64 (half + 1) of each unit against its BLOCK_C channels
-    (one 64 x BLOCK_C accumulator), then the partial sums into the workspace."""
+    """Every other unit of the program's (role 0: the first): BLOCK_F filters against
+    BLOCK_C channels over the unit's share of the pixels, then its partial sums into the
+    workspace. The other role's units only advance the ring position."""
     PIXELS: gl.constexpr = dy_smem.type.shape[1] * dy_smem.type.shape[2] * dy_smem.type.shape[3]
+    BLOCK_F: gl.constexpr = dy_smem.type.shape[4]
     BLOCK_C: gl.constexpr = x_smem.type.shape[4]
     STAGES: gl.constexpr = ready.type.shape[0]
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[gl.num_warps(), 1], instr_shape=[16, BLOCK_C, 16]
     )
-    rows = gl.arange(0, 64, layout=gl.SliceLayout(1, acc_layout))
+    rows = gl.arange(0, BLOCK_F, layout=gl.SliceLayout(1, acc_layout))
     cols = gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, acc_layout))
     it = 0
+    mine = role
     for unit in range(gl.program_id(0), units, gl.num_programs(0)):
-        tap, k0, ct, split = _unit(unit, k_tiles, c_tiles, splits)
+        tap, k0, c0, split = _unit(unit, k_tiles, c_tiles, splits, BLOCK_F, BLOCK_C)
         first = split * per_split
         steps = gl.minimum(first + per_split, boxes) - first
-        acc = gl.zeros([64, BLOCK_C], gl.float32, acc_layout)
-        for step in range(steps):
-            stage = it % STAGES
-            mbarrier.wait(ready.index(stage), (it // STAGES) & 1)
-            a = dy_smem.index(stage * 2 + half).reshape([PIXELS, 64]).permute((1, 0))
-            b = x_smem.index(stage).reshape([PIXELS, BLOCK_C])
-            acc = warpgroup_mma(a, b, acc, is_async=True)
-            acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous step's
-            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=step > 0)
-            it += 1
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=steps > 0)
-        # Workspace (taps, splits, K, C): the split finish's (batches, splits, M, N).
-        k = k0 + 64 * half + rows
-        c = ct * BLOCK_C + cols
-        base = ws_ptr + ((tap * splits + split) * K).to(gl.int64) * C
-        at = base + gl.expand_dims(k, 1) * C + gl.expand_dims(c, 0)
-        gl.store(at, acc, mask=gl.expand_dims(k < K, 1) & gl.expand_dims(c < C, 0))
+        if mine == 0:
+            acc = gl.zeros([BLOCK_F, BLOCK_C], gl.float32, acc_layout)
+            for step in range(steps):
+                at = it + step
+                stage = at % STAGES
+                mbarrier.wait(ready.index(stage), (at // STAGES) & 1)
+                a = dy_smem.index(stage).reshape([PIXELS, BLOCK_F]).permute((1, 0))
+                b = x_smem.index(stage).reshape([PIXELS, BLOCK_C])
+                acc = warpgroup_mma(a, b, acc, is_async=True)
+                acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous step's
+                mbarrier.arrive(empty.index((at + STAGES - 1) % STAGES), count=1, pred=step > 0)
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+            mbarrier.arrive(empty.index((it + steps + STAGES - 1) % STAGES), count=1,
+                            pred=steps > 0)  # fmt: skip
+            # Workspace (taps, splits, K, C): the split finish's (batches, splits, M, N).
+            k = k0 + rows
+            c = c0 + cols
+            base = ws_ptr + ((tap * splits + split) * K).to(gl.int64) * C
+            out = base + gl.expand_dims(k, 1) * C + gl.expand_dims(c, 0)
+            gl.store(out, acc, mask=gl.expand_dims(k < K, 1) & gl.expand_dims(c < C, 0))
+        it += steps
+        mine = 1 - mine
 
 
 @gluon.jit
 def conv_filter_hopper_kernel(dy_desc, x_desc, ws_ptr, units, k_tiles, c_tiles, splits,
                               per_split, boxes, boxes_h, boxes_w, pad_h, pad_w, dil_h, dil_w,
                               S, K, C, STAGES: gl.constexpr):  # fmt: skip
-    """Persistent, grid (programs,). dy_desc: dy (N, OH, OW, K) in [BOX_N, BOX_H, BOX_W, 64]
-    boxes; x_desc: x (N, H, W, C) in boxes of the same pixels and BLOCK_C channels; ws:
+    """Persistent, grid (programs,). dy_desc: dy (N, OH, OW, K) in [BOX_N, BOX_H, BOX_W,
+    BLOCK_F] boxes; x_desc: x (N, H, W, C) in boxes of the same pixels and BLOCK_C channels; ws:
     float32 (taps, splits, K, C) partial sums, every element written."""
     dtype: gl.constexpr = dy_desc.dtype
-    dy_smem = gl.allocate_shared_memory(dtype, [2 * STAGES] + dy_desc.block_type.shape,
+    dy_smem = gl.allocate_shared_memory(dtype, [STAGES] + dy_desc.block_type.shape,
                                         dy_desc.layout)  # fmt: skip
     x_smem = gl.allocate_shared_memory(dtype, [STAGES] + x_desc.block_type.shape,
                                        x_desc.layout)  # fmt: skip
@@ -149,7 +155,7 @@ def conv_filter_hopper_kernel(dy_desc, x_desc, ws_ptr, units, k_tiles, c_tiles, 
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
+        mbarrier.init(empty.index(i), count=1)
     gl.warp_specialize(
         [
             (_consumer, (0, dy_smem, x_smem, ready, empty, ws_ptr, units, k_tiles, c_tiles,
@@ -173,19 +179,22 @@ def pixel_box(oh: int, ow: int, pixels: int) -> tuple[int, int, int]:
     return pixels // (box_w * box_h), box_h, box_w
 
 
-def plan(x, dy, kernel: tuple[int, int], sms: int, pixels: int, block_c: int):
-    """The launch's boxes, units and splits: the split count whose waves of units take the
-    fewest steps, a unit costing its boxes plus about four steps of epilogue and fill."""
+def plan(x, dy, kernel: tuple[int, int], sms: int, pixels: int, block_f: int, block_c: int):
+    """The launch's boxes, units and splits: the split count that takes the least time, in
+    steps: waves of units (a multiprocessor runs its units one after another, the two
+    consumers' epilogues under each other's products) plus the workspace's traffic (float32
+    partials written and summed: about 6.7 / pixels steps of the whole GPU a unit)."""
     n, k, oh, ow = dy.shape
     c = x.shape[1]
     box = pixel_box(oh, ow, pixels)
     boxes_h, boxes_w = triton.cdiv(oh, box[1]), triton.cdiv(ow, box[2])
     boxes = triton.cdiv(n, box[0]) * boxes_h * boxes_w
-    tiles = kernel[0] * kernel[1] * triton.cdiv(k, 128) * triton.cdiv(c, block_c)
+    tiles = kernel[0] * kernel[1] * triton.cdiv(k, block_f) * triton.cdiv(c, block_c)
 
     def cost(splits):
         per = triton.cdiv(boxes, splits)
-        return triton.cdiv(tiles * triton.cdiv(boxes, per), sms) * (per + 4)
+        units = tiles * triton.cdiv(boxes, per)
+        return triton.cdiv(units, sms) * per + units * 6.7 / pixels
 
     best = min(range(1, min(boxes, 64) + 1), key=cost)
     per_split = triton.cdiv(boxes, best)
@@ -198,18 +207,18 @@ def conv_filter_hopper(x, dy, kernel, padding, dilation=1, sms=132, variant=VARI
     """dW (K, C, R, S) as float32, of a stride-1 convolution of channels-last x and dy."""
     from rtdnn.kernels import conv_hopper as ch
 
-    pixels, block_c, stages = variant
+    pixels, block_f, block_c, stages = variant
     n, k, oh, ow = dy.shape
     c = x.shape[1]
     box, boxes, boxes_h, boxes_w, units, splits, per_split = plan(x, dy, kernel, sms, pixels,
-                                                                  block_c)  # fmt: skip
+                                                                  block_f, block_c)  # fmt: skip
     dy4, x4 = dy.permute(0, 2, 3, 1), x.permute(0, 2, 3, 1)
-    dy_desc = ch.descriptor(dy, dy4.shape, dy4.stride(), [*box, 64])
+    dy_desc = ch.descriptor(dy, dy4.shape, dy4.stride(), [*box, block_f])
     x_desc = ch.descriptor(x, x4.shape, x4.stride(), [*box, block_c])
     taps = kernel[0] * kernel[1]
     ws = torch.empty(taps, splits, k, c, dtype=torch.float32, device=x.device)
     conv_filter_hopper_kernel[(min(units, sms),)](
-        dy_desc, x_desc, ws, units, triton.cdiv(k, 128), triton.cdiv(c, block_c), splits,
+        dy_desc, x_desc, ws, units, triton.cdiv(k, block_f), triton.cdiv(c, block_c), splits,
         per_split, boxes, boxes_h, boxes_w, padding, padding, dilation, dilation, kernel[1],
         k, c, STAGES=stages, num_warps=4, maxnreg=168,
     )  # fmt: skip
@@ -228,19 +237,20 @@ def compile_offline() -> None:
     activate()
     from rtdnn.kernels import conv_hopper as ch
 
-    for pixels, block_c, stages in VARIANTS:
+    for pixels, block_f, block_c, stages in VARIANTS:
         x = torch.empty(8, 14, 14, 256, dtype=torch.bfloat16)
         dy = torch.empty(8, 14, 14, 256, dtype=torch.bfloat16)
         ws = torch.empty(9, 4, 256, 256, dtype=torch.float32)
         box = pixel_box(14, 14, pixels)
-        dy_desc = ch.descriptor(dy, dy.shape, dy.stride(), [*box, 64])
+        dy_desc = ch.descriptor(dy, dy.shape, dy.stride(), [*box, block_f])
         x_desc = ch.descriptor(x, x.shape, x.stride(), [*box, block_c])
         kernel = conv_filter_hopper_kernel.warmup(
             dy_desc, x_desc, ws, 144, 2, 2, 4, 2, 8, 4, 1, 1, 1, 1, 1, 3, 256, 256,
             STAGES=stages, num_warps=4, maxnreg=168, grid=(1,),
         )  # fmt: skip
         log = ptxas_log(kernel)
-        print((pixels, block_c, stages), "registers", re.findall(r"Used (\d+) registers", log),
+        regs = re.findall(r"Used (\d+) registers", log)
+        print((pixels, block_f, block_c, stages), "registers", regs,
               "spills", re.findall(r"(\d+) bytes spill stores", log), "smem",
               kernel.metadata.shared, "serialized" if "C7515" in log else "")  # fmt: skip
 
@@ -300,7 +310,7 @@ def gpu(out_dir: str) -> None:
                 err = R.rel_error(run(), ref)
                 t = device_time_ms(lambda run=run: run(sum_splits=False))
                 ts = device_time_ms(run)
-                splits = plan(x, dy, (3, 3), sms, v[0], v[1])[5]
+                splits = plan(x, dy, (3, 3), sms, *v[:3])[5]
                 cells.append(f"{t:.4f} / {ts:.4f} ({t_cudnn / ts:.2f}x, s{splits}, {err:.0e})")
             except Exception as ex:  # noqa: BLE001
                 cells.append(f"FAILED {type(ex).__name__}: {str(ex)[:80]}")
