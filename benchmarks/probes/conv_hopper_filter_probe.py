@@ -95,11 +95,13 @@ def _loader(dy_desc, x_desc, dy_smem, x_smem, ready, empty, units, k_tiles, c_ti
 
 
 @gluon.jit
-def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, ws_ptr, units, k_tiles,
+def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, turn, ws_ptr, units, k_tiles,
               c_tiles, splits, per_split, boxes, K, C):  # fmt: skip
     """Every other unit of the program's (role 0: the first): BLOCK_F filters against
     BLOCK_C channels over the unit's share of the pixels, then its partial sums into the
-    workspace. The other role's units only advance the ring position."""
+    workspace. The other role's units only advance the ring position. A unit's products
+    start once the other role's previous unit has taken its last stage (its `turn`
+    mbarrier): the ring's phases then never run two rounds ahead of this role's waits."""
     PIXELS: gl.constexpr = dy_smem.type.shape[1] * dy_smem.type.shape[2] * dy_smem.type.shape[3]
     BLOCK_F: gl.constexpr = dy_smem.type.shape[4]
     BLOCK_C: gl.constexpr = x_smem.type.shape[4]
@@ -110,12 +112,14 @@ def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, ws_ptr, units, 
     rows = gl.arange(0, BLOCK_F, layout=gl.SliceLayout(1, acc_layout))
     cols = gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, acc_layout))
     it = 0
-    mine = role
+    local = 0  # the unit's place among the program's
     for unit in range(gl.program_id(0), units, gl.num_programs(0)):
         tap, k0, c0, split = _unit(unit, k_tiles, c_tiles, splits, BLOCK_F, BLOCK_C)
         first = split * per_split
         steps = gl.minimum(first + per_split, boxes) - first
-        if mine == 0:
+        if local % 2 == role:
+            if local > 0:
+                mbarrier.wait(turn.index(1 - role), ((local - 1) // 2) & 1)
             acc = gl.zeros([BLOCK_F, BLOCK_C], gl.float32, acc_layout)
             for step in range(steps):
                 at = it + step
@@ -127,6 +131,7 @@ def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, ws_ptr, units, 
                 acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous step's
                 mbarrier.arrive(empty.index((at + STAGES - 1) % STAGES), count=1, pred=step > 0)
             acc = warpgroup_mma_wait(0, deps=(acc,))
+            mbarrier.arrive(turn.index(role), count=1)
             mbarrier.arrive(empty.index((it + steps + STAGES - 1) % STAGES), count=1,
                             pred=steps > 0)  # fmt: skip
             # Workspace (taps, splits, K, C): the split finish's (batches, splits, M, N).
@@ -136,7 +141,7 @@ def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, ws_ptr, units, 
             out = base + gl.expand_dims(k, 1) * C + gl.expand_dims(c, 0)
             gl.store(out, acc, mask=gl.expand_dims(k < K, 1) & gl.expand_dims(c < C, 0))
         it += steps
-        mine = 1 - mine
+        local += 1
 
 
 @gluon.jit
@@ -153,14 +158,17 @@ def conv_filter_hopper_kernel(dy_desc, x_desc, ws_ptr, units, k_tiles, c_tiles, 
                                        x_desc.layout)  # fmt: skip
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
     gl.warp_specialize(
         [
-            (_consumer, (0, dy_smem, x_smem, ready, empty, ws_ptr, units, k_tiles, c_tiles,
+            (_consumer, (0, dy_smem, x_smem, ready, empty, turn, ws_ptr, units, k_tiles, c_tiles,
                          splits, per_split, boxes, K, C)),
-            (_consumer, (1, dy_smem, x_smem, ready, empty, ws_ptr, units, k_tiles, c_tiles,
+            (_consumer, (1, dy_smem, x_smem, ready, empty, turn, ws_ptr, units, k_tiles, c_tiles,
                          splits, per_split, boxes, K, C)),
             (_loader, (dy_desc, x_desc, dy_smem, x_smem, ready, empty, units, k_tiles, c_tiles,
                        splits, per_split, boxes, boxes_h, boxes_w, pad_h, pad_w, dil_h, dil_w,
