@@ -1,6 +1,7 @@
-"""Compile the warp-specialized Hopper convolution (kernels/conv_hopper.py) for sm_90 without
-a GPU, as the launches of IMPLICIT_GEMM's Hopper tiles would, and report each variant's
-registers, spills and shared memory (Triton's bundled ptxas).
+"""Compile the warp-specialized Hopper convolution (kernels/conv_hopper.py and, for the
+weight gradient, kernels/conv_hopper_filter.py) for sm_90 without a GPU, as the launches of
+IMPLICIT_GEMM's Hopper tiles would, and report each variant's spills and shared memory
+(Triton's bundled ptxas).
 
     PYTHONPATH=src python benchmarks/aot_compile_conv_hopper.py
 """
@@ -17,6 +18,7 @@ activate()
 import torch  # noqa: E402
 
 from rtdnn.kernels import conv_hopper as ch  # noqa: E402
+from rtdnn.kernels import conv_hopper_filter as chf  # noqa: E402
 
 # (direction, batch, channels read, channels written, image side, filter, padding, dilation,
 # stride)
@@ -64,7 +66,44 @@ def compile_case(direction, n, c_read, c_written, side, r, pad, dil, stride, blo
     return f"smem={kernel.metadata.shared} spills={spills} {serial}"
 
 
+# (batch, channels in, filters, image side, filter, padding, stride, splits)
+FILTER_CASES = [
+    (64, 256, 256, 14, 3, 1, 1, 3),
+    (64, 256, 256, 14, 3, 1, 1, 1),
+    (64, 128, 128, 56, 3, 1, 2, 14),
+    (64, 1024, 2048, 14, 1, 0, 2, 2),
+]
+
+
+def compile_filter_case(n, c, k, side, r, pad, stride, splits, beta):
+    out_side = (side + 2 * pad - (r - 1) - 1) // stride + 1
+    x = torch.empty(n, side, side, c, dtype=torch.bfloat16)
+    dy = torch.empty(n, out_side, out_side, k, dtype=torch.bfloat16)
+    dw = torch.empty(k, r, r, c, dtype=torch.bfloat16)
+    ws = torch.empty(r * r, splits, k, c, dtype=torch.float32)
+    counters = torch.zeros(64, dtype=torch.int32)
+    box = ch.conv_box(out_side, out_side, chf.PIXELS)
+    dy_desc = ch.descriptor(dy, dy.shape, dy.stride(), [*box, chf.BLOCK_F])
+    x_desc = ch.descriptor(x, x.shape, x.stride(), [*box, chf.BLOCK_C])
+    sk, sr, ss, sc = dw.stride()
+    kernel = chf.conv_filter_hopper_kernel.warmup(
+        dy_desc, x_desc, x_desc, x_desc, x_desc, dw, ws, counters, 1.0, 0.5, 64, 2, 2, splits,
+        4, 8, 4, 1, pad, pad, 1, 1, stride, stride, pad, r, k, c, sk, sc, sr, ss,
+        STAGES=chf.STAGES, STRIDED=stride > 1, BETA_NONZERO=beta,
+        CONSUMER_REGS=chf.CONSUMER_REGISTERS, num_warps=4, maxnreg=chf.LAUNCH_REGISTERS,
+        grid=(1,),
+    )  # fmt: skip
+    log = ptxas_log(kernel)
+    spills = re.findall(r"(\d+) bytes spill stores", log)
+    serial = "SERIALIZED" if "C7515" in log or "serializ" in log.lower() else ""
+    return f"smem={kernel.metadata.shared} spills={spills} {serial}"
+
+
 if __name__ == "__main__":
+    for case in FILTER_CASES:
+        for beta in (False, True):
+            print("backward_filter", case, f"beta={beta}:", compile_filter_case(*case, beta),
+                  flush=True)  # fmt: skip
     for case in CASES:
         case = case if len(case) == 9 else (*case, 1)
         for block_n in (128, 64):

@@ -290,6 +290,68 @@ HOPPER_MATRIX = [("forward", s) for s in HOPPER_FORWARD_ONLY + HOPPER_SHAPES]
 HOPPER_MATRIX += [("backward_data", s) for s in HOPPER_SHAPES]
 
 
+#: Shapes for the Hopper weight gradient (at least 128 filters and channels): odd images,
+#: filters and channels not a multiple of the 128 x 128 tile (136, 192), padding above the
+#: filter's reach, stride 2 (1x1, 3x3, 7x7, one dimension, with dilation), a 1-pixel image,
+#: batch 1, and enough pixels that IMPLICIT_GEMM_SPLIT_K splits (the last two).
+HOPPER_FILTER_SHAPES = [
+    ((4, 128, 17, 15), (128, 128, 3, 3), dict(padding=1)),
+    ((2, 192, 10, 11), (136, 192, 3, 3), dict(padding=3)),
+    ((2, 128, 15, 16), (256, 128, 3, 3), dict(stride=2, padding=1)),
+    ((3, 256, 14, 13), (128, 256, 1, 1), dict(stride=2)),
+    ((2, 128, 19, 20), (128, 128, 7, 7), dict(stride=2, padding=3)),
+    ((2, 128, 9, 9), (128, 128, 3, 3), dict(stride=(2, 1), padding=1)),
+    ((1, 128, 2, 3), (128, 128, 3, 3), dict(stride=2, padding=2, dilation=2)),
+    ((3, 128, 1, 1), (128, 128, 3, 3), dict(padding=1)),
+    ((2, 128, 30, 70), (128, 128, 3, 3), dict(padding=2, dilation=2)),
+    ((8, 128, 32, 32), (128, 128, 3, 3), dict(padding=1)),
+    ((16, 256, 14, 14), (256, 256, 3, 3), dict(padding=1)),
+]
+
+
+@pytest.mark.parametrize("case", ["bf16", "fp16"])
+@pytest.mark.parametrize("algo_name", ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K"])
+@pytest.mark.parametrize("shape", HOPPER_FILTER_SHAPES)
+def test_hopper_filter_kernel(shape, algo_name, case):
+    """The warp-specialized Hopper weight gradient (both implicit GEMMs' only tiles on sm_90
+    where it applies; split within IMPLICIT_GEMM_SPLIT_K's workspace), alpha and beta into a
+    NaN-poisoned and then a prior filter, matches float64; two runs are bit-identical."""
+    from rtdnn.algos import ALGORITHMS, ConvTensors
+    from rtdnn.algos.implicit_gemm import HopperConvTiles, hopper_unsupported
+    from rtdnn.ops.conv import _problem_for_selection
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Hopper kernel runs on sm_90 only")
+    dtype, _, tol = CASES[case]
+    xs, ws, conv = shape
+    x = _channels_last(torch.randn(xs, device="cuda", dtype=dtype))
+    dy_shape = R.conv_forward(x, torch.empty(ws, device="cuda", dtype=dtype), **conv).shape
+    dy = _channels_last(torch.randn(dy_shape, device="cuda", dtype=dtype))
+    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation")
+    w_like = _channels_last(torch.empty(ws, device="cuda", dtype=dtype))
+    p, _ = _problem_for_selection("backward_filter", x, w_like, math=None, **{**args, **conv})
+    assert hopper_unsupported(p) is None, hopper_unsupported(p)
+    algo = ALGORITHMS[algo_name]
+    candidates = algo.tile_candidates(p)
+    assert candidates and all(isinstance(t, HopperConvTiles) for t in candidates)
+    workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8, device="cuda")
+    prior = _channels_last(torch.randn(ws, device="cuda", dtype=dtype))
+    ref = R.conv_backward_filter(x, dy, ws, alpha=0.5, **conv)
+    ref_beta = R.conv_backward_filter(x, dy, ws, alpha=0.5, beta=-1.5, out=prior.clone(), **conv)
+    for tiles in candidates:
+        launch = algo.prepare(p, tiles)
+        out = _channels_last(torch.full(ws, float("nan"), device="cuda", dtype=dtype))
+        launch(ConvTensors(x, out, dy), workspace, 0.5, 0.0)
+        assert R.rel_error(out, ref) < tol, f"{tiles}: rel. error {R.rel_error(out, ref):.2e}"
+        again = torch.full_like(out, float("nan"))
+        launch(ConvTensors(x, again, dy), workspace, 0.5, 0.0)
+        assert torch.equal(again, out), f"{tiles}: not deterministic"
+        out = prior.clone()
+        launch(ConvTensors(x, out, dy), workspace, 0.5, -1.5)
+        err = R.rel_error(out, ref_beta)
+        assert err < tol, f"{tiles} with beta: rel. error {err:.2e}"
+
+
 @pytest.mark.parametrize("case", ["bf16", "fp16"])
 @pytest.mark.parametrize("direction,shape", HOPPER_MATRIX)
 def test_hopper_kernel(direction, shape, case):

@@ -2,6 +2,7 @@
 on sm_90 only: tests/test_conv_gpu.py, test_hopper_kernel)."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -220,3 +221,127 @@ def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
     else:
         ref = R.conv_backward_data(dy, w, x.shape, alpha=0.5, beta=-1.5, out=prior, **conv)
     assert R.rel_error(out, ref) < 1e-2
+
+
+def _emulate_filter(fixed: dict, args: tuple) -> None:
+    """conv_filter_hopper_kernel's work in float64 on the CPU, from one recorded launch: each
+    unit's products over its split of dy's boxes (the loader's index arithmetic), the
+    partials summed in split order per tile, and the epilogue through the filter's strides."""
+    dy_desc, *reads, dw, ws, counters, alpha, beta = args
+    f = fixed
+    dy_view = torch.as_strided(dy_desc.base, dy_desc.shape, dy_desc.strides)
+    x_views = [torch.as_strided(d.base, d.shape, d.strides) for d in reads]
+    box, bf, bc = list(dy_desc.block_shape[:3]), dy_desc.block_shape[3], reads[0].block_shape[3]
+    K, C, S = f["K"], f["C"], f["S"]
+    out = torch.as_strided(dw, (K, C, dw.shape[2], S), (f["sk"], f["sc"], f["sr"], f["ss"]))
+    partials: dict[int, dict[int, torch.Tensor]] = {}
+    for unit in range(f["units"]):
+        split, tile = unit % f["splits"], unit // f["splits"]
+        c0 = tile % f["c_tiles"] * bc
+        rest = tile // f["c_tiles"]
+        k0, tap = rest % f["k_tiles"] * bf, rest // f["k_tiles"]
+        r = tap // S
+        dh = r * f["dil_h"] - f["pad_h"] + f["stride_h"] * f["lift"]
+        dw_ = (tap - r * S) * f["dil_w"] - f["pad_w"] + f["stride_w"] * f["lift"]
+        phase = (dh % f["stride_h"]) * 2 + dw_ % f["stride_w"] if f["STRIDED"] else 0
+        dh, dw_ = dh // f["stride_h"] - f["lift"], dw_ // f["stride_w"] - f["lift"]
+        acc = torch.zeros(bf, bc, dtype=torch.float64)
+        first = split * f["per_split"]
+        for b in range(first, min(first + f["per_split"], f["boxes"])):
+            w0 = b % f["boxes_w"] * box[2]
+            h0 = (b // f["boxes_w"]) % f["boxes_h"] * box[1]
+            img = b // (f["boxes_w"] * f["boxes_h"]) * box[0]
+            a = _box(dy_view, [img, h0, w0, k0], [*box, bf]).reshape(-1, bf)
+            x = _box(x_views[phase], [img, h0 + dh, w0 + dw_, c0], [*box, bc]).reshape(-1, bc)
+            acc += a.T @ x
+        assert split not in partials.setdefault(tile, {}), "a split computed twice"
+        partials[tile][split] = acc
+    assert len(partials) * f["splits"] == f["units"]
+    for tile, parts in partials.items():
+        assert sorted(parts) == list(range(f["splits"]))
+        total = sum(parts[q] for q in range(f["splits"]))
+        c0 = tile % f["c_tiles"] * bc
+        rest = tile // f["c_tiles"]
+        k0, tap = rest % f["k_tiles"] * bf, rest // f["k_tiles"]
+        k1, c1 = min(k0 + bf, K), min(c0 + bc, C)
+        target = out[k0:k1, c0:c1, tap // S, tap % S]
+        value = alpha * total[: k1 - k0, : c1 - c0]
+        if f["BETA_NONZERO"]:
+            value += beta * target.double()
+        target.copy_(value.to(dw.dtype))
+
+
+@pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K"])
+@pytest.mark.parametrize(
+    "x_shape,w_shape,conv",
+    [
+        ((2, 136, 20, 24), (72, 136, 3, 3), dict(padding=1)),
+        ((2, 72, 9, 10), (136, 72, 3, 3), dict(stride=2, padding=1)),
+        ((3, 64, 7, 6), (64, 64, 1, 1), dict(stride=2)),
+        ((1, 64, 11, 9), (64, 64, 3, 3), dict(stride=(2, 1), padding=2, dilation=2)),
+        ((2, 64, 1, 1), (64, 64, 3, 3), dict(padding=1)),
+    ],
+)
+def test_host_plan_computes_the_weight_gradient(algo, x_shape, w_shape, conv, monkeypatch):
+    """Backward-filter's Hopper launch (IMPLICIT_GEMM unsplit, IMPLICIT_GEMM_SPLIT_K in up to
+    four splits within its workspace), prepared on the CPU with the GPU parts stubbed and
+    carried out by an emulation of the kernel in float64, gives the weight gradient with
+    alpha and beta: descriptors, stride phases, units, splits and the filter's strides are
+    right. Tiles wider than the channels (72 and 136 of 128) and a 1-pixel image included."""
+    from rtdnn import reference as R
+    from rtdnn.algos import ConvTensors
+    from rtdnn.algos import implicit_gemm as ig
+    from rtdnn.kernels import conv_hopper_filter as chf
+
+    launches = []
+
+    def record(fn, grid, slots, num_warps, maxnreg, **fixed):
+        assert fn is chf.conv_filter_hopper_kernel and grid[0] <= 132
+        return lambda *args: launches.append((fixed, args))
+
+    monkeypatch.setattr(ig, "hopper_unsupported", lambda p: None)
+    monkeypatch.setattr(ig, "slot_launch", record)
+    monkeypatch.setattr(ig, "multiprocessor_count", lambda device: 132)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    # Up to four splits (the interpreter's split count is one on these sizes).
+    monkeypatch.setattr(ig.ImplicitGemmSplitK, "splits", lambda self, p: 4)
+    cl = torch.channels_last
+    x = torch.randn(x_shape).to(torch.bfloat16).to(memory_format=cl)
+    w = torch.randn(w_shape).to(torch.bfloat16)  # the filter written in its own strides
+    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", math=None)
+    p, _ = _problem_for_selection("backward_filter", x, w, **{**args, **conv})
+    dy = torch.randn(R.conv_forward(x, w, **conv).shape).to(torch.bfloat16).to(memory_format=cl)
+    algorithm = ALGORITHMS[algo]
+    tiles = HopperConvTiles(chf.BLOCK_F, chf.BLOCK_C, chf.PIXELS, group_m=1, num_warps=4,
+                            num_stages=chf.STAGES)  # fmt: skip
+    run = algorithm.prepare(p, tiles)
+    workspace = torch.empty(algorithm.workspace_bytes(p), dtype=torch.uint8)
+    prior = torch.randn(w_shape).to(torch.bfloat16)
+    out = prior.clone()
+    run(ConvTensors(x, out, dy), workspace, 0.5, -1.5)
+    assert len(launches) == 1
+    fixed, call = launches[0]
+    if algo == "IMPLICIT_GEMM":
+        assert fixed["splits"] == 1
+    else:
+        assert fixed["splits"] <= algorithm.splits(p)
+        assert fixed["splits"] > 1 or fixed["boxes"] < 8
+        needed = math.prod(w_shape[2:]) * fixed["splits"] * w_shape[0] * w_shape[1] * 4
+        assert fixed["splits"] == 1 or workspace.numel() >= needed
+    _emulate_filter(fixed, call)
+    ref = R.conv_backward_filter(x, dy, w_shape, alpha=0.5, beta=-1.5, out=prior, **conv)
+    assert R.rel_error(out, ref) < 1e-2
+
+
+@pytest.mark.parametrize("tiles,boxes,most", [(9, 784, 32), (144, 64, 3), (36, 196, 12),
+                                              (1, 1, 32), (2000, 50, 32), (9, 4, 1)])  # fmt: skip
+def test_split_plan_covers_every_box(tiles, boxes, most):
+    """The weight gradient's split plan: at most `most` splits, each nonempty, together
+    covering every box once; a split where one wave of unsplit units would leave most
+    multiprocessors idle."""
+    from rtdnn.kernels import conv_hopper_filter as chf
+
+    splits, per = chf.split_plan(tiles, boxes, 132, most)
+    assert 1 <= splits <= max(1, most) and (splits - 1) * per < boxes <= splits * per
+    if tiles * 4 <= 132 and boxes >= 64 and most >= 4:
+        assert splits > 1

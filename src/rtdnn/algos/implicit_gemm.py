@@ -407,8 +407,6 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
         return f"a Hopper GPU with Triton {GLUON_TRITON}x"
     if torch.cuda.get_device_capability()[0] != 9:
         return "a Hopper GPU (sm_90: warp-group MMAs)"
-    if p.direction == Direction.BACKWARD_FILTER:
-        return "forward and backward-data only"
     if p.dtype not in (torch.float16, torch.bfloat16):
         return "16-bit data only"
     if p.spatial_dims != 2 or p.groups != 1:
@@ -428,6 +426,10 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
     reason = tma_unsupported(p, conv_hopper.BLOCK_K)
     if reason is not None:
         return reason
+    if p.direction == Direction.BACKWARD_FILTER:
+        if min(p.out_channels, p.in_channels) < 128:  # the pointer path was faster there
+            return f"{p.out_channels} filters, {p.in_channels} channels: at least 128 of each"
+        return None
     dst = p.y if p.direction == Direction.FORWARD else p.x
     if dst.shape[1] < 64:  # tiles wider than the output's channels: not run on a GPU yet
         return f"{dst.shape[1]} written channels: at least 64"
@@ -437,10 +439,17 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
 
 
 def _hopper_candidates(p: ConvProblem) -> list[TileConfig]:
-    """The Hopper kernel's tiles where it runs `p` (and RTDNN_HOPPER_CONV is not 0): 128
-    output channels a tile, or 64 where the output has no more (kernels/conv_hopper.py)."""
+    """The Hopper kernels' tiles where they run `p` (and RTDNN_HOPPER_CONV is not 0): 128
+    output channels a tile, or 64 where the output has no more (kernels/conv_hopper.py);
+    backward-filter, 128 filters x 128 channels over 64 pixels a step
+    (kernels/conv_hopper_filter.py)."""
     if os.environ.get(HOPPER_CONV_ENV) == "0" or hopper_unsupported(p) is not None:
         return []
+    if p.direction == Direction.BACKWARD_FILTER:
+        from ..kernels import conv_hopper_filter as chf
+
+        return [HopperConvTiles(chf.BLOCK_F, chf.BLOCK_C, chf.PIXELS, group_m=1, num_warps=4,
+                                num_stages=chf.STAGES)]  # fmt: skip
     from ..kernels import conv_hopper
 
     cols = p.out_channels if p.direction == Direction.FORWARD else p.in_channels
@@ -553,12 +562,29 @@ def pointwise_layouts(p: ConvProblem) -> tuple[MatrixLayout, MatrixLayout, tuple
     return a, b, out
 
 
+def _image(desc: TensorDesc, step=(1, 1), phase=(0, 0)) -> tuple[tuple, tuple]:
+    """(shape, strides) of a channels-last tensor as (N, H, W, channels), or of its stride
+    phase (rows and columns `step` apart, from row and column `phase`): what the Hopper
+    kernels' descriptors see."""
+    st = _channels_last_strides(desc)
+    h, w = (cdiv(size - a, q) for size, a, q in zip(desc.shape[2:], phase, step, strict=True))
+    return (desc.shape[0], h, w, desc.shape[1]), (st[0], st[2] * step[0], st[3] * step[1], 1)
+
+
+def _read_phases(stride: tuple[int, int]) -> list[tuple[int, int]]:
+    """The stride phases (a, b) = divmod(i, 2) the Hopper kernels read through their four
+    read descriptors; where the stride is 1 in a dimension, the phases it lacks repeat phase
+    0."""
+    return [(a % stride[0], b % stride[1]) for a in range(2) for b in range(2)]
+
+
 class ImplicitGemm(ConvAlgorithm):
     name = "IMPLICIT_GEMM"
     fuses_activation = True  # the GEMM's epilogue
-    #: Whether the warp-specialized Hopper kernel serves this algorithm (the plain implicit
-    #: GEMM; not the variants that add a workspace of their own).
-    hopper_kernel = True
+    #: The directions the warp-specialized Hopper kernels serve in this algorithm: all three
+    #: in the plain implicit GEMM; the weight gradient's splits its partial sums in the
+    #: workspace that IMPLICIT_GEMM_SPLIT_K declares.
+    hopper_directions = frozenset(Direction)
 
     def supports(self, p: ConvProblem) -> str | None:
         return None
@@ -568,7 +594,7 @@ class ImplicitGemm(ConvAlgorithm):
 
     def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
         rows, cols, depth, _ = gemm_shape(p)
-        hopper = _hopper_candidates(p) if self.hopper_kernel else []
+        hopper = _hopper_candidates(p) if p.direction in self.hopper_directions else []
         if hopper:
             # On Hopper the warp-specialized kernel alone (not beside tiles the shipped table
             # or the tuning database could prefer): H200, bf16, VGG-16's 256-channel 56x56
@@ -713,6 +739,8 @@ class ImplicitGemm(ConvAlgorithm):
         reason = hopper_unsupported(p)
         if reason is not None:
             raise ValueError(f"Hopper tiles for a problem they cannot run: {reason}")
+        if p.direction == Direction.BACKWARD_FILTER:
+            return self._prepare_hopper_filter(p, tiles)
         from ..kernels import conv_hopper as ch
 
         forward = p.direction == Direction.FORWARD
@@ -722,36 +750,22 @@ class ImplicitGemm(ConvAlgorithm):
         (pad_h, pad_w), (dil_h, dil_w) = p.conv.padding, p.conv.dilation
         (r, s), in_channels = p.kernel, p.in_channels
 
-        def image(desc: TensorDesc, step=(1, 1), phase=(0, 0)) -> tuple[tuple, tuple]:
-            """(shape, strides) of a channels-last tensor as (N, H, W, channels), or of its
-            stride phase (rows and columns step apart, from row and column `phase`)."""
-            st = _channels_last_strides(desc)
-            h, w = (
-                cdiv(size - a, q) for size, a, q in zip(desc.shape[2:], phase, step, strict=True)
-            )
-            return (desc.shape[0], h, w, desc.shape[1]), (
-                st[0],
-                st[2] * step[0],
-                st[3] * step[1],
-                1,
-            )
-
         # What is read: forward at stride 2, the four phase views of x (x_desc to x3_desc:
         # (a, b) = divmod(i, 2); where the stride is 1 in a dimension the phases it lacks
         # repeat phase 0); else the whole of x or dy.
-        read_phases = [(a % stride[0], b % stride[1]) for a in range(2) for b in range(2)]
+        read_phases = _read_phases(stride)
         if forward:
-            read_views = [image(src, stride, ph) for ph in read_phases]
+            read_views = [_image(src, stride, ph) for ph in read_phases]
         else:
-            read_views = [image(src)] * 4
+            read_views = [_image(src)] * 4
         if forward:  # one launch: every tap, the stride taken by the read phases
             taps = ch.forward_taps(r, pad_h, dil_h), ch.forward_taps(s, pad_w, dil_w)
-            writes = [((0, 0), image(dst), taps)]
+            writes = [((0, 0), _image(dst), taps)]
         else:  # a launch per stride phase of dx, with the taps that reach it
             writes = []
             for a in range(stride[0]):
                 for b in range(stride[1]):
-                    view = image(dst, stride, (a, b))
+                    view = _image(dst, stride, (a, b))
                     taps = (ch.data_phase_taps(r, pad_h, dil_h, stride[0], a),
                             ch.data_phase_taps(s, pad_w, dil_w, stride[1], b))  # fmt: skip
                     if view[0][1] and view[0][2]:  # a phase with pixels
@@ -830,6 +844,103 @@ class ImplicitGemm(ConvAlgorithm):
                         float(beta))  # fmt: skip
                 calls.append(functools.partial(launches[beta != 0], *args))
             run_concurrently(written.device, calls)
+
+        return run
+
+    def _prepare_hopper_filter(self, p: ConvProblem, tiles: TileConfig) -> Runner:
+        """Backward-filter by the warp-specialized Hopper kernel (kernels/
+        conv_hopper_filter.py): one launch over units of (tap, block_m filters, block_n
+        channels, a split of dy's boxes of block_k pixels), split at most this algorithm's
+        splits (partials in its workspace, summed in the kernel). The pointer path's first
+        tiles run instead where a call's tensors are not 16-byte aligned."""
+        from ..kernels import conv_hopper as ch
+        from ..kernels import conv_hopper_filter as chf
+
+        stride = tuple(p.conv.stride)
+        strided = stride != (1, 1)
+        (pad_h, pad_w), (dil_h, dil_w) = p.conv.padding, p.conv.dilation
+        r, s = p.kernel
+        out_h, out_w = p.out_spatial
+        box = ch.conv_box(out_h, out_w, tiles.block_k)
+        boxes_h, boxes_w = cdiv(out_h, box[1]), cdiv(out_w, box[2])
+        boxes = cdiv(p.batch, box[0]) * boxes_h * boxes_w
+        k_tiles, c_tiles = cdiv(p.out_channels, tiles.block_m), cdiv(p.in_channels, tiles.block_n)
+        tile_count = r * s * k_tiles * c_tiles
+        programs = multiprocessor_count(torch.cuda.current_device())
+        splits, per_split = chf.split_plan(tile_count, boxes, programs, self.splits(p))
+        units = tile_count * splits
+        sk, sc, sr, ss = p.w.strides
+        launches = {
+            beta_nonzero: slot_launch(
+                chf.conv_filter_hopper_kernel,
+                (min(units, programs),),
+                (
+                    "dy_desc",
+                    "x_desc",
+                    "x1_desc",
+                    "x2_desc",
+                    "x3_desc",
+                    "dw_ptr",
+                    "ws_ptr",
+                    "counters_ptr",
+                    "alpha",
+                    "beta",
+                ),
+                num_warps=4,
+                maxnreg=chf.LAUNCH_REGISTERS,
+                units=units,
+                k_tiles=k_tiles,
+                c_tiles=c_tiles,
+                splits=splits,
+                per_split=per_split,
+                boxes=boxes,
+                boxes_h=boxes_h,
+                boxes_w=boxes_w,
+                pad_h=pad_h,
+                pad_w=pad_w,
+                dil_h=dil_h,
+                dil_w=dil_w,
+                stride_h=stride[0],
+                stride_w=stride[1],
+                lift=max(pad_h, pad_w),
+                S=s,
+                K=p.out_channels,
+                C=p.in_channels,
+                sk=sk,
+                sc=sc,
+                sr=sr,
+                ss=ss,
+                STAGES=tiles.num_stages,
+                STRIDED=strided,
+                BETA_NONZERO=beta_nonzero,
+                CONSUMER_REGS=chf.CONSUMER_REGISTERS,
+            )  # fmt: skip
+            for beta_nonzero in (False, True)
+        }
+        dy_view = _image(p.y)
+        read_phases = _read_phases(stride)
+        x_views = [_image(p.x, stride, ph) for ph in read_phases]
+        dy_block, x_block = [*box, tiles.block_m], [*box, tiles.block_n]
+        plain = self.prepare(p, gemm_candidates(p, *gemm_shape(p)[:3])[0])
+
+        def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            if not tma_aligned(t.x, t.y):
+                plain(t, workspace, alpha, beta)
+                return
+            if strided:  # each phase's view starts at its first pixel
+                reads = [
+                    ch.descriptor(t.x[:, :, a:, b:], *view, x_block)
+                    for (a, b), view in zip(read_phases, x_views, strict=True)
+                ]
+            else:
+                reads = [ch.descriptor(t.x, *x_views[0], x_block)] * 4
+            # Unsplit, the kernel reads neither the workspace nor the counters.
+            ws = workspace.view(torch.float32) if splits > 1 else t.w
+            counters = stream_counters(t.w.device, tile_count) if splits > 1 else t.w
+            launches[beta != 0](
+                ch.descriptor(t.y, *dy_view, dy_block), *reads, t.w, ws, counters,
+                float(alpha), float(beta),
+            )  # fmt: skip
 
         return run
 
@@ -978,7 +1089,7 @@ class ImplicitGemm(ConvAlgorithm):
 
 class ImplicitGemmSplitK(ImplicitGemm):
     name = "IMPLICIT_GEMM_SPLIT_K"
-    hopper_kernel = False
+    hopper_directions = frozenset({Direction.BACKWARD_FILTER})
 
     def splits(self, p: ConvProblem) -> int:
         return split_count(p)

@@ -179,7 +179,7 @@ _ON_COPY = ImplicitGemm()
 
 class ImplicitPrecompGemm(ImplicitGemm):
     name = "IMPLICIT_PRECOMP_GEMM"
-    hopper_kernel = False
+    hopper_directions = frozenset()
 
     def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
         # With a filter copy, the tiles that can read the copy (the TMA kernels want the

@@ -264,13 +264,13 @@ def conv_hopper_kernel(
     )  # fmt: skip
 
 
-def conv_box(out_h: int, out_w: int) -> tuple[int, int, int]:
-    """(images, rows, columns) of a tile's BLOCK_M output pixels: columns the power of two
-    that covers a row, at most 64; then rows; then images. Two or more images or rows, so that
-    each consumer takes half."""
-    box_w = min(64, triton.next_power_of_2(out_w))
-    box_h = min(BLOCK_M // box_w, triton.next_power_of_2(out_h))
-    return BLOCK_M // (box_w * box_h), box_h, box_w
+def conv_box(out_h: int, out_w: int, pixels: int = BLOCK_M) -> tuple[int, int, int]:
+    """(images, rows, columns) of a box of `pixels` of an out_h x out_w image: columns the
+    power of two that covers a row, at most 64; then rows; then images. A tile's BLOCK_M
+    output pixels have two or more images or rows, so that each consumer takes half."""
+    box_w = min(64, pixels, triton.next_power_of_2(out_w))
+    box_h = min(pixels // box_w, triton.next_power_of_2(out_h))
+    return pixels // (box_w * box_h), box_h, box_w
 
 
 def half_box(box: tuple[int, int, int]) -> tuple[int, int, int]:

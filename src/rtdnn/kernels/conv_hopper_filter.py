@@ -1,0 +1,286 @@
+"""Backward-filter (the weight gradient) for Hopper (sm_90), warp-specialized, in Gluon.
+
+dW[k, c, r, s] = sum over dy's pixels p of dy[p, k] x[p moved to tap (r, s), c]: a GEMM per
+filter tap with a small output (K x C) and a huge reduction (every pixel of the batch). As in
+the forward kernel (kernels/conv_hopper.py), a box of pixels [images, rows, columns] of dy
+has, for each tap, a box of x of the same shape as its partner: the box shifted by the tap
+times the dilation, less the padding, the copy engine's zero fill doing the padding. At stride
+2 the tap's pixels are a box of one of x's four stride phases (a descriptor each, as forward).
+
+A work unit is (tap, BLOCK_F filters, BLOCK_C channels, a share of dy's pixel boxes: a split
+of the reduction). A step multiplies dy's box, read from shared memory as the MMA's A operand
+transposed (filters x pixels), by x's box (pixels x channels) into a BLOCK_F x BLOCK_C float32
+accumulator.
+
+One program a multiprocessor loops over units (persistent) and runs three partitions:
+
+- **load** (one warp): per step of each unit in turn, dy's box of the unit's filters and x's
+  box of its channels at the unit's tap, by TMA, into a ring of STAGES stages.
+- **two consumers** (one warp group each) take whole units, alternately (ping-pong): one
+  finishes a unit while the other multiplies the next, so the epilogue costs no tensor-core
+  time. A consumer starts a unit's products once the other has taken the last stage of the
+  previous unit (the `turn` mbarriers): the ring then never runs two rounds ahead of a
+  consumer's waits.
+
+The epilogue: unsplit, alpha x dW (+ beta x its prior value) into the filter. Split, each
+unit's partial sums go to the workspace (taps, splits, K, C) in float32; the last unit of a
+tile to arrive (a counter per tile, kernels/arrival.py's semaphore) sums the tile's partials
+in split order, so the result does not depend on who came last, and writes the filter.
+
+Scope (algos/implicit_gemm.py, hopper_unsupported): 2-D, stride 1 or 2, one group, 16-bit
+data, x and dy channels-last with 16-byte aligned strides, at least 128 filters and channels
+(smaller layers ran faster on the pointer path: ResNet-50's 64-channel 3x3 layer, H200).
+"""
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+#: dy's pixels a step (a box), filters and channels a unit, ring stages (32 KiB each). Chosen
+#: on an H200 (bf16, ResNet-50's and VGG-16's 3x3 layers) among 64 or 128 pixels a step and
+#: 128 x 128 or 64 x 256 units: 64 pixels and 128 x 128 ran fastest on the small images,
+#: within 6% of the best on the large ones (benchmarks/probes/conv_hopper_filter_probe.py).
+PIXELS = 64
+BLOCK_F = 128
+BLOCK_C = 128
+STAGES = 6
+#: Registers a thread at launch, and in a consumer partition (a 128 x 128 float32
+#: accumulator is 128 of them).
+LAUNCH_REGISTERS = 168
+CONSUMER_REGISTERS = 232
+
+
+@gluon.jit
+def _unit(unit, k_tiles, c_tiles, splits, BLOCK_F: gl.constexpr, BLOCK_C: gl.constexpr):
+    """(tap, first filter, first channel, split, tile) of a work unit: splits innermost, so
+    that the units sharing a tile's reduction run side by side."""
+    split = unit % splits
+    tile = unit // splits
+    c0 = tile % c_tiles * BLOCK_C
+    rest = tile // c_tiles
+    k0 = rest % k_tiles * BLOCK_F
+    return rest // k_tiles, k0, c0, split, tile
+
+
+@gluon.jit
+def _box_origin(box, boxes_h, boxes_w, BOX_N: gl.constexpr, BOX_H: gl.constexpr,
+                BOX_W: gl.constexpr):  # fmt: skip
+    """(first image, row, column) of dy's pixel box `box`."""
+    w0 = box % boxes_w * BOX_W
+    h0 = (box // boxes_w) % boxes_h * BOX_H
+    return box // (boxes_w * boxes_h) * BOX_N, h0, w0
+
+
+@gluon.jit
+def _load_partition(dy_desc, x_desc, x1_desc, x2_desc, x3_desc, dy_smem, x_smem, ready, empty,
+                    units, k_tiles, c_tiles, splits, per_split, boxes, boxes_h, boxes_w, pad_h,
+                    pad_w, dil_h, dil_w, stride_h, stride_w, lift, S,
+                    STRIDED: gl.constexpr):  # fmt: skip
+    """Per step of each of this program's units: dy's box of the unit's filters, and x's box
+    of its channels at the unit's tap. Strided, the tap's pixels are a box of one stride
+    phase of x (x_desc to x3_desc: phases (0, 0), (0, 1), (1, 0), (1, 1))."""
+    BOX_N: gl.constexpr = dy_desc.block_type.shape[0]
+    BOX_H: gl.constexpr = dy_desc.block_type.shape[1]
+    BOX_W: gl.constexpr = dy_desc.block_type.shape[2]
+    BLOCK_F: gl.constexpr = dy_desc.block_type.shape[3]
+    BLOCK_C: gl.constexpr = x_desc.block_type.shape[3]
+    STAGES: gl.constexpr = ready.type.shape[0]
+    nbytes: gl.constexpr = dy_desc.block_type.nbytes + x_desc.block_type.nbytes
+    it = 0
+    for unit in range(gl.program_id(0), units, gl.num_programs(0)):
+        tap, k0, c0, split, tile = _unit(unit, k_tiles, c_tiles, splits, BLOCK_F, BLOCK_C)
+        r = tap // S
+        # dy pixel o reads x pixel stride * o + dh: with the lift (at least the padding) dh
+        # is never negative, and its phase is dh mod stride, its row there o + dh // stride.
+        dh = (r * dil_h - pad_h) + stride_h * lift
+        dw = ((tap - r * S) * dil_w - pad_w) + stride_w * lift
+        phase = (dh % stride_h) * 2 + dw % stride_w
+        dh = dh // stride_h - lift
+        dw = dw // stride_w - lift
+        first = split * per_split
+        for box in range(first, gl.minimum(first + per_split, boxes)):
+            img, h0, w0 = _box_origin(box, boxes_h, boxes_w, BOX_N, BOX_H, BOX_W)
+            stage = it % STAGES
+            mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
+            bar = ready.index(stage)
+            mbarrier.expect(bar, nbytes)
+            tma.async_copy_global_to_shared(dy_desc, [img, h0, w0, k0], bar, dy_smem.index(stage))
+            a = x_smem.index(stage)
+            at = [img, h0 + dh, w0 + dw, c0]
+            if STRIDED:
+                if phase == 0:
+                    tma.async_copy_global_to_shared(x_desc, at, bar, a)
+                elif phase == 1:
+                    tma.async_copy_global_to_shared(x1_desc, at, bar, a)
+                elif phase == 2:
+                    tma.async_copy_global_to_shared(x2_desc, at, bar, a)
+                else:
+                    tma.async_copy_global_to_shared(x3_desc, at, bar, a)
+            else:
+                tma.async_copy_global_to_shared(x_desc, at, bar, a)
+            it += 1
+
+
+@gluon.jit
+def _write_filter(dw_ptr, values, k, c, tap, S, K, C, sk, sc, sr, ss, alpha, beta,
+                  BETA_NONZERO: gl.constexpr):  # fmt: skip
+    """dW[k, c, tap] = alpha x values (+ beta x its prior value), rows k and columns c inside
+    the filter."""
+    r = tap // S
+    at = dw_ptr + (r * sr + (tap - r * S) * ss) + gl.expand_dims(k * sk, 1)
+    at = at + gl.expand_dims(c * sc, 0)
+    inside = gl.expand_dims(k < K, 1) & gl.expand_dims(c < C, 0)
+    out = values * alpha
+    if BETA_NONZERO:
+        out = out + beta * gl.load(at, mask=inside, other=0.0).to(gl.float32)
+    gl.store(at, out.to(dw_ptr.dtype.element_ty), mask=inside)
+
+
+@gluon.jit
+def _finish_split(dw_ptr, ws_ptr, tap, k0, c0, splits, S, K, C, sk, sc, sr, ss, alpha, beta,
+                  BETA_NONZERO: gl.constexpr, BLOCK_F: gl.constexpr, BLOCK_C: gl.constexpr,
+                  ROWS: gl.constexpr):  # fmt: skip
+    """The tile's partial sums added in split order, in a layout of its own (the accumulator's
+    registers are free by then) (read through L2: other programs wrote
+    them), ROWS rows at a time, into the filter."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [gl.num_warps(), 1], [1, 0])
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+    c = c0 + gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, layout))
+    plane = K.to(gl.int64) * C
+    for i in range(BLOCK_F // ROWS):
+        k = k0 + i * ROWS + rows
+        inside = gl.expand_dims(k < K, 1) & gl.expand_dims(c < C, 0)
+        part = ws_ptr + tap * splits * plane + gl.expand_dims(k * C, 1) + gl.expand_dims(c, 0)
+        total = gl.zeros([ROWS, BLOCK_C], gl.float32, layout)
+        for q in range(splits):
+            total += gl.load(part + q * plane, mask=inside, other=0.0, cache_modifier=".cg")
+        _write_filter(dw_ptr, total, k, c, tap, S, K, C, sk, sc, sr, ss, alpha, beta,
+                      BETA_NONZERO)  # fmt: skip
+
+
+@gluon.jit
+def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, turn, dw_ptr, ws_ptr,
+              counters_ptr, alpha, beta, units, k_tiles, c_tiles, splits, per_split, boxes, S,
+              K, C, sk, sc, sr, ss, BETA_NONZERO: gl.constexpr):  # fmt: skip
+    """Every other unit of the program's (role 0: the first): the products over its share of
+    the pixels, then the epilogue. The other role's units only advance the ring position."""
+    PIXELS: gl.constexpr = dy_smem.type.shape[1] * dy_smem.type.shape[2] * dy_smem.type.shape[3]
+    BLOCK_F: gl.constexpr = dy_smem.type.shape[4]
+    BLOCK_C: gl.constexpr = x_smem.type.shape[4]
+    STAGES: gl.constexpr = ready.type.shape[0]
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[gl.num_warps(), 1], instr_shape=[16, BLOCK_C, 16]
+    )
+    rows = gl.arange(0, BLOCK_F, layout=gl.SliceLayout(1, acc_layout))
+    cols = gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, acc_layout))
+    plane = K.to(gl.int64) * C
+    it = 0
+    local = 0  # the unit's place among the program's
+    for unit in range(gl.program_id(0), units, gl.num_programs(0)):
+        tap, k0, c0, split, tile = _unit(unit, k_tiles, c_tiles, splits, BLOCK_F, BLOCK_C)
+        first = split * per_split
+        steps = gl.minimum(first + per_split, boxes) - first
+        if local % 2 == role:
+            if local > 0:
+                mbarrier.wait(turn.index(1 - role), ((local - 1) // 2) & 1)
+            acc = gl.zeros([BLOCK_F, BLOCK_C], gl.float32, acc_layout)
+            for step in range(steps):
+                at = it + step
+                stage = at % STAGES
+                mbarrier.wait(ready.index(stage), (at // STAGES) & 1)
+                a = dy_smem.index(stage).reshape([PIXELS, BLOCK_F]).permute((1, 0))
+                b = x_smem.index(stage).reshape([PIXELS, BLOCK_C])
+                acc = warpgroup_mma(a, b, acc, is_async=True)
+                acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous step's product is done
+                mbarrier.arrive(empty.index((at + STAGES - 1) % STAGES), count=1, pred=step > 0)
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+            mbarrier.arrive(turn.index(role), count=1)
+            mbarrier.arrive(empty.index((it + steps + STAGES - 1) % STAGES), count=1,
+                            pred=steps > 0)  # fmt: skip
+            k = k0 + rows
+            c = c0 + cols
+            if splits == 1:
+                _write_filter(dw_ptr, acc, k, c, tap, S, K, C, sk, sc, sr, ss, alpha, beta,
+                              BETA_NONZERO)  # fmt: skip
+            else:
+                part = ws_ptr + (tap * splits + split) * plane
+                inside = gl.expand_dims(k < K, 1) & gl.expand_dims(c < C, 0)
+                gl.store(part + gl.expand_dims(k * C, 1) + gl.expand_dims(c, 0), acc, mask=inside)
+                gl.thread_barrier()  # every thread's partial stored before the arrival
+                arrived = gl.atomic_add(counters_ptr + tile, 1, sem="acq_rel", scope="gpu")
+                if arrived == splits - 1:  # the tile's last unit: the counter back to zero
+                    gl.atomic_xchg(counters_ptr + tile, 0, sem="relaxed", scope="gpu")
+                    _finish_split(dw_ptr, ws_ptr, tap, k0, c0, splits, S, K, C, sk, sc, sr, ss,
+                                  alpha, beta, BETA_NONZERO, BLOCK_F, BLOCK_C, 16)  # fmt: skip
+        it += steps
+        local += 1
+
+
+@gluon.jit
+def conv_filter_hopper_kernel(
+    dy_desc, x_desc, x1_desc, x2_desc, x3_desc, dw_ptr, ws_ptr, counters_ptr, alpha, beta,
+    units, k_tiles, c_tiles, splits, per_split, boxes, boxes_h, boxes_w, pad_h, pad_w, dil_h,
+    dil_w, stride_h, stride_w, lift, S, K, C, sk, sc, sr, ss,
+    STAGES: gl.constexpr, STRIDED: gl.constexpr, BETA_NONZERO: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+):  # fmt: skip
+    """Persistent, grid (programs,). dy_desc: dy (N, OH, OW, K) in [BOX_N, BOX_H, BOX_W,
+    BLOCK_F] boxes; x_desc: x (N, H, W, C) (strided: to x3_desc, its stride phases) in boxes
+    of the same pixels and BLOCK_C channels; dw: the filter (K, C, R, S) at element strides
+    (sk, sc, sr, ss); units: taps x k_tiles x c_tiles tiles x splits, each split per_split of
+    the boxes (the last fewer); ws: float32 (taps, splits, K, C) partials and counters_ptr:
+    int32 zeros, a counter a tile (read only when split); lift: at least the padding."""
+    dtype: gl.constexpr = dy_desc.dtype
+    dy_smem = gl.allocate_shared_memory(dtype, [STAGES] + dy_desc.block_type.shape,
+                                        dy_desc.layout)  # fmt: skip
+    x_smem = gl.allocate_shared_memory(dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)  # released by the one consumer of the step
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
+    # Constants written into the argument lists (see conv_hopper_kernel).
+    gl.warp_specialize(
+        [
+            (_consumer, (0, dy_smem, x_smem, ready, empty, turn, dw_ptr, ws_ptr, counters_ptr,
+                         alpha, beta, units, k_tiles, c_tiles, splits, per_split, boxes, S, K,
+                         C, sk, sc, sr, ss, BETA_NONZERO)),
+            (_consumer, (1, dy_smem, x_smem, ready, empty, turn, dw_ptr, ws_ptr, counters_ptr,
+                         alpha, beta, units, k_tiles, c_tiles, splits, per_split, boxes, S, K,
+                         C, sk, sc, sr, ss, BETA_NONZERO)),
+            (_load_partition, (dy_desc, x_desc, x1_desc, x2_desc, x3_desc, dy_smem, x_smem,
+                               ready, empty, units, k_tiles, c_tiles, splits, per_split, boxes,
+                               boxes_h, boxes_w, pad_h, pad_w, dil_h, dil_w, stride_h,
+                               stride_w, lift, S, STRIDED)),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, 24],
+    )  # fmt: skip
+
+
+def split_plan(tiles: int, boxes: int, programs: int, most: int) -> tuple[int, int]:
+    """(splits, boxes a split) for `tiles` output tiles over `boxes` pixel boxes on
+    `programs` multiprocessors, at most `most` splits: the count of least time in steps, a
+    multiprocessor running its units one after another (waves of units, each `boxes a split`
+    steps) plus the partials' traffic (float32 written and summed, about 6.7 / PIXELS steps
+    of the whole GPU a split unit: a 128 x 128 x 64 step against 128 KiB written and read
+    at about 3 TB/s on an H200)."""
+
+    def cost(splits: int) -> float:
+        per = triton.cdiv(boxes, splits)
+        units = tiles * triton.cdiv(boxes, per)
+        traffic = units * 6.7 / PIXELS if splits > 1 else 0.0
+        return triton.cdiv(units, programs) * per + traffic
+
+    best = min(range(1, max(1, min(boxes, most)) + 1), key=cost)
+    per_split = triton.cdiv(boxes, best)
+    return triton.cdiv(boxes, per_split), per_split
