@@ -81,13 +81,12 @@ def compile_filter_case(n, c, k, side, r, pad, stride, splits, beta):
     dy = torch.empty(n, out_side, out_side, k, dtype=torch.bfloat16)
     dw = torch.empty(k, r, r, c, dtype=torch.bfloat16)
     ws = torch.empty(r * r, splits, k, c, dtype=torch.float32)
-    counters = torch.zeros(64, dtype=torch.int32)
     box = ch.conv_box(out_side, out_side, chf.PIXELS)
     dy_desc = ch.descriptor(dy, dy.shape, dy.stride(), [*box, chf.BLOCK_F])
     x_desc = ch.descriptor(x, x.shape, x.stride(), [*box, chf.BLOCK_C])
     sk, sr, ss, sc = dw.stride()
     kernel = chf.conv_filter_hopper_kernel.warmup(
-        dy_desc, x_desc, x_desc, x_desc, x_desc, dw, ws, counters, 1.0, 0.5, 64, 2, 2, splits,
+        dy_desc, x_desc, x_desc, x_desc, x_desc, dw, ws, 1.0, 0.5, 64, 2, 2, splits,
         4, 8, 4, 1, pad, pad, 1, 1, stride, stride, pad, r, k, c, sk, sc, sr, ss,
         STAGES=chf.STAGES, STRIDED=stride > 1, BETA_NONZERO=beta,
         CONSUMER_REGS=chf.CONSUMER_REGISTERS, num_warps=4, maxnreg=chf.LAUNCH_REGISTERS,

@@ -292,13 +292,13 @@ HOPPER_MATRIX += [("backward_data", s) for s in HOPPER_SHAPES]
 
 #: Shapes for the Hopper weight gradient (at least 128 filters and channels): odd images,
 #: filters and channels not a multiple of the 128 x 128 tile (136, 192), padding above the
-#: filter's reach, stride 2 (1x1, 3x3, 7x7, one dimension, with dilation), a 1-pixel image,
+#: filter's reach, stride 2 (3x3, 7x7, one dimension, with dilation), a 1-pixel image,
 #: batch 1, and enough pixels that IMPLICIT_GEMM_SPLIT_K splits (the last two).
 HOPPER_FILTER_SHAPES = [
     ((4, 128, 17, 15), (128, 128, 3, 3), dict(padding=1)),
     ((2, 192, 10, 11), (136, 192, 3, 3), dict(padding=3)),
     ((2, 128, 15, 16), (256, 128, 3, 3), dict(stride=2, padding=1)),
-    ((3, 256, 14, 13), (128, 256, 1, 1), dict(stride=2)),
+    ((3, 256, 14, 13), (128, 256, 3, 3), dict(stride=2, padding=1)),
     ((2, 128, 19, 20), (128, 128, 7, 7), dict(stride=2, padding=3)),
     ((2, 128, 9, 9), (128, 128, 3, 3), dict(stride=(2, 1), padding=1)),
     ((1, 128, 2, 3), (128, 128, 3, 3), dict(stride=2, padding=2, dilation=2)),

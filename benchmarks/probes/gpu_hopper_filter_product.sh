@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Hopper weight gradient (kernels/conv_hopper_filter.py) in the product: its GPU tests,
 # the resnet50 and vgg16 backward-filter suites in bf16 beside cuDNN (RTDNN_AUTOTUNE=0), then
-# the whole GPU convolution test file. Results under $OUT.
+# the GPU convolution tests of the Hopper kernels, split-K and the weight gradient. Results under $OUT.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src RTDNN_AUTOTUNE=0
 . benchmarks/probes/suite.sh
@@ -12,5 +12,5 @@ suite resnet50 backward_filter bf16 100
 grep -E "conv2|down" "$OUT/resnet50_backward_filter_bf16.txt" | head -12
 suite vgg16 backward_filter bf16 100
 RTDNN_GPU_TESTS=1 timeout "${ALL_LIMIT:-150}" python3 -m pytest -q -n 12 -rf -p no:cacheprovider \
-  tests/test_conv_gpu.py > "$OUT/gpu_tests_conv_all.txt" 2>&1
-echo "== all conv gpu tests: exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_conv_all.txt" | head -30
+  tests/test_conv_gpu.py -k "${ALL_FILTER:-hopper or split or filter}" > "$OUT/gpu_tests_conv_all.txt" 2>&1
+echo "== conv gpu tests (${ALL_FILTER:-hopper or split or filter}): exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_conv_all.txt" | head -30

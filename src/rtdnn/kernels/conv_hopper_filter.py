@@ -23,13 +23,17 @@ One program a multiprocessor loops over units (persistent) and runs three partit
   consumer's waits.
 
 The epilogue: unsplit, alpha x dW (+ beta x its prior value) into the filter. Split, each
-unit's partial sums go to the workspace (taps, splits, K, C) in float32; the last unit of a
-tile to arrive (a counter per tile, kernels/arrival.py's semaphore) sums the tile's partials
-in split order, so the result does not depend on who came last, and writes the filter.
+unit's partial sums go to the workspace (taps, splits, K, C) in float32, and the split
+finish (a launch of its own, kernels/brgemm.py) adds them in split order. Summed in the
+kernel by the last unit of a tile to arrive, the finish ran on one warp group a tile, after
+every other: ResNet-50's l2.x.conv2 (9 tiles in 14 splits) took 0.054 ms against 0.046
+with a launch of its own (H200, bf16).
 
-Scope (algos/implicit_gemm.py, hopper_unsupported): 2-D, stride 1 or 2, one group, 16-bit
-data, x and dy channels-last with 16-byte aligned strides, at least 128 filters and channels
-(smaller layers ran faster on the pointer path: ResNet-50's 64-channel 3x3 layer, H200).
+Scope (algos/implicit_gemm.py, hopper_unsupported): 2-D filters of more than one tap (a 1x1
+layer's weight gradient is a plain GEMM, which kernels/gemm_tma.py serves), stride 1 or 2,
+one group, 16-bit data, x and dy channels-last with 16-byte aligned strides, at least 128
+filters and channels (smaller layers ran faster on the pointer path: ResNet-50's 64-channel
+3x3 layer, H200).
 """
 
 import triton
@@ -58,14 +62,14 @@ CONSUMER_REGISTERS = 232
 
 @gluon.jit
 def _unit(unit, k_tiles, c_tiles, splits, BLOCK_F: gl.constexpr, BLOCK_C: gl.constexpr):
-    """(tap, first filter, first channel, split, tile) of a work unit: splits innermost, so
-    that the units sharing a tile's reduction run side by side."""
+    """(tap, first filter, first channel, split) of a work unit: splits innermost, so that
+    the units sharing a tile's reduction run side by side."""
     split = unit % splits
-    tile = unit // splits
-    c0 = tile % c_tiles * BLOCK_C
-    rest = tile // c_tiles
+    rest = unit // splits
+    c0 = rest % c_tiles * BLOCK_C
+    rest = rest // c_tiles
     k0 = rest % k_tiles * BLOCK_F
-    return rest // k_tiles, k0, c0, split, tile
+    return rest // k_tiles, k0, c0, split
 
 
 @gluon.jit
@@ -94,7 +98,7 @@ def _load_partition(dy_desc, x_desc, x1_desc, x2_desc, x3_desc, dy_smem, x_smem,
     nbytes: gl.constexpr = dy_desc.block_type.nbytes + x_desc.block_type.nbytes
     it = 0
     for unit in range(gl.program_id(0), units, gl.num_programs(0)):
-        tap, k0, c0, split, tile = _unit(unit, k_tiles, c_tiles, splits, BLOCK_F, BLOCK_C)
+        tap, k0, c0, split = _unit(unit, k_tiles, c_tiles, splits, BLOCK_F, BLOCK_C)
         r = tap // S
         # dy pixel o reads x pixel stride * o + dh: with the lift (at least the padding) dh
         # is never negative, and its phase is dh mod stride, its row there o + dh // stride.
@@ -143,30 +147,8 @@ def _write_filter(dw_ptr, values, k, c, tap, S, K, C, sk, sc, sr, ss, alpha, bet
 
 
 @gluon.jit
-def _finish_split(dw_ptr, ws_ptr, tap, k0, c0, splits, S, K, C, sk, sc, sr, ss, alpha, beta,
-                  BETA_NONZERO: gl.constexpr, BLOCK_F: gl.constexpr, BLOCK_C: gl.constexpr,
-                  ROWS: gl.constexpr):  # fmt: skip
-    """The tile's partial sums added in split order, in a layout of its own (the accumulator's
-    registers are free by then) (read through L2: other programs wrote
-    them), ROWS rows at a time, into the filter."""
-    layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [gl.num_warps(), 1], [1, 0])
-    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
-    c = c0 + gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, layout))
-    plane = K.to(gl.int64) * C
-    for i in range(BLOCK_F // ROWS):
-        k = k0 + i * ROWS + rows
-        inside = gl.expand_dims(k < K, 1) & gl.expand_dims(c < C, 0)
-        part = ws_ptr + tap * splits * plane + gl.expand_dims(k * C, 1) + gl.expand_dims(c, 0)
-        total = gl.zeros([ROWS, BLOCK_C], gl.float32, layout)
-        for q in range(splits):
-            total += gl.load(part + q * plane, mask=inside, other=0.0, cache_modifier=".cg")
-        _write_filter(dw_ptr, total, k, c, tap, S, K, C, sk, sc, sr, ss, alpha, beta,
-                      BETA_NONZERO)  # fmt: skip
-
-
-@gluon.jit
 def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, turn, dw_ptr, ws_ptr,
-              counters_ptr, alpha, beta, units, k_tiles, c_tiles, splits, per_split, boxes, S,
+              alpha, beta, units, k_tiles, c_tiles, splits, per_split, boxes, S,
               K, C, sk, sc, sr, ss, BETA_NONZERO: gl.constexpr):  # fmt: skip
     """Every other unit of the program's (role 0: the first): the products over its share of
     the pixels, then the epilogue. The other role's units only advance the ring position."""
@@ -183,7 +165,7 @@ def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, turn, dw_ptr, w
     it = 0
     local = 0  # the unit's place among the program's
     for unit in range(gl.program_id(0), units, gl.num_programs(0)):
-        tap, k0, c0, split, tile = _unit(unit, k_tiles, c_tiles, splits, BLOCK_F, BLOCK_C)
+        tap, k0, c0, split = _unit(unit, k_tiles, c_tiles, splits, BLOCK_F, BLOCK_C)
         first = split * per_split
         steps = gl.minimum(first + per_split, boxes) - first
         if local % 2 == role:
@@ -208,23 +190,17 @@ def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, turn, dw_ptr, w
             if splits == 1:
                 _write_filter(dw_ptr, acc, k, c, tap, S, K, C, sk, sc, sr, ss, alpha, beta,
                               BETA_NONZERO)  # fmt: skip
-            else:
+            else:  # the partial sums, for the split finish
                 part = ws_ptr + (tap * splits + split) * plane
                 inside = gl.expand_dims(k < K, 1) & gl.expand_dims(c < C, 0)
                 gl.store(part + gl.expand_dims(k * C, 1) + gl.expand_dims(c, 0), acc, mask=inside)
-                gl.thread_barrier()  # every thread's partial stored before the arrival
-                arrived = gl.atomic_add(counters_ptr + tile, 1, sem="acq_rel", scope="gpu")
-                if arrived == splits - 1:  # the tile's last unit: the counter back to zero
-                    gl.atomic_xchg(counters_ptr + tile, 0, sem="relaxed", scope="gpu")
-                    _finish_split(dw_ptr, ws_ptr, tap, k0, c0, splits, S, K, C, sk, sc, sr, ss,
-                                  alpha, beta, BETA_NONZERO, BLOCK_F, BLOCK_C, 16)  # fmt: skip
         it += steps
         local += 1
 
 
 @gluon.jit
 def conv_filter_hopper_kernel(
-    dy_desc, x_desc, x1_desc, x2_desc, x3_desc, dw_ptr, ws_ptr, counters_ptr, alpha, beta,
+    dy_desc, x_desc, x1_desc, x2_desc, x3_desc, dw_ptr, ws_ptr, alpha, beta,
     units, k_tiles, c_tiles, splits, per_split, boxes, boxes_h, boxes_w, pad_h, pad_w, dil_h,
     dil_w, stride_h, stride_w, lift, S, K, C, sk, sc, sr, ss,
     STAGES: gl.constexpr, STRIDED: gl.constexpr, BETA_NONZERO: gl.constexpr,
@@ -234,8 +210,8 @@ def conv_filter_hopper_kernel(
     BLOCK_F] boxes; x_desc: x (N, H, W, C) (strided: to x3_desc, its stride phases) in boxes
     of the same pixels and BLOCK_C channels; dw: the filter (K, C, R, S) at element strides
     (sk, sc, sr, ss); units: taps x k_tiles x c_tiles tiles x splits, each split per_split of
-    the boxes (the last fewer); ws: float32 (taps, splits, K, C) partials and counters_ptr:
-    int32 zeros, a counter a tile (read only when split); lift: at least the padding."""
+    the boxes (the last fewer); ws: float32 (taps, splits, K, C) partials, written when split
+    (the split finish, kernels/brgemm.py, sums them); lift: at least the padding."""
     dtype: gl.constexpr = dy_desc.dtype
     dy_smem = gl.allocate_shared_memory(dtype, [STAGES] + dy_desc.block_type.shape,
                                         dy_desc.layout)  # fmt: skip
@@ -251,12 +227,12 @@ def conv_filter_hopper_kernel(
     # Constants written into the argument lists (see conv_hopper_kernel).
     gl.warp_specialize(
         [
-            (_consumer, (0, dy_smem, x_smem, ready, empty, turn, dw_ptr, ws_ptr, counters_ptr,
-                         alpha, beta, units, k_tiles, c_tiles, splits, per_split, boxes, S, K,
-                         C, sk, sc, sr, ss, BETA_NONZERO)),
-            (_consumer, (1, dy_smem, x_smem, ready, empty, turn, dw_ptr, ws_ptr, counters_ptr,
-                         alpha, beta, units, k_tiles, c_tiles, splits, per_split, boxes, S, K,
-                         C, sk, sc, sr, ss, BETA_NONZERO)),
+            (_consumer, (0, dy_smem, x_smem, ready, empty, turn, dw_ptr, ws_ptr, alpha, beta,
+                         units, k_tiles, c_tiles, splits, per_split, boxes, S, K, C, sk, sc, sr,
+                         ss, BETA_NONZERO)),
+            (_consumer, (1, dy_smem, x_smem, ready, empty, turn, dw_ptr, ws_ptr, alpha, beta,
+                         units, k_tiles, c_tiles, splits, per_split, boxes, S, K, C, sk, sc, sr,
+                         ss, BETA_NONZERO)),
             (_load_partition, (dy_desc, x_desc, x1_desc, x2_desc, x3_desc, dy_smem, x_smem,
                                ready, empty, units, k_tiles, c_tiles, splits, per_split, boxes,
                                boxes_h, boxes_w, pad_h, pad_w, dil_h, dil_w, stride_h,
