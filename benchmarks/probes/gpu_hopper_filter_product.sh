@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Hopper weight gradient (kernels/conv_hopper_filter.py) in the product: its GPU tests,
-# the resnet50 and vgg16 backward-filter suites in bf16 beside cuDNN (RTDNN_AUTOTUNE=0), then
+# the resnet50, vgg16 and deepbench_train backward-filter suites in bf16 beside cuDNN (RTDNN_AUTOTUNE=0), then
 # the GPU convolution tests of the Hopper kernels, split-K and the weight gradient. Results under $OUT.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src RTDNN_AUTOTUNE=0
@@ -9,8 +9,10 @@ RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-200}" python3 -m pytest -q -n 12 -rf -p
   tests/test_conv_gpu.py -k hopper_filter > "$OUT/gpu_tests_filter.txt" 2>&1
 echo "== filter gpu tests: exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_filter.txt" | head -30
 suite resnet50 backward_filter bf16 100
-grep -E "conv2|down" "$OUT/resnet50_backward_filter_bf16.txt" | head -12
+grep -E "conv2|conv1 " "$OUT/resnet50_backward_filter_bf16/conv_resnet50_bf16.md"
 suite vgg16 backward_filter bf16 100
+grep -E "^\| conv" "$OUT/vgg16_backward_filter_bf16/conv_vgg16_bf16.md"
+suite deepbench_train backward_filter bf16 120
 RTDNN_GPU_TESTS=1 timeout "${ALL_LIMIT:-150}" python3 -m pytest -q -n 12 -rf -p no:cacheprovider \
   tests/test_conv_gpu.py -k "${ALL_FILTER:-hopper or split or filter}" > "$OUT/gpu_tests_conv_all.txt" 2>&1
 echo "== conv gpu tests (${ALL_FILTER:-hopper or split or filter}): exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_conv_all.txt" | head -30
