@@ -45,7 +45,13 @@ from .geometry import (
     dot_precision,
     static_taps,
 )
-from .implicit_gemm import gemm_shape, pixel_stride, pointwise_layouts, split_count
+from .implicit_gemm import (
+    gemm_shape,
+    hopper_unsupported,
+    pixel_stride,
+    pointwise_layouts,
+    split_count,
+)
 from .tiles import gemm_candidates, tma_gemm_candidates, tma_gemm_programs, tma_gemm_usable
 
 
@@ -339,7 +345,9 @@ PREFER_UP_TO_MEMORY_SHARE = 1 / 32
 def _late_filter_gradient(p: ConvProblem) -> bool:
     """Backward-filter in GEMM's region (PREFER_BACKWARD_FILTER_FROM_K): many output
     channels, a product the TMA GEMM reads, taps to gather or few pixels, and not a layer the
-    implicit GEMM already runs on the TMA GEMM itself (1x1 stride 1: no im2col to pay for)."""
+    implicit GEMM already runs on the TMA GEMM itself (1x1 stride 1: no im2col to pay for)
+    or on the Hopper weight-gradient kernel (kernels/conv_hopper_filter.py, which the GEMM
+    preference was not measured against)."""
     pixels = p.batch * math.prod(p.out_spatial)
     taps = math.prod(p.kernel)
     return (
@@ -347,6 +355,7 @@ def _late_filter_gradient(p: ConvProblem) -> bool:
         and (taps > 1 or pixels <= PREFER_BACKWARD_FILTER_UP_TO_PIXELS)
         and tma_layouts(p) is not None
         and pointwise_layouts(p) is None
+        and hopper_unsupported(p) is not None
     )
 
 
