@@ -354,3 +354,54 @@ def test_split_plan_covers_every_box(tiles, boxes, most):
     assert 1 <= splits <= max(1, most) and (splits - 1) * per < boxes <= splits * per
     if tiles * 4 <= 132 and boxes >= 64 and most >= 4:
         assert splits > 1
+
+
+@pytest.mark.parametrize(
+    "channels,kernel,conv,dtype,layout,reason",
+    [
+        (128, 3, dict(padding=1), torch.bfloat16, "cl", None),
+        (128, 3, dict(stride=2, padding=1), torch.float16, "cl", None),
+        (128, 1, dict(), torch.bfloat16, "cl", "1x1"),
+        (64, 3, dict(padding=1), torch.bfloat16, "cl", "at least 128"),
+        (128, 3, dict(padding=1), torch.float32, "cl", "16-bit"),
+        (128, 3, dict(padding=1, groups=2), torch.bfloat16, "cl", "one group"),
+        (128, 3, dict(stride=3, padding=1), torch.bfloat16, "cl", "stride 1 or 2"),
+        (128, 3, dict(padding=1), torch.bfloat16, "nchw", "channels-last"),
+    ],
+)
+def test_weight_gradient_scope_on_hopper(channels, kernel, conv, dtype, layout, reason,
+                                         monkeypatch):  # fmt: skip
+    """On a Hopper machine (stubbed: sm_90, compiled kernels) the weight-gradient kernel
+    takes ungrouped 16-bit channels-last layers of 128 filters and channels and more with
+    filters over 1x1 at stride 1 or 2, says why not elsewhere, and then `auto` no longer
+    sends a late 3x3 weight gradient to GEMM first."""
+    from rtdnn.algos import gemm, geometry
+    from rtdnn.algos import implicit_gemm as ig
+
+    monkeypatch.setattr(ig, "INTERPRETED", False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
+    fmt = torch.channels_last if layout == "cl" else torch.contiguous_format
+    groups = conv.get("groups", 1)
+    x = torch.randn(2, channels, 9, 9).to(dtype).contiguous(memory_format=fmt)
+    w = torch.randn(channels, channels // groups, kernel, kernel).to(dtype)
+    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", math=None)
+    p, _ = _problem_for_selection("backward_filter", x, w, **{**args, **conv})
+    p = dataclasses.replace(p, device="cuda")
+    got = hopper_unsupported(p)
+    if reason is None:
+        assert got is None
+        candidates = ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"].tile_candidates(p)
+        assert candidates and all(isinstance(t, HopperConvTiles) for t in candidates)
+        # A late 3x3 weight gradient (512 filters): GEMM first only without this kernel.
+        monkeypatch.setattr(gemm, "device_memory_bytes", lambda index: 80 << 30)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(geometry, "multiprocessor_count", lambda index: 132)
+        x = torch.randn(2, 512, 7, 7).to(dtype).contiguous(memory_format=fmt)
+        w = torch.randn(512, 512, 3, 3).to(dtype).contiguous(memory_format=fmt)
+        late, _ = _problem_for_selection("backward_filter", x, w, **{**args, **conv})
+        late = dataclasses.replace(late, device="cuda")
+        assert hopper_unsupported(late) is None and not gemm.gemm_preferred(late)
+        monkeypatch.setattr(gemm, "hopper_unsupported", lambda p: "off")
+        assert gemm.gemm_preferred(late)
+    else:
+        assert got is not None and reason in got, got
