@@ -25,6 +25,17 @@ def test_box_covers_tile_and_splits_in_halves(side):
     assert 2 * half[0] * half[1] * half[2] == conv_hopper.BLOCK_M
 
 
+@pytest.mark.parametrize("side", [(1, 1), (7, 7), (14, 14), (28, 28), (56, 56), (3, 70)])
+def test_weight_gradient_box(side):
+    """The weight gradient's boxes of dy (conv_box with its 64 pixels a step): 64 pixels,
+    columns a power of two up to 64 covering the row where they can."""
+    from rtdnn.kernels import conv_hopper_filter as chf
+
+    n, h, w = conv_hopper.conv_box(*side, chf.PIXELS)
+    assert n * h * w == chf.PIXELS
+    assert w <= 64 and w & (w - 1) == 0 and (w >= side[1] or w == 64)
+
+
 def _problem(direction, dtype=torch.bfloat16, **conv):
     x = torch.randn(2, 64, 9, 9, dtype=dtype).to(memory_format=torch.channels_last)
     w = torch.randn(64, 64, 3, 3, dtype=dtype).to(memory_format=torch.channels_last)
