@@ -296,6 +296,8 @@ def _emulate_filter(fixed: dict, args: tuple) -> None:
         ((3, 64, 7, 6), (64, 64, 1, 1), dict(stride=2)),
         ((1, 64, 11, 9), (64, 64, 3, 3), dict(stride=(2, 1), padding=2, dilation=2)),
         ((2, 64, 1, 1), (64, 64, 3, 3), dict(padding=1)),
+        ((2, 64, 5, 9), (64, 64, 1, 7), dict(padding=(0, 3))),  # a 1x7 filter
+        ((2, 64, 9, 6), (64, 64, 3, 1), dict(stride=(1, 2), padding=(1, 0))),
     ],
 )
 def test_host_plan_computes_the_weight_gradient(algo, x_shape, w_shape, conv, monkeypatch):
