@@ -49,7 +49,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 #: dy's pixels a step (a box), filters and channels a unit, ring stages (32 KiB each). Chosen
 #: on an H200 (bf16, ResNet-50's and VGG-16's 3x3 layers) among 64 or 128 pixels a step and
 #: 128 x 128 or 64 x 256 units: 64 pixels and 128 x 128 ran fastest on the small images,
-#: within 6% of the best on the large ones (benchmarks/probes/conv_hopper_filter_probe.py).
+#: within 7% of the best on the large ones (benchmarks/probes/conv_hopper_filter_probe.py;
+#: both warp groups on one 128 x 256 unit, without ping-pong, ran VGG-16's 56x56 layer 25%
+#: faster and the small images slower: BENCHMARKS.md).
 PIXELS = 64
 BLOCK_F = 128
 BLOCK_C = 128
