@@ -34,6 +34,14 @@ CASES = [
 ]
 
 
+def report(kernel) -> str:
+    """A compiled kernel's shared memory, spills, and whether ptxas serialized its MMAs."""
+    log = ptxas_log(kernel)
+    spills = re.findall(r"(\d+) bytes spill stores", log)
+    serial = "SERIALIZED" if "C7515" in log or "serializ" in log.lower() else ""
+    return f"smem={kernel.metadata.shared} spills={spills} {serial}"
+
+
 def compile_case(direction, n, c_read, c_written, side, r, pad, dil, stride, block_n, beta, bias):
     forward = direction == "forward"
     out_side = (side + 2 * pad - dil * (r - 1) - 1) // stride + 1
@@ -60,10 +68,7 @@ def compile_case(direction, n, c_read, c_written, side, r, pad, dil, stride, blo
         CONSUMER_REGS=ch.CONSUMER_REGISTERS, num_warps=4, maxnreg=ch.LAUNCH_REGISTERS,
         grid=(1,),
     )  # fmt: skip
-    log = ptxas_log(kernel)
-    spills = re.findall(r"(\d+) bytes spill stores", log)
-    serial = "SERIALIZED" if "C7515" in log or "serializ" in log.lower() else ""
-    return f"smem={kernel.metadata.shared} spills={spills} {serial}"
+    return report(kernel)
 
 
 # (batch, channels in, filters, image side, filter, padding, stride, splits)
@@ -92,10 +97,7 @@ def compile_filter_case(n, c, k, side, r, pad, stride, splits, beta):
         CONSUMER_REGS=chf.CONSUMER_REGISTERS, num_warps=4, maxnreg=chf.LAUNCH_REGISTERS,
         grid=(1,),
     )  # fmt: skip
-    log = ptxas_log(kernel)
-    spills = re.findall(r"(\d+) bytes spill stores", log)
-    serial = "SERIALIZED" if "C7515" in log or "serializ" in log.lower() else ""
-    return f"smem={kernel.metadata.shared} spills={spills} {serial}"
+    return report(kernel)
 
 
 if __name__ == "__main__":

@@ -584,8 +584,8 @@ class ImplicitGemm(ConvAlgorithm):
     name = "IMPLICIT_GEMM"
     fuses_activation = True  # the GEMM's epilogue
     #: The directions the warp-specialized Hopper kernels serve in this algorithm: all three
-    #: in the plain implicit GEMM; the weight gradient's splits its partial sums in the
-    #: workspace that IMPLICIT_GEMM_SPLIT_K declares.
+    #: in the plain implicit GEMM (the weight gradient unsplit); in IMPLICIT_GEMM_SPLIT_K the
+    #: weight gradient, split into the workspace that algorithm declares.
     hopper_directions = frozenset(Direction)
 
     def supports(self, p: ConvProblem) -> str | None:
