@@ -580,6 +580,36 @@ def _read_phases(stride: tuple[int, int]) -> list[tuple[int, int]]:
     return [(a % stride[0], b % stride[1]) for a in range(2) for b in range(2)]
 
 
+def _read_descriptors(
+    image: torch.Tensor, phases: list, views: list, block: list, strided: bool
+) -> list:
+    """The Hopper kernels' four read descriptors of `image`: strided, one per stride phase
+    (_read_phases), each view (_image) starting at the phase's first pixel; else the whole
+    image four times."""
+    from ..kernels import conv_hopper as ch
+
+    if not strided:
+        return [ch.descriptor(image, *views[0], block)] * 4
+    return [
+        ch.descriptor(image[:, :, a:, b:], *view, block)
+        for (a, b), view in zip(phases, views, strict=True)
+    ]
+
+
+def _filter_split_finishes(p: ConvProblem, splits: int) -> dict:
+    """The launches, by beta != 0, that sum a weight gradient's float32 partials (workspace
+    [groups x taps, splits, K / groups, C / groups]) in split order into the filter."""
+    dw = Output(ca.bwd_filter_c_addr, static_taps(conv_geometry(p)))
+    kg, cg = p.out_channels // p.groups, p.in_channels // p.groups
+    entries = p.groups * math.prod(p.kernel)
+    return {
+        b: split_finish(
+            dw, kg, cg, entries, splits, ACTIVATION=identity, HAS_BIAS=False, BETA_NONZERO=b
+        )  # fmt: skip
+        for b in (False, True)
+    }
+
+
 class ImplicitGemm(ConvAlgorithm):
     name = "IMPLICIT_GEMM"
     fuses_activation = True  # the GEMM's epilogue
@@ -834,13 +864,8 @@ class ImplicitGemm(ConvAlgorithm):
             w_desc = ch.descriptor(t.w, *w_view, w_block)
             calls = []
             for (a, b), view, block, launches, box in phases:
-                if forward and strided:  # each phase's view starts at its first pixel
-                    reads = [
-                        ch.descriptor(read[:, :, pa:, pb:], *rv, [*box, tiles.block_k])
-                        for (pa, pb), rv in zip(read_phases, read_views, strict=True)
-                    ]
-                else:
-                    reads = [ch.descriptor(read, *read_views[0], [*box, tiles.block_k])] * 4
+                reads = _read_descriptors(read, read_phases, read_views,
+                                          [*box, tiles.block_k], forward and strided)  # fmt: skip
                 out = written[:, :, a:, b:] if (a, b) != (0, 0) else written
                 args = (*reads, w_desc, ch.descriptor(out, *view, block), bias, float(alpha),
                         float(beta))  # fmt: skip
@@ -872,14 +897,7 @@ class ImplicitGemm(ConvAlgorithm):
         splits, per_split = chf.split_plan(tile_count, boxes, programs, self.splits(p))
         units = tile_count * splits
         sk, sc, sr, ss = p.w.strides
-        finishes = {}  # by beta != 0: the split partials' sum, in split order
-        if splits > 1:
-            dw = Output(ca.bwd_filter_c_addr, static_taps(conv_geometry(p)))
-            for beta_nonzero in (False, True):
-                finishes[beta_nonzero] = split_finish(
-                    dw, p.out_channels, p.in_channels, r * s, splits, ACTIVATION=identity,
-                    HAS_BIAS=False, BETA_NONZERO=beta_nonzero,
-                )  # fmt: skip
+        finishes = _filter_split_finishes(p, splits) if splits > 1 else {}
         slots = ("dy_desc", "x_desc", "x1_desc", "x2_desc", "x3_desc", "dw_ptr", "ws_ptr")
         fixed = dict(
             units=units, k_tiles=k_tiles, c_tiles=c_tiles, splits=splits, per_split=per_split,
@@ -911,13 +929,7 @@ class ImplicitGemm(ConvAlgorithm):
             if not tma_aligned(t.x, t.y):
                 plain(t, workspace, alpha, beta)
                 return
-            if strided:  # each phase's view starts at its first pixel
-                reads = [
-                    ch.descriptor(t.x[:, :, a:, b:], *view, x_block)
-                    for (a, b), view in zip(read_phases, x_views, strict=True)
-                ]
-            else:
-                reads = [ch.descriptor(t.x, *x_views[0], x_block)] * 4
+            reads = _read_descriptors(t.x, read_phases, x_views, x_block, strided)
             ws = workspace.view(torch.float32) if splits > 1 else t.w  # unsplit: not read
             launches[beta != 0](
                 ch.descriptor(t.y, *dy_view, dy_block), *reads, t.w, ws, float(alpha),
@@ -983,15 +995,7 @@ class ImplicitGemm(ConvAlgorithm):
             geo=geo, rects_per_split=per_split, PRECISION=dot_precision(p), UPCAST=INTERPRETED,
             SPLITS=splits, FINISH=not apart, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
         )  # fmt: skip
-        finishes = {}  # by beta != 0
-        if apart:
-            dw = Output(ca.bwd_filter_c_addr, static_taps(conv_geometry(p)))
-            kg, cg = p.out_channels // p.groups, p.in_channels // p.groups
-            for beta_nonzero in (False, True):
-                finishes[beta_nonzero] = split_finish(
-                    dw, kg, cg, entries, splits, ACTIVATION=identity, HAS_BIAS=False,
-                    BETA_NONZERO=beta_nonzero,
-                )  # fmt: skip
+        finishes = _filter_split_finishes(p, splits) if apart else {}  # by beta != 0
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
             if not tma_aligned(t.x, t.y):
