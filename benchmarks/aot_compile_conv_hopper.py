@@ -80,20 +80,25 @@ FILTER_CASES = [
 ]
 
 
-def compile_filter_case(n, c, k, side, r, pad, stride, splits, beta):
+def compile_filter_case(n, c, k, side, r, pad, stride, splits, beta, cooperative):
     out_side = (side + 2 * pad - (r - 1) - 1) // stride + 1
     x = torch.empty(n, side, side, c, dtype=torch.bfloat16)
     dy = torch.empty(n, out_side, out_side, k, dtype=torch.bfloat16)
     dw = torch.empty(k, r, r, c, dtype=torch.bfloat16)
     ws = torch.empty(r * r, splits, k, c, dtype=torch.float32)
     box = ch.conv_box(out_side, out_side, chf.PIXELS)
-    dy_desc = ch.descriptor(dy, dy.shape, dy.stride(), [*box, chf.BLOCK_F])
-    x_desc = ch.descriptor(x, x.shape, x.stride(), [*box, chf.BLOCK_C])
+    f_box = chf.BLOCK_F // (2 if cooperative else 1)
+    block_c, stages = (
+        (chf.COOPERATIVE_BLOCK_C, chf.COOPERATIVE_STAGES) if cooperative
+        else (chf.BLOCK_C, chf.STAGES)
+    )  # fmt: skip
+    dy_desc = ch.descriptor(dy, dy.shape, dy.stride(), [*box, f_box])
+    x_desc = ch.descriptor(x, x.shape, x.stride(), [*box, block_c])
     sk, sr, ss, sc = dw.stride()
     kernel = chf.conv_filter_hopper_kernel.warmup(
         dy_desc, x_desc, x_desc, x_desc, x_desc, dw, ws, 1.0, 0.5, 64, 2, 2, splits,
         4, 8, 4, 1, pad, pad, 1, 1, stride, stride, pad, r, k, c, sk, sc, sr, ss,
-        STAGES=chf.STAGES, STRIDED=stride > 1, BETA_NONZERO=beta,
+        STAGES=stages, COOPERATIVE=cooperative, STRIDED=stride > 1, BETA_NONZERO=beta,
         CONSUMER_REGS=chf.CONSUMER_REGISTERS, num_warps=4, maxnreg=chf.LAUNCH_REGISTERS,
         grid=(1,),
     )  # fmt: skip
@@ -102,9 +107,10 @@ def compile_filter_case(n, c, k, side, r, pad, stride, splits, beta):
 
 if __name__ == "__main__":
     for case in FILTER_CASES:
-        for beta in (False, True):
-            print("backward_filter", case, f"beta={beta}:", compile_filter_case(*case, beta),
-                  flush=True)  # fmt: skip
+        for cooperative in (False, True):
+            for beta in (False, True):
+                print("backward_filter", case, f"cooperative={cooperative} beta={beta}:",
+                      compile_filter_case(*case, beta, cooperative), flush=True)  # fmt: skip
     for case in CASES:
         case = case if len(case) == 9 else (*case, 1)
         for block_n in (128, 64):

@@ -291,7 +291,8 @@ HOPPER_MATRIX += [("backward_data", s) for s in HOPPER_SHAPES]
 
 
 #: Shapes for the Hopper weight gradient (at least 128 filters and channels): odd images,
-#: filters and channels not a multiple of the 128 x 128 tile (136, 192), padding above the
+#: filters and channels not a multiple of the 128 x 128 or 128 x 256 unit (136, 192, 200,
+#: 320; the cooperative unit runs where there are 256 channels or more), padding above the
 #: filter's reach, stride 2 (3x3, 7x7, one dimension, with dilation), a 1-pixel image,
 #: batch 1, and enough pixels that IMPLICIT_GEMM_SPLIT_K splits (the last two).
 HOPPER_FILTER_SHAPES = [
@@ -306,6 +307,8 @@ HOPPER_FILTER_SHAPES = [
     ((2, 128, 30, 70), (128, 128, 3, 3), dict(padding=2, dilation=2)),
     ((8, 128, 32, 32), (128, 128, 3, 3), dict(padding=1)),
     ((16, 256, 14, 14), (256, 256, 3, 3), dict(padding=1)),
+    # Cooperative units (256 channels): a second channel tile and a filter half out of range.
+    ((2, 320, 9, 10), (200, 320, 3, 3), dict(padding=1)),
 ]
 
 

@@ -243,7 +243,8 @@ def _emulate_filter(fixed: dict, args: tuple) -> None:
     f = fixed
     dy_view = torch.as_strided(dy_desc.base, dy_desc.shape, dy_desc.strides)
     x_views = [torch.as_strided(d.base, d.shape, d.strides) for d in reads]
-    box, bf, bc = list(dy_desc.block_shape[:3]), dy_desc.block_shape[3], reads[0].block_shape[3]
+    box, bc = list(dy_desc.block_shape[:3]), reads[0].block_shape[3]
+    bf = dy_desc.block_shape[3] * (2 if f["COOPERATIVE"] else 1)  # cooperative: two boxes
     K, C, S = f["K"], f["C"], f["S"]
     out = torch.as_strided(dw, (K, C, dw.shape[2], S), (f["sk"], f["sc"], f["sr"], f["ss"]))
     partials: dict[int, dict[int, torch.Tensor]] = {}
@@ -288,10 +289,12 @@ def _emulate_filter(fixed: dict, args: tuple) -> None:
 
 
 @pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K"])
+@pytest.mark.parametrize("unit", ["ping-pong", "cooperative"])
 @pytest.mark.parametrize(
     "x_shape,w_shape,conv",
     [
         ((2, 136, 20, 24), (72, 136, 3, 3), dict(padding=1)),
+        ((2, 264, 6, 7), (136, 264, 3, 3), dict(padding=1)),  # two channel tiles of 256
         ((2, 72, 9, 10), (136, 72, 3, 3), dict(stride=2, padding=1)),
         ((3, 64, 7, 6), (64, 64, 1, 1), dict(stride=2)),
         ((1, 64, 11, 9), (64, 64, 3, 3), dict(stride=(2, 1), padding=2, dilation=2)),
@@ -300,12 +303,14 @@ def _emulate_filter(fixed: dict, args: tuple) -> None:
         ((2, 64, 9, 6), (64, 64, 3, 1), dict(stride=(1, 2), padding=(1, 0))),
     ],
 )
-def test_host_plan_computes_the_weight_gradient(algo, x_shape, w_shape, conv, monkeypatch):
+def test_host_plan_computes_the_weight_gradient(algo, unit, x_shape, w_shape, conv,
+                                                monkeypatch):  # fmt: skip
     """Backward-filter's Hopper launch (IMPLICIT_GEMM unsplit, IMPLICIT_GEMM_SPLIT_K in up to
-    four splits within its workspace), prepared on the CPU with the GPU parts stubbed and
-    carried out by an emulation of the kernel in float64, gives the weight gradient with
-    alpha and beta: descriptors, stride phases, units, splits and the filter's strides are
-    right. Tiles wider than the channels (72 and 136 of 128) and a 1-pixel image included."""
+    four splits within its workspace; ping-pong's 128 x 128 units and cooperative 128 x 256,
+    dy in two boxes), prepared on the CPU with the GPU parts stubbed and carried out by an
+    emulation of the kernel in float64, gives the weight gradient with alpha and beta:
+    descriptors, stride phases, units, splits and the filter's strides are right. Tiles wider
+    than the channels (72 and 136 of 128, 264 of 512) and a 1-pixel image included."""
     from rtdnn import reference as R
     from rtdnn.algos import ConvTensors
     from rtdnn.algos import implicit_gemm as ig
@@ -335,8 +340,12 @@ def test_host_plan_computes_the_weight_gradient(algo, x_shape, w_shape, conv, mo
     p, _ = _problem_for_selection("backward_filter", x, w, **{**args, **conv})
     dy = torch.randn(R.conv_forward(x, w, **conv).shape).to(torch.bfloat16).to(memory_format=cl)
     algorithm = ALGORITHMS[algo]
-    tiles = HopperConvTiles(chf.BLOCK_F, chf.BLOCK_C, chf.PIXELS, group_m=1, num_warps=4,
-                            num_stages=chf.STAGES)  # fmt: skip
+    channels, stages = {
+        "ping-pong": (chf.BLOCK_C, chf.STAGES),
+        "cooperative": (chf.COOPERATIVE_BLOCK_C, chf.COOPERATIVE_STAGES),
+    }[unit]
+    tiles = HopperConvTiles(chf.BLOCK_F, channels, chf.PIXELS, group_m=1, num_warps=4,
+                            num_stages=stages)  # fmt: skip
     run = algorithm.prepare(p, tiles)
     workspace = torch.empty(algorithm.workspace_bytes(p), dtype=torch.uint8)
     prior = torch.randn(w_shape).to(torch.bfloat16)
@@ -344,6 +353,7 @@ def test_host_plan_computes_the_weight_gradient(algo, x_shape, w_shape, conv, mo
     run(ConvTensors(x, out, dy), workspace, 0.5, -1.5)
     assert len(launches) == 1
     fixed = launches[0]
+    assert fixed["COOPERATIVE"] == (unit == "cooperative")
     if algo == "IMPLICIT_GEMM":
         assert fixed["splits"] == 1
     else:
@@ -363,10 +373,12 @@ def test_split_plan_covers_every_box(tiles, boxes, most):
     multiprocessors idle."""
     from rtdnn.kernels import conv_hopper_filter as chf
 
-    splits, per = chf.split_plan(tiles, boxes, 132, most)
-    assert 1 <= splits <= max(1, most) and (splits - 1) * per < boxes <= splits * per
-    if tiles * 4 <= 132 and boxes >= 64 and most >= 4:
-        assert splits > 1
+    for cooperative in (False, True):
+        splits, per, cost = chf.split_plan(tiles, boxes, 132, most, cooperative)
+        assert 1 <= splits <= max(1, most) and (splits - 1) * per < boxes <= splits * per
+        assert cost >= per  # at least one unit's steps
+        if tiles * 4 <= 132 and boxes >= 64 and most >= 4:
+            assert splits > 1
 
 
 @pytest.mark.parametrize(
@@ -401,19 +413,27 @@ def test_weight_gradient_scope_on_hopper(channels, kernel, conv, dtype, layout, 
     p, _ = _problem_for_selection("backward_filter", x, w, **{**args, **conv})
     p = dataclasses.replace(p, device="cuda")
     got = hopper_unsupported(p)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(ig, "multiprocessor_count", lambda index: 132)
+    monkeypatch.setattr(geometry, "multiprocessor_count", lambda index: 132)
     if reason is None:
         assert got is None
         candidates = ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"].tile_candidates(p)
-        assert candidates and all(isinstance(t, HopperConvTiles) for t in candidates)
+        # 128 channels: the ping-pong unit alone (the cooperative one is 256 channels wide).
+        assert [(t.block_m, t.block_n) for t in candidates] == [(128, 128)]
         # A late 3x3 weight gradient (512 filters): GEMM first only without this kernel.
         monkeypatch.setattr(gemm, "device_memory_bytes", lambda index: 80 << 30)
-        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-        monkeypatch.setattr(geometry, "multiprocessor_count", lambda index: 132)
         x = torch.randn(2, 512, 7, 7).to(dtype).contiguous(memory_format=fmt)
         w = torch.randn(512, 512, 3, 3).to(dtype).contiguous(memory_format=fmt)
         late, _ = _problem_for_selection("backward_filter", x, w, **{**args, **conv})
         late = dataclasses.replace(late, device="cuda")
         assert hopper_unsupported(late) is None and not gemm.gemm_preferred(late)
+        # Both units there, the one the split plan expects faster first.
+        split_k = ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"]
+        both = split_k.tile_candidates(late)
+        assert sorted(t.block_n for t in both) == [128, 256]
+        costs = [ig._hopper_filter_plan(late, t, split_k.splits(late))[-1].cost for t in both]
+        assert costs == sorted(costs)
         monkeypatch.setattr(gemm, "hopper_unsupported", lambda p: "off")
         assert gemm.gemm_preferred(late)
     else:

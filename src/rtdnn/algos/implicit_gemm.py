@@ -440,18 +440,15 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
     return None
 
 
-def _hopper_candidates(p: ConvProblem) -> list[TileConfig]:
+def _hopper_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
     """The Hopper kernels' tiles where they run `p` (and RTDNN_HOPPER_CONV is not 0): 128
     output channels a tile, or 64 where the output has no more (kernels/conv_hopper.py);
-    backward-filter, 128 filters x 128 channels over 64 pixels a step
-    (kernels/conv_hopper_filter.py)."""
+    backward-filter, its unit shapes (_hopper_filter_candidates, split at most
+    `most_splits` ways)."""
     if os.environ.get(HOPPER_CONV_ENV) == "0" or hopper_unsupported(p) is not None:
         return []
     if p.direction == Direction.BACKWARD_FILTER:
-        from ..kernels import conv_hopper_filter as chf
-
-        return [HopperConvTiles(chf.BLOCK_F, chf.BLOCK_C, chf.PIXELS, group_m=1, num_warps=4,
-                                num_stages=chf.STAGES)]  # fmt: skip
+        return _hopper_filter_candidates(p, most_splits)
     from ..kernels import conv_hopper
 
     cols = p.out_channels if p.direction == Direction.FORWARD else p.in_channels
@@ -461,6 +458,42 @@ def _hopper_candidates(p: ConvProblem) -> list[TileConfig]:
                         num_stages=conv_hopper.stages_for(bn))
         for bn in widths
     ]  # fmt: skip
+
+
+def _hopper_filter_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
+    """The weight-gradient kernel's units (kernels/conv_hopper_filter.py): 128 filters x 128
+    channels (ping-pong), and 128 x 256 (cooperative) where there are 256 channels or more;
+    the one its split plan expects faster first."""
+    from ..kernels import conv_hopper_filter as chf
+
+    shapes = [(chf.BLOCK_C, chf.STAGES)]
+    if p.in_channels >= chf.COOPERATIVE_BLOCK_C:
+        shapes.append((chf.COOPERATIVE_BLOCK_C, chf.COOPERATIVE_STAGES))
+    tiles = [
+        HopperConvTiles(chf.BLOCK_F, channels, chf.PIXELS, group_m=1, num_warps=4,
+                        num_stages=stages)
+        for channels, stages in shapes
+    ]  # fmt: skip
+    return sorted(tiles, key=lambda t: _hopper_filter_plan(p, t, most_splits)[-1].cost)
+
+
+def _hopper_filter_plan(p: ConvProblem, tiles: TileConfig, most_splits: int) -> tuple:
+    """(dy's box, boxes down, boxes across, boxes, filter tiles, channel tiles, SplitPlan) of
+    the weight-gradient kernel's launch for `tiles` on this GPU."""
+    from ..kernels import conv_hopper as ch
+    from ..kernels import conv_hopper_filter as chf
+
+    out_h, out_w = p.out_spatial
+    box = ch.conv_box(out_h, out_w, tiles.block_k)
+    boxes_h, boxes_w = cdiv(out_h, box[1]), cdiv(out_w, box[2])
+    boxes = cdiv(p.batch, box[0]) * boxes_h * boxes_w
+    k_tiles, c_tiles = cdiv(p.out_channels, tiles.block_m), cdiv(p.in_channels, tiles.block_n)
+    programs = multiprocessor_count(torch.cuda.current_device())
+    plan = chf.split_plan(
+        math.prod(p.kernel) * k_tiles * c_tiles, boxes, programs, most_splits,
+        cooperative=tiles.block_n > chf.BLOCK_C,
+    )  # fmt: skip
+    return box, boxes_h, boxes_w, boxes, k_tiles, c_tiles, plan
 
 
 def _tma_candidates(p: ConvProblem, candidates: list[TileConfig]) -> list[TileConfig]:
@@ -626,7 +659,9 @@ class ImplicitGemm(ConvAlgorithm):
 
     def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
         rows, cols, depth, _ = gemm_shape(p)
-        hopper = _hopper_candidates(p) if p.direction in self.hopper_directions else []
+        hopper = (
+            _hopper_candidates(p, self.splits(p)) if p.direction in self.hopper_directions else []
+        )
         if hopper:
             # On Hopper the warp-specialized kernel alone (not beside tiles the shipped table
             # or the tuning database could prefer): H200, bf16, VGG-16's 256-channel 56x56
@@ -877,8 +912,9 @@ class ImplicitGemm(ConvAlgorithm):
     def _prepare_hopper_filter(self, p: ConvProblem, tiles: TileConfig) -> Runner:
         """Backward-filter by the warp-specialized Hopper kernel (kernels/
         conv_hopper_filter.py): one launch over units of (tap, block_m filters, block_n
-        channels, a split of dy's boxes of block_k pixels), split at most this algorithm's
-        splits (partials in its workspace, then the split finish). The pointer path's first
+        channels, a split of dy's boxes of block_k pixels), cooperative where block_n is
+        256, split at most this algorithm's splits (partials in its workspace, then the split
+        finish). The pointer path's first
         tiles run instead where a call's tensors are not 16-byte aligned."""
         from ..kernels import conv_hopper as ch
         from ..kernels import conv_hopper_filter as chf
@@ -886,16 +922,13 @@ class ImplicitGemm(ConvAlgorithm):
         stride = tuple(p.conv.stride)
         strided = stride != (1, 1)
         (pad_h, pad_w), (dil_h, dil_w) = p.conv.padding, p.conv.dilation
-        r, s = p.kernel
-        out_h, out_w = p.out_spatial
-        box = ch.conv_box(out_h, out_w, tiles.block_k)
-        boxes_h, boxes_w = cdiv(out_h, box[1]), cdiv(out_w, box[2])
-        boxes = cdiv(p.batch, box[0]) * boxes_h * boxes_w
-        k_tiles, c_tiles = cdiv(p.out_channels, tiles.block_m), cdiv(p.in_channels, tiles.block_n)
-        tile_count = r * s * k_tiles * c_tiles
+        box, boxes_h, boxes_w, boxes, k_tiles, c_tiles, plan = _hopper_filter_plan(
+            p, tiles, self.splits(p)
+        )
+        splits, per_split = plan.splits, plan.per_split
+        cooperative = tiles.block_n > chf.BLOCK_C
+        units = math.prod(p.kernel) * k_tiles * c_tiles * splits
         programs = multiprocessor_count(torch.cuda.current_device())
-        splits, per_split = chf.split_plan(tile_count, boxes, programs, self.splits(p))
-        units = tile_count * splits
         sk, sc, sr, ss = p.w.strides
         finishes = _filter_split_finishes(p, splits) if splits > 1 else {}
         slots = ("dy_desc", "x_desc", "x1_desc", "x2_desc", "x3_desc", "dw_ptr", "ws_ptr")
@@ -903,9 +936,9 @@ class ImplicitGemm(ConvAlgorithm):
             units=units, k_tiles=k_tiles, c_tiles=c_tiles, splits=splits, per_split=per_split,
             boxes=boxes, boxes_h=boxes_h, boxes_w=boxes_w, pad_h=pad_h, pad_w=pad_w,
             dil_h=dil_h, dil_w=dil_w, stride_h=stride[0], stride_w=stride[1],
-            lift=max(pad_h, pad_w), S=s, K=p.out_channels, C=p.in_channels, sk=sk, sc=sc, sr=sr,
-            ss=ss, STAGES=tiles.num_stages, STRIDED=strided,
-            CONSUMER_REGS=chf.CONSUMER_REGISTERS,
+            lift=max(pad_h, pad_w), S=p.kernel[1], K=p.out_channels, C=p.in_channels, sk=sk,
+            sc=sc, sr=sr, ss=ss, STAGES=tiles.num_stages, COOPERATIVE=cooperative,
+            STRIDED=strided, CONSUMER_REGS=chf.CONSUMER_REGISTERS,
         )  # fmt: skip
         launches = {
             beta_nonzero: slot_launch(
@@ -922,7 +955,9 @@ class ImplicitGemm(ConvAlgorithm):
         dy_view = _image(p.y)
         read_phases = _read_phases(stride)
         x_views = [_image(p.x, stride, ph) for ph in read_phases]
-        dy_block, x_block = [*box, tiles.block_m], [*box, tiles.block_n]
+        # Cooperative: dy in two boxes a step, one for each consumer's half of the filters.
+        dy_block = [*box, tiles.block_m // (2 if cooperative else 1)]
+        x_block = [*box, tiles.block_n]
         plain = self.prepare(p, gemm_candidates(p, *gemm_shape(p)[:3])[0])
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:

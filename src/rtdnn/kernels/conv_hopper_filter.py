@@ -16,11 +16,17 @@ One program a multiprocessor loops over units (persistent) and runs three partit
 
 - **load** (one warp): per step of each unit in turn, dy's box of the unit's filters and x's
   box of its channels at the unit's tap, by TMA, into a ring of STAGES stages.
-- **two consumers** (one warp group each) take whole units, alternately (ping-pong): one
-  finishes a unit while the other multiplies the next, so the epilogue costs no tensor-core
-  time. A consumer starts a unit's products once the other has taken the last stage of the
-  previous unit (the `turn` mbarriers): the ring then never runs two rounds ahead of a
-  consumer's waits.
+- **two consumers** (one warp group each), in one of two ways:
+  - *ping-pong* (128 x 128 units): each takes whole units, alternately: one finishes a unit
+    while the other multiplies the next, so the epilogue costs no tensor-core time. A
+    consumer starts a unit's products once the other has taken the last stage of the previous
+    unit (the `turn` mbarriers): the ring then never runs two rounds ahead of a consumer's
+    waits.
+  - *cooperative* (128 x 256 units): both work on every unit, each on 64 of its filters (a
+    box of dy of its own) against all 256 channels (x's box, shared): a 64 x 256 MMA, the
+    widest the warp group has, which reads the fewest operand bytes from shared memory per
+    product, and a step moves 48 KiB by TMA for twice a ping-pong step's 32 KiB of products.
+    Its epilogue is not hidden; units long in boxes (large images) pay it least.
 
 The epilogue: unsplit, alpha x dW (+ beta x its prior value) into the filter. Split, each
 unit's partial sums go to the workspace (taps, splits, K, C) in float32, and the split
@@ -36,6 +42,8 @@ filters and channels (smaller layers ran faster on the pointer path: ResNet-50's
 3x3 layer, H200).
 """
 
+from typing import NamedTuple
+
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -46,16 +54,22 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-#: dy's pixels a step (a box), filters and channels a unit, ring stages (32 KiB each). Chosen
-#: on an H200 (bf16, ResNet-50's and VGG-16's 3x3 layers) among 64 or 128 pixels a step and
-#: 128 x 128 or 64 x 256 units: 64 pixels and 128 x 128 ran fastest on the small images,
-#: within 7% of the best on the large ones (benchmarks/probes/conv_hopper_filter_probe.py;
-#: both warp groups on one 128 x 256 unit, without ping-pong, ran VGG-16's 56x56 layer 25%
-#: faster and the small images slower: BENCHMARKS.md).
+#: dy's pixels a step (a box), filters and channels a ping-pong unit, its ring stages (32 KiB
+#: each). Chosen on an H200 (bf16, ResNet-50's and VGG-16's 3x3 layers) among 64 or 128
+#: pixels a step and 128 x 128 or 64 x 256 units: 64 pixels and 128 x 128 ran fastest on the
+#: small images, within 7% of the best on the large ones
+#: (benchmarks/probes/conv_hopper_filter_probe.py).
 PIXELS = 64
 BLOCK_F = 128
 BLOCK_C = 128
 STAGES = 6
+#: Channels of a cooperative unit (its filters: BLOCK_F) and its ring stages (48 KiB each).
+COOPERATIVE_BLOCK_C = 256
+COOPERATIVE_STAGES = 4
+#: A cooperative step's time in ping-pong steps, for split_plan: twice the products in about
+#: 0.8 of the time (an earlier cooperative kernel ran VGG-16's 56x56 and 28x28 layers 0.75
+#: and 0.82 of ping-pong's time, H200, bf16: BENCHMARKS.md).
+COOPERATIVE_STEP = 1.6
 #: Registers a thread at launch, and in a consumer partition (a 128 x 128 float32
 #: accumulator is 128 of them).
 LAUNCH_REGISTERS = 168
@@ -88,16 +102,19 @@ def _load_partition(dy_desc, x_desc, x1_desc, x2_desc, x3_desc, dy_smem, x_smem,
                     units, k_tiles, c_tiles, splits, per_split, boxes, boxes_h, boxes_w, pad_h,
                     pad_w, dil_h, dil_w, stride_h, stride_w, lift, S,
                     STRIDED: gl.constexpr):  # fmt: skip
-    """Per step of each of this program's units: dy's box of the unit's filters, and x's box
-    of its channels at the unit's tap. Strided, the tap's pixels are a box of one stride
-    phase of x (x_desc to x3_desc: phases (0, 0), (0, 1), (1, 0), (1, 1))."""
+    """Per step of each of this program's units: dy's box of the unit's filters (cooperative:
+    two boxes, one for each consumer's half), and x's box of its channels at the unit's tap.
+    Strided, the tap's pixels are a box of one stride phase of x (x_desc to x3_desc: phases
+    (0, 0), (0, 1), (1, 0), (1, 1))."""
     BOX_N: gl.constexpr = dy_desc.block_type.shape[0]
     BOX_H: gl.constexpr = dy_desc.block_type.shape[1]
     BOX_W: gl.constexpr = dy_desc.block_type.shape[2]
-    BLOCK_F: gl.constexpr = dy_desc.block_type.shape[3]
-    BLOCK_C: gl.constexpr = x_desc.block_type.shape[3]
     STAGES: gl.constexpr = ready.type.shape[0]
-    nbytes: gl.constexpr = dy_desc.block_type.nbytes + x_desc.block_type.nbytes
+    DY_BOXES: gl.constexpr = dy_smem.type.shape[0] // STAGES
+    F_BOX: gl.constexpr = dy_desc.block_type.shape[3]
+    BLOCK_F: gl.constexpr = DY_BOXES * F_BOX
+    BLOCK_C: gl.constexpr = x_desc.block_type.shape[3]
+    nbytes: gl.constexpr = DY_BOXES * dy_desc.block_type.nbytes + x_desc.block_type.nbytes
     it = 0
     for unit in range(gl.program_id(0), units, gl.num_programs(0)):
         tap, k0, c0, split = _unit(unit, k_tiles, c_tiles, splits, BLOCK_F, BLOCK_C)
@@ -116,7 +133,9 @@ def _load_partition(dy_desc, x_desc, x1_desc, x2_desc, x3_desc, dy_smem, x_smem,
             mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
             bar = ready.index(stage)
             mbarrier.expect(bar, nbytes)
-            tma.async_copy_global_to_shared(dy_desc, [img, h0, w0, k0], bar, dy_smem.index(stage))
+            for i in gl.static_range(DY_BOXES):
+                tma.async_copy_global_to_shared(dy_desc, [img, h0, w0, k0 + i * F_BOX], bar,
+                                                dy_smem.index(stage * DY_BOXES + i))  # fmt: skip
             a = x_smem.index(stage)
             at = [img, h0 + dh, w0 + dw, c0]
             if STRIDED:
@@ -152,42 +171,51 @@ def _write_filter(dw_ptr, values, k, c, tap, S, K, C, sk, sc, sr, ss, alpha, bet
 def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, turn, dw_ptr, ws_ptr,
               alpha, beta, units, k_tiles, c_tiles, splits, per_split, boxes, S,
               K, C, sk, sc, sr, ss, BETA_NONZERO: gl.constexpr):  # fmt: skip
-    """Every other unit of the program's (role 0: the first): the products over its share of
-    the pixels, then the epilogue. The other role's units only advance the ring position."""
-    PIXELS: gl.constexpr = dy_smem.type.shape[1] * dy_smem.type.shape[2] * dy_smem.type.shape[3]
-    BLOCK_F: gl.constexpr = dy_smem.type.shape[4]
-    BLOCK_C: gl.constexpr = x_smem.type.shape[4]
+    """Ping-pong: every other unit of the program's (role 0: the first), all its filters; the
+    other role's units only advance the ring position. Cooperative: every unit, its filters
+    64 x role to 64 x (role + 1). Then: the products over the unit's share of the pixels, and
+    the epilogue."""
     STAGES: gl.constexpr = ready.type.shape[0]
+    DY_BOXES: gl.constexpr = dy_smem.type.shape[0] // STAGES
+    COOPERATIVE: gl.constexpr = DY_BOXES == 2
+    ROUNDS: gl.constexpr = 1 if COOPERATIVE else 2  # the consumers a unit goes to in turn
+    MY_TURN: gl.constexpr = 0 if COOPERATIVE else role
+    HALF: gl.constexpr = role if COOPERATIVE else 0  # this consumer's box of dy
+    PIXELS: gl.constexpr = dy_smem.type.shape[1] * dy_smem.type.shape[2] * dy_smem.type.shape[3]
+    F_BOX: gl.constexpr = dy_smem.type.shape[4]  # the filters this consumer multiplies
+    BLOCK_C: gl.constexpr = x_smem.type.shape[4]
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[gl.num_warps(), 1], instr_shape=[16, BLOCK_C, 16]
     )
-    rows = gl.arange(0, BLOCK_F, layout=gl.SliceLayout(1, acc_layout))
+    rows = gl.arange(0, F_BOX, layout=gl.SliceLayout(1, acc_layout))
     cols = gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, acc_layout))
     plane = K.to(gl.int64) * C
     it = 0
     local = 0  # the unit's place among the program's
     for unit in range(gl.program_id(0), units, gl.num_programs(0)):
-        tap, k0, c0, split = _unit(unit, k_tiles, c_tiles, splits, BLOCK_F, BLOCK_C)
+        tap, k0, c0, split = _unit(unit, k_tiles, c_tiles, splits, DY_BOXES * F_BOX, BLOCK_C)
         first = split * per_split
         steps = gl.minimum(first + per_split, boxes) - first
-        if local % 2 == role:
-            if local > 0:
-                mbarrier.wait(turn.index(1 - role), ((local - 1) // 2) & 1)
-            acc = gl.zeros([BLOCK_F, BLOCK_C], gl.float32, acc_layout)
+        if local % ROUNDS == MY_TURN:
+            if ROUNDS == 2:
+                if local > 0:
+                    mbarrier.wait(turn.index(1 - role), ((local - 1) // 2) & 1)
+            acc = gl.zeros([F_BOX, BLOCK_C], gl.float32, acc_layout)
             for step in range(steps):
                 at = it + step
                 stage = at % STAGES
                 mbarrier.wait(ready.index(stage), (at // STAGES) & 1)
-                a = dy_smem.index(stage).reshape([PIXELS, BLOCK_F]).permute((1, 0))
+                a = dy_smem.index(stage * DY_BOXES + HALF).reshape([PIXELS, F_BOX])
                 b = x_smem.index(stage).reshape([PIXELS, BLOCK_C])
-                acc = warpgroup_mma(a, b, acc, is_async=True)
+                acc = warpgroup_mma(a.permute((1, 0)), b, acc, is_async=True)
                 acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous step's product is done
                 mbarrier.arrive(empty.index((at + STAGES - 1) % STAGES), count=1, pred=step > 0)
             acc = warpgroup_mma_wait(0, deps=(acc,))
-            mbarrier.arrive(turn.index(role), count=1)
+            if ROUNDS == 2:
+                mbarrier.arrive(turn.index(role), count=1)
             mbarrier.arrive(empty.index((it + steps + STAGES - 1) % STAGES), count=1,
                             pred=steps > 0)  # fmt: skip
-            k = k0 + rows
+            k = k0 + HALF * F_BOX + rows
             c = c0 + cols
             if splits == 1:
                 _write_filter(dw_ptr, acc, k, c, tap, S, K, C, sk, sc, sr, ss, alpha, beta,
@@ -205,17 +233,19 @@ def conv_filter_hopper_kernel(
     dy_desc, x_desc, x1_desc, x2_desc, x3_desc, dw_ptr, ws_ptr, alpha, beta,
     units, k_tiles, c_tiles, splits, per_split, boxes, boxes_h, boxes_w, pad_h, pad_w, dil_h,
     dil_w, stride_h, stride_w, lift, S, K, C, sk, sc, sr, ss,
-    STAGES: gl.constexpr, STRIDED: gl.constexpr, BETA_NONZERO: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr,
+    STAGES: gl.constexpr, COOPERATIVE: gl.constexpr, STRIDED: gl.constexpr,
+    BETA_NONZERO: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     """Persistent, grid (programs,). dy_desc: dy (N, OH, OW, K) in [BOX_N, BOX_H, BOX_W,
-    BLOCK_F] boxes; x_desc: x (N, H, W, C) (strided: to x3_desc, its stride phases) in boxes
-    of the same pixels and BLOCK_C channels; dw: the filter (K, C, R, S) at element strides
+    F_BOX] boxes (a unit's BLOCK_F filters: cooperative, two boxes; else one); x_desc: x (N,
+    H, W, C) (strided: to x3_desc, its stride phases) in boxes of the same pixels and BLOCK_C
+    channels; dw: the filter (K, C, R, S) at element strides
     (sk, sc, sr, ss); units: taps x k_tiles x c_tiles tiles x splits, each split per_split of
     the boxes (the last fewer); ws: float32 (taps, splits, K, C) partials, written when split
     (the split finish, kernels/brgemm.py, sums them); lift: at least the padding."""
     dtype: gl.constexpr = dy_desc.dtype
-    dy_smem = gl.allocate_shared_memory(dtype, [STAGES] + dy_desc.block_type.shape,
+    DY_BOXES: gl.constexpr = 2 if COOPERATIVE else 1
+    dy_smem = gl.allocate_shared_memory(dtype, [STAGES * DY_BOXES] + dy_desc.block_type.shape,
                                         dy_desc.layout)  # fmt: skip
     x_smem = gl.allocate_shared_memory(dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -223,7 +253,7 @@ def conv_filter_hopper_kernel(
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)  # released by the one consumer of the step
+        mbarrier.init(empty.index(i), count=DY_BOXES)  # released by each consumer of the step
     for i in gl.static_range(2):
         mbarrier.init(turn.index(i), count=1)
     # Constants written into the argument lists (see conv_hopper_kernel).
@@ -245,20 +275,31 @@ def conv_filter_hopper_kernel(
     )  # fmt: skip
 
 
-def split_plan(tiles: int, boxes: int, programs: int, most: int) -> tuple[int, int]:
-    """(splits, boxes a split) for `tiles` output tiles over `boxes` pixel boxes on
-    `programs` multiprocessors, at most `most` splits: the count of least time in steps, a
-    multiprocessor running its units one after another (waves of units, each `boxes a split`
-    steps) plus the partials' traffic (float32 written and summed, about 6.7 / PIXELS steps
-    of the whole GPU a split unit: a 128 x 128 x 64 step against 128 KiB written and read
-    at about 3 TB/s on an H200)."""
+class SplitPlan(NamedTuple):
+    """How a weight gradient's reduction is split, and the model's time for it."""
+
+    splits: int
+    per_split: int  #: dy's boxes a split (the last fewer)
+    cost: float  #: in ping-pong steps of one multiprocessor
+
+
+def split_plan(tiles: int, boxes: int, programs: int, most: int,
+               cooperative: bool = False) -> SplitPlan:  # fmt: skip
+    """The split of `boxes` pixel boxes for `tiles` output tiles (ping-pong's 128 x 128, or
+    cooperative 128 x 256) on `programs` multiprocessors, at most `most` splits: the count of
+    least time, a multiprocessor running its units one after another (waves of units, each
+    `boxes a split` steps, a cooperative step COOPERATIVE_STEP ping-pong steps) plus the
+    partials' traffic (float32 written and summed: about 6.7 / PIXELS steps of the whole GPU
+    a 128 x 128 unit's partials, a 128 x 128 x 64 step against 128 KiB written and read at
+    about 3 TB/s on an H200)."""
+    step, width = (COOPERATIVE_STEP, 2) if cooperative else (1.0, 1)
 
     def cost(splits: int) -> float:
         per = triton.cdiv(boxes, splits)
         units = tiles * triton.cdiv(boxes, per)
-        traffic = units * 6.7 / PIXELS if splits > 1 else 0.0
-        return triton.cdiv(units, programs) * per + traffic
+        traffic = units * width * 6.7 / PIXELS if splits > 1 else 0.0
+        return triton.cdiv(units, programs) * per * step + traffic
 
     best = min(range(1, max(1, min(boxes, most)) + 1), key=cost)
     per_split = triton.cdiv(boxes, best)
-    return triton.cdiv(boxes, per_split), per_split
+    return SplitPlan(triton.cdiv(boxes, per_split), per_split, cost(best))
