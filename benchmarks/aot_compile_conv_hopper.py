@@ -86,7 +86,7 @@ def compile_filter_case(n, c, k, side, r, pad, stride, splits, beta, cooperative
     dy = torch.empty(n, out_side, out_side, k, dtype=torch.bfloat16)
     dw = torch.empty(k, r, r, c, dtype=torch.bfloat16)
     ws = torch.empty(r * r, splits, k, c, dtype=torch.float32)
-    box = ch.conv_box(out_side, out_side, chf.PIXELS)
+    box = ch.least_waste_box(n, out_side, out_side, chf.PIXELS)
     f_box = chf.BLOCK_F // (2 if cooperative else 1)
     block_c, stages = (
         (chf.COOPERATIVE_BLOCK_C, chf.COOPERATIVE_STAGES) if cooperative

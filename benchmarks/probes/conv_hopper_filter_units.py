@@ -2,7 +2,8 @@
 128 x 128, cooperative 128 x 256) timed through the product's IMPLICIT_GEMM_SPLIT_K launch,
 beside cuDNN and the split plan's predicted costs, on every layer of the resnet50, vgg16 and
 deepbench_train suites the kernel serves with 256 channels or more, and on shapes outside
-them. What COOPERATIVE_STEP, the plan's price of a cooperative step, is set from.
+them; each with dy's boxes as the product picks them (least_waste_box) and as before (rows a
+power of two: conv_box). What COOPERATIVE_STEP and COOPERATIVE_FROM are set from.
 
     PYTHONPATH=src python benchmarks/probes/conv_hopper_filter_units.py OUT_DIR   (GPU)
 """
@@ -20,6 +21,7 @@ from rtdnn.algos import implicit_gemm as ig
 from rtdnn.bench.conv import layer_calls, load_suite
 from rtdnn.bench.conv_algos import _problem
 from rtdnn.core.timing import device_time_ms
+from rtdnn.kernels import conv_hopper as ch
 
 #: Off-suite layers: (name, batch, channels, filters, height, width, kernel, stride, padding).
 OFF_SUITE = [
@@ -57,8 +59,9 @@ def main(out_dir: str) -> None:
     log(f"{torch.cuda.get_device_name()}, bf16, channels-last, backward-filter, "
         "IMPLICIT_GEMM_SPLIT_K's Hopper launch per unit shape: ms (cuDNN / ours, splits, "
         "plan cost, rel. error vs cuDNN)")  # fmt: skip
-    log("| layer | cuDNN ms | ping-pong 128x128 | cooperative 128x256 | plan's first | best |")
-    log("|---|---:|---|---|---|---|")
+    log("| layer | cuDNN ms | ping-pong 128x128 | cooperative 128x256 | ping-pong, rows of "
+        "2^k | cooperative, rows of 2^k | plan's first | best |")  # fmt: skip
+    log("|---|---:|---|---|---|---|---|---|")
     for name, layer in layers():
         c = layer_calls(layer, "backward_filter", torch.bfloat16, None)
         p = _problem(c, "backward_filter")
@@ -69,23 +72,29 @@ def main(out_dir: str) -> None:
         workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8, device="cuda")
         candidates = algo.tile_candidates(p)
         cells, times = {}, {}
-        for tiles in candidates:
-            plan = ig._hopper_filter_plan(p, tiles, algo.splits(p))[-1]
-            run = algo.prepare(p, tiles)
-            dw = torch.empty_like(c.w)
+        least_waste = ch.least_waste_box
+        for rule in ("least waste", "rows of 2^k"):
+            if rule != "least waste":  # the earlier boxes: rows a power of two, then images
+                ch.least_waste_box = lambda n, h, w, px: ch.conv_box(h, w, px)
+            for tiles in candidates:
+                plan = ig._hopper_filter_plan(p, tiles, algo.splits(p))[-1]
+                run = algo.prepare(p, tiles)
+                dw = torch.empty_like(c.w)
 
-            def call(run=run, dw=dw):
-                run(ConvTensors(c.x, dw, c.dy), workspace, 1.0, 0.0)  # noqa: B023
+                def call(run=run, dw=dw):
+                    run(ConvTensors(c.x, dw, c.dy), workspace, 1.0, 0.0)  # noqa: B023
 
-            call()
-            err = R.rel_error(dw, expected)
-            ms = device_time_ms(call)
-            times[tiles.block_n] = ms
-            cells[tiles.block_n] = (f"{ms:.4f} ({cudnn / ms:.2f}x, s{plan.splits}, "
-                                    f"c{plan.cost:.0f}, {err:.0e})")  # fmt: skip
+                call()
+                err = R.rel_error(dw, expected)
+                ms = device_time_ms(call)
+                times[rule, tiles.block_n] = ms
+                cells[rule, tiles.block_n] = (f"{ms:.4f} ({cudnn / ms:.2f}x, s{plan.splits}, "
+                                              f"c{plan.cost:.0f}, {err:.0e})")  # fmt: skip
+            ch.least_waste_box = least_waste
         best = min(times, key=times.get)
-        log(f"| {name} | {cudnn:.4f} | {cells.get(128, '-')} | {cells.get(256, '-')} | "
-            f"{candidates[0].block_n} | {best} |")  # fmt: skip
+        row = " | ".join(cells.get((rule, n), "-") for rule in ("least waste", "rows of 2^k")
+                         for n in (128, 256))  # fmt: skip
+        log(f"| {name} | {cudnn:.4f} | {row} | {candidates[0].block_n} | {best} |")
 
 
 if __name__ == "__main__":

@@ -462,19 +462,21 @@ def _hopper_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
 
 def _hopper_filter_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
     """The weight-gradient kernel's units (kernels/conv_hopper_filter.py): 128 filters x 128
-    channels (ping-pong), and 128 x 256 (cooperative) where there are 256 channels or more;
-    the one its split plan expects faster first."""
+    channels (ping-pong), and 128 x 256 (cooperative) where there are 256 channels or more,
+    first where cooperative_first says so."""
     from ..kernels import conv_hopper_filter as chf
 
-    shapes = [(chf.BLOCK_C, chf.STAGES)]
-    if p.in_channels >= chf.COOPERATIVE_BLOCK_C:
-        shapes.append((chf.COOPERATIVE_BLOCK_C, chf.COOPERATIVE_STAGES))
-    tiles = [
-        HopperConvTiles(chf.BLOCK_F, channels, chf.PIXELS, group_m=1, num_warps=4,
-                        num_stages=stages)
-        for channels, stages in shapes
-    ]  # fmt: skip
-    return sorted(tiles, key=lambda t: _hopper_filter_plan(p, t, most_splits)[-1].cost)
+    pingpong = HopperConvTiles(chf.BLOCK_F, chf.BLOCK_C, chf.PIXELS, group_m=1, num_warps=4,
+                               num_stages=chf.STAGES)  # fmt: skip
+    if p.in_channels < chf.COOPERATIVE_BLOCK_C:
+        return [pingpong]
+    cooperative = dataclasses.replace(
+        pingpong, block_n=chf.COOPERATIVE_BLOCK_C, num_stages=chf.COOPERATIVE_STAGES
+    )
+    plans = [_hopper_filter_plan(p, t, most_splits)[-1] for t in (pingpong, cooperative)]
+    if chf.cooperative_first(*plans):
+        return [cooperative, pingpong]
+    return [pingpong, cooperative]
 
 
 def _hopper_filter_plan(p: ConvProblem, tiles: TileConfig, most_splits: int) -> tuple:
@@ -484,7 +486,7 @@ def _hopper_filter_plan(p: ConvProblem, tiles: TileConfig, most_splits: int) -> 
     from ..kernels import conv_hopper_filter as chf
 
     out_h, out_w = p.out_spatial
-    box = ch.conv_box(out_h, out_w, tiles.block_k)
+    box = ch.least_waste_box(p.batch, out_h, out_w, tiles.block_k)
     boxes_h, boxes_w = cdiv(out_h, box[1]), cdiv(out_w, box[2])
     boxes = cdiv(p.batch, box[0]) * boxes_h * boxes_w
     k_tiles, c_tiles = cdiv(p.out_channels, tiles.block_m), cdiv(p.in_channels, tiles.block_n)

@@ -43,6 +43,7 @@ can address, the reduced channels (C forward, K backward-data) a multiple of 64,
 written channels, a channels-last filter with dense taps.
 """
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -271,6 +272,26 @@ def conv_box(out_h: int, out_w: int, pixels: int = BLOCK_M) -> tuple[int, int, i
     box_w = min(64, pixels, triton.next_power_of_2(out_w))
     box_h = min(pixels // box_w, triton.next_power_of_2(out_h))
     return pixels // (box_w * box_h), box_h, box_w
+
+
+def least_waste_box(batch: int, out_h: int, out_w: int, pixels: int) -> tuple[int, int, int]:
+    """(images, rows, columns) of a box of `pixels` (a power of two) that wastes the fewest
+    products on pixels outside a batch x out_h x out_w output, the boxes tiling it with the
+    last ones cut; of boxes wasting alike, the one with the longest rows (fewest
+    separate runs of memory for the copy engine). ResNet-50's 7x7 and 14x14 and VGG-16's
+    28x28 outputs tile exactly ((16, 2, 2), (4, 4, 4), ...) where rows of a power of two
+    (conv_box) waste 23% and 12.5%."""
+
+    def covered(box: tuple[int, int, int]) -> int:
+        sizes = (batch, out_h, out_w)
+        return math.prod(-(-size // b) * b for size, b in zip(sizes, box, strict=True))
+
+    shapes = [
+        (pixels // (h * w), h, w)
+        for w in (1 << i for i in range(pixels.bit_length()))
+        for h in (1 << i for i in range((pixels // w).bit_length()))
+    ]
+    return min(shapes, key=lambda box: (covered(box), -box[2], -box[1]))
 
 
 def half_box(box: tuple[int, int, int]) -> tuple[int, int, int]:

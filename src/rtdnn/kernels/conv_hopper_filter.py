@@ -7,6 +7,10 @@ has, for each tap, a box of x of the same shape as its partner: the box shifted 
 times the dilation, less the padding, the copy engine's zero fill doing the padding. At stride
 2 the tap's pixels are a box of one of x's four stride phases (a descriptor each, as forward).
 
+dy's boxes tile it with the fewest pixels outside it (conv_hopper.least_waste_box): a box may
+span images, rows and columns each a power of two (16 images x 2 rows x 2 columns on 14x14),
+as the reduction runs over every pixel of the batch in any order.
+
 A work unit is (tap, BLOCK_F filters, BLOCK_C channels, a share of dy's pixel boxes: a split
 of the reduction). A step multiplies dy's box, read from shared memory as the MMA's A operand
 transposed (filters x pixels), by x's box (pixels x channels) into a BLOCK_F x BLOCK_C float32
@@ -66,10 +70,16 @@ STAGES = 6
 #: Channels of a cooperative unit (its filters: BLOCK_F) and its ring stages (48 KiB each).
 COOPERATIVE_BLOCK_C = 256
 COOPERATIVE_STAGES = 4
-#: A cooperative step's time in ping-pong steps, for split_plan: twice the products in about
-#: 0.8 of the time (an earlier cooperative kernel ran VGG-16's 56x56 and 28x28 layers 0.75
-#: and 0.82 of ping-pong's time, H200, bf16: BENCHMARKS.md).
+#: A cooperative step's time in ping-pong steps, for split_plan: twice the products in 0.7
+#: to 0.8 of the time where ping-pong waits on L2 (H200, bf16, VGG-16's 28x28 and 56x56
+#: layers: benchmarks/results/conv_hopper_filter_units_h200.md).
 COOPERATIVE_STEP = 1.6
+#: Ping-pong plans shorter than this (steps a multiprocessor) keep ping-pong first: there
+#: the cooperative unit's unhidden epilogue, and fewer units to spread over the
+#: multiprocessors, cost more than its lighter traffic saves. Measured on an H200 (bf16, 27
+#: layers): every cooperative win had a ping-pong plan of 194 steps or more, every loss 173
+#: or fewer.
+COOPERATIVE_FROM = 180
 #: Registers a thread at launch, and in a consumer partition (a 128 x 128 float32
 #: accumulator is 128 of them).
 LAUNCH_REGISTERS = 168
@@ -77,15 +87,18 @@ CONSUMER_REGISTERS = 232
 
 
 @gluon.jit
-def _unit(unit, k_tiles, c_tiles, splits, BLOCK_F: gl.constexpr, BLOCK_C: gl.constexpr):
-    """(tap, first filter, first channel, split) of a work unit: splits innermost, so that
-    the units sharing a tile's reduction run side by side."""
-    split = unit % splits
-    rest = unit // splits
+def _unit(unit, taps, k_tiles, c_tiles, BLOCK_F: gl.constexpr, BLOCK_C: gl.constexpr):
+    """(tap, first filter, first channel, split) of a work unit: taps innermost, then channel
+    and filter tiles, splits outermost. The units that run at once (a wave of programs) then
+    share their boxes: dy's across a filter tile's taps, x's shifted by a pixel from tap to
+    tap, all within one split's share of the pixels, which L2 holds where the whole of x and
+    dy does not."""
+    tap = unit % taps
+    rest = unit // taps
     c0 = rest % c_tiles * BLOCK_C
     rest = rest // c_tiles
     k0 = rest % k_tiles * BLOCK_F
-    return rest // k_tiles, k0, c0, split
+    return tap, k0, c0, rest // k_tiles
 
 
 @gluon.jit
@@ -115,9 +128,10 @@ def _load_partition(dy_desc, x_desc, x1_desc, x2_desc, x3_desc, dy_smem, x_smem,
     BLOCK_F: gl.constexpr = DY_BOXES * F_BOX
     BLOCK_C: gl.constexpr = x_desc.block_type.shape[3]
     nbytes: gl.constexpr = DY_BOXES * dy_desc.block_type.nbytes + x_desc.block_type.nbytes
+    taps = units // (k_tiles * c_tiles * splits)
     it = 0
     for unit in range(gl.program_id(0), units, gl.num_programs(0)):
-        tap, k0, c0, split = _unit(unit, k_tiles, c_tiles, splits, BLOCK_F, BLOCK_C)
+        tap, k0, c0, split = _unit(unit, taps, k_tiles, c_tiles, BLOCK_F, BLOCK_C)
         r = tap // S
         # dy pixel o reads x pixel stride * o + dh: with the lift (at least the padding) dh
         # is never negative, and its phase is dh mod stride, its row there o + dh // stride.
@@ -190,10 +204,11 @@ def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, turn, dw_ptr, w
     rows = gl.arange(0, F_BOX, layout=gl.SliceLayout(1, acc_layout))
     cols = gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, acc_layout))
     plane = K.to(gl.int64) * C
+    taps = units // (k_tiles * c_tiles * splits)
     it = 0
     local = 0  # the unit's place among the program's
     for unit in range(gl.program_id(0), units, gl.num_programs(0)):
-        tap, k0, c0, split = _unit(unit, k_tiles, c_tiles, splits, DY_BOXES * F_BOX, BLOCK_C)
+        tap, k0, c0, split = _unit(unit, taps, k_tiles, c_tiles, DY_BOXES * F_BOX, BLOCK_C)
         first = split * per_split
         steps = gl.minimum(first + per_split, boxes) - first
         if local % ROUNDS == MY_TURN:
@@ -303,3 +318,8 @@ def split_plan(tiles: int, boxes: int, programs: int, most: int,
     best = min(range(1, max(1, min(boxes, most)) + 1), key=cost)
     per_split = triton.cdiv(boxes, best)
     return SplitPlan(triton.cdiv(boxes, per_split), per_split, cost(best))
+
+
+def cooperative_first(pingpong: SplitPlan, cooperative: SplitPlan) -> bool:
+    """Whether the cooperative unit is the untuned choice, given both units' split plans."""
+    return pingpong.cost >= COOPERATIVE_FROM and cooperative.cost < pingpong.cost
