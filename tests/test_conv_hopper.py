@@ -453,18 +453,23 @@ def test_weight_gradient_scope_on_hopper(channels, kernel, conv, dtype, layout, 
 
 @pytest.mark.parametrize(
     "channels,batch,side,first",
-    [(512, 64, 28, True), (256, 16, 56, True), (512, 64, 14, True), (512, 64, 7, False),
-     (256, 64, 14, False), (512, 1, 28, False)],
+    [(512, 64, 28, True), (256, 16, 56, True), (512, 64, 14, True), (512, 64, 7, True),
+     (256, 64, 14, True), (512, 1, 28, False), (256, 8, 14, False), (384, 32, 17, False)],
 )  # fmt: skip
 def test_cooperative_unit_first_on_long_plans(channels, batch, side, first):
     """The cooperative 128 x 256 unit is the untuned choice for 3x3 weight gradients of long
-    plans (VGG-16's 14x14 to 56x56 layers), not of short ones (ResNet-50's 7x7 and 14x14
-    layers, one image), where ping-pong ran faster (H200)."""
+    plans (ResNet-50's and VGG-16's layers of 256 channels and more), not of short ones (one
+    image, eight of 14x14) or where its 256 channels waste more (384), where ping-pong ran
+    faster (H200)."""
     from rtdnn.kernels import conv_hopper as ch
     from rtdnn.kernels import conv_hopper_filter as chf
 
     n, h, w = ch.least_waste_box(batch, side, side, chf.PIXELS)
     boxes = -(-batch // n) * -(-side // h) * -(-side // w)
-    tiles = 9 * (channels // 128) ** 2
-    plans = [chf.split_plan(tiles // width, boxes, 132, 64, width == 2) for width in (1, 2)]
+    plans = [
+        chf.split_plan(
+            9 * -(-channels // 128) * -(-channels // (128 * width)), boxes, 132, 64, width == 2
+        )  # fmt: skip
+        for width in (1, 2)
+    ]
     assert chf.cooperative_first(*plans) == first

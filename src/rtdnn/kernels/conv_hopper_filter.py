@@ -77,9 +77,9 @@ COOPERATIVE_STEP = 1.6
 #: Ping-pong plans shorter than this (steps a multiprocessor) keep ping-pong first: there
 #: the cooperative unit's unhidden epilogue, and fewer units to spread over the
 #: multiprocessors, cost more than its lighter traffic saves. Measured on an H200 (bf16, 27
-#: layers): every cooperative win had a ping-pong plan of 194 steps or more, every loss 173
-#: or fewer.
-COOPERATIVE_FROM = 180
+#: layers, least-waste boxes): every cooperative win had a ping-pong plan of 77 steps or
+#: more, every loss 56 or fewer (or a dearer cooperative plan: 320 or 384 channels).
+COOPERATIVE_FROM = 64
 #: Registers a thread at launch, and in a consumer partition (a 128 x 128 float32
 #: accumulator is 128 of them).
 LAUNCH_REGISTERS = 168
