@@ -49,7 +49,7 @@ def compile_case(direction, n, c_read, c_written, side, r, pad, dil, stride, blo
     written = torch.empty(n, out_side, out_side, c_written, dtype=torch.bfloat16)
     k, c = (c_written, c_read) if forward else (c_read, c_written)
     w = torch.empty(k, r * r * c, dtype=torch.bfloat16)
-    box = ch.conv_box(out_side, out_side)
+    box = ch.least_waste_box(n, out_side, out_side, ch.BLOCK_M, halves=True)
     w_block = [block_n, ch.BLOCK_K] if forward else [ch.BLOCK_K, block_n]
     x_desc = ch.descriptor(read, read.shape, read.stride(), [*box, ch.BLOCK_K])
     w_desc = ch.descriptor(w, w.shape, w.stride(), w_block)

@@ -13,16 +13,26 @@ from rtdnn.kernels import conv_hopper
 from rtdnn.ops.conv import _problem_for_selection
 
 
-@pytest.mark.parametrize("side", [(1, 1), (7, 7), (14, 14), (56, 56), (224, 224), (3, 70), (9, 2)])
-def test_box_covers_tile_and_splits_in_halves(side):
-    """A tile's box holds BLOCK_M pixels, columns a power of two up to 64 covering the row
-    where they can, and two or more images or rows so that each consumer takes half."""
-    n, h, w = conv_hopper.conv_box(*side)
-    assert n * h * w == conv_hopper.BLOCK_M
-    assert w <= 64 and w & (w - 1) == 0 and (w >= side[1] or w == 64)
+@pytest.mark.parametrize(
+    "shape", [(1, 1, 1), (128, 7, 7), (64, 7, 7), (64, 14, 14), (2, 56, 56), (1, 224, 224),
+              (3, 3, 70), (5, 9, 2)],
+)  # fmt: skip
+def test_box_covers_tile_and_splits_in_halves(shape):
+    """A forward tile's box holds BLOCK_M pixels in powers of two, two or more images or
+    rows so that each consumer takes half, and wastes no more pixels than any such box."""
+    box = conv_hopper.least_waste_box(*shape, conv_hopper.BLOCK_M, halves=True)
+    n, h, w = box
+    assert n * h * w == conv_hopper.BLOCK_M and all(b & (b - 1) == 0 for b in box)
     assert n > 1 or h > 1
-    half = conv_hopper.half_box((n, h, w))
+    half = conv_hopper.half_box(box)
     assert 2 * half[0] * half[1] * half[2] == conv_hopper.BLOCK_M
+
+    def covered(box):
+        return math.prod(-(-size // b) * b for size, b in zip(shape, box, strict=True))
+
+    powers = [1 << i for i in range(8)]
+    assert all(covered(box) <= covered((n, h, 128 // (n * h)))
+               for n in powers for h in powers if 2 <= n * h <= 128)  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ def conv_filter_hopper(x, dy, kernel, padding, dilation=1, sms=132, variant=VARI
     pixels, block_f, block_c, stages = variant
     n, k, oh, ow = dy.shape
     c = x.shape[1]
-    box = ch.conv_box(oh, ow, pixels)
+    box = ch.least_waste_box(n, oh, ow, pixels)
     boxes_h, boxes_w = triton.cdiv(oh, box[1]), triton.cdiv(ow, box[2])
     boxes = triton.cdiv(n, box[0]) * boxes_h * boxes_w
     k_tiles, c_tiles = triton.cdiv(k, block_f), triton.cdiv(c, block_c)

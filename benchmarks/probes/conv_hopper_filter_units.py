@@ -3,7 +3,7 @@
 beside cuDNN and the split plan's predicted costs, on every layer of the resnet50, vgg16 and
 deepbench_train suites the kernel serves with 256 channels or more, and on shapes outside
 them; each with dy's boxes as the product picks them (least_waste_box) and as before (rows a
-power of two: conv_box). What COOPERATIVE_STEP and COOPERATIVE_FROM are set from.
+power of two: rows_box). What COOPERATIVE_STEP and COOPERATIVE_FROM are set from.
 
     PYTHONPATH=src python benchmarks/probes/conv_hopper_filter_units.py OUT_DIR   (GPU)
 """
@@ -14,6 +14,7 @@ import os
 import sys
 
 import torch
+import triton
 
 from rtdnn import reference as R
 from rtdnn.algos import ALGORITHMS, ConvTensors
@@ -32,6 +33,14 @@ OFF_SUITE = [
     ("1x7 768 17x17", 32, 768, 192, 17, 17, (1, 7), 1, (0, 3)),
     ("batch 1 512 28", 1, 512, 512, 28, 28, 3, 1, 1),
 ]
+
+
+def rows_box(out_h: int, out_w: int, pixels: int) -> tuple[int, int, int]:
+    """The boxes before least_waste_box: columns the power of two covering a row (at most
+    64), then rows, then images."""
+    box_w = min(64, pixels, triton.next_power_of_2(out_w))
+    box_h = min(pixels // box_w, triton.next_power_of_2(out_h))
+    return pixels // (box_w * box_h), box_h, box_w
 
 
 def layers() -> list[tuple[str, dict]]:
@@ -75,7 +84,7 @@ def main(out_dir: str) -> None:
         least_waste = ch.least_waste_box
         for rule in ("least waste", "rows of 2^k"):
             if rule != "least waste":  # the earlier boxes: rows a power of two, then images
-                ch.least_waste_box = lambda n, h, w, px: ch.conv_box(h, w, px)
+                ch.least_waste_box = lambda n, h, w, px: rows_box(h, w, px)
             for tiles in candidates:
                 plan = ig._hopper_filter_plan(p, tiles, algo.splits(p))[-1]
                 run = algo.prepare(p, tiles)

@@ -846,7 +846,7 @@ class ImplicitGemm(ConvAlgorithm):
         slots = ("x_desc", "x1_desc", "x2_desc", "x3_desc", "w_desc", "y_desc", "bias_ptr")
         for phase, view, (th, tw) in writes:
             n, dst_h, dst_w = view[0][:3]
-            box = ch.conv_box(dst_h, dst_w)
+            box = ch.least_waste_box(n, dst_h, dst_w, ch.BLOCK_M, halves=True)
             tiles_h, tiles_w = cdiv(dst_h, box[1]), cdiv(dst_w, box[2])
             tiles_n = cdiv(dst.shape[1], tiles.block_n)
             count = cdiv(n, box[0]) * tiles_h * tiles_w * tiles_n

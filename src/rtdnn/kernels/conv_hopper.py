@@ -33,9 +33,10 @@ kernels/attention_hopper.py does:
   epilogue, alpha * acc (+ beta * the prior output, read by TMA) (+ bias) (relu), written by
   TMA. Pixels and channels outside the output are dropped by the store.
 
-Box shapes (conv_box): 128 output pixels, columns a power of two up to 64 covering a row,
-then rows, then images. Where a row is not a power of two wide the box computes pixels it
-drops (14-wide rows in 16-wide boxes: 88% kept; 7x7 images in 8x8: 77%).
+Box shapes (least_waste_box): 128 output pixels, images, rows and columns each a power of
+two, chosen to tile the output with the fewest pixels outside it (ResNet-50's 7x7 outputs in
+boxes of 128 images of one pixel, 14x14 in 32 x 2 x 2: none; boxes of whole rows a power of
+two wide, the earlier rule, kept 77% and 88% there).
 
 Scope (algos/implicit_gemm.py, hopper_unsupported, checks it): 2-D, stride 1 or 2 in each
 dimension, one group, cross-correlation, 16-bit data, channels-last tensors a TMA descriptor
@@ -47,7 +48,6 @@ import math
 from typing import NamedTuple
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -265,22 +265,16 @@ def conv_hopper_kernel(
     )  # fmt: skip
 
 
-def conv_box(out_h: int, out_w: int, pixels: int = BLOCK_M) -> tuple[int, int, int]:
-    """(images, rows, columns) of a box of `pixels` of an out_h x out_w image: columns the
-    power of two that covers a row, at most 64; then rows; then images. A tile's BLOCK_M
-    output pixels have two or more images or rows, so that each consumer takes half."""
-    box_w = min(64, pixels, triton.next_power_of_2(out_w))
-    box_h = min(pixels // box_w, triton.next_power_of_2(out_h))
-    return pixels // (box_w * box_h), box_h, box_w
-
-
-def least_waste_box(batch: int, out_h: int, out_w: int, pixels: int) -> tuple[int, int, int]:
+def least_waste_box(
+    batch: int, out_h: int, out_w: int, pixels: int, halves: bool = False
+) -> tuple[int, int, int]:
     """(images, rows, columns) of a box of `pixels` (a power of two) that wastes the fewest
     products on pixels outside a batch x out_h x out_w output, the boxes tiling it with the
     last ones cut; of boxes wasting alike, the one with the longest rows (fewest
     separate runs of memory for the copy engine). ResNet-50's 7x7 and 14x14 and VGG-16's
     28x28 outputs tile exactly ((16, 2, 2), (4, 4, 4), ...) where rows of a power of two
-    (conv_box) waste 23% and 12.5%."""
+    (the earlier rule) waste 23% and 12.5%. halves: two or more images or rows, so that each of
+    the forward kernel's consumers takes half (half_box)."""
 
     def covered(box: tuple[int, int, int]) -> int:
         sizes = (batch, out_h, out_w)
@@ -290,6 +284,7 @@ def least_waste_box(batch: int, out_h: int, out_w: int, pixels: int) -> tuple[in
         (pixels // (h * w), h, w)
         for w in (1 << i for i in range(pixels.bit_length()))
         for h in (1 << i for i in range((pixels // w).bit_length()))
+        if not halves or w < pixels  # two or more images or rows
     ]
     return min(shapes, key=lambda box: (covered(box), -box[2], -box[1]))
 
