@@ -14,7 +14,8 @@ as the reduction runs over every pixel of the batch in any order.
 A work unit is (tap, BLOCK_F filters, BLOCK_C channels, a share of dy's pixel boxes: a split
 of the reduction). A step multiplies dy's box, read from shared memory as the MMA's A operand
 transposed (filters x pixels), by x's box (pixels x channels) into a BLOCK_F x BLOCK_C float32
-accumulator.
+accumulator. Units run taps innermost and splits outermost (_unit), so that the programs
+running at once share their boxes in L2.
 
 One program a multiprocessor loops over units (persistent) and runs three partitions:
 
@@ -29,8 +30,8 @@ One program a multiprocessor loops over units (persistent) and runs three partit
   - *cooperative* (128 x 256 units): both work on every unit, each on 64 of its filters (a
     box of dy of its own) against all 256 channels (x's box, shared): a 64 x 256 MMA, the
     widest the warp group has, which reads the fewest operand bytes from shared memory per
-    product, and a step moves 48 KiB by TMA for twice a ping-pong step's 32 KiB of products.
-    Its epilogue is not hidden; units long in boxes (large images) pay it least.
+    product; a step moves 48 KiB by TMA for twice the products of a ping-pong step's 32 KiB.
+    Its epilogue is not hidden: it comes first on long plans only (cooperative_first).
 
 The epilogue: unsplit, alpha x dW (+ beta x its prior value) into the filter. Split, each
 unit's partial sums go to the workspace (taps, splits, K, C) in float32, and the split
