@@ -307,8 +307,10 @@ HOPPER_FILTER_SHAPES = [
     ((2, 128, 30, 70), (128, 128, 3, 3), dict(padding=2, dilation=2)),
     ((8, 128, 32, 32), (128, 128, 3, 3), dict(padding=1)),
     ((16, 256, 14, 14), (256, 256, 3, 3), dict(padding=1)),
-    # Cooperative units (256 channels): a second channel tile and a filter half out of range.
+    # Cooperative units (256 channels or more): a second channel tile and a filter half
+    # partly out of range (200 filters); a filter half wholly out of range (136).
     ((2, 320, 9, 10), (200, 320, 3, 3), dict(padding=1)),
+    ((2, 256, 6, 5), (136, 256, 3, 3), dict(padding=1)),
 ]
 
 

@@ -266,7 +266,9 @@ def _emulate_filter(fixed: dict, args: tuple) -> None:
     dy_view = torch.as_strided(dy_desc.base, dy_desc.shape, dy_desc.strides)
     x_views = [torch.as_strided(d.base, d.shape, d.strides) for d in reads]
     box, bc = list(dy_desc.block_shape[:3]), reads[0].block_shape[3]
-    bf = dy_desc.block_shape[3] * (2 if f["COOPERATIVE"] else 1)  # cooperative: two boxes
+    # Cooperative: two boxes of dy a step, one for each consumer's half of the unit's filters.
+    f_box, halves = dy_desc.block_shape[3], 2 if f["COOPERATIVE"] else 1
+    bf = f_box * halves
     K, C, S = f["K"], f["C"], f["S"]
     out = torch.as_strided(dw, (K, C, dw.shape[2], S), (f["sk"], f["sc"], f["sr"], f["ss"]))
     partials: dict[int, dict[int, torch.Tensor]] = {}
@@ -288,9 +290,11 @@ def _emulate_filter(fixed: dict, args: tuple) -> None:
             w0 = b % f["boxes_w"] * box[2]
             h0 = (b // f["boxes_w"]) % f["boxes_h"] * box[1]
             img = b // (f["boxes_w"] * f["boxes_h"]) * box[0]
-            a = _box(dy_view, [img, h0, w0, k0], [*box, bf]).reshape(-1, bf)
             x = _box(x_views[phase], [img, h0 + dh, w0 + dw_, c0], [*box, bc]).reshape(-1, bc)
-            acc += a.T @ x
+            for half in range(halves):
+                at = [img, h0, w0, k0 + half * f_box]
+                a = _box(dy_view, at, [*box, f_box]).reshape(-1, f_box)
+                acc[half * f_box : (half + 1) * f_box] += a.T @ x
         assert split not in partials.setdefault(tile, {}), "a split computed twice"
         partials[tile][split] = acc
     assert len(partials) * f["splits"] == f["units"]
@@ -334,7 +338,8 @@ def test_host_plan_computes_the_weight_gradient(algo, unit, x_shape, w_shape, co
     dy in two boxes), prepared on the CPU with the GPU parts stubbed and carried out by an
     emulation of the kernel in float64, gives the weight gradient with alpha and beta:
     descriptors, stride phases, units, splits and the filter's strides are right. Tiles wider
-    than the channels (72 and 136 of 128, 264 of 512) and a 1-pixel image included."""
+    than the channels (72 and 136 of 128; 264 in tiles of 128 or 256) and a 1-pixel image
+    included."""
     from rtdnn import reference as R
     from rtdnn.algos import ConvTensors
     from rtdnn.algos import implicit_gemm as ig
@@ -398,9 +403,8 @@ def test_split_plan_covers_every_box(tiles, boxes, most):
     from rtdnn.kernels import conv_hopper_filter as chf
 
     for cooperative in (False, True):
-        splits, per, cost = chf.split_plan(tiles, boxes, 132, most, cooperative)
+        splits, per, _ = chf.split_plan(tiles, boxes, 132, most, cooperative)
         assert 1 <= splits <= max(1, most) and (splits - 1) * per < boxes <= splits * per
-        assert cost >= per  # at least one unit's steps
         if tiles * 4 <= 132 and boxes >= 64 and most >= 4:
             assert splits > 1
 
@@ -466,20 +470,25 @@ def test_weight_gradient_scope_on_hopper(channels, kernel, conv, dtype, layout, 
     [(512, 64, 28, True), (256, 16, 56, True), (512, 64, 14, True), (512, 64, 7, True),
      (256, 64, 14, True), (512, 1, 28, False), (256, 8, 14, False), (384, 32, 17, False)],
 )  # fmt: skip
-def test_cooperative_unit_first_on_long_plans(channels, batch, side, first):
-    """The cooperative 128 x 256 unit is the untuned choice for 3x3 weight gradients of long
-    plans (ResNet-50's and VGG-16's layers of 256 channels and more), not of short ones (one
-    image, eight of 14x14) or where its 256 channels waste more (384), where ping-pong ran
-    faster (H200)."""
-    from rtdnn.kernels import conv_hopper as ch
-    from rtdnn.kernels import conv_hopper_filter as chf
+def test_cooperative_unit_first_on_long_plans(channels, batch, side, first, monkeypatch):
+    """IMPLICIT_GEMM_SPLIT_K's weight-gradient units on a 132-multiprocessor Hopper
+    (stubbed): the cooperative 128 x 256 unit first for 3x3 layers of long plans (ResNet-50's
+    and VGG-16's layers of 256 channels and more), ping-pong's 128 x 128 first on short ones
+    (one image, eight of 14x14) and where 256-channel tiles waste more (384), as measured
+    on an H200; both offered either way."""
+    from rtdnn.algos import geometry
+    from rtdnn.algos import implicit_gemm as ig
 
-    n, h, w = ch.least_waste_box(batch, side, side, chf.PIXELS)
-    boxes = -(-batch // n) * -(-side // h) * -(-side // w)
-    plans = [
-        chf.split_plan(
-            9 * -(-channels // 128) * -(-channels // (128 * width)), boxes, 132, 64, width == 2
-        )  # fmt: skip
-        for width in (1, 2)
-    ]
-    assert chf.cooperative_first(*plans) == first
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(ig, "multiprocessor_count", lambda index: 132)
+    monkeypatch.setattr(geometry, "multiprocessor_count", lambda index: 132)
+    # Up to 16 splits, as the workspace allows on the GPU (the interpreter's count is one).
+    monkeypatch.setattr(ig.ImplicitGemmSplitK, "splits", lambda self, p: 16)
+    cl = torch.channels_last
+    x = torch.empty(batch, channels, side, side, dtype=torch.bfloat16, memory_format=cl)
+    w = torch.empty(channels, channels, 3, 3, dtype=torch.bfloat16, memory_format=cl)
+    args = dict(stride=1, padding=1, dilation=1, groups=1, mode="cross_correlation", math=None)
+    p, _ = _problem_for_selection("backward_filter", x, w, **args)
+    split_k = ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"]
+    units = [t.block_n for t in ig._hopper_filter_candidates(p, split_k.splits(p))]
+    assert units == ([256, 128] if first else [128, 256])

@@ -38,7 +38,7 @@ def conv_filter_hopper(x, dy, kernel, padding, dilation=1, sms=132, variant=VARI
     boxes = triton.cdiv(n, box[0]) * boxes_h * boxes_w
     k_tiles, c_tiles = triton.cdiv(k, block_f), triton.cdiv(c, block_c)
     taps = kernel[0] * kernel[1]
-    splits, per_split = chf.split_plan(taps * k_tiles * c_tiles, boxes, sms, 64)
+    splits, per_split, _ = chf.split_plan(taps * k_tiles * c_tiles, boxes, sms, 64)
     splits = max(splits, 2)  # the partials always: one launch shape for every layer
     per_split = triton.cdiv(boxes, splits)
     splits = triton.cdiv(boxes, per_split)
@@ -52,7 +52,8 @@ def conv_filter_hopper(x, dy, kernel, padding, dilation=1, sms=132, variant=VARI
     chf.conv_filter_hopper_kernel[(min(units, sms),)](
         dy_desc, x_desc, x_desc, x_desc, x_desc, dw, ws, 1.0, 0.0, units, k_tiles, c_tiles,
         splits, per_split, boxes, boxes_h, boxes_w, padding, padding, dilation, dilation, 1,
-        1, padding, kernel[1], k, c, sk, sc, sr, ss, STAGES=stages, STRIDED=False,
+        1, padding, kernel[1], k, c, sk, sc, sr, ss, STAGES=stages, COOPERATIVE=False,
+        STRIDED=False,
         BETA_NONZERO=False, CONSUMER_REGS=chf.CONSUMER_REGISTERS, num_warps=4,
         maxnreg=chf.LAUNCH_REGISTERS,
     )  # fmt: skip

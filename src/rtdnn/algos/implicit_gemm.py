@@ -916,8 +916,8 @@ class ImplicitGemm(ConvAlgorithm):
         conv_hopper_filter.py): one launch over units of (tap, block_m filters, block_n
         channels, a split of dy's boxes of block_k pixels), cooperative where block_n is
         256, split at most this algorithm's splits (partials in its workspace, then the split
-        finish). The pointer path's first
-        tiles run instead where a call's tensors are not 16-byte aligned."""
+        finish). The pointer path's first tiles run instead where a call's tensors are not
+        16-byte aligned."""
         from ..kernels import conv_hopper as ch
         from ..kernels import conv_hopper_filter as chf
 

@@ -34,9 +34,9 @@ kernels/attention_hopper.py does:
   TMA. Pixels and channels outside the output are dropped by the store.
 
 Box shapes (least_waste_box): 128 output pixels, images, rows and columns each a power of
-two, chosen to tile the output with the fewest pixels outside it (ResNet-50's 7x7 outputs in
-boxes of 128 images of one pixel, 14x14 in 32 x 2 x 2: none; boxes of whole rows a power of
-two wide, the earlier rule, kept 77% and 88% there).
+two, chosen to tile the output with the fewest pixels outside it (at batch 64, ResNet-50's
+14x14 outputs in boxes of 32 x 2 x 2 waste none and its 7x7 ones in 16 x 1 x 8 waste 12.5%,
+where boxes of whole rows a power of two wide, the earlier rule, wasted 23% on both).
 
 Scope (algos/implicit_gemm.py, hopper_unsupported, checks it): 2-D, stride 1 or 2 in each
 dimension, one group, cross-correlation, 16-bit data, channels-last tensors a TMA descriptor
@@ -270,11 +270,14 @@ def least_waste_box(
 ) -> tuple[int, int, int]:
     """(images, rows, columns) of a box of `pixels` (a power of two) that wastes the fewest
     products on pixels outside a batch x out_h x out_w output, the boxes tiling it with the
-    last ones cut; of boxes wasting alike, the one with the longest rows (fewest
-    separate runs of memory for the copy engine). ResNet-50's 7x7 and 14x14 and VGG-16's
-    28x28 outputs tile exactly ((16, 2, 2), (4, 4, 4), ...) where rows of a power of two
-    (the earlier rule) waste 23% and 12.5%. halves: two or more images or rows, so that each of
-    the forward kernel's consumers takes half (half_box)."""
+    last ones cut; of boxes wasting alike, the one with the longest rows (fewest separate
+    runs of memory for the copy engine). At batch 64, 64 pixels: ResNet-50's 7x7 outputs in
+    boxes of 64 images of one pixel, 14x14 in 16 x 2 x 2, 28x28 in 4 x 4 x 4, none wasted,
+    where boxes of whole rows a power of two wide (the earlier rule) kept 77%, 77% and 88%.
+    halves: two or more images or rows, so that each of the forward kernel's consumers
+    takes half (half_box)."""
+    if pixels < 2 or pixels & (pixels - 1):
+        raise ValueError(f"pixels = {pixels}: a power of two, at least 2")
 
     def covered(box: tuple[int, int, int]) -> int:
         sizes = (batch, out_h, out_w)

@@ -187,9 +187,9 @@ def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, turn, dw_ptr, w
               alpha, beta, units, k_tiles, c_tiles, splits, per_split, boxes, S,
               K, C, sk, sc, sr, ss, BETA_NONZERO: gl.constexpr):  # fmt: skip
     """Ping-pong: every other unit of the program's (role 0: the first), all its filters; the
-    other role's units only advance the ring position. Cooperative: every unit, its filters
-    64 x role to 64 x (role + 1). Then: the products over the unit's share of the pixels, and
-    the epilogue."""
+    other role's units only advance the ring position. Cooperative (two boxes of dy a
+    stage): every unit, its filters F_BOX x role to F_BOX x (role + 1). Then: the products
+    over the unit's share of the pixels, and the epilogue."""
     STAGES: gl.constexpr = ready.type.shape[0]
     DY_BOXES: gl.constexpr = dy_smem.type.shape[0] // STAGES
     COOPERATIVE: gl.constexpr = DY_BOXES == 2
@@ -255,10 +255,10 @@ def conv_filter_hopper_kernel(
     """Persistent, grid (programs,). dy_desc: dy (N, OH, OW, K) in [BOX_N, BOX_H, BOX_W,
     F_BOX] boxes (a unit's BLOCK_F filters: cooperative, two boxes; else one); x_desc: x (N,
     H, W, C) (strided: to x3_desc, its stride phases) in boxes of the same pixels and BLOCK_C
-    channels; dw: the filter (K, C, R, S) at element strides
-    (sk, sc, sr, ss); units: taps x k_tiles x c_tiles tiles x splits, each split per_split of
-    the boxes (the last fewer); ws: float32 (taps, splits, K, C) partials, written when split
-    (the split finish, kernels/brgemm.py, sums them); lift: at least the padding."""
+    channels; dw: the filter (K, C, R, S) at element strides (sk, sc, sr, ss); units: taps x
+    k_tiles x c_tiles tiles x splits, each split per_split of the boxes (the last fewer); ws:
+    float32 (taps, splits, K, C) partials, written when split (the split finish,
+    kernels/brgemm.py, sums them); lift: at least the padding."""
     dtype: gl.constexpr = dy_desc.dtype
     DY_BOXES: gl.constexpr = 2 if COOPERATIVE else 1
     dy_smem = gl.allocate_shared_memory(dtype, [STAGES * DY_BOXES] + dy_desc.block_type.shape,
@@ -266,7 +266,7 @@ def conv_filter_hopper_kernel(
     x_smem = gl.allocate_shared_memory(dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ping-pong's
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=DY_BOXES)  # released by each consumer of the step
