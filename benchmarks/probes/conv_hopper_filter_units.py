@@ -86,7 +86,7 @@ def main(out_dir: str) -> None:
             if rule != "least waste":  # the earlier boxes: rows a power of two, then images
                 ch.least_waste_box = lambda n, h, w, px: rows_box(h, w, px)
             for tiles in candidates:
-                plan = ig._hopper_filter_plan(p, tiles, algo.splits(p))[-1]
+                plan = ig._hopper_filter_plan(p, tiles, algo.splits(p)).split
                 run = algo.prepare(p, tiles)
                 dw = torch.empty_like(c.w)
 

@@ -17,6 +17,7 @@ import itertools
 import math
 import os
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import torch
 import triton
@@ -473,15 +474,28 @@ def _hopper_filter_candidates(p: ConvProblem, most_splits: int) -> list[TileConf
     cooperative = dataclasses.replace(
         pingpong, block_n=chf.COOPERATIVE_BLOCK_C, num_stages=chf.COOPERATIVE_STAGES
     )
-    plans = [_hopper_filter_plan(p, t, most_splits)[-1] for t in (pingpong, cooperative)]
+    plans = [_hopper_filter_plan(p, t, most_splits).split for t in (pingpong, cooperative)]
     if chf.cooperative_first(*plans):
         return [cooperative, pingpong]
     return [pingpong, cooperative]
 
 
-def _hopper_filter_plan(p: ConvProblem, tiles: TileConfig, most_splits: int) -> tuple:
-    """(dy's box, boxes down, boxes across, boxes, filter tiles, channel tiles, SplitPlan) of
-    the weight-gradient kernel's launch for `tiles` on this GPU."""
+class HopperFilterPlan(NamedTuple):
+    """The weight-gradient kernel's launch (kernels/conv_hopper_filter.py): dy's box of
+    pixels (images, rows, columns), the boxes down and across an image and in all, the
+    filter and channel tiles, and the split of the reduction."""
+
+    box: tuple[int, int, int]
+    boxes_h: int
+    boxes_w: int
+    boxes: int
+    k_tiles: int
+    c_tiles: int
+    split: object  #: conv_hopper_filter.SplitPlan
+
+
+def _hopper_filter_plan(p: ConvProblem, tiles: TileConfig, most_splits: int) -> HopperFilterPlan:
+    """The weight-gradient kernel's launch plan for `tiles` on this GPU."""
     from ..kernels import conv_hopper as ch
     from ..kernels import conv_hopper_filter as chf
 
@@ -495,7 +509,7 @@ def _hopper_filter_plan(p: ConvProblem, tiles: TileConfig, most_splits: int) -> 
         math.prod(p.kernel) * k_tiles * c_tiles, boxes, programs, most_splits,
         cooperative=tiles.block_n > chf.BLOCK_C,
     )  # fmt: skip
-    return box, boxes_h, boxes_w, boxes, k_tiles, c_tiles, plan
+    return HopperFilterPlan(box, boxes_h, boxes_w, boxes, k_tiles, c_tiles, plan)
 
 
 def _tma_candidates(p: ConvProblem, candidates: list[TileConfig]) -> list[TileConfig]:
