@@ -174,6 +174,24 @@ FEW_CHANNELS = [
 ]
 
 
+def _check_every_tile(algo, p, candidates, tensors, prior, ref, ref_beta, tol, workspace=None):
+    """Each tile's launch of `algo` on `p`: alpha 0.5 into a NaN-poisoned output matches
+    `ref`, a second run is bit-identical, and alpha 0.5, beta -1.5 into a copy of `prior`
+    matches `ref_beta`. tensors(out): the launch's ConvTensors, writing `out`."""
+    for tiles in candidates:
+        launch = algo.prepare(p, tiles)
+        out = torch.full_like(prior, float("nan"))
+        launch(tensors(out), workspace, 0.5, 0.0)
+        assert R.rel_error(out, ref) < tol, f"{tiles}: rel. error {R.rel_error(out, ref):.2e}"
+        again = torch.full_like(out, float("nan"))
+        launch(tensors(again), workspace, 0.5, 0.0)
+        assert torch.equal(again, out), f"{tiles}: not deterministic"
+        out = prior.clone()
+        launch(tensors(out), workspace, 0.5, -1.5)
+        err = R.rel_error(out, ref_beta)
+        assert err < tol, f"{tiles} with beta: rel. error {err:.2e}"
+
+
 @pytest.mark.parametrize("case", ["bf16", "fp16", "tf32", "fp32"])
 @pytest.mark.parametrize("shape", FEW_CHANNELS)
 @pytest.mark.parametrize("direction", ["forward", "backward_filter"])
@@ -248,18 +266,8 @@ def test_split_k_backward_data_every_tile(case, shape):
     prior = _channels_last(torch.randn(xs, device="cuda", dtype=dtype))
     ref = R.conv_backward_data(dy, w, xs, alpha=0.5, **conv)
     ref_beta = R.conv_backward_data(dy, w, xs, alpha=0.5, beta=-1.5, out=prior.clone(), **conv)
-    for tiles in algo.tile_candidates(p):
-        launch = algo.prepare(p, tiles)
-        out = _channels_last(torch.full(xs, float("nan"), device="cuda", dtype=dtype))
-        launch(ConvTensors(out, w, dy), workspace, 0.5, 0.0)
-        assert R.rel_error(out, ref) < tol, f"{tiles}: rel. error {R.rel_error(out, ref):.2e}"
-        again = torch.full_like(out, float("nan"))
-        launch(ConvTensors(again, w, dy), workspace, 0.5, 0.0)
-        assert torch.equal(again, out), f"{tiles}: not deterministic"
-        out = prior.clone()
-        launch(ConvTensors(out, w, dy), workspace, 0.5, -1.5)
-        err = R.rel_error(out, ref_beta)
-        assert err < tol, f"{tiles} with beta: rel. error {err:.2e}"
+    _check_every_tile(algo, p, algo.tile_candidates(p), lambda out: ConvTensors(out, w, dy),
+                      prior, ref, ref_beta, tol, workspace)  # fmt: skip
 
 
 #: Shapes for the warp-specialized Hopper kernel (x shape, w shape, conv parameters): images
@@ -343,18 +351,8 @@ def test_hopper_filter_kernel(shape, algo_name, case):
     prior = _channels_last(torch.randn(ws, device="cuda", dtype=dtype))
     ref = R.conv_backward_filter(x, dy, ws, alpha=0.5, **conv)
     ref_beta = R.conv_backward_filter(x, dy, ws, alpha=0.5, beta=-1.5, out=prior.clone(), **conv)
-    for tiles in candidates:
-        launch = algo.prepare(p, tiles)
-        out = _channels_last(torch.full(ws, float("nan"), device="cuda", dtype=dtype))
-        launch(ConvTensors(x, out, dy), workspace, 0.5, 0.0)
-        assert R.rel_error(out, ref) < tol, f"{tiles}: rel. error {R.rel_error(out, ref):.2e}"
-        again = torch.full_like(out, float("nan"))
-        launch(ConvTensors(x, again, dy), workspace, 0.5, 0.0)
-        assert torch.equal(again, out), f"{tiles}: not deterministic"
-        out = prior.clone()
-        launch(ConvTensors(x, out, dy), workspace, 0.5, -1.5)
-        err = R.rel_error(out, ref_beta)
-        assert err < tol, f"{tiles} with beta: rel. error {err:.2e}"
+    _check_every_tile(algo, p, candidates, lambda out: ConvTensors(x, out, dy), prior, ref,
+                      ref_beta, tol, workspace)  # fmt: skip
 
 
 @pytest.mark.parametrize("case", ["bf16", "fp16"])
@@ -399,15 +397,4 @@ def test_hopper_kernel(direction, shape, case):
     def tensors(out):
         return ConvTensors(x, w, out, bias) if forward else ConvTensors(out, w, dy)
 
-    for tiles in candidates:
-        launch = algo.prepare(p, tiles)
-        out = _channels_last(torch.full(out_shape, float("nan"), device="cuda", dtype=dtype))
-        launch(tensors(out), None, 0.5, 0.0)
-        assert R.rel_error(out, ref) < tol, f"{tiles}: rel. error {R.rel_error(out, ref):.2e}"
-        again = torch.full_like(out, float("nan"))
-        launch(tensors(again), None, 0.5, 0.0)
-        assert torch.equal(again, out), f"{tiles}: not deterministic"
-        out = prior.clone()
-        launch(tensors(out), None, 0.5, -1.5)
-        err = R.rel_error(out, ref_beta)
-        assert err < tol, f"{tiles} with beta: rel. error {err:.2e}"
+    _check_every_tile(algo, p, candidates, tensors, prior, ref, ref_beta, tol)
