@@ -59,6 +59,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from ..core import cdiv
+
 #: Output pixels a tile (a box of the output), and reduced channels a step (64 x 2 bytes: the
 #: TMA's widest swizzled row).
 BLOCK_M = 128
@@ -281,7 +283,7 @@ def least_waste_box(
 
     def covered(box: tuple[int, int, int]) -> int:
         sizes = (batch, out_h, out_w)
-        return math.prod(-(-size // b) * b for size, b in zip(sizes, box, strict=True))
+        return math.prod(cdiv(size, b) * b for size, b in zip(sizes, box, strict=True))
 
     shapes = [
         (pixels // (h * w), h, w)
