@@ -42,16 +42,31 @@ def report(kernel) -> str:
     return f"smem={kernel.metadata.shared} spills={spills} {serial}"
 
 
-def compile_case(direction, n, c_read, c_written, side, r, pad, dil, stride, block_n, beta, bias):
+def compile_case(
+    direction,
+    n,
+    c_read,
+    c_written,
+    side,
+    r,
+    pad,
+    dil,
+    stride,
+    block_n,
+    beta,
+    bias,
+    dtype=torch.bfloat16,
+):
     forward = direction == "forward"
     out_side = (side + 2 * pad - dil * (r - 1) - 1) // stride + 1
-    read = torch.empty(n, side, side, c_read, dtype=torch.bfloat16)
-    written = torch.empty(n, out_side, out_side, c_written, dtype=torch.bfloat16)
+    read = torch.empty(n, side, side, c_read, dtype=dtype)
+    written = torch.empty(n, out_side, out_side, c_written, dtype=dtype)
     k, c = (c_written, c_read) if forward else (c_read, c_written)
-    w = torch.empty(k, r * r * c, dtype=torch.bfloat16)
+    w = torch.empty(k, r * r * c, dtype=dtype)
     box = ch.least_waste_box(n, out_side, out_side, ch.BLOCK_M, halves=True)
-    w_block = [block_n, ch.BLOCK_K] if forward else [ch.BLOCK_K, block_n]
-    x_desc = ch.descriptor(read, read.shape, read.stride(), [*box, ch.BLOCK_K])
+    chunk = ch.chunk(dtype)
+    w_block = [block_n, chunk] if forward else [chunk, block_n]
+    x_desc = ch.descriptor(read, read.shape, read.stride(), [*box, chunk])
     w_desc = ch.descriptor(w, w.shape, w.stride(), w_block)
     y_desc = ch.descriptor(written, written.shape, written.stride(), [*ch.half_box(box), block_n])
     if forward:
@@ -60,7 +75,7 @@ def compile_case(direction, n, c_read, c_written, side, r, pad, dil, stride, blo
         th = tw = ch.data_phase_taps(r, pad, dil, stride, stride - 1)
     kernel = ch.conv_hopper_kernel.warmup(
         x_desc, x_desc, x_desc, x_desc, w_desc, y_desc, written, 1.0, 0.5, c_written,
-        c_read // ch.BLOCK_K, th.count * tw.count, c, tw.count, th.first, tw.first,
+        c_read // chunk, th.count * tw.count, c, tw.count, th.first, tw.first,
         th.step_filter, tw.step_filter, th.shift, tw.shift, th.step, tw.step, stride, stride,
         pad, r, 1, 1, 1, 1,
         STAGES=ch.stages_for(block_n), BACKWARD_DATA=not forward,
@@ -111,6 +126,11 @@ if __name__ == "__main__":
             for beta in (False, True):
                 print("backward_filter", case, f"cooperative={cooperative} beta={beta}:",
                       compile_filter_case(*case, beta, cooperative), flush=True)  # fmt: skip
+    for case in CASES[:3]:  # float32 forward in TF32 math
+        case = case if len(case) == 9 else (*case, 1)
+        for block_n in (128, 64):
+            print(case, f"float32 BN={block_n} beta+bias+relu:",
+                  compile_case(*case, block_n, True, True, torch.float32), flush=True)  # fmt: skip
     for case in CASES:
         case = case if len(case) == 9 else (*case, 1)
         for block_n in (128, 64):

@@ -355,19 +355,24 @@ def test_hopper_filter_kernel(shape, algo_name, case):
                       ref_beta, tol, workspace)  # fmt: skip
 
 
-@pytest.mark.parametrize("case", ["bf16", "fp16"])
-@pytest.mark.parametrize("direction,shape", HOPPER_MATRIX)
+#: float32 runs the kernel in forward only (TF32 products: both operands with the reduced
+#: dimension innermost, which backward-data's filter is not).
+HOPPER_CASES = [(d, s, case) for d, s in HOPPER_MATRIX for case in ("bf16", "fp16")]
+HOPPER_CASES += [(d, s, "tf32") for d, s in HOPPER_MATRIX if d == "forward"]
+
+
+@pytest.mark.parametrize("direction,shape,case", HOPPER_CASES)
 def test_hopper_kernel(direction, shape, case):
-    """Every tile of the warp-specialized Hopper kernel (IMPLICIT_GEMM's tiles on sm_90),
-    alpha and beta into a NaN-poisoned and then a prior output, forward with bias and relu,
-    matches float64; two runs are bit-identical."""
+    """Every tile of the warp-specialized Hopper kernel (IMPLICIT_GEMM's tiles on sm_90; in
+    float32, TF32 forward), alpha and beta into a NaN-poisoned and then a prior output,
+    forward with bias and relu, matches float64; two runs are bit-identical."""
     from rtdnn.algos import ALGORITHMS, ConvTensors
     from rtdnn.algos.implicit_gemm import HopperConvTiles, hopper_unsupported
     from rtdnn.ops.conv import _problem_for_selection
 
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Hopper kernel runs on sm_90 only")
-    dtype, _, tol = CASES[case]
+    dtype, math_mode, tol = CASES[case]
     xs, ws, conv = shape
     x = _channels_last(torch.randn(xs, device="cuda", dtype=dtype))
     w = _channels_last(torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * 9) ** 0.5)
@@ -375,7 +380,7 @@ def test_hopper_kernel(direction, shape, case):
     dy = _channels_last(torch.randn(y_shape, device="cuda", dtype=dtype))
     bias = torch.randn(ws[0], device="cuda", dtype=dtype)
     args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation")
-    p, _ = _problem_for_selection(direction, x, w, math=None, **{**args, **conv})
+    p, _ = _problem_for_selection(direction, x, w, math=math_mode, **{**args, **conv})
     forward = direction == "forward"
     if forward:
         p = dataclasses.replace(p, has_bias=True, activation="relu")

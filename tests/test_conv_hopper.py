@@ -77,6 +77,32 @@ def test_not_offered_off_hopper(direction):
 
 
 @pytest.mark.parametrize(
+    "direction,dtype,math_mode,reason",
+    [
+        ("forward", torch.float32, "tf32", None),
+        ("forward", torch.float32, "fp32", "TF32"),  # strict float32: no TF32 products
+        ("backward_data", torch.float32, "tf32", "TF32"),
+        ("forward", torch.bfloat16, None, None),
+    ],
+)
+def test_tf32_forward_scope_on_hopper(direction, dtype, math_mode, reason, monkeypatch):
+    """On a Hopper machine (stubbed) the kernel takes float32 data in TF32 math in forward
+    only, reducing 32 channels a step (128 bytes), and says why not elsewhere."""
+    from rtdnn.algos import implicit_gemm as ig
+
+    monkeypatch.setattr(ig, "INTERPRETED", False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
+    p = dataclasses.replace(_problem(direction, dtype, math=math_mode), device="cuda")
+    got = hopper_unsupported(p)
+    if reason is not None:
+        assert got is not None and reason in got, got
+        return
+    assert got is None, got
+    tiles = ig._hopper_candidates(p, 1)
+    assert tiles and all(t.block_k == 128 // dtype.itemsize for t in tiles)
+
+
+@pytest.mark.parametrize(
     "kernel,pad,dil,stride",
     [
         (3, 1, 1, 2),
@@ -154,7 +180,7 @@ def _emulate(fixed: dict, args: tuple) -> None:
     *reads, w_desc, y_desc, bias, alpha, beta = args
     views = [torch.as_strided(d.base, d.shape, d.strides) for d in (*reads, w_desc, y_desc)]
     x_views, w_view, y_view = views[:4], views[4], views[5]
-    box = list(reads[0].block_shape[:3])
+    box, chunk = list(reads[0].block_shape[:3]), reads[0].block_shape[3]
     backward = fixed["BACKWARD_DATA"]
     block_n = w_desc.block_shape[1 if backward else 0]
     f = fixed
@@ -166,7 +192,7 @@ def _emulate(fixed: dict, args: tuple) -> None:
         img = tm // (f["tiles_w"] * f["tiles_h"]) * box[0]
         acc = torch.zeros(*box, block_n, dtype=torch.float64)
         for step in range(f["taps"] * f["chunks"]):
-            tap, c0 = step // f["chunks"], step % f["chunks"] * 64
+            tap, c0 = step // f["chunks"], step % f["chunks"] * chunk
             t, q = tap // f["taps_w"], tap % f["taps_w"]
             filter_tap = (f["r0"] + f["rstep"] * t) * f["S"] + f["s0"] + f["sstep"] * q
             dh, dw = f["shift_h"] + t * f["step_h"], f["shift_w"] + q * f["step_w"]
@@ -176,11 +202,11 @@ def _emulate(fixed: dict, args: tuple) -> None:
                 dw += f["stride_w"] * f["lift"]
                 phase = (dh % f["stride_h"]) * 2 + dw % f["stride_w"]
                 dh, dw = dh // f["stride_h"] - f["lift"], dw // f["stride_w"] - f["lift"]
-            a = _box(x_views[phase], [img, oh + dh, ow + dw, c0], [*box, 64])
+            a = _box(x_views[phase], [img, oh + dh, ow + dw, c0], [*box, chunk])
             if backward:
-                b = _box(w_view, [c0, filter_tap * f["tap_cols"] + n0], [64, block_n])
+                b = _box(w_view, [c0, filter_tap * f["tap_cols"] + n0], [chunk, block_n])
             else:
-                b = _box(w_view, [n0, filter_tap * f["tap_cols"] + c0], [block_n, 64]).T
+                b = _box(w_view, [n0, filter_tap * f["tap_cols"] + c0], [block_n, chunk]).T
             acc += a @ b
         acc = alpha * acc
         if f["BETA_NONZERO"]:
@@ -205,6 +231,8 @@ def _emulate(fixed: dict, args: tuple) -> None:
         ("backward_data", dict(padding=1)),
         ("backward_data", dict(stride=2, padding=1)),
         ("backward_data", dict(stride=2)),  # 1x1: three phases no tap reaches
+        ("forward", dict(padding=1, math="tf32")),  # float32 data, TF32 products
+        ("forward", dict(stride=2, padding=1, math="tf32")),
     ],
 )
 def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
@@ -226,22 +254,26 @@ def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
     monkeypatch.setattr(ig, "multiprocessor_count", lambda device: 132)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     one_by_one = conv == dict(stride=2)
+    conv = dict(conv)
+    math_mode = conv.pop("math", None)
+    dtype = torch.float32 if math_mode == "tf32" else torch.bfloat16
     cl = torch.channels_last
-    x = torch.randn(2, 64, 9, 10).to(torch.bfloat16).to(memory_format=cl)
+    x = torch.randn(2, 64, 9, 10).to(dtype).to(memory_format=cl)
     w = (torch.randn(128 if direction == "forward" else 64, 64, *((1, 1) if one_by_one
-         else (3, 3))) / 24).to(torch.bfloat16).to(memory_format=cl)  # fmt: skip
-    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", math=None)
-    p, _ = _problem_for_selection(direction, x, w, **{**args, **conv})
+         else (3, 3))) / 24).to(dtype).to(memory_format=cl)  # fmt: skip
+    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation")
+    p, _ = _problem_for_selection(direction, x, w, math=math_mode, **{**args, **conv})
     forward = direction == "forward"
     if forward:
         p = dataclasses.replace(p, has_bias=True, activation="relu")
-    tiles = HopperConvTiles(128, 64, 64, group_m=1, num_warps=4, num_stages=6)
+    tiles = HopperConvTiles(128, 64, conv_hopper.chunk(dtype), group_m=1, num_warps=4,
+                            num_stages=6)  # fmt: skip
     run = ALGORITHMS["IMPLICIT_GEMM"].prepare(p, tiles)
     y_shape = R.conv_forward(x, w, **conv).shape
-    dy = torch.randn(y_shape).to(torch.bfloat16).to(memory_format=cl)
-    bias = torch.randn(w.shape[0]).to(torch.bfloat16)
+    dy = torch.randn(y_shape).to(dtype).to(memory_format=cl)
+    bias = torch.randn(w.shape[0]).to(dtype)
     out_shape = y_shape if forward else x.shape
-    prior = torch.randn(out_shape).to(torch.bfloat16).to(memory_format=cl)
+    prior = torch.randn(out_shape).to(dtype).to(memory_format=cl)
     out = prior.clone()
     tensors = ConvTensors(x, w, out, bias) if forward else ConvTensors(out, w, dy)
     run(tensors, None, 0.5, -1.5)

@@ -408,8 +408,13 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
         return f"a Hopper GPU with Triton {GLUON_TRITON}x"
     if torch.cuda.get_device_capability()[0] != 9:
         return "a Hopper GPU (sm_90: warp-group MMAs)"
-    if p.dtype not in (torch.float16, torch.bfloat16):
-        return "16-bit data only"
+    tf32_forward = (
+        p.dtype == torch.float32 and p.conv.math == "tf32" and p.direction == Direction.FORWARD
+    )
+    if p.dtype not in (torch.float16, torch.bfloat16) and not tf32_forward:
+        # TF32 products read both operands with the reduced dimension innermost: backward-
+        # data's filter (k) and the weight gradient's x and dy (pixels) do not hold it so.
+        return "16-bit data, or float32 in TF32 math in forward"
     if p.spatial_dims != 2 or p.groups != 1:
         return "2-D convolutions of one group only"
     if p.activation not in ("identity", "relu"):
@@ -424,7 +429,7 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
             return "each stride phase of the input must have a row and a column"
         # The rest as at stride 1: the phases are views of the same tensor.
         p = dataclasses.replace(p, conv=dataclasses.replace(p.conv, stride=(1, 1)))
-    reason = tma_unsupported(p, conv_hopper.BLOCK_K)
+    reason = tma_unsupported(p, conv_hopper.chunk(p.dtype))
     if reason is not None:
         return reason
     if p.direction == Direction.BACKWARD_FILTER:
@@ -455,8 +460,8 @@ def _hopper_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
     cols = p.out_channels if p.direction == Direction.FORWARD else p.in_channels
     widths = (128, 64) if cols > 64 else (64,)
     return [
-        HopperConvTiles(conv_hopper.BLOCK_M, bn, conv_hopper.BLOCK_K, group_m=1, num_warps=4,
-                        num_stages=conv_hopper.stages_for(bn))
+        HopperConvTiles(conv_hopper.BLOCK_M, bn, conv_hopper.chunk(p.dtype), group_m=1,
+                        num_warps=4, num_stages=conv_hopper.stages_for(bn))
         for bn in widths
     ]  # fmt: skip
 

@@ -39,9 +39,11 @@ two, chosen to tile the output with the fewest pixels outside it (at batch 64, R
 where boxes of whole rows a power of two wide, the earlier rule, wasted 23% on both).
 
 Scope (algos/implicit_gemm.py, hopper_unsupported, checks it): 2-D, stride 1 or 2 in each
-dimension, one group, cross-correlation, 16-bit data, channels-last tensors a TMA descriptor
-can address, the reduced channels (C forward, K backward-data) a multiple of 64, at least 64
-written channels, a channels-last filter with dense taps.
+dimension, one group, cross-correlation, 16-bit data (forward also float32 in TF32 math: the
+MMA's TF32 products read both operands with the reduced channels innermost, which forward's
+are and backward-data's filter is not), channels-last tensors a TMA descriptor can address,
+the reduced channels (C forward, K backward-data) a multiple of a step's chunk (64 of 16-bit
+data, 32 of float32), at least 64 written channels, a channels-last filter with dense taps.
 """
 
 import math
@@ -61,10 +63,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ..core import cdiv
 
-#: Output pixels a tile (a box of the output), and reduced channels a step (64 x 2 bytes: the
-#: TMA's widest swizzled row).
+#: Output pixels a tile (a box of the output).
 BLOCK_M = 128
-BLOCK_K = 64
 #: Registers a thread at launch (12 warps: two consumer groups and the load warp's group) and
 #: in a consumer partition.
 LAUNCH_REGISTERS = 168
@@ -162,8 +162,10 @@ def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, ready, empt
     STAGES: gl.constexpr = ready.type.shape[0]
     PIXELS: gl.constexpr = BOX_N * BOX_H * BOX_W
     HALF: gl.constexpr = PIXELS // 2
+    # The MMA instruction's reduction: 32 bytes of operands (TF32 products for float32).
+    INSTR_K: gl.constexpr = 256 // a_smem.dtype.primitive_bitwidth
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[gl.num_warps(), 1], instr_shape=[16, BLOCK_N, 16]
+        version=[3, 0], warps_per_cta=[gl.num_warps(), 1], instr_shape=[16, BLOCK_N, INSTR_K]
     )
     out = c_smem.index(half)
     out2 = out.reshape([HALF, BLOCK_N])
@@ -330,7 +332,7 @@ def data_phase_taps(kernel: int, pad: int, dil: int, stride: int, phase: int) ->
     return TapRun(reach[0], step_filter, len(reach), shift, -(step_filter * dil // stride))
 
 
-_GLUON_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+_GLUON_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
 #: (block, dtype) -> the shared-memory layout of a TMA block (microseconds to make).
 _layouts: dict[tuple, gl.NVMMASharedLayout] = {}
 
@@ -347,7 +349,14 @@ def descriptor(t: torch.Tensor, shape, strides, block) -> TensorDescriptor:
     return TensorDescriptor(t, list(shape), list(strides), list(block), layout)
 
 
+def chunk(dtype: torch.dtype) -> int:
+    """Reduced channels a step: 128 bytes of them, the TMA's widest swizzled row (64 of 16-bit
+    data, 32 of float32)."""
+    return 128 // dtype.itemsize
+
+
 def stages_for(block_n: int) -> int:
     """Stages of the operand ring that fit beside the epilogue's buffers: 4 of 32 KiB with
-    128 output channels a tile (160 KiB in all), 6 of 24 KiB with 64 (160 KiB)."""
+    128 output channels a tile (160 KiB in all; 192 with float32's epilogue), 6 of 24 KiB
+    with 64 (160 KiB; 176)."""
     return 4 if block_n > 64 else 6
