@@ -8,6 +8,6 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src RTDNN_AUTOTUNE=0
 RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-150}" python3 -m pytest -q -n 14 -rf -p no:cacheprovider \
   tests/test_conv_gpu.py -k "test_hopper_kernel" > "$OUT/gpu_tests_hopper.txt" 2>&1
 echo "== hopper gpu tests: exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_hopper.txt" | head -20
-suite resnet50 forward tf32 90
-RTDNN_HOPPER_CONV=0 suite resnet50 forward tf32 90 off
-suite vgg16 forward tf32 90
+suite resnet50 forward float32 90
+RTDNN_HOPPER_CONV=0 suite resnet50 forward float32 90 off
+suite vgg16 forward float32 90
