@@ -62,10 +62,14 @@ def compile_case(
     read = torch.empty(n, side, side, c_read, dtype=dtype)
     written = torch.empty(n, out_side, out_side, c_written, dtype=dtype)
     k, c = (c_written, c_read) if forward else (c_read, c_written)
-    w = torch.empty(k, r * r * c, dtype=dtype)
+    # Backward-data in float32 reads a filter copy with k innermost as (C, taps x K), its rows
+    # the written channels as forward's; in 16 bits the filter as stored, its rows the k.
+    reduced_rows = not forward and dtype != torch.float32
+    w = torch.empty(c, r * r * k, dtype=dtype) if not (forward or reduced_rows) else (
+        torch.empty(k, r * r * c, dtype=dtype))  # fmt: skip
     box = ch.least_waste_box(n, out_side, out_side, ch.BLOCK_M, halves=True)
     chunk = ch.chunk(dtype)
-    w_block = [block_n, chunk] if forward else [chunk, block_n]
+    w_block = [chunk, block_n] if reduced_rows else [block_n, chunk]
     x_desc = ch.descriptor(read, read.shape, read.stride(), [*box, chunk])
     w_desc = ch.descriptor(w, w.shape, w.stride(), w_block)
     y_desc = ch.descriptor(written, written.shape, written.stride(), [*ch.half_box(box), block_n])
@@ -75,10 +79,11 @@ def compile_case(
         th = tw = ch.data_phase_taps(r, pad, dil, stride, stride - 1)
     kernel = ch.conv_hopper_kernel.warmup(
         x_desc, x_desc, x_desc, x_desc, w_desc, y_desc, written, 1.0, 0.5, c_written,
-        c_read // chunk, th.count * tw.count, c, tw.count, th.first, tw.first,
+        c_read // chunk, th.count * tw.count, k if not (forward or reduced_rows) else c,
+        tw.count, th.first, tw.first,
         th.step_filter, tw.step_filter, th.shift, tw.shift, th.step, tw.step, stride, stride,
         pad, r, 1, 1, 1, 1,
-        STAGES=ch.stages_for(block_n), BACKWARD_DATA=not forward,
+        STAGES=ch.stages_for(block_n), W_REDUCED_ROWS=reduced_rows,
         STRIDED=forward and stride > 1, HAS_BIAS=bias, BETA_NONZERO=beta, RELU=bias,
         CONSUMER_REGS=ch.CONSUMER_REGISTERS, num_warps=4, maxnreg=ch.LAUNCH_REGISTERS,
         grid=(1,),
@@ -126,7 +131,7 @@ if __name__ == "__main__":
             for beta in (False, True):
                 print("backward_filter", case, f"cooperative={cooperative} beta={beta}:",
                       compile_filter_case(*case, beta, cooperative), flush=True)  # fmt: skip
-    for case in CASES[:3]:  # float32 forward in TF32 math
+    for case in CASES[:5]:  # float32 in TF32 math: forward, backward-data on the filter copy
         case = case if len(case) == 9 else (*case, 1)
         for block_n in (128, 64):
             print(case, f"float32 BN={block_n} beta+bias+relu:",

@@ -298,6 +298,45 @@ HOPPER_MATRIX = [("forward", s) for s in HOPPER_FORWARD_ONLY + HOPPER_SHAPES]
 HOPPER_MATRIX += [("backward_data", s) for s in HOPPER_SHAPES]
 
 
+@pytest.mark.parametrize("shape", HOPPER_SHAPES)
+def test_hopper_tf32_backward_data(shape):
+    """TF32 backward-data on Hopper: IMPLICIT_PRECOMP_GEMM's Hopper tiles (first), on its
+    filter copy with k innermost, alpha and beta into a NaN-poisoned and then a prior dx,
+    match float64; two runs are bit-identical."""
+    from rtdnn.algos import ALGORITHMS, ConvTensors
+    from rtdnn.algos.implicit_gemm import HopperConvTiles
+    from rtdnn.ops.conv import _problem_for_selection
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Hopper kernel runs on sm_90 only")
+    dtype, math_mode, tol = CASES["tf32"]
+    xs, ws, conv = shape
+    x = _channels_last(torch.randn(xs, device="cuda", dtype=dtype))
+    w = _channels_last(torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * 9) ** 0.5)
+    dy = _channels_last(torch.randn(R.conv_forward(x, w, **conv).shape, device="cuda", dtype=dtype))
+    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation")
+    p, _ = _problem_for_selection("backward_data", x, w, math=math_mode, **{**args, **conv})
+    algo = ALGORITHMS["IMPLICIT_PRECOMP_GEMM"]
+    candidates = [t for t in algo.tile_candidates(p) if isinstance(t, HopperConvTiles)]
+    assert candidates and isinstance(algo.tile_candidates(p)[0], HopperConvTiles)
+    workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8, device="cuda")
+    prior = _channels_last(torch.randn(xs, device="cuda", dtype=dtype))
+    ref = R.conv_backward_data(dy, w, xs, alpha=0.5, **conv)
+    ref_beta = R.conv_backward_data(dy, w, xs, alpha=0.5, beta=-1.5, out=prior.clone(), **conv)
+    for tiles in candidates:
+        launch = algo.prepare(p, tiles)
+        out = _channels_last(torch.full(xs, float("nan"), device="cuda", dtype=dtype))
+        launch(ConvTensors(out, w, dy), workspace, 0.5, 0.0)
+        assert R.rel_error(out, ref) < tol, f"{tiles}: rel. error {R.rel_error(out, ref):.2e}"
+        again = torch.full_like(out, float("nan"))
+        launch(ConvTensors(again, w, dy), workspace, 0.5, 0.0)
+        assert torch.equal(again, out), f"{tiles}: not deterministic"
+        out = prior.clone()
+        launch(ConvTensors(out, w, dy), workspace, 0.5, -1.5)
+        err = R.rel_error(out, ref_beta)
+        assert err < tol, f"{tiles} with beta: rel. error {err:.2e}"
+
+
 #: Shapes for the Hopper weight gradient (at least 128 filters and channels): odd images,
 #: filters and channels not a multiple of the 128 x 128 or 128 x 256 unit (136, 192, 200,
 #: 320; the cooperative unit runs where there are 256 channels or more), padding above the

@@ -77,28 +77,34 @@ def test_not_offered_off_hopper(direction):
 
 
 @pytest.mark.parametrize(
-    "direction,dtype,math_mode,reason",
+    "direction,dtype,math_mode,copied,reason",
     [
-        ("forward", torch.float32, "tf32", None),
-        ("forward", torch.float32, "fp32", "TF32"),  # strict float32: no TF32 products
-        ("backward_data", torch.float32, "tf32", "TF32"),
-        ("forward", torch.bfloat16, None, None),
+        ("forward", torch.float32, "tf32", False, None),
+        ("forward", torch.float32, "fp32", False, "TF32"),  # strict float32: no TF32 products
+        ("backward_data", torch.float32, "tf32", False, "k innermost"),
+        ("backward_data", torch.float32, "tf32", True, None),  # IMPLICIT_PRECOMP_GEMM's copy
+        ("backward_filter", torch.float32, "tf32", False, "weight gradients"),
+        ("forward", torch.bfloat16, None, False, None),
     ],
 )
-def test_tf32_forward_scope_on_hopper(direction, dtype, math_mode, reason, monkeypatch):
-    """On a Hopper machine (stubbed) the kernel takes float32 data in TF32 math in forward
-    only, reducing 32 channels a step (128 bytes), and says why not elsewhere."""
+def test_tf32_scope_on_hopper(direction, dtype, math_mode, copied, reason, monkeypatch):
+    """On a Hopper machine (stubbed) the kernel takes float32 data in TF32 math in forward,
+    and in backward-data on a filter copy with k innermost, reducing 32 channels a step (128
+    bytes), and says why not elsewhere."""
     from rtdnn.algos import implicit_gemm as ig
 
     monkeypatch.setattr(ig, "INTERPRETED", False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
     p = dataclasses.replace(_problem(direction, dtype, math=math_mode), device="cuda")
+    if copied:
+        strides = ig.hopper_data_filter_strides(p.w.shape)
+        p = dataclasses.replace(p, w=dataclasses.replace(p.w, strides=strides))
     got = hopper_unsupported(p)
     if reason is not None:
         assert got is not None and reason in got, got
         return
     assert got is None, got
-    tiles = ig._hopper_candidates(p, 1)
+    tiles = ig.hopper_candidates(p, 1)
     assert tiles and all(t.block_k == 128 // dtype.itemsize for t in tiles)
 
 
@@ -181,7 +187,7 @@ def _emulate(fixed: dict, args: tuple) -> None:
     views = [torch.as_strided(d.base, d.shape, d.strides) for d in (*reads, w_desc, y_desc)]
     x_views, w_view, y_view = views[:4], views[4], views[5]
     box, chunk = list(reads[0].block_shape[:3]), reads[0].block_shape[3]
-    backward = fixed["BACKWARD_DATA"]
+    backward = fixed["W_REDUCED_ROWS"]
     block_n = w_desc.block_shape[1 if backward else 0]
     f = fixed
     for tile in range(f["tiles"]):
@@ -233,13 +239,17 @@ def _emulate(fixed: dict, args: tuple) -> None:
         ("backward_data", dict(stride=2)),  # 1x1: three phases no tap reaches
         ("forward", dict(padding=1, math="tf32")),  # float32 data, TF32 products
         ("forward", dict(stride=2, padding=1, math="tf32")),
+        # TF32 backward-data: IMPLICIT_PRECOMP_GEMM's filter copy with k innermost.
+        ("backward_data", dict(padding=1, math="tf32")),
+        ("backward_data", dict(stride=2, padding=1, math="tf32")),
     ],
 )
 def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
-    """IMPLICIT_GEMM's Hopper launches, prepared on the CPU with the GPU parts stubbed (the
-    scope check, the launch, the device's multiprocessors) and carried out by an emulation
-    of the kernel's index arithmetic in float64, give the convolution: the descriptors'
-    views, stride phases, tap runs and tile counts the host builds are right."""
+    """IMPLICIT_GEMM's Hopper launches (IMPLICIT_PRECOMP_GEMM's, on its filter copy, in TF32
+    backward-data), prepared on the CPU with the GPU parts stubbed (the scope check, the
+    launch, the device's multiprocessors) and carried out by an emulation of the kernel's
+    index arithmetic in float64, give the convolution: the descriptors' views, stride phases,
+    tap runs and tile counts the host builds are right."""
     from rtdnn import reference as R
     from rtdnn.algos import ConvTensors
     from rtdnn.algos import implicit_gemm as ig
@@ -268,7 +278,12 @@ def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
         p = dataclasses.replace(p, has_bias=True, activation="relu")
     tiles = HopperConvTiles(128, 64, conv_hopper.chunk(dtype), group_m=1, num_warps=4,
                             num_stages=6)  # fmt: skip
-    run = ALGORITHMS["IMPLICIT_GEMM"].prepare(p, tiles)
+    copied = not forward and math_mode == "tf32"
+    algo = ALGORITHMS["IMPLICIT_PRECOMP_GEMM" if copied else "IMPLICIT_GEMM"]
+    if copied:  # the Hopper tiles come first there
+        assert isinstance(algo.tile_candidates(p)[0], HopperConvTiles)
+    run = algo.prepare(p, tiles)
+    workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
     y_shape = R.conv_forward(x, w, **conv).shape
     dy = torch.randn(y_shape).to(dtype).to(memory_format=cl)
     bias = torch.randn(w.shape[0]).to(dtype)
@@ -276,8 +291,11 @@ def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
     prior = torch.randn(out_shape).to(dtype).to(memory_format=cl)
     out = prior.clone()
     tensors = ConvTensors(x, w, out, bias) if forward else ConvTensors(out, w, dy)
-    run(tensors, None, 0.5, -1.5)
-    assert launches and all(f["BACKWARD_DATA"] != forward for f, _ in launches)
+    run(tensors, workspace, 0.5, -1.5)
+    # The filter's rows are the reduced channels only in backward-data as stored.
+    reduced_rows = not forward and not copied
+    assert launches and all(f["W_REDUCED_ROWS"] == reduced_rows for f, _ in launches)
+    assert all(f["tap_cols"] == (w.shape[0] if copied else w.shape[1]) for f, _ in launches)
     for fixed, call in launches:
         _emulate(fixed, call)
     if forward:
@@ -448,7 +466,7 @@ def test_split_plan_covers_every_box(tiles, boxes, most):
         (128, 3, dict(stride=2, padding=1), torch.float16, "cl", None),
         (128, 1, dict(), torch.bfloat16, "cl", "1x1"),
         (64, 3, dict(padding=1), torch.bfloat16, "cl", "at least 128"),
-        (128, 3, dict(padding=1), torch.float32, "cl", "16-bit"),
+        (128, 3, dict(padding=1), torch.float32, "cl", "weight gradients"),
         (128, 3, dict(padding=1, groups=2), torch.bfloat16, "cl", "one group"),
         (128, 3, dict(stride=3, padding=1), torch.bfloat16, "cl", "stride 1 or 2"),
         (128, 3, dict(padding=1), torch.bfloat16, "nchw", "channels-last"),

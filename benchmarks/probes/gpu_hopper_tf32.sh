@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The Hopper forward kernel in float32 (TF32 products): its GPU tests, then the resnet50 and
-# vgg16 forward suites in TF32 beside cuDNN, with the kernel on and off (RTDNN_HOPPER_CONV=0),
-# RTDNN_AUTOTUNE=0. Under $OUT.
+# The Hopper kernel in float32 (TF32 products): forward, and backward-data on
+# IMPLICIT_PRECOMP_GEMM's filter copy with k innermost. Its GPU tests, then the resnet50
+# forward and backward-data suites in TF32 beside cuDNN with the kernel on and off
+# (RTDNN_HOPPER_CONV=0), and vgg16's, RTDNN_AUTOTUNE=0. Under $OUT.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src RTDNN_AUTOTUNE=0
 . benchmarks/probes/suite.sh
 RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-150}" python3 -m pytest -q -n 14 -rf -p no:cacheprovider \
-  tests/test_conv_gpu.py -k "test_hopper_kernel" > "$OUT/gpu_tests_hopper.txt" 2>&1
+  tests/test_conv_gpu.py -k "test_hopper_kernel or tf32_backward_data" > "$OUT/gpu_tests_hopper.txt" 2>&1
 echo "== hopper gpu tests: exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_hopper.txt" | head -20
-suite resnet50 forward float32 90
-RTDNN_HOPPER_CONV=0 suite resnet50 forward float32 90 off
-suite vgg16 forward float32 90
+for direction in forward backward_data; do
+  suite resnet50 "$direction" float32 90
+  RTDNN_HOPPER_CONV=0 suite resnet50 "$direction" float32 90 off
+  suite vgg16 "$direction" float32 90
+done

@@ -401,6 +401,30 @@ class HopperConvTiles(TileConfig):
     num_stages the operand ring's depth."""
 
 
+def hopper_data_filter_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Strides of a (K, C, *taps) filter stored with k innermost, then the taps, then c: the
+    copy that the Hopper kernel's TF32 backward-data reads as a (C, taps x K) matrix, whose
+    rows are the written channels and whose columns hold the reduced k innermost."""
+    strides = [0] * len(shape)
+    step = 1
+    for d in [0, *range(len(shape) - 1, 1, -1), 1]:  # innermost first
+        strides[d] = step
+        step *= shape[d]
+    return tuple(strides)
+
+
+def channels_last_desc(desc: TensorDesc) -> TensorDesc:
+    """`desc` with its channels (dimension 1) innermost, the batch (dimension 0) outermost,
+    densely."""
+    shape = desc.shape
+    strides = [0] * len(shape)
+    step = 1
+    for d in [1, *range(len(shape) - 1, 1, -1), 0]:
+        strides[d] = step
+        step *= shape[d]
+    return dataclasses.replace(desc, strides=tuple(strides))
+
+
 def hopper_unsupported(p: ConvProblem) -> str | None:
     """None if the warp-specialized Hopper kernel (kernels/conv_hopper.py) runs `p` on this
     machine, else why not."""
@@ -408,13 +432,19 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
         return f"a Hopper GPU with Triton {GLUON_TRITON}x"
     if torch.cuda.get_device_capability()[0] != 9:
         return "a Hopper GPU (sm_90: warp-group MMAs)"
-    tf32_forward = (
-        p.dtype == torch.float32 and p.conv.math == "tf32" and p.direction == Direction.FORWARD
-    )
-    if p.dtype not in (torch.float16, torch.bfloat16) and not tf32_forward:
-        # TF32 products read both operands with the reduced dimension innermost: backward-
-        # data's filter (k) and the weight gradient's x and dy (pixels) do not hold it so.
-        return "16-bit data, or float32 in TF32 math in forward"
+    if p.dtype not in (torch.float16, torch.bfloat16):
+        # TF32 products read both operands with the reduced dimension innermost: the weight
+        # gradient's x and dy (pixels) do not hold it so, nor backward-data's filter as
+        # stored (k), which IMPLICIT_PRECOMP_GEMM copies with k innermost.
+        if p.dtype != torch.float32 or p.conv.math != "tf32":
+            return "16-bit data, or float32 in TF32 math"
+        if p.direction == Direction.BACKWARD_FILTER:
+            return "float32 (TF32) weight gradients: x and dy do not hold the pixels innermost"
+        if p.direction == Direction.BACKWARD_DATA:
+            if p.w.strides != hopper_data_filter_strides(p.w.shape):
+                return "float32 (TF32) backward-data: a filter copy with k innermost"
+            # The rest as for a channels-last filter: the copy is dense.
+            p = dataclasses.replace(p, w=channels_last_desc(p.w))
     if p.spatial_dims != 2 or p.groups != 1:
         return "2-D convolutions of one group only"
     if p.activation not in ("identity", "relu"):
@@ -446,7 +476,7 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
     return None
 
 
-def _hopper_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
+def hopper_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
     """The Hopper kernels' tiles where they run `p` (and RTDNN_HOPPER_CONV is not 0): 128
     output channels a tile, or 64 where the output has no more (kernels/conv_hopper.py);
     backward-filter, its unit shapes (_hopper_filter_candidates, split at most
@@ -681,7 +711,7 @@ class ImplicitGemm(ConvAlgorithm):
     def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
         rows, cols, depth, _ = gemm_shape(p)
         hopper = (
-            _hopper_candidates(p, self.splits(p)) if p.direction in self.hopper_directions else []
+            hopper_candidates(p, self.splits(p)) if p.direction in self.hopper_directions else []
         )
         if hopper:
             # On Hopper the warp-specialized kernel alone (not beside tiles the shipped table
@@ -858,8 +888,18 @@ class ImplicitGemm(ConvAlgorithm):
                             ch.data_phase_taps(s, pad_w, dil_w, stride[1], b))  # fmt: skip
                     if view[0][1] and view[0][2]:  # a phase with pixels
                         writes.append(((a, b), view, taps))
-        w_view = ((p.out_channels, r * s * in_channels), (_channels_last_strides(p.w)[0], 1))
-        w_block = [tiles.block_n, tiles.block_k] if forward else [tiles.block_k, tiles.block_n]
+        # The filter as a matrix of taps x tap_cols columns: backward-data reads it as stored,
+        # (K, taps x C), its rows the reduced k; forward as (K, taps x C) and backward-data on
+        # IMPLICIT_PRECOMP_GEMM's TF32 copy with k innermost as (C, taps x K), their rows the
+        # written channels (the reduced ones innermost, as TF32 products need).
+        reduced_rows = not forward and p.w.strides != hopper_data_filter_strides(p.w.shape)
+        if forward or reduced_rows:
+            w_view = ((p.out_channels, r * s * in_channels), (_channels_last_strides(p.w)[0], 1))
+            tap_cols = in_channels
+        else:
+            w_view = ((in_channels, r * s * p.out_channels), (p.w.strides[1], 1))
+            tap_cols = p.out_channels
+        w_block = [tiles.block_k, tiles.block_n] if reduced_rows else [tiles.block_n, tiles.block_k]
         # (written phase, its view, its half-box block, launches by beta != 0, its box)
         phases = []
         slots = ("x_desc", "x1_desc", "x2_desc", "x3_desc", "w_desc", "y_desc", "bias_ptr")
@@ -880,7 +920,7 @@ class ImplicitGemm(ConvAlgorithm):
                     cols=dst.shape[1],
                     chunks=src.shape[1] // tiles.block_k,
                     taps=th.count * tw.count,
-                    tap_cols=in_channels,
+                    tap_cols=tap_cols,
                     taps_w=tw.count,
                     r0=th.first,
                     s0=tw.first,
@@ -899,7 +939,7 @@ class ImplicitGemm(ConvAlgorithm):
                     tiles_w=tiles_w,
                     tiles=count,
                     STAGES=tiles.num_stages,
-                    BACKWARD_DATA=not forward,
+                    W_REDUCED_ROWS=reduced_rows,
                     STRIDED=forward and strided,
                     HAS_BIAS=forward and p.has_bias,
                     BETA_NONZERO=beta_nonzero,

@@ -33,7 +33,10 @@ bytes), and the GEMM reads the copy with IMPLICIT_GEMM's own addressing, no tabl
 2.7x faster with the filter so stored; with the tables built as well the 3x3 layers lost a
 fifth to half of that again (TF32 backward-data suite 0.74 with them). Backward-filter reduces
 over pixels, which neither channels-last operand has innermost; a copy of x and dy would move
-more bytes than the product saves on most layers, so it is not made.
+more bytes than the product saves on most layers, so it is not made. The warp-specialized
+Hopper kernel (kernels/conv_hopper.py) reads the copy too where it runs the problem, first:
+in backward-data a copy with k innermost, then the taps, then c (hopper_data_filter_strides),
+which it reads as a (C, taps x K) matrix.
 
 Workspace, exactly: the TF32 filter copy; or one int32 table (int64 when backward-filter's
 pixel offsets pass 2^31) of, per gather, ceil(taps / 32) validity words per pixel, plus one
@@ -61,7 +64,16 @@ from ..kernels.conv_precomp import DataGatherGeometry, Gather, GatherGeometry, T
 from ..kernels.launch import BrgemmLaunch, KernelLaunch, Operand, Output, TileConfig
 from .base import ConvTensors, Runner, epilogue_activation
 from .geometry import before_hopper, conv_geometry, data_phases, dot_precision
-from .implicit_gemm import ImplicitGemm, gemm_shape, packed, pointwise_operands, tile_precision
+from .implicit_gemm import (
+    HopperConvTiles,
+    ImplicitGemm,
+    gemm_shape,
+    hopper_candidates,
+    hopper_data_filter_strides,
+    packed,
+    pointwise_operands,
+    tile_precision,
+)
 
 #: Rows per program of the table builder.
 BUILD_BLOCK = 128
@@ -165,6 +177,14 @@ def tf32_filter_copy(p: ConvProblem) -> TensorDesc | None:
     return TensorDesc(shape, tuple(strides), p.w.dtype)
 
 
+def _copy_for(p: ConvProblem, copy: TensorDesc, hopper: bool) -> TensorDesc:
+    """The filter copy's layout for the Hopper kernel (hopper) or the pointer tiles: the same
+    bytes, in backward-data ordered for the kernel's (C, taps x K) reading."""
+    if not hopper or p.direction != Direction.BACKWARD_DATA:
+        return copy
+    return replace(copy, strides=hopper_data_filter_strides(copy.shape))
+
+
 def precomp_preferred(p: ConvProblem) -> bool:
     """Whether `auto` should try IMPLICIT_PRECOMP_GEMM before IMPLICIT_GEMM: where it runs a
     TF32 product on a filter copy with the reduced channels contiguous (1.03x to 2.7x faster
@@ -183,9 +203,12 @@ class ImplicitPrecompGemm(ImplicitGemm):
 
     def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
         # With a filter copy, the tiles that can read the copy (the TMA kernels want the
-        # filter as given, channels-last).
+        # filter as given, channels-last): the Hopper kernel's first, on a copy of its own.
         copy = tf32_filter_copy(p)
-        return super().tile_candidates(p if copy is None else replace(p, w=copy))
+        if copy is None:
+            return super().tile_candidates(p)
+        hopper = hopper_candidates(replace(p, w=_copy_for(p, copy, hopper=True)), 1)
+        return hopper + super().tile_candidates(replace(p, w=copy))
 
     def workspace_bytes(self, p: ConvProblem) -> int:
         copy = tf32_filter_copy(p)
@@ -202,6 +225,7 @@ class ImplicitPrecompGemm(ImplicitGemm):
             return self._prepare_tables(p, tiles)
         # IMPLICIT_GEMM's launches on the problem with the copy's strides (a true convolution
         # flips the copy in place, as it would the filter).
+        copy = _copy_for(p, copy, hopper=isinstance(tiles, HopperConvTiles))
         gemms = _ON_COPY.prepare(replace(p, w=copy), tiles)
         nbytes = copy.numel * copy.dtype.itemsize
         plan = ew.plan(copy.shape, copy.strides, (p.w.strides,), elem_bytes=copy.dtype.itemsize)

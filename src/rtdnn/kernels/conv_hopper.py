@@ -88,7 +88,7 @@ def _tile_origin(tile, tiles_n, tiles_h, tiles_w, BOX_N: gl.constexpr, BOX_H: gl
 def _load_partition(x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem, ready, empty,
                     steps, chunks, tap_cols, taps_w, r0, s0, rstep, sstep, shift_h, shift_w,
                     step_h, step_w, stride_h, stride_w, lift, S, tiles, tiles_n, tiles_h,
-                    tiles_w, BACKWARD_DATA: gl.constexpr, STRIDED: gl.constexpr):  # fmt: skip
+                    tiles_w, W_REDUCED_ROWS: gl.constexpr, STRIDED: gl.constexpr):  # fmt: skip
     """For each step of each of this program's tiles: the input box of the step's tap and
     channel chunk, and the filter block of that tap, chunk and the tile's output channels.
     Strided (forward), the tap's input pixels are one stride phase of the input, every
@@ -98,7 +98,7 @@ def _load_partition(x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem, r
     BOX_H: gl.constexpr = x_desc.block_type.shape[1]
     BOX_W: gl.constexpr = x_desc.block_type.shape[2]
     CHUNK: gl.constexpr = x_desc.block_type.shape[3]
-    BLOCK_N: gl.constexpr = w_desc.block_type.shape[BACKWARD_DATA * 1]  # [k, n] or [n, k]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[W_REDUCED_ROWS * 1]  # [k, n] or [n, k]
     STAGES: gl.constexpr = ready.type.shape[0]
     nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
     it = 0
@@ -140,9 +140,9 @@ def _load_partition(x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem, r
                 h0 = oh + dh
                 w0 = ow + dw
                 tma.async_copy_global_to_shared(x_desc, [img, h0, w0, c0], bar, a_smem.index(stage))
-            if BACKWARD_DATA:  # rows: the reduced k; columns: this tap's input channels
+            if W_REDUCED_ROWS:  # rows: the reduced channels; columns: this tap's written ones
                 coords = [c0, filter_tap * tap_cols + n0]
-            else:  # rows: output channels; columns: this tap's reduced c
+            else:  # rows: the written channels; columns: this tap's reduced ones
                 coords = [n0, filter_tap * tap_cols + c0]
             tma.async_copy_global_to_shared(w_desc, coords, bar, b_smem.index(stage))
             it += 1
@@ -151,14 +151,14 @@ def _load_partition(x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem, r
 @gluon.jit
 def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, ready, empty, y_desc,
               bias_ptr, alpha, beta, cols, steps, tiles, tiles_n, tiles_h, tiles_w,
-              BACKWARD_DATA: gl.constexpr, HAS_BIAS: gl.constexpr,
+              W_REDUCED_ROWS: gl.constexpr, HAS_BIAS: gl.constexpr,
               BETA_NONZERO: gl.constexpr, RELU: gl.constexpr):  # fmt: skip
     """Half of each tile's pixels: the products over every step, then the epilogue."""
     BOX_N: gl.constexpr = a_smem.type.shape[1]
     BOX_H: gl.constexpr = a_smem.type.shape[2]
     BOX_W: gl.constexpr = a_smem.type.shape[3]
     CHUNK: gl.constexpr = a_smem.type.shape[4]
-    BLOCK_N: gl.constexpr = b_smem.type.shape[1 + BACKWARD_DATA * 1]
+    BLOCK_N: gl.constexpr = b_smem.type.shape[1 + W_REDUCED_ROWS * 1]
     STAGES: gl.constexpr = ready.type.shape[0]
     PIXELS: gl.constexpr = BOX_N * BOX_H * BOX_W
     HALF: gl.constexpr = PIXELS // 2
@@ -180,7 +180,7 @@ def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, ready, empt
             stage = it % STAGES
             mbarrier.wait(ready.index(stage), (it // STAGES) & 1)
             a = a_smem.index(stage).reshape([PIXELS, CHUNK]).slice(half * HALF, HALF)
-            if BACKWARD_DATA:
+            if W_REDUCED_ROWS:
                 b = b_smem.index(stage)
             else:
                 b = b_smem.index(stage).permute((1, 0))
@@ -221,16 +221,19 @@ def conv_hopper_kernel(
     x_desc, x1_desc, x2_desc, x3_desc, w_desc, y_desc, bias_ptr, alpha, beta, cols, chunks,
     taps, tap_cols, taps_w, r0, s0, rstep, sstep, shift_h, shift_w, step_h, step_w, stride_h,
     stride_w, lift, S, tiles_n, tiles_h, tiles_w, tiles,
-    STAGES: gl.constexpr, BACKWARD_DATA: gl.constexpr, STRIDED: gl.constexpr,
+    STAGES: gl.constexpr, W_REDUCED_ROWS: gl.constexpr, STRIDED: gl.constexpr,
     HAS_BIAS: gl.constexpr, BETA_NONZERO: gl.constexpr, RELU: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     """Persistent, grid (programs,). x_desc: the read image (x forward, dy backward-data),
-    (N, H, W, channels) in [BOX_N, BOX_H, BOX_W, 64] boxes; w_desc: the filter as (K, taps x
-    C) in [BLOCK_N, 64] blocks forward, [64, BLOCK_N] backward-data; y_desc: the written
-    image (N, OH, OW, cols) in half boxes. A step: a tap (t, q) = divmod(step // chunks,
-    taps_w) of the taps visited, filter tap (r0 + rstep t, s0 + sstep q) of a filter S wide,
-    read at box origin + shift + (t, q) x step_hw, and a 64-channel chunk; taps: how many are
+    (N, H, W, channels) in [BOX_N, BOX_H, BOX_W, CHUNK] boxes; w_desc: the filter as a matrix
+    of taps x tap_cols columns, in [BLOCK_N, CHUNK] blocks (rows the written channels: forward's
+    (K, taps x C); backward-data's (C, taps x K) from a copy with k innermost) or, with
+    W_REDUCED_ROWS, [CHUNK, BLOCK_N] blocks (backward-data's (K, taps x C), the filter as
+    stored); y_desc: the written image (N, OH, OW, cols) in half boxes. A step: a tap (t, q)
+    = divmod(step // chunks, taps_w) of the taps visited, filter tap (r0 + rstep t, s0 +
+    sstep q) of a filter S wide, read at box origin + shift + (t, q) x step_hw, and a chunk
+    of CHUNK reduced channels; taps: how many are
     visited (0: the output is alpha x 0, plus beta x its prior value). STRIDED (forward
     at stride 2 in a dimension): x_desc to x3_desc are the input's stride phases (see
     _load_partition); lift: at least the padding, so that a shifted row is never negative
@@ -254,14 +257,14 @@ def conv_hopper_kernel(
         [
             (_consumer, (0, a_smem, b_smem, c_smem, prior_bar, ready, empty, y_desc, bias_ptr,
                          alpha, beta, cols, steps, tiles, tiles_n, tiles_h, tiles_w,
-                         BACKWARD_DATA, HAS_BIAS, BETA_NONZERO, RELU)),
+                         W_REDUCED_ROWS, HAS_BIAS, BETA_NONZERO, RELU)),
             (_consumer, (1, a_smem, b_smem, c_smem, prior_bar, ready, empty, y_desc, bias_ptr,
                          alpha, beta, cols, steps, tiles, tiles_n, tiles_h, tiles_w,
-                         BACKWARD_DATA, HAS_BIAS, BETA_NONZERO, RELU)),
+                         W_REDUCED_ROWS, HAS_BIAS, BETA_NONZERO, RELU)),
             (_load_partition, (x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem,
                                ready, empty, steps, chunks, tap_cols, taps_w, r0, s0, rstep,
                                sstep, shift_h, shift_w, step_h, step_w, stride_h, stride_w,
-                               lift, S, tiles, tiles_n, tiles_h, tiles_w, BACKWARD_DATA,
+                               lift, S, tiles, tiles_n, tiles_h, tiles_w, W_REDUCED_ROWS,
                                STRIDED)),
         ],
         [4, 1],
