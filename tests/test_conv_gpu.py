@@ -323,18 +323,8 @@ def test_hopper_tf32_backward_data(shape):
     prior = _channels_last(torch.randn(xs, device="cuda", dtype=dtype))
     ref = R.conv_backward_data(dy, w, xs, alpha=0.5, **conv)
     ref_beta = R.conv_backward_data(dy, w, xs, alpha=0.5, beta=-1.5, out=prior.clone(), **conv)
-    for tiles in candidates:
-        launch = algo.prepare(p, tiles)
-        out = _channels_last(torch.full(xs, float("nan"), device="cuda", dtype=dtype))
-        launch(ConvTensors(out, w, dy), workspace, 0.5, 0.0)
-        assert R.rel_error(out, ref) < tol, f"{tiles}: rel. error {R.rel_error(out, ref):.2e}"
-        again = torch.full_like(out, float("nan"))
-        launch(ConvTensors(again, w, dy), workspace, 0.5, 0.0)
-        assert torch.equal(again, out), f"{tiles}: not deterministic"
-        out = prior.clone()
-        launch(ConvTensors(out, w, dy), workspace, 0.5, -1.5)
-        err = R.rel_error(out, ref_beta)
-        assert err < tol, f"{tiles} with beta: rel. error {err:.2e}"
+    _check_every_tile(algo, p, candidates, lambda out: ConvTensors(out, w, dy), prior, ref,
+                      ref_beta, tol, workspace)  # fmt: skip
 
 
 #: Shapes for the Hopper weight gradient (at least 128 filters and channels): odd images,
