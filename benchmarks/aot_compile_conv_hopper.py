@@ -100,17 +100,19 @@ FILTER_CASES = [
 ]
 
 
-def compile_filter_case(n, c, k, side, r, pad, stride, splits, beta, cooperative):
+def compile_filter_case(n, c, k, side, r, pad, stride, splits, beta, cooperative,
+                        dtype=torch.bfloat16):  # fmt: skip
     out_side = (side + 2 * pad - (r - 1) - 1) // stride + 1
-    x = torch.empty(n, side, side, c, dtype=torch.bfloat16)
-    dy = torch.empty(n, out_side, out_side, k, dtype=torch.bfloat16)
-    dw = torch.empty(k, r, r, c, dtype=torch.bfloat16)
+    x = torch.empty(n, side, side, c, dtype=dtype)
+    dy = torch.empty(n, out_side, out_side, k, dtype=dtype)
+    dw = torch.empty(k, r, r, c, dtype=dtype)
     ws = torch.empty(r * r, splits, k, c, dtype=torch.float32)
-    box = ch.least_waste_box(n, out_side, out_side, chf.PIXELS)
+    tf32 = dtype == torch.float32
+    box = ch.least_waste_box(n, out_side, out_side, chf.TF32_PIXELS if tf32 else chf.PIXELS)
     f_box = chf.BLOCK_F // (2 if cooperative else 1)
     block_c, stages = (
         (chf.COOPERATIVE_BLOCK_C, chf.COOPERATIVE_STAGES) if cooperative
-        else (chf.BLOCK_C, chf.STAGES)
+        else (chf.BLOCK_C, chf.TF32_STAGES if tf32 else chf.STAGES)
     )  # fmt: skip
     dy_desc = ch.descriptor(dy, dy.shape, dy.stride(), [*box, f_box])
     x_desc = ch.descriptor(x, x.shape, x.stride(), [*box, block_c])
@@ -131,6 +133,9 @@ if __name__ == "__main__":
             for beta in (False, True):
                 print("backward_filter", case, f"cooperative={cooperative} beta={beta}:",
                       compile_filter_case(*case, beta, cooperative), flush=True)  # fmt: skip
+        for beta in (False, True):  # float32 in TF32 math: ping-pong units
+            print("backward_filter", case, f"float32 beta={beta}:",
+                  compile_filter_case(*case, beta, False, torch.float32), flush=True)  # fmt: skip
     for case in CASES[:5]:  # float32 in TF32 math: forward, backward-data on the filter copy
         case = case if len(case) == 9 else (*case, 1)
         for block_n in (128, 64):

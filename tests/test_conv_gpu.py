@@ -351,27 +351,28 @@ HOPPER_FILTER_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("case", ["bf16", "fp16"])
+@pytest.mark.parametrize("case", ["bf16", "fp16", "tf32"])
 @pytest.mark.parametrize("algo_name", ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K"])
 @pytest.mark.parametrize("shape", HOPPER_FILTER_SHAPES)
 def test_hopper_filter_kernel(shape, algo_name, case):
     """The warp-specialized Hopper weight gradient (both implicit GEMMs' only tiles on sm_90
-    where it applies; split within IMPLICIT_GEMM_SPLIT_K's workspace), alpha and beta into a
-    NaN-poisoned and then a prior filter, matches float64; two runs are bit-identical."""
+    where it applies; split within IMPLICIT_GEMM_SPLIT_K's workspace; float32 in TF32 math,
+    x's boxes transposed by the kernel), alpha and beta into a NaN-poisoned and then a prior
+    filter, matches float64; two runs are bit-identical."""
     from rtdnn.algos import ALGORITHMS, ConvTensors
     from rtdnn.algos.implicit_gemm import HopperConvTiles, hopper_unsupported
     from rtdnn.ops.conv import _problem_for_selection
 
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Hopper kernel runs on sm_90 only")
-    dtype, _, tol = CASES[case]
+    dtype, math_mode, tol = CASES[case]
     xs, ws, conv = shape
     x = _channels_last(torch.randn(xs, device="cuda", dtype=dtype))
     dy_shape = R.conv_forward(x, torch.empty(ws, device="cuda", dtype=dtype), **conv).shape
     dy = _channels_last(torch.randn(dy_shape, device="cuda", dtype=dtype))
     args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation")
     w_like = _channels_last(torch.empty(ws, device="cuda", dtype=dtype))
-    p, _ = _problem_for_selection("backward_filter", x, w_like, math=None, **{**args, **conv})
+    p, _ = _problem_for_selection("backward_filter", x, w_like, math=math_mode, **{**args, **conv})
     assert hopper_unsupported(p) is None, hopper_unsupported(p)
     algo = ALGORITHMS[algo_name]
     candidates = algo.tile_candidates(p)
@@ -384,8 +385,8 @@ def test_hopper_filter_kernel(shape, algo_name, case):
                       ref_beta, tol, workspace)  # fmt: skip
 
 
-#: float32 runs the kernel in forward only (TF32 products: both operands with the reduced
-#: dimension innermost, which backward-data's filter is not).
+#: float32 runs the kernel in forward here; in backward-data it reads IMPLICIT_PRECOMP_GEMM's
+#: filter copy with k innermost (test_hopper_tf32_backward_data).
 HOPPER_CASES = [(d, s, case) for d, s in HOPPER_MATRIX for case in ("bf16", "fp16")]
 HOPPER_CASES += [(d, s, "tf32") for d, s in HOPPER_MATRIX if d == "forward"]
 

@@ -83,14 +83,15 @@ def test_not_offered_off_hopper(direction):
         ("forward", torch.float32, "fp32", False, "TF32"),  # strict float32: no TF32 products
         ("backward_data", torch.float32, "tf32", False, "k innermost"),
         ("backward_data", torch.float32, "tf32", True, None),  # IMPLICIT_PRECOMP_GEMM's copy
-        ("backward_filter", torch.float32, "tf32", False, "weight gradients"),
+        ("backward_filter", torch.float32, "fp32", False, "TF32"),
         ("forward", torch.bfloat16, None, False, None),
     ],
 )
 def test_tf32_scope_on_hopper(direction, dtype, math_mode, copied, reason, monkeypatch):
-    """On a Hopper machine (stubbed) the kernel takes float32 data in TF32 math in forward,
-    and in backward-data on a filter copy with k innermost, reducing 32 channels a step (128
-    bytes), and says why not elsewhere."""
+    """On a Hopper machine (stubbed) the kernels take float32 data in TF32 math in forward,
+    in backward-data on a filter copy with k innermost, reducing 32 channels a step (128
+    bytes), and say why not elsewhere (the weight gradient's scope:
+    test_weight_gradient_scope_on_hopper)."""
     from rtdnn.algos import implicit_gemm as ig
 
     monkeypatch.setattr(ig, "INTERPRETED", False)
@@ -355,7 +356,7 @@ def _emulate_filter(fixed: dict, args: tuple) -> None:
         k0, tap = rest % f["k_tiles"] * bf, rest // f["k_tiles"]
         k1, c1 = min(k0 + bf, K), min(c0 + bc, C)
         if f["splits"] > 1:  # the partials, in the workspace (taps, splits, K, C)
-            planes = ws.view(-1, f["splits"], K, C)
+            planes = ws[: taps * f["splits"] * K * C].view(taps, f["splits"], K, C)
             for q, part in parts.items():
                 planes[tap, q, k0:k1, c0:c1] = part[: k1 - k0, : c1 - c0].float()
             continue
@@ -367,7 +368,7 @@ def _emulate_filter(fixed: dict, args: tuple) -> None:
 
 
 @pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K"])
-@pytest.mark.parametrize("unit", ["ping-pong", "cooperative"])
+@pytest.mark.parametrize("unit", ["ping-pong", "cooperative", "tf32"])
 @pytest.mark.parametrize(
     "x_shape,w_shape,conv",
     [
@@ -385,23 +386,24 @@ def test_host_plan_computes_the_weight_gradient(algo, unit, x_shape, w_shape, co
                                                 monkeypatch):  # fmt: skip
     """Backward-filter's Hopper launch (IMPLICIT_GEMM unsplit, IMPLICIT_GEMM_SPLIT_K in up to
     four splits within its workspace; ping-pong's 128 x 128 units and cooperative 128 x 256,
-    dy in two boxes), prepared on the CPU with the GPU parts stubbed and carried out by an
-    emulation of the kernel in float64, gives the weight gradient with alpha and beta:
-    descriptors, stride phases, units, splits and the filter's strides are right. Tiles wider
-    than the channels (72 and 136 of 128; 264 in tiles of 128 or 256) and a 1-pixel image
-    included."""
+    dy in two boxes; float32 in TF32 math, 32 pixels a step), prepared on the CPU with the
+    GPU parts stubbed and carried out by an emulation of the kernel in float64, gives the
+    weight gradient with alpha and beta: descriptors, stride phases, units, splits and the
+    filter's strides are right. Tiles wider than the channels (72 and 136 of 128; 264 in
+    tiles of 128 or 256) and a 1-pixel image included."""
     from rtdnn import reference as R
     from rtdnn.algos import ConvTensors
     from rtdnn.algos import implicit_gemm as ig
     from rtdnn.kernels import conv_hopper_filter as chf
 
-    launches = []
+    launches, dy_boxes = [], []
 
     def record(fn, grid, slots, num_warps, maxnreg, **fixed):
         assert fn is chf.conv_filter_hopper_kernel and grid[0] <= 132
 
         def emulate(*args):  # when launched: the split finish runs after it
             launches.append(fixed)
+            dy_boxes.append(args[0].block_shape)
             _emulate_filter(fixed, args)
 
         return emulate
@@ -413,26 +415,29 @@ def test_host_plan_computes_the_weight_gradient(algo, unit, x_shape, w_shape, co
     # Up to four splits (the interpreter's split count is one on these sizes).
     monkeypatch.setattr(ig.ImplicitGemmSplitK, "splits", lambda self, p: 4)
     cl = torch.channels_last
-    x = torch.randn(x_shape).to(torch.bfloat16).to(memory_format=cl)
-    w = torch.randn(w_shape).to(torch.bfloat16)  # the filter written in its own strides
-    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", math=None)
+    dtype = torch.float32 if unit == "tf32" else torch.bfloat16
+    x = torch.randn(x_shape).to(dtype).to(memory_format=cl)
+    w = torch.randn(w_shape).to(dtype)  # the filter written in its own strides
+    args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", math="tf32")
     p, _ = _problem_for_selection("backward_filter", x, w, **{**args, **conv})
-    dy = torch.randn(R.conv_forward(x, w, **conv).shape).to(torch.bfloat16).to(memory_format=cl)
+    dy = torch.randn(R.conv_forward(x, w, **conv).shape).to(dtype).to(memory_format=cl)
     algorithm = ALGORITHMS[algo]
-    channels, stages = {
-        "ping-pong": (chf.BLOCK_C, chf.STAGES),
-        "cooperative": (chf.COOPERATIVE_BLOCK_C, chf.COOPERATIVE_STAGES),
+    channels, pixels, stages = {
+        "ping-pong": (chf.BLOCK_C, chf.PIXELS, chf.STAGES),
+        "cooperative": (chf.COOPERATIVE_BLOCK_C, chf.PIXELS, chf.COOPERATIVE_STAGES),
+        "tf32": (chf.BLOCK_C, chf.TF32_PIXELS, chf.TF32_STAGES),
     }[unit]
-    tiles = HopperConvTiles(chf.BLOCK_F, channels, chf.PIXELS, group_m=1, num_warps=4,
+    tiles = HopperConvTiles(chf.BLOCK_F, channels, pixels, group_m=1, num_warps=4,
                             num_stages=stages)  # fmt: skip
     run = algorithm.prepare(p, tiles)
     workspace = torch.empty(algorithm.workspace_bytes(p), dtype=torch.uint8)
-    prior = torch.randn(w_shape).to(torch.bfloat16)
+    prior = torch.randn(w_shape).to(dtype)
     out = prior.clone()
     run(ConvTensors(x, out, dy), workspace, 0.5, -1.5)
     assert len(launches) == 1
     fixed = launches[0]
     assert fixed["COOPERATIVE"] == (unit == "cooperative")
+    assert math.prod(dy_boxes[0][:3]) == pixels
     if algo == "IMPLICIT_GEMM":
         assert fixed["splits"] == 1
     else:
@@ -466,7 +471,8 @@ def test_split_plan_covers_every_box(tiles, boxes, most):
         (128, 3, dict(stride=2, padding=1), torch.float16, "cl", None),
         (128, 1, dict(), torch.bfloat16, "cl", "1x1"),
         (64, 3, dict(padding=1), torch.bfloat16, "cl", "at least 128"),
-        (128, 3, dict(padding=1), torch.float32, "cl", "weight gradients"),
+        (128, 3, dict(padding=1), torch.float32, "cl", None),  # TF32 (the default math)
+        (128, 3, dict(padding=1, math="fp32"), torch.float32, "cl", "TF32"),
         (128, 3, dict(padding=1, groups=2), torch.bfloat16, "cl", "one group"),
         (128, 3, dict(stride=3, padding=1), torch.bfloat16, "cl", "stride 1 or 2"),
         (128, 3, dict(padding=1), torch.bfloat16, "nchw", "channels-last"),
@@ -475,9 +481,9 @@ def test_split_plan_covers_every_box(tiles, boxes, most):
 def test_weight_gradient_scope_on_hopper(channels, kernel, conv, dtype, layout, reason,
                                          monkeypatch):  # fmt: skip
     """On a Hopper machine (stubbed: sm_90, compiled kernels) the weight-gradient kernel
-    takes ungrouped 16-bit channels-last layers of 128 filters and channels and more with
-    filters over 1x1 at stride 1 or 2, says why not elsewhere, and then `auto` no longer
-    sends a late 3x3 weight gradient to GEMM first."""
+    takes ungrouped 16-bit (or float32 in TF32 math) channels-last layers of 128 filters and
+    channels and more with filters over 1x1 at stride 1 or 2, says why not elsewhere, and
+    then `auto` no longer sends a late 3x3 weight gradient to GEMM first."""
     from rtdnn.algos import gemm, geometry
     from rtdnn.algos import implicit_gemm as ig
 
@@ -497,8 +503,10 @@ def test_weight_gradient_scope_on_hopper(channels, kernel, conv, dtype, layout, 
     if reason is None:
         assert got is None
         candidates = ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"].tile_candidates(p)
-        # 128 channels: the ping-pong unit alone (the cooperative one is 256 channels wide).
+        # 128 channels: the ping-pong unit alone (the cooperative one is 256 channels wide),
+        # 64 pixels a step (128 bytes of them: 32 in float32).
         assert [(t.block_m, t.block_n) for t in candidates] == [(128, 128)]
+        assert candidates[0].block_k == 128 // dtype.itemsize
         # A late 3x3 weight gradient (512 filters): GEMM first only without this kernel.
         monkeypatch.setattr(gemm, "device_memory_bytes", lambda index: 80 << 30)
         x = torch.randn(2, 512, 7, 7).to(dtype).contiguous(memory_format=fmt)
@@ -506,11 +514,14 @@ def test_weight_gradient_scope_on_hopper(channels, kernel, conv, dtype, layout, 
         late, _ = _problem_for_selection("backward_filter", x, w, **{**args, **conv})
         late = dataclasses.replace(late, device="cuda")
         assert hopper_unsupported(late) is None and not gemm.gemm_preferred(late)
-        # Both units there; on this short problem (two images) ping-pong first.
+        # Both units there (float32: ping-pong's alone); on this short problem (two images)
+        # ping-pong first.
         split_k = ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"]
-        assert [t.block_n for t in split_k.tile_candidates(late)] == [128, 256]
-        monkeypatch.setattr(gemm, "hopper_unsupported", lambda p: "off")
-        assert gemm.gemm_preferred(late)
+        widths = [128] if dtype == torch.float32 else [128, 256]
+        assert [t.block_n for t in split_k.tile_candidates(late)] == widths
+        if dtype != torch.float32:  # GEMM comes first for 16-bit late weight gradients
+            monkeypatch.setattr(gemm, "hopper_unsupported", lambda p: "off")
+            assert gemm.gemm_preferred(late)
     else:
         assert got is not None and reason in got, got
 

@@ -433,13 +433,11 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
     if torch.cuda.get_device_capability()[0] != 9:
         return "a Hopper GPU (sm_90: warp-group MMAs)"
     if p.dtype not in (torch.float16, torch.bfloat16):
-        # TF32 products read both operands with the reduced dimension innermost: the weight
-        # gradient's x and dy (pixels) do not hold it so, nor backward-data's filter as
-        # stored (k), which IMPLICIT_PRECOMP_GEMM copies with k innermost.
+        # TF32 products read both operands with the reduced dimension innermost: backward-
+        # data's filter as stored (k) does not hold it so, and IMPLICIT_PRECOMP_GEMM copies it
+        # with k innermost; the weight gradient's kernel transposes x's boxes itself.
         if p.dtype != torch.float32 or p.conv.math != "tf32":
             return "16-bit data, or float32 in TF32 math"
-        if p.direction == Direction.BACKWARD_FILTER:
-            return "float32 (TF32) weight gradients: x and dy do not hold the pixels innermost"
         if p.direction == Direction.BACKWARD_DATA:
             if p.w.strides != hopper_data_filter_strides(p.w.shape):
                 return "float32 (TF32) backward-data: a filter copy with k innermost"
@@ -499,9 +497,12 @@ def hopper_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
 def _hopper_filter_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
     """The weight-gradient kernel's units (kernels/conv_hopper_filter.py): 128 filters x 128
     channels (ping-pong), and 128 x 256 (cooperative) where there are 256 channels or more,
-    first where cooperative_first says so."""
+    first where cooperative_first says so. Float32 (TF32): ping-pong's, 32 pixels a step."""
     from ..kernels import conv_hopper_filter as chf
 
+    if p.dtype == torch.float32:
+        return [HopperConvTiles(chf.BLOCK_F, chf.BLOCK_C, chf.TF32_PIXELS, group_m=1,
+                                num_warps=4, num_stages=chf.TF32_STAGES)]  # fmt: skip
     pingpong = HopperConvTiles(chf.BLOCK_F, chf.BLOCK_C, chf.PIXELS, group_m=1, num_warps=4,
                                num_stages=chf.STAGES)  # fmt: skip
     if p.in_channels < chf.COOPERATIVE_BLOCK_C:

@@ -33,6 +33,14 @@ One program a multiprocessor loops over units (persistent) and runs three partit
     product; a step moves 48 KiB by TMA for twice the products of a ping-pong step's 32 KiB.
     Its epilogue is not hidden: it comes first on long plans only (cooperative_first).
 
+**Float32 data in TF32 math.** TF32 products read both operands with the reduced dimension
+(here the pixels) innermost, which channels-last x and dy do not hold. A consumer step loads
+dy's box from shared memory into registers, transposed, as the MMA's A operand (an A operand
+in registers has no layout to keep), and copies x's box through registers into a buffer of
+its own with the pixels innermost (two a consumer, alternate steps) that the MMA reads as B.
+The ring's stage is free once both are taken; a step is 32 pixels (128 bytes of float32, the
+transposed buffer's swizzled row), ping-pong units only.
+
 The epilogue: unsplit, alpha x dW (+ beta x its prior value) into the filter. Split, each
 unit's partial sums go to the workspace (taps, splits, K, C) in float32, and the split
 finish (a launch of its own, kernels/brgemm.py) adds them in split order. Summed in the
@@ -42,9 +50,9 @@ with a launch of its own (H200, bf16).
 
 Scope (algos/implicit_gemm.py, hopper_unsupported): 2-D filters of more than one tap (a 1x1
 layer's weight gradient is a plain GEMM, which kernels/gemm_tma.py serves), stride 1 or 2,
-one group, 16-bit data, x and dy channels-last with 16-byte aligned strides, at least 128
-filters and channels (smaller layers ran faster on the pointer path: ResNet-50's 64-channel
-3x3 layer, H200).
+one group, 16-bit data or float32 in TF32 math, x and dy channels-last with 16-byte aligned
+strides, at least 128 filters and channels (smaller layers ran faster on the pointer path:
+ResNet-50's 64-channel 3x3 layer, H200).
 """
 
 from typing import NamedTuple
@@ -53,6 +61,7 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
     mbarrier,
     tma,
     warpgroup_mma,
@@ -81,6 +90,11 @@ COOPERATIVE_STEP = 1.6
 #: layers, least-waste boxes): every cooperative win had a ping-pong plan of 77 steps or
 #: more, every loss 56 or fewer (or a dearer cooperative plan: 320 or 384 channels).
 COOPERATIVE_FROM = 64
+#: float32 data in TF32 math: dy's pixels a step (128 bytes of them, the row of the
+#: transposed x box the MMA reads) and the ring's stages (32 KiB each, beside the consumers'
+#: transposed boxes, 64 KiB).
+TF32_PIXELS = 32
+TF32_STAGES = 5
 #: Registers a thread at launch, and in a consumer partition (a 128 x 128 float32
 #: accumulator is 128 of them).
 LAUNCH_REGISTERS = 168
@@ -183,7 +197,7 @@ def _write_filter(dw_ptr, values, k, c, tap, S, K, C, sk, sc, sr, ss, alpha, bet
 
 
 @gluon.jit
-def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, turn, dw_ptr, ws_ptr,
+def _consumer(role: gl.constexpr, dy_smem, x_smem, xt_smem, ready, empty, turn, dw_ptr, ws_ptr,
               alpha, beta, units, k_tiles, c_tiles, splits, per_split, boxes, S,
               K, C, sk, sc, sr, ss, BETA_NONZERO: gl.constexpr):  # fmt: skip
     """Ping-pong: every other unit of the program's (role 0: the first), all its filters; the
@@ -199,15 +213,24 @@ def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, turn, dw_ptr, w
     PIXELS: gl.constexpr = dy_smem.type.shape[1] * dy_smem.type.shape[2] * dy_smem.type.shape[3]
     F_BOX: gl.constexpr = dy_smem.type.shape[4]  # the filters this consumer multiplies
     BLOCK_C: gl.constexpr = x_smem.type.shape[4]
+    TF32: gl.constexpr = dy_smem.dtype == gl.float32
+    # The MMA instruction's reduction: 32 bytes of operands (TF32 products for float32).
+    INSTR_K: gl.constexpr = 256 // dy_smem.dtype.primitive_bitwidth
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[gl.num_warps(), 1], instr_shape=[16, BLOCK_C, 16]
+        version=[3, 0], warps_per_cta=[gl.num_warps(), 1], instr_shape=[16, BLOCK_C, INSTR_K]
     )
+    # TF32: dy's box as the MMA's A operand in registers; x's box read with a lane a pixel
+    # and four channels a thread, so that each of a warp's stores into the transposed buffer
+    # writes one 128-byte row of it (a channel's 32 pixels).
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
+    x_layout: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [1, gl.num_warps()], [1, 0])
     rows = gl.arange(0, F_BOX, layout=gl.SliceLayout(1, acc_layout))
     cols = gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, acc_layout))
     plane = K.to(gl.int64) * C
     taps = units // (k_tiles * c_tiles * splits)
     it = 0
     local = 0  # the unit's place among the program's
+    own = 0  # TF32: this consumer's steps so far, whose parity picks its transposed buffer
     for unit in range(gl.program_id(0), units, gl.num_programs(0)):
         tap, k0, c0, split = _unit(unit, taps, k_tiles, c_tiles, DY_BOXES * F_BOX, BLOCK_C)
         first = split * per_split
@@ -217,20 +240,42 @@ def _consumer(role: gl.constexpr, dy_smem, x_smem, ready, empty, turn, dw_ptr, w
                 if local > 0:
                     mbarrier.wait(turn.index(1 - role), ((local - 1) // 2) & 1)
             acc = gl.zeros([F_BOX, BLOCK_C], gl.float32, acc_layout)
-            for step in range(steps):
-                at = it + step
-                stage = at % STAGES
-                mbarrier.wait(ready.index(stage), (at // STAGES) & 1)
-                a = dy_smem.index(stage * DY_BOXES + HALF).reshape([PIXELS, F_BOX])
-                b = x_smem.index(stage).reshape([PIXELS, BLOCK_C])
-                acc = warpgroup_mma(a.permute((1, 0)), b, acc, is_async=True)
-                acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous step's product is done
-                mbarrier.arrive(empty.index((at + STAGES - 1) % STAGES), count=1, pred=step > 0)
-            acc = warpgroup_mma_wait(0, deps=(acc,))
-            if ROUNDS == 2:
-                mbarrier.arrive(turn.index(role), count=1)
-            mbarrier.arrive(empty.index((it + steps + STAGES - 1) % STAGES), count=1,
-                            pred=steps > 0)  # fmt: skip
+            if TF32:
+                for step in range(steps):
+                    at = it + step
+                    stage = at % STAGES
+                    mbarrier.wait(ready.index(stage), (at // STAGES) & 1)
+                    dy_t = dy_smem.index(stage).reshape([PIXELS, F_BOX]).permute((1, 0))
+                    a = dy_t.load(a_layout)
+                    # (pixels, channels) view of a buffer that holds the pixels innermost
+                    xt = xt_smem.index(2 * role + own % 2).permute((1, 0))
+                    xt.store(x_smem.index(stage).reshape([PIXELS, BLOCK_C]).load(x_layout))
+                    fence_async_shared()  # the MMA reads through the async proxy
+                    gl.thread_barrier()  # every warp's rows of the buffer written
+                    acc = warpgroup_mma(a, xt, acc, is_async=True)
+                    mbarrier.arrive(empty.index(stage), count=1)  # both boxes taken
+                    # Done before the next step writes the other buffer, and before a's
+                    # registers are reused.
+                    acc = warpgroup_mma_wait(0, deps=(acc,))
+                    own += 1
+                if ROUNDS == 2:
+                    mbarrier.arrive(turn.index(role), count=1)
+            else:
+                for step in range(steps):
+                    at = it + step
+                    stage = at % STAGES
+                    mbarrier.wait(ready.index(stage), (at // STAGES) & 1)
+                    a = dy_smem.index(stage * DY_BOXES + HALF).reshape([PIXELS, F_BOX])
+                    b = x_smem.index(stage).reshape([PIXELS, BLOCK_C])
+                    acc = warpgroup_mma(a.permute((1, 0)), b, acc, is_async=True)
+                    acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous product is done
+                    mbarrier.arrive(empty.index((at + STAGES - 1) % STAGES), count=1,
+                                    pred=step > 0)  # fmt: skip
+                acc = warpgroup_mma_wait(0, deps=(acc,))
+                if ROUNDS == 2:
+                    mbarrier.arrive(turn.index(role), count=1)
+                mbarrier.arrive(empty.index((it + steps + STAGES - 1) % STAGES), count=1,
+                                pred=steps > 0)  # fmt: skip
             k = k0 + HALF * F_BOX + rows
             c = c0 + cols
             if splits == 1:
@@ -264,6 +309,16 @@ def conv_filter_hopper_kernel(
     dy_smem = gl.allocate_shared_memory(dtype, [STAGES * DY_BOXES] + dy_desc.block_type.shape,
                                         dy_desc.layout)  # fmt: skip
     x_smem = gl.allocate_shared_memory(dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    if dtype == gl.float32:  # TF32: each consumer's two buffers of x's box, pixels innermost
+        PIXELS: gl.constexpr = (
+            x_desc.block_type.shape[0] * x_desc.block_type.shape[1] * x_desc.block_type.shape[2]
+        )
+        xt_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32)
+        xt_smem = gl.allocate_shared_memory(
+            dtype, [4, x_desc.block_type.shape[3], PIXELS], xt_layout
+        )
+    else:
+        xt_smem = x_smem  # not read
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ping-pong's
@@ -275,12 +330,12 @@ def conv_filter_hopper_kernel(
     # Constants written into the argument lists (see conv_hopper_kernel).
     gl.warp_specialize(
         [
-            (_consumer, (0, dy_smem, x_smem, ready, empty, turn, dw_ptr, ws_ptr, alpha, beta,
-                         units, k_tiles, c_tiles, splits, per_split, boxes, S, K, C, sk, sc, sr,
-                         ss, BETA_NONZERO)),
-            (_consumer, (1, dy_smem, x_smem, ready, empty, turn, dw_ptr, ws_ptr, alpha, beta,
-                         units, k_tiles, c_tiles, splits, per_split, boxes, S, K, C, sk, sc, sr,
-                         ss, BETA_NONZERO)),
+            (_consumer, (0, dy_smem, x_smem, xt_smem, ready, empty, turn, dw_ptr, ws_ptr,
+                         alpha, beta, units, k_tiles, c_tiles, splits, per_split, boxes, S, K,
+                         C, sk, sc, sr, ss, BETA_NONZERO)),
+            (_consumer, (1, dy_smem, x_smem, xt_smem, ready, empty, turn, dw_ptr, ws_ptr,
+                         alpha, beta, units, k_tiles, c_tiles, splits, per_split, boxes, S, K,
+                         C, sk, sc, sr, ss, BETA_NONZERO)),
             (_load_partition, (dy_desc, x_desc, x1_desc, x2_desc, x3_desc, dy_smem, x_smem,
                                ready, empty, units, k_tiles, c_tiles, splits, per_split, boxes,
                                boxes_h, boxes_w, pad_h, pad_w, dil_h, dil_w, stride_h,
