@@ -351,9 +351,19 @@ HOPPER_FILTER_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("case", ["bf16", "fp16", "tf32"])
+#: Float32 (TF32) also runs 1x1 weight gradients and layers of 64 filters or channels.
+HOPPER_FILTER_TF32_SHAPES = [
+    ((2, 64, 12, 11), (64, 64, 3, 3), dict(padding=1)),
+    ((3, 96, 9, 8), (200, 96, 1, 1), dict()),
+    ((2, 128, 15, 13), (72, 128, 1, 1), dict(stride=2)),
+    ((2, 64, 30, 31), (256, 64, 1, 1), dict()),
+]
+HOPPER_FILTER_CASES = [(s, case) for s in HOPPER_FILTER_SHAPES for case in ("bf16", "fp16", "tf32")]
+HOPPER_FILTER_CASES += [(s, "tf32") for s in HOPPER_FILTER_TF32_SHAPES]
+
+
 @pytest.mark.parametrize("algo_name", ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K"])
-@pytest.mark.parametrize("shape", HOPPER_FILTER_SHAPES)
+@pytest.mark.parametrize("shape,case", HOPPER_FILTER_CASES)
 def test_hopper_filter_kernel(shape, algo_name, case):
     """The warp-specialized Hopper weight gradient (both implicit GEMMs' only tiles on sm_90
     where it applies; split within IMPLICIT_GEMM_SPLIT_K's workspace; float32 in TF32 math,

@@ -471,6 +471,8 @@ def test_split_plan_covers_every_box(tiles, boxes, most):
         (128, 3, dict(stride=2, padding=1), torch.float16, "cl", None),
         (128, 1, dict(), torch.bfloat16, "cl", "1x1"),
         (64, 3, dict(padding=1), torch.bfloat16, "cl", "at least 128"),
+        (32, 3, dict(padding=1), torch.float32, "cl", "at least 64"),
+        (64, 1, dict(stride=2), torch.float32, "cl", None),  # TF32: 1x1 and 64 channels too
         (128, 3, dict(padding=1), torch.float32, "cl", None),  # TF32 (the default math)
         (128, 3, dict(padding=1, math="fp32"), torch.float32, "cl", "TF32"),
         (128, 3, dict(padding=1, groups=2), torch.bfloat16, "cl", "one group"),

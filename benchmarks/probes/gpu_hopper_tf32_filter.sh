@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The Hopper weight gradient in float32 (TF32 products, x's boxes transposed by the kernel):
-# its GPU tests in every dtype, then the resnet50 and vgg16 backward-filter suites in TF32
-# beside cuDNN with the kernel on and, for resnet50, off (RTDNN_HOPPER_CONV=0: bf16x3 on the
-# pointer tiles), RTDNN_AUTOTUNE=0. Under $OUT.
+# its GPU tests (TF32 only with ONLY_TF32=1, else every dtype), then the resnet50 and vgg16
+# backward-filter suites in TF32 beside cuDNN, RTDNN_AUTOTUNE=0; with OFF=1 also resnet50's
+# with the kernel off (RTDNN_HOPPER_CONV=0: bf16x3 on the pointer tiles). Under $OUT.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src RTDNN_AUTOTUNE=0
 . benchmarks/probes/suite.sh
+tests="test_hopper_filter_kernel${ONLY_TF32:+ and tf32}"
 RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-200}" python3 -m pytest -q -n 14 -rf -p no:cacheprovider \
-  tests/test_conv_gpu.py -k "test_hopper_filter_kernel" > "$OUT/gpu_tests_hopper_filter.txt" 2>&1
+  tests/test_conv_gpu.py -k "$tests" > "$OUT/gpu_tests_hopper_filter.txt" 2>&1
 echo "== hopper filter gpu tests: exit $?"
 grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_hopper_filter.txt" | head -20
 suite resnet50 backward_filter float32 120
-RTDNN_HOPPER_CONV=0 suite resnet50 backward_filter float32 150 off
+[ -n "${OFF:-}" ] && RTDNN_HOPPER_CONV=0 suite resnet50 backward_filter float32 150 off
 suite vgg16 backward_filter float32 120

@@ -461,6 +461,12 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
     if reason is not None:
         return reason
     if p.direction == Direction.BACKWARD_FILTER:
+        if p.dtype == torch.float32:
+            # 1x1 too: the TMA GEMM takes 16-bit data only, and the pointer path multiplies
+            # bf16x3.
+            if min(p.out_channels, p.in_channels) < 64:
+                return f"{p.out_channels} filters, {p.in_channels} channels: at least 64 of each"
+            return None
         if math.prod(p.kernel) == 1:  # the TMA GEMM's: ResNet-50's l2.x.conv1 0.039 ms there,
             return "1x1 weight gradients: a plain GEMM"  # 0.088 here (H200, bf16)
         if min(p.out_channels, p.in_channels) < 128:  # the pointer path was faster there
