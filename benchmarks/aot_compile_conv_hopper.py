@@ -109,10 +109,11 @@ def compile_filter_case(n, c, k, side, r, pad, stride, splits, beta, cooperative
     ws = torch.empty(r * r, splits, k, c, dtype=torch.float32)
     tf32 = dtype == torch.float32
     box = ch.least_waste_box(n, out_side, out_side, chf.TF32_PIXELS if tf32 else chf.PIXELS)
-    f_box = chf.BLOCK_F // (2 if cooperative else 1)
+    # Units of 64 filters or channels where the layer has no more (float32 only).
+    f_box = min(chf.BLOCK_F, max(k, 64)) // (2 if cooperative else 1)
     block_c, stages = (
         (chf.COOPERATIVE_BLOCK_C, chf.COOPERATIVE_STAGES) if cooperative
-        else (chf.BLOCK_C, chf.TF32_STAGES if tf32 else chf.STAGES)
+        else (min(chf.BLOCK_C, max(c, 64)), chf.TF32_STAGES if tf32 else chf.STAGES)
     )  # fmt: skip
     dy_desc = ch.descriptor(dy, dy.shape, dy.stride(), [*box, f_box])
     x_desc = ch.descriptor(x, x.shape, x.stride(), [*box, block_c])
@@ -133,7 +134,8 @@ if __name__ == "__main__":
             for beta in (False, True):
                 print("backward_filter", case, f"cooperative={cooperative} beta={beta}:",
                       compile_filter_case(*case, beta, cooperative), flush=True)  # fmt: skip
-        for beta in (False, True):  # float32 in TF32 math: ping-pong units
+    for case in [*FILTER_CASES, (64, 64, 64, 56, 3, 1, 1, 4), (64, 64, 256, 56, 1, 0, 1, 1)]:
+        for beta in (False, True):  # float32 in TF32 math: ping-pong units, 64 x 64 too
             print("backward_filter", case, f"float32 beta={beta}:",
                   compile_filter_case(*case, beta, False, torch.float32), flush=True)  # fmt: skip
     for case in CASES[:5]:  # float32 in TF32 math: forward, backward-data on the filter copy

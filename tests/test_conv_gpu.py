@@ -327,11 +327,11 @@ def test_hopper_tf32_backward_data(shape):
                       ref_beta, tol, workspace)  # fmt: skip
 
 
-#: Shapes for the Hopper weight gradient (at least 128 filters and channels): odd images,
+#: Shapes for the Hopper weight gradient (at least 64 filters and channels): odd images,
 #: filters and channels not a multiple of the 128 x 128 or 128 x 256 unit (136, 192, 200,
 #: 320; the cooperative unit runs where there are 256 channels or more), padding above the
 #: filter's reach, stride 2 (3x3, 7x7, one dimension, with dilation), a 1-pixel image,
-#: batch 1, and enough pixels that IMPLICIT_GEMM_SPLIT_K splits (the last two).
+#: batch 1, enough pixels that IMPLICIT_GEMM_SPLIT_K splits (ten and eleven), 64-wide units.
 HOPPER_FILTER_SHAPES = [
     ((4, 128, 17, 15), (128, 128, 3, 3), dict(padding=1)),
     ((2, 192, 10, 11), (136, 192, 3, 3), dict(padding=3)),
@@ -348,12 +348,14 @@ HOPPER_FILTER_SHAPES = [
     # partly out of range (200 filters); a filter half wholly out of range (136).
     ((2, 320, 9, 10), (200, 320, 3, 3), dict(padding=1)),
     ((2, 256, 6, 5), (136, 256, 3, 3), dict(padding=1)),
+    # Units 64 filters or channels wide: 64 x 64, and 128 filters x 64 channels.
+    ((2, 64, 12, 11), (64, 64, 3, 3), dict(padding=1)),
+    ((2, 64, 20, 18), (128, 64, 3, 3), dict(padding=1)),
 ]
 
 
-#: Float32 (TF32) also runs 1x1 weight gradients and layers of 64 filters or channels.
+#: Float32 (TF32) also runs 1x1 weight gradients.
 HOPPER_FILTER_TF32_SHAPES = [
-    ((2, 64, 12, 11), (64, 64, 3, 3), dict(padding=1)),
     ((3, 96, 9, 8), (200, 96, 1, 1), dict()),
     ((2, 128, 15, 13), (72, 128, 1, 1), dict(stride=2)),
     ((2, 64, 30, 31), (256, 64, 1, 1), dict()),

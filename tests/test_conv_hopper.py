@@ -368,7 +368,7 @@ def _emulate_filter(fixed: dict, args: tuple) -> None:
 
 
 @pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K"])
-@pytest.mark.parametrize("unit", ["ping-pong", "cooperative", "tf32"])
+@pytest.mark.parametrize("unit", ["ping-pong", "cooperative", "tf32", "tf32-64"])
 @pytest.mark.parametrize(
     "x_shape,w_shape,conv",
     [
@@ -386,11 +386,11 @@ def test_host_plan_computes_the_weight_gradient(algo, unit, x_shape, w_shape, co
                                                 monkeypatch):  # fmt: skip
     """Backward-filter's Hopper launch (IMPLICIT_GEMM unsplit, IMPLICIT_GEMM_SPLIT_K in up to
     four splits within its workspace; ping-pong's 128 x 128 units and cooperative 128 x 256,
-    dy in two boxes; float32 in TF32 math, 32 pixels a step), prepared on the CPU with the
-    GPU parts stubbed and carried out by an emulation of the kernel in float64, gives the
-    weight gradient with alpha and beta: descriptors, stride phases, units, splits and the
-    filter's strides are right. Tiles wider than the channels (72 and 136 of 128; 264 in
-    tiles of 128 or 256) and a 1-pixel image included."""
+    dy in two boxes; float32 in TF32 math, 32 pixels a step, also in 64 x 64 units), prepared
+    on the CPU with the GPU parts stubbed and carried out by an emulation of the kernel in
+    float64, gives the weight gradient with alpha and beta: descriptors, stride phases, units,
+    splits and the filter's strides are right. Tiles wider than the channels (72 and 136 of
+    128; 264 in tiles of 128 or 256) and a 1-pixel image included."""
     from rtdnn import reference as R
     from rtdnn.algos import ConvTensors
     from rtdnn.algos import implicit_gemm as ig
@@ -415,7 +415,7 @@ def test_host_plan_computes_the_weight_gradient(algo, unit, x_shape, w_shape, co
     # Up to four splits (the interpreter's split count is one on these sizes).
     monkeypatch.setattr(ig.ImplicitGemmSplitK, "splits", lambda self, p: 4)
     cl = torch.channels_last
-    dtype = torch.float32 if unit == "tf32" else torch.bfloat16
+    dtype = torch.float32 if unit.startswith("tf32") else torch.bfloat16
     x = torch.randn(x_shape).to(dtype).to(memory_format=cl)
     w = torch.randn(w_shape).to(dtype)  # the filter written in its own strides
     args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", math="tf32")
@@ -426,9 +426,10 @@ def test_host_plan_computes_the_weight_gradient(algo, unit, x_shape, w_shape, co
         "ping-pong": (chf.BLOCK_C, chf.PIXELS, chf.STAGES),
         "cooperative": (chf.COOPERATIVE_BLOCK_C, chf.PIXELS, chf.COOPERATIVE_STAGES),
         "tf32": (chf.BLOCK_C, chf.TF32_PIXELS, chf.TF32_STAGES),
+        "tf32-64": (64, chf.TF32_PIXELS, chf.TF32_STAGES),  # 64 x 64 units
     }[unit]
-    tiles = HopperConvTiles(chf.BLOCK_F, channels, pixels, group_m=1, num_warps=4,
-                            num_stages=stages)  # fmt: skip
+    tiles = HopperConvTiles(min(chf.BLOCK_F, channels), channels, pixels, group_m=1,
+                            num_warps=4, num_stages=stages)  # fmt: skip
     run = algorithm.prepare(p, tiles)
     workspace = torch.empty(algorithm.workspace_bytes(p), dtype=torch.uint8)
     prior = torch.randn(w_shape).to(dtype)
@@ -470,7 +471,7 @@ def test_split_plan_covers_every_box(tiles, boxes, most):
         (128, 3, dict(padding=1), torch.bfloat16, "cl", None),
         (128, 3, dict(stride=2, padding=1), torch.float16, "cl", None),
         (128, 1, dict(), torch.bfloat16, "cl", "1x1"),
-        (64, 3, dict(padding=1), torch.bfloat16, "cl", "at least 128"),
+        (64, 3, dict(padding=1), torch.bfloat16, "cl", None),  # in 64 x 64 units
         (32, 3, dict(padding=1), torch.float32, "cl", "at least 64"),
         (64, 1, dict(stride=2), torch.float32, "cl", None),  # TF32: 1x1 and 64 channels too
         (128, 3, dict(padding=1), torch.float32, "cl", None),  # TF32 (the default math)
@@ -506,8 +507,10 @@ def test_weight_gradient_scope_on_hopper(channels, kernel, conv, dtype, layout, 
         assert got is None
         candidates = ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"].tile_candidates(p)
         # 128 channels: the ping-pong unit alone (the cooperative one is 256 channels wide),
-        # 64 pixels a step (128 bytes of them: 32 in float32).
-        assert [(t.block_m, t.block_n) for t in candidates] == [(128, 128)]
+        # 64 pixels a step (128 bytes of them: 32 in float32); float32 layers of 64 channels
+        # in units of 64 x 64.
+        side = min(channels, 128)
+        assert [(t.block_m, t.block_n) for t in candidates] == [(side, side)]
         assert candidates[0].block_k == 128 // dtype.itemsize
         # A late 3x3 weight gradient (512 filters): GEMM first only without this kernel.
         monkeypatch.setattr(gemm, "device_memory_bytes", lambda index: 80 << 30)

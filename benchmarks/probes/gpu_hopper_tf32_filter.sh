@@ -14,3 +14,9 @@ grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_hopper_filter.txt" | head -
 suite resnet50 backward_filter float32 120
 [ -n "${OFF:-}" ] && RTDNN_HOPPER_CONV=0 suite resnet50 backward_filter float32 150 off
 suite vgg16 backward_filter float32 120
+# With BF16=1: the 16-bit suites the 64-wide units reach (64-channel layers).
+if [ -n "${BF16:-}" ]; then
+  suite vgg16 backward_filter bf16 120
+  suite resnet50 backward_filter bf16 120
+  suite deepbench_train backward_filter bf16 180
+fi

@@ -461,16 +461,13 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
     if reason is not None:
         return reason
     if p.direction == Direction.BACKWARD_FILTER:
-        if p.dtype == torch.float32:
-            # 1x1 too: the TMA GEMM takes 16-bit data only, and the pointer path multiplies
-            # bf16x3.
-            if min(p.out_channels, p.in_channels) < 64:
-                return f"{p.out_channels} filters, {p.in_channels} channels: at least 64 of each"
-            return None
-        if math.prod(p.kernel) == 1:  # the TMA GEMM's: ResNet-50's l2.x.conv1 0.039 ms there,
-            return "1x1 weight gradients: a plain GEMM"  # 0.088 here (H200, bf16)
-        if min(p.out_channels, p.in_channels) < 128:  # the pointer path was faster there
-            return f"{p.out_channels} filters, {p.in_channels} channels: at least 128 of each"
+        if min(p.out_channels, p.in_channels) < 64:  # units of 64 x 64 at the least
+            return f"{p.out_channels} filters, {p.in_channels} channels: at least 64 of each"
+        # 1x1 in 16-bit data is the TMA GEMM's (ResNet-50's l2.x.conv1 0.039 ms there, 0.088
+        # here, H200, bf16); in float32 it is not (16-bit data only), and the pointer path
+        # multiplies bf16x3.
+        if math.prod(p.kernel) == 1 and p.dtype != torch.float32:
+            return "1x1 weight gradients in 16-bit data: a plain GEMM"
         return None
     dst = p.y if p.direction == Direction.FORWARD else p.x
     if dst.shape[1] < 64:  # tiles wider than the output's channels: not run on a GPU yet
@@ -503,14 +500,17 @@ def hopper_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
 def _hopper_filter_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
     """The weight-gradient kernel's units (kernels/conv_hopper_filter.py): 128 filters x 128
     channels (ping-pong), and 128 x 256 (cooperative) where there are 256 channels or more,
-    first where cooperative_first says so. Float32 (TF32): ping-pong's, 32 pixels a step."""
+    first where cooperative_first says so; ping-pong's 64 filters or channels wide where the
+    layer has no more. Float32 (TF32): ping-pong's, 32 pixels a step."""
     from ..kernels import conv_hopper_filter as chf
 
+    pingpong = HopperConvTiles(
+        chf.BLOCK_F if p.out_channels > 64 else 64, chf.BLOCK_C if p.in_channels > 64 else 64,
+        chf.PIXELS, group_m=1, num_warps=4, num_stages=chf.STAGES,
+    )  # fmt: skip
     if p.dtype == torch.float32:
-        return [HopperConvTiles(chf.BLOCK_F, chf.BLOCK_C, chf.TF32_PIXELS, group_m=1,
-                                num_warps=4, num_stages=chf.TF32_STAGES)]  # fmt: skip
-    pingpong = HopperConvTiles(chf.BLOCK_F, chf.BLOCK_C, chf.PIXELS, group_m=1, num_warps=4,
-                               num_stages=chf.STAGES)  # fmt: skip
+        return [dataclasses.replace(pingpong, block_k=chf.TF32_PIXELS,
+                                    num_stages=chf.TF32_STAGES)]  # fmt: skip
     if p.in_channels < chf.COOPERATIVE_BLOCK_C:
         return [pingpong]
     cooperative = dataclasses.replace(

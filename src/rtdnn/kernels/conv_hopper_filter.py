@@ -49,10 +49,9 @@ every other: ResNet-50's l2.x.conv2 (9 tiles in 14 splits) took 0.054 ms against
 with a launch of its own (H200, bf16).
 
 Scope (algos/implicit_gemm.py, hopper_unsupported): 2-D filters, stride 1 or 2, one group,
-x and dy channels-last with 16-byte aligned strides; in 16-bit data, filters of more than one
-tap (a 1x1 layer's weight gradient is a plain GEMM, which kernels/gemm_tma.py serves) and at
-least 128 filters and channels (smaller layers ran faster on the pointer path: ResNet-50's
-64-channel 3x3 layer, H200); in float32 (TF32 math), at least 64 of each, 1x1 included.
+x and dy channels-last with 16-byte aligned strides, at least 64 filters and channels (units
+64 filters or channels wide where a layer has no more); in 16-bit data filters of more than
+one tap (a 1x1 layer's weight gradient is a plain GEMM, which kernels/gemm_tma.py serves).
 """
 
 from typing import NamedTuple
