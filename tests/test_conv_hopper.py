@@ -558,3 +558,31 @@ def test_cooperative_unit_first_on_long_plans(channels, batch, side, first, monk
     split_k = ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"]
     units = [t.block_n for t in ig._hopper_filter_candidates(p, split_k.splits(p))]
     assert units == ([256, 128] if first else [128, 256])
+
+
+@pytest.mark.parametrize(
+    "filters,channels,dtype,units",
+    [
+        (64, 64, torch.bfloat16, [(64, 64, 64)]),
+        (128, 64, torch.bfloat16, [(128, 64, 64)]),
+        (64, 512, torch.bfloat16, [(64, 128, 64)]),  # no cooperative unit: 32 filters a group
+        (72, 64, torch.float16, [(128, 64, 64)]),
+        (64, 512, torch.float32, [(64, 128, 32)]),
+        (512, 512, torch.float32, [(128, 128, 32)]),  # TF32: ping-pong's unit alone
+    ],
+)
+def test_weight_gradient_units_by_channels(filters, channels, dtype, units, monkeypatch):
+    """The weight-gradient kernel's units: 64 filters or channels wide where the layer has no
+    more, 128 otherwise; the cooperative unit only where both warp groups get 64 filters;
+    32 pixels a step in float32 (128 bytes), 64 in 16-bit data."""
+    from rtdnn.algos import implicit_gemm as ig
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(ig, "multiprocessor_count", lambda index: 132)
+    cl = torch.channels_last
+    x = torch.empty(2, channels, 9, 9, dtype=dtype, memory_format=cl)
+    w = torch.empty(filters, channels, 3, 3, dtype=dtype, memory_format=cl)
+    args = dict(stride=1, padding=1, dilation=1, groups=1, mode="cross_correlation", math=None)
+    p, _ = _problem_for_selection("backward_filter", x, w, **args)
+    got = [(t.block_m, t.block_n, t.block_k) for t in ig._hopper_filter_candidates(p, 4)]
+    assert got == units

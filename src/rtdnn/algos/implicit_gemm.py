@@ -511,7 +511,8 @@ def _hopper_filter_candidates(p: ConvProblem, most_splits: int) -> list[TileConf
     if p.dtype == torch.float32:
         return [dataclasses.replace(pingpong, block_k=chf.TF32_PIXELS,
                                     num_stages=chf.TF32_STAGES)]  # fmt: skip
-    if p.in_channels < chf.COOPERATIVE_BLOCK_C:
+    # The cooperative unit gives each warp group 64 of its filters: it needs 128.
+    if p.in_channels < chf.COOPERATIVE_BLOCK_C or pingpong.block_m < chf.BLOCK_F:
         return [pingpong]
     cooperative = dataclasses.replace(
         pingpong, block_n=chf.COOPERATIVE_BLOCK_C, num_stages=chf.COOPERATIVE_STAGES
