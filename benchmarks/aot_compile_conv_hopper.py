@@ -109,7 +109,7 @@ def compile_filter_case(n, c, k, side, r, pad, stride, splits, beta, cooperative
     ws = torch.empty(r * r, splits, k, c, dtype=torch.float32)
     tf32 = dtype == torch.float32
     box = ch.least_waste_box(n, out_side, out_side, chf.TF32_PIXELS if tf32 else chf.PIXELS)
-    # Units of 64 filters or channels where the layer has no more (float32 only).
+    # Units of 64 filters or channels where the layer has no more.
     f_box = min(chf.BLOCK_F, max(k, 64)) // (2 if cooperative else 1)
     block_c, stages = (
         (chf.COOPERATIVE_BLOCK_C, chf.COOPERATIVE_STAGES) if cooperative

@@ -484,9 +484,9 @@ def test_split_plan_covers_every_box(tiles, boxes, most):
 def test_weight_gradient_scope_on_hopper(channels, kernel, conv, dtype, layout, reason,
                                          monkeypatch):  # fmt: skip
     """On a Hopper machine (stubbed: sm_90, compiled kernels) the weight-gradient kernel
-    takes ungrouped 16-bit (or float32 in TF32 math) channels-last layers of 128 filters and
-    channels and more with filters over 1x1 at stride 1 or 2, says why not elsewhere, and
-    then `auto` no longer sends a late 3x3 weight gradient to GEMM first."""
+    takes ungrouped channels-last layers of 64 filters and channels and more at stride 1 or
+    2, in 16-bit data with filters over 1x1, in float32 (TF32 math) 1x1 too; says why not
+    elsewhere; and then `auto` no longer sends a late 3x3 weight gradient to GEMM first."""
     from rtdnn.algos import gemm, geometry
     from rtdnn.algos import implicit_gemm as ig
 

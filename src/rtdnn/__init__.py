@@ -75,7 +75,7 @@ from .ops import (
 )
 from .select import AlgoPerf
 
-__version__ = "0.1.4"
+__version__ = "0.1.5"
 
 __all__ = [
     "activation_backward",

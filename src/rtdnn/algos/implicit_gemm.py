@@ -1,7 +1,8 @@
 """IMPLICIT_GEMM: the batch-reduce GEMM reads its operands straight from x, w and dy, with the
 im2col addresses computed in the kernel. No workspace, every direction. On Hopper GPUs, 2-D
-16-bit channels-last forward and backward-data run the warp-specialized kernel of
-kernels/conv_hopper.py instead where it applies (hopper_unsupported says where not).
+channels-last convolutions in 16-bit data or float32 under TF32 math run the warp-specialized
+kernels instead where they apply (kernels/conv_hopper.py forward and backward-data,
+kernels/conv_hopper_filter.py the weight gradient; hopper_unsupported says where not).
 
 IMPLICIT_GEMM_SPLIT_K: forward and backward-filter. When the output has too few tiles to fill
 the GPU (backward-filter's K/g x C/g per filter tap with a reduction over every pixel; forward on

@@ -7,7 +7,7 @@ a box [images, rows, columns] of the output has, for each tap, a box of the inpu
 shape as its operand: one TMA copy, with the hardware's zero fill doing the padding. Read
 from shared memory as a [pixels, channels] matrix it feeds the warp-group MMA directly (the
 box's 128-byte swizzle is the matrix's). The filter operand is a 2-D box of the filter seen
-as a (K, taps x C) matrix.
+as a (K, taps x C) matrix (TF32 backward-data: a copy seen as (C, taps x K), below).
 
 At stride 2 (forward) a tap's input pixels are every other row and column from the tap's
 offset: one of the input's four stride phases, each seen through a descriptor of its own
@@ -15,7 +15,11 @@ offset: one of the input's four stride phases, each seen through a descriptor of
 
 Backward-data at stride 1 is the same product: dx's box of pixels reads dy's box shifted the
 other way, reduces over the output channels k, and multiplies by the filter's (k, c) block
-of the tap, whose c is contiguous: the MMA takes that operand with N innermost. At stride 2,
+of the tap, whose c is contiguous: the MMA takes that operand with N innermost. TF32
+products cannot read an operand so (both need the reduced dimension innermost): in float32
+backward-data reads IMPLICIT_PRECOMP_GEMM's copy of the filter laid out k innermost, then
+the taps, then c, as a (C, taps x K) matrix whose rows are the written channels
+(W_REDUCED_ROWS off). At stride 2,
 dx's pixels split into four stride phases (every other row and column), each reached by a
 subset of the taps (data_phase_taps) that reads dy at stride 1: four launches, side by side,
 each writing its phase through a strided view of dx.
@@ -24,7 +28,7 @@ One program a multiprocessor loops over tiles (persistent) and runs three partit
 kernels/attention_hopper.py does:
 
 - **load** (one warp): for each of the program's tiles and each step (a filter tap and a
-  64-channel chunk of the reduction), the input box and the filter block, by TMA, into a
+  chunk of 128 bytes of the reduced channels), the input box and the filter block, by TMA, into a
   ring of STAGES shared-memory stages. A stage is refilled once both consumers released it
   (an `empty` mbarrier counting two arrivals); the copies' completion arrives on its `ready`
   mbarrier. The loader runs ahead into the program's next tile as stages free up.
@@ -39,11 +43,11 @@ two, chosen to tile the output with the fewest pixels outside it (at batch 64, R
 where boxes of whole rows a power of two wide, the earlier rule, wasted 23% on both).
 
 Scope (algos/implicit_gemm.py, hopper_unsupported, checks it): 2-D, stride 1 or 2 in each
-dimension, one group, cross-correlation, 16-bit data (forward also float32 in TF32 math: the
-MMA's TF32 products read both operands with the reduced channels innermost, which forward's
-are and backward-data's filter is not), channels-last tensors a TMA descriptor can address,
-the reduced channels (C forward, K backward-data) a multiple of a step's chunk (64 of 16-bit
-data, 32 of float32), at least 64 written channels, a channels-last filter with dense taps.
+dimension, one group, cross-correlation, 16-bit data or float32 in TF32 math (backward-data
+on the filter copy above), channels-last tensors a TMA descriptor can address, the reduced
+channels (C forward, K backward-data) a multiple of a step's chunk (64 of 16-bit data, 32 of
+float32), at least 64 written channels, a channels-last filter with dense taps (or, in TF32
+backward-data, the copy).
 """
 
 import math

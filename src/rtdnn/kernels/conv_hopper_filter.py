@@ -22,7 +22,8 @@ One program a multiprocessor loops over units (persistent) and runs three partit
 - **load** (one warp): per step of each unit in turn, dy's box of the unit's filters and x's
   box of its channels at the unit's tap, by TMA, into a ring of STAGES stages.
 - **two consumers** (one warp group each), in one of two ways:
-  - *ping-pong* (128 x 128 units): each takes whole units, alternately: one finishes a unit
+  - *ping-pong* (128 x 128 units, or 64 wide where a layer has no more): each takes whole
+    units, alternately: one finishes a unit
     while the other multiplies the next, so the epilogue costs no tensor-core time. A
     consumer starts a unit's products once the other has taken the last stage of the previous
     unit (the `turn` mbarriers): the ring then never runs two rounds ahead of a consumer's
@@ -244,6 +245,7 @@ def _consumer(role: gl.constexpr, dy_smem, x_smem, xt_smem, ready, empty, turn, 
                     at = it + step
                     stage = at % STAGES
                     mbarrier.wait(ready.index(stage), (at // STAGES) & 1)
+                    gl.static_assert(not COOPERATIVE, "TF32 runs ping-pong units")
                     dy_t = dy_smem.index(stage).reshape([PIXELS, F_BOX]).permute((1, 0))
                     a = dy_t.load(a_layout)
                     # (pixels, channels) view of a buffer that holds the pixels innermost
@@ -361,7 +363,8 @@ def split_plan(tiles: int, boxes: int, programs: int, most: int,
     `boxes a split` steps, a cooperative step COOPERATIVE_STEP ping-pong steps) plus the
     partials' traffic (float32 written and summed: about 6.7 / PIXELS steps of the whole GPU
     a 128 x 128 unit's partials, a 128 x 128 x 64 step against 128 KiB written and read at
-    about 3 TB/s on an H200)."""
+    about 3 TB/s on an H200). Measured on 16-bit 128-wide units; TF32 steps (half the
+    pixels at half the rate) and 64-wide units use it as it is."""
     step, width = (COOPERATIVE_STEP, 2) if cooperative else (1.0, 1)
 
     def cost(splits: int) -> float:
