@@ -298,11 +298,13 @@ HOPPER_MATRIX = [("forward", s) for s in HOPPER_FORWARD_ONLY + HOPPER_SHAPES]
 HOPPER_MATRIX += [("backward_data", s) for s in HOPPER_SHAPES]
 
 
+@pytest.mark.parametrize("direction", ["backward_data", "forward"])
 @pytest.mark.parametrize("shape", HOPPER_SHAPES)
-def test_hopper_tf32_backward_data(shape):
-    """TF32 backward-data on Hopper: IMPLICIT_PRECOMP_GEMM's Hopper tiles (first), on its
-    filter copy with k innermost, alpha and beta into a NaN-poisoned and then a prior dx,
-    match float64; two runs are bit-identical."""
+def test_hopper_tf32_filter_copy(shape, direction):
+    """TF32 on Hopper through IMPLICIT_PRECOMP_GEMM's filter copy: backward-data on the copy
+    with k innermost (of a channels-last filter), forward on a channels-last copy of an NCHW
+    filter; its Hopper tiles (first), alpha and beta into a NaN-poisoned and then a prior
+    output, match float64; two runs are bit-identical."""
     from rtdnn.algos import ALGORITHMS, ConvTensors
     from rtdnn.algos.implicit_gemm import HopperConvTiles
     from rtdnn.ops.conv import _problem_for_selection
@@ -312,19 +314,30 @@ def test_hopper_tf32_backward_data(shape):
     dtype, math_mode, tol = CASES["tf32"]
     xs, ws, conv = shape
     x = _channels_last(torch.randn(xs, device="cuda", dtype=dtype))
-    w = _channels_last(torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * 9) ** 0.5)
-    dy = _channels_last(torch.randn(R.conv_forward(x, w, **conv).shape, device="cuda", dtype=dtype))
+    forward = direction == "forward"
+    w = torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * 9) ** 0.5
+    w = w if forward else _channels_last(w)  # forward: an NCHW filter, copied channels-last
+    y_shape = R.conv_forward(x, w, **conv).shape
+    dy = _channels_last(torch.randn(y_shape, device="cuda", dtype=dtype))
     args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation")
-    p, _ = _problem_for_selection("backward_data", x, w, math=math_mode, **{**args, **conv})
+    p, _ = _problem_for_selection(direction, x, w, math=math_mode, **{**args, **conv})
     algo = ALGORITHMS["IMPLICIT_PRECOMP_GEMM"]
     candidates = [t for t in algo.tile_candidates(p) if isinstance(t, HopperConvTiles)]
     assert candidates and isinstance(algo.tile_candidates(p)[0], HopperConvTiles)
     workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8, device="cuda")
-    prior = _channels_last(torch.randn(xs, device="cuda", dtype=dtype))
-    ref = R.conv_backward_data(dy, w, xs, alpha=0.5, **conv)
-    ref_beta = R.conv_backward_data(dy, w, xs, alpha=0.5, beta=-1.5, out=prior.clone(), **conv)
-    _check_every_tile(algo, p, candidates, lambda out: ConvTensors(out, w, dy), prior, ref,
-                      ref_beta, tol, workspace)  # fmt: skip
+    prior = _channels_last(torch.randn(y_shape if forward else xs, device="cuda", dtype=dtype))
+    if forward:
+        ref = R.conv_forward(x, w, alpha=0.5, **conv)
+        ref_beta = R.conv_forward(x, w, alpha=0.5, beta=-1.5, out=prior.clone(), **conv)
+    else:
+        ref = R.conv_backward_data(dy, w, xs, alpha=0.5, **conv)
+        ref_beta = R.conv_backward_data(dy, w, xs, alpha=0.5, beta=-1.5, out=prior.clone(),
+                                        **conv)  # fmt: skip
+
+    def tensors(out: torch.Tensor) -> ConvTensors:
+        return ConvTensors(x, w, out) if forward else ConvTensors(out, w, dy)
+
+    _check_every_tile(algo, p, candidates, tensors, prior, ref, ref_beta, tol, workspace)
 
 
 #: Shapes for the Hopper weight gradient (at least 64 filters and channels): odd images,
@@ -398,7 +411,7 @@ def test_hopper_filter_kernel(shape, algo_name, case):
 
 
 #: float32 runs the kernel in forward here; in backward-data it reads IMPLICIT_PRECOMP_GEMM's
-#: filter copy with k innermost (test_hopper_tf32_backward_data).
+#: filter copy with k innermost (test_hopper_tf32_filter_copy).
 HOPPER_CASES = [(d, s, case) for d, s in HOPPER_MATRIX for case in ("bf16", "fp16")]
 HOPPER_CASES += [(d, s, "tf32") for d, s in HOPPER_MATRIX if d == "forward"]
 
