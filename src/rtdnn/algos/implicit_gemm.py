@@ -26,6 +26,7 @@ import triton.language as tl
 
 from ..core import INTERPRETED, ConvProblem, Direction, TensorDesc, cdiv, tma_aligned
 from ..core.handle import run_concurrently, stream_counters
+from ..core.tensor import contiguous_strides
 from ..kernels import conv_addressing as ca
 from ..kernels import conv_tma, strided
 from ..kernels.brgemm import identity
@@ -406,24 +407,16 @@ def hopper_data_filter_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     """Strides of a (K, C, *taps) filter stored with k innermost, then the taps, then c: the
     copy that the Hopper kernel's TF32 backward-data reads as a (C, taps x K) matrix, whose
     rows are the written channels and whose columns hold the reduced k innermost."""
-    strides = [0] * len(shape)
-    step = 1
-    for d in [0, *range(len(shape) - 1, 1, -1), 1]:  # innermost first
-        strides[d] = step
-        step *= shape[d]
-    return tuple(strides)
+    return contiguous_strides(shape, (1, *range(2, len(shape)), 0))
 
 
 def channels_last_desc(desc: TensorDesc) -> TensorDesc:
     """`desc` with its channels (dimension 1) innermost, the batch (dimension 0) outermost,
     densely."""
     shape = desc.shape
-    strides = [0] * len(shape)
-    step = 1
-    for d in [1, *range(len(shape) - 1, 1, -1), 0]:
-        strides[d] = step
-        step *= shape[d]
-    return dataclasses.replace(desc, strides=tuple(strides))
+    return dataclasses.replace(
+        desc, strides=contiguous_strides(shape, (0, *range(2, len(shape)), 1))
+    )
 
 
 def hopper_unsupported(p: ConvProblem) -> str | None:

@@ -56,6 +56,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..core import ConvProblem, Direction, TensorDesc, cdiv
+from ..core.tensor import contiguous_strides
 from ..kernels import conv_addressing as ca
 from ..kernels import conv_precomp as cp
 from ..kernels import elementwise as ew
@@ -169,12 +170,7 @@ def tf32_filter_copy(p: ConvProblem) -> TensorDesc | None:
         return None
     taps = list(range(2, len(shape)))
     order = [0, *taps, 1] if reduced == 1 else [*taps, 1, 0]  # outermost first
-    strides = [0] * len(shape)
-    step = 1
-    for d in reversed(order):
-        strides[d] = step
-        step *= shape[d]
-    return TensorDesc(shape, tuple(strides), p.w.dtype)
+    return TensorDesc(shape, contiguous_strides(shape, order), p.w.dtype)
 
 
 def _copy_for(p: ConvProblem, copy: TensorDesc, hopper: bool) -> TensorDesc:

@@ -22,7 +22,7 @@ import triton
 from ..core import NotSupportedError, cached_call, cdiv
 from ..core.handle import stream_counters, stream_scratch
 from ..core.prepared import PreparedCalls
-from ..core.tensor import MAX_ELEMENTS, memory_span
+from ..core.tensor import MAX_ELEMENTS, contiguous_strides, memory_span
 from ..kernels.launch import SlotLaunch
 from ..kernels.norm_addressing import ACTIVATIONS, Layout, NormGeometry
 from ..kernels.norm_backward import (
@@ -123,17 +123,6 @@ def _merge(dims, shape, strides: list[tuple[int, ...]]) -> tuple[list[int], list
 
 def _pad(values: list[int], fill: int) -> tuple[int, ...]:
     return (fill,) * (MAX_DIMS - len(values)) + tuple(values)
-
-
-def contiguous_strides(shape, dims) -> tuple[int, ...]:
-    """Strides over all of `shape`'s dims of a contiguous tensor over `dims` only (0 elsewhere):
-    how a weight of shape [shape[d] for d in dims] is addressed when broadcast to `shape`."""
-    strides = [0] * len(shape)
-    step = 1
-    for d in reversed(tuple(dims)):
-        strides[d] = step
-        step *= shape[d]
-    return tuple(strides)
 
 
 @dataclass(frozen=True)

@@ -257,6 +257,19 @@ def _overlaps_itself(t: torch.Tensor) -> bool:
     return False
 
 
+def contiguous_strides(shape: Sequence[int], dims: Iterable[int]) -> tuple[int, ...]:
+    """Strides over all of `shape`'s dims of a tensor dense over `dims`, given outermost
+    first, and 0 elsewhere: `dims` a permutation of every dim gives a dense layout in that
+    order (channels-last is (0, 2, ..., 1)); a subset, a weight over those dims broadcast to
+    `shape`."""
+    strides = [0] * len(shape)
+    step = 1
+    for d in reversed(tuple(dims)):
+        strides[d] = step
+        step *= shape[d]
+    return tuple(strides)
+
+
 @functools.lru_cache(maxsize=4096)
 def memory_span(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
     """Elements between the lowest and highest address a view touches, plus one. Kernels
