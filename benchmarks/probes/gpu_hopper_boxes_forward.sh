@@ -4,8 +4,6 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src RTDNN_AUTOTUNE=0
 . benchmarks/probes/suite.sh
-RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-110}" python3 -m pytest -q -n 14 -rf -p no:cacheprovider \
-  tests/test_conv_gpu.py -k "test_hopper_kernel" > "$OUT/gpu_tests_hopper.txt" 2>&1
-echo "== hopper gpu tests: exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_hopper.txt" | head -20
+gpu_tests hopper "${TEST_LIMIT:-110}" "test_hopper_kernel"
 suite resnet50 forward bf16 75
 suite resnet50 backward_data bf16 75

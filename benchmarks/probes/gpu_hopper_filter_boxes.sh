@@ -5,9 +5,7 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src RTDNN_AUTOTUNE=0
 . benchmarks/probes/suite.sh
-RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-120}" python3 -m pytest -q -n 12 -rf -p no:cacheprovider \
-  tests/test_conv_gpu.py -k hopper_filter > "$OUT/gpu_tests_filter.txt" 2>&1
-echo "== filter gpu tests: exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_filter.txt" | head -20
+gpu_tests filter "${TEST_LIMIT:-120}" "hopper_filter"
 timeout "${UNITS_LIMIT:-150}" python3 benchmarks/probes/conv_hopper_filter_units.py "$OUT" > "$OUT/units.txt" 2>&1
 echo "== units: exit $?"
 suite vgg16 backward_filter bf16 "${SUITE_LIMIT:-90}"

@@ -5,9 +5,7 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src RTDNN_AUTOTUNE=0
 . benchmarks/probes/suite.sh
-RTDNN_GPU_TESTS=1 timeout "${ALL_LIMIT:-200}" python3 -m pytest -q -n 14 -rf -p no:cacheprovider \
-  tests/test_conv_gpu.py -k "hopper or split or filter" > "$OUT/gpu_tests_conv.txt" 2>&1
-echo "== conv gpu tests: exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_conv.txt" | head -20
+gpu_tests conv "${ALL_LIMIT:-200}" "hopper or split or filter"
 suite resnet50 backward_filter bf16 80
 suite resnet50 backward_filter fp16 80
 suite deepbench_train backward_filter bf16 100

@@ -5,14 +5,10 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src RTDNN_AUTOTUNE=0
 . benchmarks/probes/suite.sh
-RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-200}" python3 -m pytest -q -n 12 -rf -p no:cacheprovider \
-  tests/test_conv_gpu.py -k hopper_filter > "$OUT/gpu_tests_filter.txt" 2>&1
-echo "== filter gpu tests: exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_filter.txt" | head -30
+gpu_tests filter "${TEST_LIMIT:-200}" "hopper_filter"
 suite resnet50 backward_filter bf16 100
 grep -E "conv2|conv1 " "$OUT/resnet50_backward_filter_bf16/conv_resnet50_bf16.md"
 suite vgg16 backward_filter bf16 100
 grep -E "^\| conv" "$OUT/vgg16_backward_filter_bf16/conv_vgg16_bf16.md"
 suite deepbench_train backward_filter bf16 120
-RTDNN_GPU_TESTS=1 timeout "${ALL_LIMIT:-150}" python3 -m pytest -q -n 12 -rf -p no:cacheprovider \
-  tests/test_conv_gpu.py -k "${ALL_FILTER:-hopper or split or filter}" > "$OUT/gpu_tests_conv_all.txt" 2>&1
-echo "== conv gpu tests (${ALL_FILTER:-hopper or split or filter}): exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_conv_all.txt" | head -30
+gpu_tests conv_all "${ALL_LIMIT:-150}" "${ALL_FILTER:-hopper or split or filter}"

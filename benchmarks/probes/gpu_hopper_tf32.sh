@@ -6,9 +6,7 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src RTDNN_AUTOTUNE=0
 . benchmarks/probes/suite.sh
-RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-150}" python3 -m pytest -q -n 14 -rf -p no:cacheprovider \
-  tests/test_conv_gpu.py -k "test_hopper_kernel or tf32_filter_copy" > "$OUT/gpu_tests_hopper.txt" 2>&1
-echo "== hopper gpu tests: exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_hopper.txt" | head -20
+gpu_tests hopper "${TEST_LIMIT:-150}" "test_hopper_kernel or tf32_filter_copy"
 for direction in forward backward_data; do
   suite resnet50 "$direction" float32 90
   RTDNN_HOPPER_CONV=0 suite resnet50 "$direction" float32 90 off

@@ -7,10 +7,7 @@ set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src RTDNN_AUTOTUNE=0
 . benchmarks/probes/suite.sh
 tests="test_hopper_filter_kernel${ONLY_TF32:+ and tf32}"
-RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-200}" python3 -m pytest -q -n 14 -rf -p no:cacheprovider \
-  tests/test_conv_gpu.py -k "$tests" > "$OUT/gpu_tests_hopper_filter.txt" 2>&1
-echo "== hopper filter gpu tests: exit $?"
-grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_hopper_filter.txt" | head -20
+gpu_tests hopper_filter "${TEST_LIMIT:-200}" "$tests"
 suite resnet50 backward_filter float32 120
 [ -n "${OFF:-}" ] && RTDNN_HOPPER_CONV=0 suite resnet50 backward_filter float32 150 off
 suite vgg16 backward_filter float32 120

@@ -7,3 +7,12 @@ suite() {
     --out "$OUT/$name" > "$OUT/$name.txt" 2>&1
   echo "== $name: exit $?"; grep -E "geomean" "$OUT/$name.txt"
 }
+
+# `gpu_tests NAME LIMIT EXPR` runs the GPU tests of tests/test_conv_gpu.py that `-k EXPR`
+# selects under a time limit, writes their report to $OUT/gpu_tests_NAME.txt and prints its
+# exit status and the lines that say what passed and failed.
+gpu_tests() {
+  RTDNN_GPU_TESTS=1 timeout "$2" python3 -m pytest -q -n 14 -rf -p no:cacheprovider \
+    tests/test_conv_gpu.py -k "$3" > "$OUT/gpu_tests_$1.txt" 2>&1
+  echo "== $1 gpu tests: exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests_$1.txt" | head -30
+}
