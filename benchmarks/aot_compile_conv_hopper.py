@@ -112,7 +112,8 @@ def compile_filter_case(n, c, k, side, r, pad, stride, splits, beta, cooperative
     # Units of 64 filters or channels where the layer has no more.
     f_box = min(chf.BLOCK_F, max(k, 64)) // (2 if cooperative else 1)
     block_c, stages = (
-        (chf.COOPERATIVE_BLOCK_C, chf.COOPERATIVE_STAGES) if cooperative
+        (chf.COOPERATIVE_BLOCK_C, chf.TF32_COOPERATIVE_STAGES if tf32 else chf.COOPERATIVE_STAGES)
+        if cooperative
         else (min(chf.BLOCK_C, max(c, 64)), chf.TF32_STAGES if tf32 else chf.STAGES)
     )  # fmt: skip
     dy_desc = ch.descriptor(dy, dy.shape, dy.stride(), [*box, f_box])
@@ -138,6 +139,9 @@ if __name__ == "__main__":
         for beta in (False, True):  # float32 in TF32 math: ping-pong units, 64 x 64 too
             print("backward_filter", case, f"float32 beta={beta}:",
                   compile_filter_case(*case, beta, False, torch.float32), flush=True)  # fmt: skip
+            if min(case[1], case[2]) >= 256:  # and cooperative ones
+                done = compile_filter_case(*case, beta, True, torch.float32)
+                print("backward_filter", case, f"float32 cooperative beta={beta}:", done)
     for case in CASES[:5]:  # float32 in TF32 math: forward, backward-data on the filter copy
         case = case if len(case) == 9 else (*case, 1)
         for block_n in (128, 64):

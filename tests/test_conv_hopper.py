@@ -368,7 +368,9 @@ def _emulate_filter(fixed: dict, args: tuple) -> None:
 
 
 @pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K"])
-@pytest.mark.parametrize("unit", ["ping-pong", "cooperative", "tf32", "tf32-64"])
+@pytest.mark.parametrize(
+    "unit", ["ping-pong", "cooperative", "tf32", "tf32-64", "tf32-cooperative"]
+)
 @pytest.mark.parametrize(
     "x_shape,w_shape,conv",
     [
@@ -427,6 +429,7 @@ def test_host_plan_computes_the_weight_gradient(algo, unit, x_shape, w_shape, co
         "cooperative": (chf.COOPERATIVE_BLOCK_C, chf.PIXELS, chf.COOPERATIVE_STAGES),
         "tf32": (chf.BLOCK_C, chf.TF32_PIXELS, chf.TF32_STAGES),
         "tf32-64": (64, chf.TF32_PIXELS, chf.TF32_STAGES),  # 64 x 64 units
+        "tf32-cooperative": (chf.COOPERATIVE_BLOCK_C, chf.TF32_PIXELS, chf.TF32_COOPERATIVE_STAGES),
     }[unit]
     tiles = HopperConvTiles(min(chf.BLOCK_F, channels), channels, pixels, group_m=1,
                             num_warps=4, num_stages=stages)  # fmt: skip
@@ -437,7 +440,7 @@ def test_host_plan_computes_the_weight_gradient(algo, unit, x_shape, w_shape, co
     run(ConvTensors(x, out, dy), workspace, 0.5, -1.5)
     assert len(launches) == 1
     fixed = launches[0]
-    assert fixed["COOPERATIVE"] == (unit == "cooperative")
+    assert fixed["COOPERATIVE"] == unit.endswith("cooperative")
     assert math.prod(dy_boxes[0][:3]) == pixels
     if algo == "IMPLICIT_GEMM":
         assert fixed["splits"] == 1
@@ -519,11 +522,9 @@ def test_weight_gradient_scope_on_hopper(channels, kernel, conv, dtype, layout, 
         late, _ = _problem_for_selection("backward_filter", x, w, **{**args, **conv})
         late = dataclasses.replace(late, device="cuda")
         assert hopper_unsupported(late) is None and not gemm.gemm_preferred(late)
-        # Both units there (float32: ping-pong's alone); on this short problem (two images)
-        # ping-pong first.
+        # Both units there; on this short problem (two images) ping-pong first.
         split_k = ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"]
-        widths = [128] if dtype == torch.float32 else [128, 256]
-        assert [t.block_n for t in split_k.tile_candidates(late)] == widths
+        assert [t.block_n for t in split_k.tile_candidates(late)] == [128, 256]
         if dtype != torch.float32:  # GEMM comes first for 16-bit late weight gradients
             monkeypatch.setattr(gemm, "hopper_unsupported", lambda p: "off")
             assert gemm.gemm_preferred(late)
@@ -568,13 +569,14 @@ def test_cooperative_unit_first_on_long_plans(channels, batch, side, first, monk
         (64, 512, torch.bfloat16, [(64, 128, 64)]),  # no cooperative unit: 32 filters a group
         (72, 64, torch.float16, [(128, 64, 64)]),
         (64, 512, torch.float32, [(64, 128, 32)]),
-        (512, 512, torch.float32, [(128, 128, 32)]),  # TF32: ping-pong's unit alone
+        (512, 512, torch.float32, [(128, 128, 32), (128, 256, 32)]),
     ],
 )
 def test_weight_gradient_units_by_channels(filters, channels, dtype, units, monkeypatch):
     """The weight-gradient kernel's units: 64 filters or channels wide where the layer has no
-    more, 128 otherwise; the cooperative unit only where both warp groups get 64 filters;
-    32 pixels a step in float32 (128 bytes), 64 in 16-bit data."""
+    more, 128 otherwise; the cooperative unit only where both warp groups get 64 filters
+    (here second: two images make a short plan); 32 pixels a step in float32 (128 bytes),
+    64 in 16-bit data."""
     from rtdnn.algos import implicit_gemm as ig
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)

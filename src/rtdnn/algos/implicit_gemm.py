@@ -495,22 +495,24 @@ def _hopper_filter_candidates(p: ConvProblem, most_splits: int) -> list[TileConf
     """The weight-gradient kernel's units (kernels/conv_hopper_filter.py): 128 filters x 128
     channels (ping-pong), and 128 x 256 (cooperative) where there are 256 channels or more,
     first where cooperative_first says so; ping-pong's 64 filters or channels wide where the
-    layer has no more. Float32 (TF32): ping-pong's, 32 pixels a step."""
+    layer has no more. Float32 (TF32): 32 pixels a step."""
     from ..kernels import conv_hopper_filter as chf
 
     pingpong = HopperConvTiles(
         chf.BLOCK_F if p.out_channels > 64 else 64, chf.BLOCK_C if p.in_channels > 64 else 64,
         chf.PIXELS, group_m=1, num_warps=4, num_stages=chf.STAGES,
     )  # fmt: skip
-    if p.dtype == torch.float32:
-        return [dataclasses.replace(pingpong, block_k=chf.TF32_PIXELS,
-                                    num_stages=chf.TF32_STAGES)]  # fmt: skip
+    tf32 = p.dtype == torch.float32
+    if tf32:
+        pingpong = dataclasses.replace(pingpong, block_k=chf.TF32_PIXELS,
+                                       num_stages=chf.TF32_STAGES)  # fmt: skip
     # The cooperative unit gives each warp group 64 of its filters: it needs 128.
     if p.in_channels < chf.COOPERATIVE_BLOCK_C or pingpong.block_m < chf.BLOCK_F:
         return [pingpong]
     cooperative = dataclasses.replace(
-        pingpong, block_n=chf.COOPERATIVE_BLOCK_C, num_stages=chf.COOPERATIVE_STAGES
-    )
+        pingpong, block_n=chf.COOPERATIVE_BLOCK_C,
+        num_stages=chf.TF32_COOPERATIVE_STAGES if tf32 else chf.COOPERATIVE_STAGES,
+    )  # fmt: skip
     plans = [_hopper_filter_plan(p, t, most_splits).split for t in (pingpong, cooperative)]
     if chf.cooperative_first(*plans):
         return [cooperative, pingpong]

@@ -40,7 +40,10 @@ dy's box from shared memory into registers, transposed, as the MMA's A operand (
 in registers has no layout to keep), and copies x's box through registers into a buffer of
 its own with the pixels innermost (two a consumer, alternate steps) that the MMA reads as B.
 The ring's stage is free once both are taken; a step is 32 pixels (128 bytes of float32, the
-transposed buffer's swizzled row), ping-pong units only.
+transposed buffer's swizzled row). In the cooperative unit both consumers multiply the same
+transposed box of x's 256 channels: each copies half of it, and two mbarriers a buffer say
+when both halves are written (`xt_full`) and when both products that read it are done
+(`xt_free`).
 
 The epilogue: unsplit, alpha x dW (+ beta x its prior value) into the filter. Split, each
 unit's partial sums go to the workspace (taps, splits, K, C) in float32, and the split
@@ -95,6 +98,9 @@ COOPERATIVE_FROM = 64
 #: transposed boxes, 64 KiB).
 TF32_PIXELS = 32
 TF32_STAGES = 5
+#: The cooperative unit's stages in float32 (48 KiB each, beside x's two transposed boxes of
+#: 256 channels, 64 KiB).
+TF32_COOPERATIVE_STAGES = 3
 #: Registers a thread at launch, and in a consumer partition (a 128 x 128 float32
 #: accumulator is 128 of them).
 LAUNCH_REGISTERS = 168
@@ -197,9 +203,9 @@ def _write_filter(dw_ptr, values, k, c, tap, S, K, C, sk, sc, sr, ss, alpha, bet
 
 
 @gluon.jit
-def _consumer(role: gl.constexpr, dy_smem, x_smem, xt_smem, ready, empty, turn, dw_ptr, ws_ptr,
-              alpha, beta, units, k_tiles, c_tiles, splits, per_split, boxes, S,
-              K, C, sk, sc, sr, ss, BETA_NONZERO: gl.constexpr):  # fmt: skip
+def _consumer(role: gl.constexpr, dy_smem, x_smem, xt_smem, ready, empty, turn, xt_full,
+              xt_free, dw_ptr, ws_ptr, alpha, beta, units, k_tiles, c_tiles, splits, per_split,
+              boxes, S, K, C, sk, sc, sr, ss, BETA_NONZERO: gl.constexpr):  # fmt: skip
     """Ping-pong: every other unit of the program's (role 0: the first), all its filters; the
     other role's units only advance the ring position. Cooperative (two boxes of dy a
     stage): every unit, its filters F_BOX x role to F_BOX x (role + 1). Then: the products
@@ -224,6 +230,8 @@ def _consumer(role: gl.constexpr, dy_smem, x_smem, xt_smem, ready, empty, turn, 
     # writes one 128-byte row of it (a channel's 32 pixels).
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
     x_layout: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [1, gl.num_warps()], [1, 0])
+    # The channels of x's box this consumer copies (cooperative: its half).
+    COPY_C: gl.constexpr = BLOCK_C // 2 if COOPERATIVE else BLOCK_C
     rows = gl.arange(0, F_BOX, layout=gl.SliceLayout(1, acc_layout))
     cols = gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, acc_layout))
     plane = K.to(gl.int64) * C
@@ -240,7 +248,30 @@ def _consumer(role: gl.constexpr, dy_smem, x_smem, xt_smem, ready, empty, turn, 
                 if local > 0:
                     mbarrier.wait(turn.index(1 - role), ((local - 1) // 2) & 1)
             acc = gl.zeros([F_BOX, BLOCK_C], gl.float32, acc_layout)
-            if TF32:
+            if TF32 and COOPERATIVE:
+                for step in range(steps):
+                    at = it + step
+                    stage = at % STAGES
+                    buf = own % 2
+                    use = (own // 2) & 1  # how often this buffer was filled before, mod 2
+                    mbarrier.wait(ready.index(stage), (at // STAGES) & 1)
+                    # Both products that read this buffer two steps back are done.
+                    mbarrier.wait(xt_free.index(buf), use ^ 1)
+                    half = xt_smem.index(buf).slice(role * COPY_C, COPY_C, dim=0)
+                    x = x_smem.index(stage).reshape([PIXELS, BLOCK_C])
+                    half.permute((1, 0)).store(x.slice(role * COPY_C, COPY_C, dim=1).load(x_layout))
+                    fence_async_shared()  # the MMAs read through the async proxy
+                    mbarrier.arrive(xt_full.index(buf), count=1)  # this half written
+                    mbarrier.wait(xt_full.index(buf), use)  # and the other consumer's
+                    dy_t = dy_smem.index(stage * 2 + HALF).reshape([PIXELS, F_BOX])
+                    a = dy_t.permute((1, 0)).load(a_layout)
+                    acc = warpgroup_mma(a, xt_smem.index(buf).permute((1, 0)), acc,
+                                        is_async=True)  # fmt: skip
+                    mbarrier.arrive(empty.index(stage), count=1)  # this consumer's boxes taken
+                    acc = warpgroup_mma_wait(0, deps=(acc,))
+                    mbarrier.arrive(xt_free.index(buf), count=1)
+                    own += 1
+            elif TF32:
                 for step in range(steps):
                     at = it + step
                     stage = at % STAGES
@@ -310,16 +341,20 @@ def conv_filter_hopper_kernel(
     dy_smem = gl.allocate_shared_memory(dtype, [STAGES * DY_BOXES] + dy_desc.block_type.shape,
                                         dy_desc.layout)  # fmt: skip
     x_smem = gl.allocate_shared_memory(dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
-    if dtype == gl.float32:  # TF32: each consumer's two buffers of x's box, pixels innermost
+    # TF32: x's box transposed, pixels innermost: two buffers for each consumer, or, in the
+    # cooperative unit, two that both share.
+    if dtype == gl.float32:
         PIXELS: gl.constexpr = (
             x_desc.block_type.shape[0] * x_desc.block_type.shape[1] * x_desc.block_type.shape[2]
         )
         xt_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32)
         xt_smem = gl.allocate_shared_memory(
-            dtype, [4, x_desc.block_type.shape[3], PIXELS], xt_layout
+            dtype, [2 * (2 // DY_BOXES), x_desc.block_type.shape[3], PIXELS], xt_layout
         )
     else:
         xt_smem = x_smem  # not read
+    xt_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    xt_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ping-pong's
@@ -328,15 +363,17 @@ def conv_filter_hopper_kernel(
         mbarrier.init(empty.index(i), count=DY_BOXES)  # released by each consumer of the step
     for i in gl.static_range(2):
         mbarrier.init(turn.index(i), count=1)
+        mbarrier.init(xt_full.index(i), count=2)  # cooperative TF32: one arrival a consumer
+        mbarrier.init(xt_free.index(i), count=2)
     # Constants written into the argument lists (see conv_hopper_kernel).
     gl.warp_specialize(
         [
-            (_consumer, (0, dy_smem, x_smem, xt_smem, ready, empty, turn, dw_ptr, ws_ptr,
-                         alpha, beta, units, k_tiles, c_tiles, splits, per_split, boxes, S, K,
-                         C, sk, sc, sr, ss, BETA_NONZERO)),
-            (_consumer, (1, dy_smem, x_smem, xt_smem, ready, empty, turn, dw_ptr, ws_ptr,
-                         alpha, beta, units, k_tiles, c_tiles, splits, per_split, boxes, S, K,
-                         C, sk, sc, sr, ss, BETA_NONZERO)),
+            (_consumer, (0, dy_smem, x_smem, xt_smem, ready, empty, turn, xt_full,
+                         xt_free, dw_ptr, ws_ptr, alpha, beta, units, k_tiles, c_tiles, splits,
+                         per_split, boxes, S, K, C, sk, sc, sr, ss, BETA_NONZERO)),
+            (_consumer, (1, dy_smem, x_smem, xt_smem, ready, empty, turn, xt_full,
+                         xt_free, dw_ptr, ws_ptr, alpha, beta, units, k_tiles, c_tiles, splits,
+                         per_split, boxes, S, K, C, sk, sc, sr, ss, BETA_NONZERO)),
             (_load_partition, (dy_desc, x_desc, x1_desc, x2_desc, x3_desc, dy_smem, x_smem,
                                ready, empty, units, k_tiles, c_tiles, splits, per_split, boxes,
                                boxes_h, boxes_w, pad_h, pad_w, dil_h, dil_w, stride_h,
