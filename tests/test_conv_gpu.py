@@ -379,8 +379,16 @@ HOPPER_FILTER_TF32_SHAPES = [
     ((2, 128, 15, 13), (72, 128, 1, 1), dict(stride=2)),
     ((2, 64, 30, 31), (256, 64, 1, 1), dict()),
 ]
+#: 16-bit 1x1 weight gradients whose outputs are 14 to 28 pixels a side (hopper_unsupported):
+#: filters not a multiple of the unit, stride 2, 256 channels (cooperative units).
+HOPPER_FILTER_1X1_SHAPES = [
+    ((3, 96, 14, 15), (200, 96, 1, 1), dict()),
+    ((2, 128, 29, 28), (64, 128, 1, 1), dict(stride=2)),
+    ((2, 256, 16, 20), (128, 256, 1, 1), dict()),
+]
 HOPPER_FILTER_CASES = [(s, case) for s in HOPPER_FILTER_SHAPES for case in ("bf16", "fp16", "tf32")]
 HOPPER_FILTER_CASES += [(s, "tf32") for s in HOPPER_FILTER_TF32_SHAPES]
+HOPPER_FILTER_CASES += [(s, case) for s in HOPPER_FILTER_1X1_SHAPES for case in ("bf16", "fp16")]
 
 
 @pytest.mark.parametrize("algo_name", ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K"])

@@ -2,7 +2,8 @@
 (kernels/conv_hopper_filter.py), which `hopper_unsupported` leaves to the TMA GEMM, beside what
 `auto` runs today and cuDNN, in one process. For each layer: cuDNN, rtdnn's `auto` (its
 algorithm named), then every Hopper unit of IMPLICIT_GEMM_SPLIT_K with the 1x1 rule lifted
-(this process only), each checked against cuDNN's result (output poisoned with NaN first).
+(this process only; the kernel takes outputs of 14 to 28 pixels a side anyway), each checked
+against cuDNN's result (output poisoned with NaN first).
 
     PYTHONPATH=src python benchmarks/probes/hopper_filter_1x1_probe.py [SUITE] [LAYERS] [DTYPE]
 
@@ -22,7 +23,7 @@ from rtdnn.core.timing import device_time_ms
 from rtdnn.ops.conv import _problem_for_selection
 from rtdnn.reference import rel_error
 
-ONE_BY_ONE = "1x1 weight gradients in 16-bit data: a plain GEMM"
+ONE_BY_ONE = "1x1 16-bit weight gradients outside 14 to 28 output pixels: a plain GEMM"
 _unsupported = implicit_gemm.hopper_unsupported
 
 

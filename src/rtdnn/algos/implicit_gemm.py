@@ -457,11 +457,15 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
     if p.direction == Direction.BACKWARD_FILTER:
         if min(p.out_channels, p.in_channels) < 64:  # units of 64 x 64 at the least
             return f"{p.out_channels} filters, {p.in_channels} channels: at least 64 of each"
-        # 1x1 in 16-bit data is the TMA GEMM's (ResNet-50's l2.x.conv1 0.039 ms there, 0.088
-        # here, H200, bf16); in float32 it is not (16-bit data only), and the pointer path
-        # multiplies bf16x3.
+        # 1x1 in 16-bit data: the TMA GEMM's where the output is larger than 28 or smaller than
+        # 14 pixels a side, the kernel's in between. ResNet-50 at batch 64, H200, bf16
+        # (benchmarks/probes/hopper_filter_1x1_probe.py): at 14x14 to 28x28 the kernel ran
+        # 0.85 to 1.42x cuDNN where what ran before ran 0.43 to 1.08 (l3.x.conv1 0.046 ms ->
+        # 0.022, l3.0.down 0.073 -> 0.033); at 56x56 and 7x7 the TMA GEMM was 2 to 22% faster.
+        # In float32 the kernel takes every 1x1 layer (the TMA GEMM reads 16-bit data only).
         if math.prod(p.kernel) == 1 and p.dtype != torch.float32:
-            return "1x1 weight gradients in 16-bit data: a plain GEMM"
+            if not 14 <= min(p.out_spatial) <= max(p.out_spatial) <= 28:
+                return "1x1 16-bit weight gradients outside 14 to 28 output pixels: a plain GEMM"
         return None
     dst = p.y if p.direction == Direction.FORWARD else p.x
     if dst.shape[1] < 64:  # tiles wider than the output's channels: not run on a GPU yet
