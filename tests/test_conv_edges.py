@@ -22,6 +22,7 @@ from rtdnn import reference
 from rtdnn.algos import geometry
 from rtdnn.algos.geometry import brgemm_precision
 from rtdnn.algos.implicit_gemm import (
+    TF32_FIRST_ABOVE_COLUMNS,
     ImplicitGemmTiles,
     filter_row_columns,
     filter_row_splits,
@@ -262,7 +263,9 @@ def test_tf32_weight_gradient_as_three_bfloat16_products(algo, channels, gen):
 
 def test_tf32_weight_gradient_products_are_a_tile_choice_on_few_channels(gen, monkeypatch):
     """Few-channel (packed) TF32 weight gradients offer the tuner the same tiles with TF32
-    products after the bf16x3 ones; more channels, 16-bit data and other directions do not.
+    products: after the bf16x3 ones over one tile's (tap, channel) columns (3x3 x 3: 27), before
+    them over more (7x7 x 3: 147, TF32_FIRST_ABOVE_COLUMNS); more channels, 16-bit data and
+    other directions do not.
     Tiles that ask for TF32 products get them (the interpreter's float32 products: 1e-7, not
     bf16x3's 1e-6 and more)."""
     # No GPU here: an H100's capability and 132 multiprocessors.
@@ -273,18 +276,23 @@ def test_tf32_weight_gradient_products_are_a_tile_choice_on_few_channels(gen, mo
     last = torch.channels_last
     algo = rtdnn.algos.ALGORITHMS["IMPLICIT_GEMM_SPLIT_K"]
 
-    def problem(direction, channels, dtype=torch.float32, math="tf32", device="cuda"):
+    def problem(direction, channels, dtype=torch.float32, math="tf32", device="cuda", size=7):
         x = torch.empty(8, channels, 32, 32, dtype=dtype).to(memory_format=last)
-        w = torch.empty(64, channels, 7, 7, dtype=dtype).to(memory_format=last)
+        w = torch.empty(64, channels, size, size, dtype=dtype).to(memory_format=last)
         y = torch.empty(8, 64, 16, 16, dtype=dtype).to(memory_format=last)
-        desc = ConvDesc.create(2, 2, 3, 1, 1, "cross_correlation", math)
+        desc = ConvDesc.create(2, 2, size // 2, 1, 1, "cross_correlation", math)
         descs = [TensorDesc.of(t) for t in (x, w, y)]
         return ConvProblem.create(Direction(direction), *descs, desc, device)
 
-    tiles = algo.tile_candidates(problem("backward_filter", 3))
+    assert 3 * 3 * 3 <= TF32_FIRST_ABOVE_COLUMNS < 7 * 7 * 3
+    tiles = algo.tile_candidates(problem("backward_filter", 3, size=3))
     chosen = [getattr(t, "precision", "") for t in tiles]
     assert chosen[0] == "" and "tf32" in chosen
     assert chosen.index("tf32") > max(i for i, c in enumerate(chosen) if c == "")
+    tiles = algo.tile_candidates(problem("backward_filter", 3))
+    chosen = [getattr(t, "precision", "") for t in tiles]
+    assert chosen[0] == "tf32" and "" in chosen
+    assert chosen.index("") > max(i for i, c in enumerate(chosen) if c == "tf32")
     for q in (
         problem("backward_filter", 20),
         problem("backward_filter", 3, torch.bfloat16, "fp32"),

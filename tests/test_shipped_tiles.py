@@ -51,12 +51,12 @@ def test_a_table_gives_the_exact_choice_else_the_nearest_batch():
     assert table.lookup("linear", "rows=7") == A and table.lookup("linear", "rows=8") is None
 
 
-def _conv_key(n, c, k, h, kernel=3, stride=1, channels_last=True) -> str:
+def _conv_key(n, c, k, h, kernel=3, stride=1, channels_last=True, dtype=torch.float32) -> str:
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    x = torch.empty(n, c, h, h).to(memory_format=fmt)
-    w = torch.empty(k, c, kernel, kernel).to(memory_format=fmt)
+    x = torch.empty(n, c, h, h, dtype=dtype).to(memory_format=fmt)
+    w = torch.empty(k, c, kernel, kernel, dtype=dtype).to(memory_format=fmt)
     p = (h + 2 - kernel) // stride + 1
-    y = torch.empty(n, k, p, p).to(memory_format=fmt)
+    y = torch.empty(n, k, p, p, dtype=dtype).to(memory_format=fmt)
     conv = ConvDesc.create(2, stride, 1, 1, 1, "cross_correlation", "ieee")
     desc = [TensorDesc.of(t) for t in (x, w, y)]
     return ConvProblem.create(Direction.FORWARD, *desc, conv, "cuda").key()
@@ -87,6 +87,29 @@ def test_an_untuned_layer_takes_the_choice_of_the_most_similar_one():
     assert shipped.shape_class("rows=7") is None
     kind, sizes = shipped.shape_class(_conv_key(64, 256, 128, 14))
     assert sizes == (64 * 14 * 14, 256, 128) and kind[3] == (True, True, True)
+
+
+def test_a_float16_layer_the_table_lacks_takes_bfloat16s_choice():
+    """float16 and bfloat16 multiply at the same rate: a float16 problem without a choice of
+    its own takes bfloat16's for the same layer (at the nearest batch), and with `similar`
+    the nearest of its kind in either dtype; its own choice first; never the other way
+    round."""
+    half, bf16 = torch.float16, torch.bfloat16
+    entries = [
+        {"algo": "IMPLICIT_GEMM", "problem": _conv_key(64, 256, 256, 14, dtype=bf16),
+         "tiles": database.tiles_to_fields(A)},
+        {"algo": "IMPLICIT_GEMM", "problem": _conv_key(64, 64, 64, 56, dtype=half),
+         "tiles": database.tiles_to_fields(B)},
+    ]  # fmt: skip
+    table = shipped.Table(entries)
+    assert table.lookup("IMPLICIT_GEMM", _conv_key(64, 256, 256, 14, dtype=half)) == A
+    assert table.lookup("IMPLICIT_GEMM", _conv_key(128, 256, 256, 14, dtype=half)) == A
+    assert table.lookup("IMPLICIT_GEMM", _conv_key(64, 64, 64, 56, dtype=half)) == B
+    assert table.lookup("IMPLICIT_GEMM", _conv_key(64, 64, 64, 56, dtype=bf16)) is None
+    near = _conv_key(32, 384, 384, 13, dtype=half)
+    assert table.lookup("IMPLICIT_GEMM", near) is None
+    assert table.lookup("IMPLICIT_GEMM", near, similar=True) == A
+    assert table.lookup("IMPLICIT_GEMM", _conv_key(64, 256, 256, 14)) is None  # float32
 
 
 def _entries(db, device: str) -> list:

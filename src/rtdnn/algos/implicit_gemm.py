@@ -59,6 +59,9 @@ from .geometry import (
 )
 from .tiles import gemm_candidates, tma_gemm_candidates, tma_gemm_programs, tma_gemm_usable
 
+#: A packed TF32 weight gradient with more (tap, channel) columns than this tries TF32
+#: products first (ImplicitGemm.tile_candidates).
+TF32_FIRST_ABOVE_COLUMNS = 64
 #: Below this many channels per group, forward and backward-filter pack (tap, channel) into
 #: one reduction (or column) index rather than giving each tap its own mostly empty chunk.
 PACK_BELOW = 16
@@ -190,8 +193,9 @@ def tf32_product_candidates(p: ConvProblem, candidates: list[TileConfig]) -> lis
     bfloat16 products (geometry.brgemm_precision), which lose there as often as they win: RGB
     stems on an H200 (BENCHMARKS.md), ResNet-50's 7x7 one 1.25x slower than TF32 products,
     VGG-16's 3x3 one 1.49x faster. The tuner times both: the same tiles with TF32 products
-    follow. On more channels bf16x3 ran 1.4x to 4x faster on every layer measured, so only
-    its tiles are offered there."""
+    follow, or come first where the packed columns pass TF32_FIRST_ABOVE_COLUMNS. On more
+    channels bf16x3 ran 1.4x to 4x faster on every layer measured, so only its tiles are
+    offered there."""
     if p.device != "cuda" or brgemm_precision(p) != "bf16x3" or not packed(p):
         return []
     return [ImplicitGemmTiles(**asdict(t), precision="tf32") for t in candidates]
@@ -740,9 +744,15 @@ class ImplicitGemm(ConvAlgorithm):
         # (VGG-16's stem 0.161 against 0.224 ms).
         rows_first = forward and depth > candidates[0].block_k or self.splits(p) > 1
         first, last = (by_rows, []) if rows_first else ([], by_rows)
+        tf32 = tf32_product_candidates(p, candidates)
+        if cols > TF32_FIRST_ABOVE_COLUMNS:
+            # A packed TF32 weight gradient wider than one tile is bound by its products, and
+            # TF32's one beats bf16x3's three (H200: AlexNet's 11x11 stem, 363 columns, 1.70
+            # ms against 3.22 at best; ResNet-50's 7x7, 147, 1.25x); over 27 columns (a 3x3
+            # RGB stem) bf16x3 on filter rows won (1.49x).
+            first, tf32 = tf32 + first, []
         return (
-            plain + first + candidates + _tma_candidates(p, candidates)
-            + tf32_product_candidates(p, candidates) + last
+            plain + first + candidates + _tma_candidates(p, candidates) + tf32 + last
         )  # fmt: skip
 
     def _tma_gemm_candidates(

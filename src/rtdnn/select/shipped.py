@@ -5,9 +5,10 @@ layers on a GPU, one table per GPU swept. A table serves every GPU of the same c
 capability and multiprocessor count: a tile's speed depends on the architecture, and how
 evenly its programs fill the GPU on the count. A problem found in the table takes its choice;
 one found only at other batch sizes (the same layer, the batch size aside) takes the choice of
-the nearest batch size. With tuning off (RTDNN_AUTOTUNE=0), a convolution found neither way
-takes the choice of the nearest-sized one of the same kind (shape_class), which is more
-likely to suit it than the heuristic's first candidate; with tuning on it is measured instead.
+the nearest batch size; a float16 problem the table lacks takes bfloat16's. With tuning off
+(RTDNN_AUTOTUNE=0), a convolution found neither way takes the choice of the nearest-sized one
+of the same kind (shape_class), which is more likely to suit it than the heuristic's first
+candidate; with tuning on it is measured instead.
 The tuner still checks that a shipped choice is one of its candidates (a later version may
 offer others).
 
@@ -34,6 +35,9 @@ FORMAT = 1
 # Strides of dense layouts do not depend on N, so the rest of the key names the layer.
 _BATCH = re.compile(r"\|x\((\d+),")
 
+
+# The dtype in a problem key (ConvProblem.key, the linear layers' keys): "|torch.float16|".
+_FLOAT16, _BFLOAT16 = f"|{torch.float16}|", f"|{torch.bfloat16}|"
 
 # A convolution's problem key in parts (ConvProblem.key): direction|dtype|math|x(shape)(strides)
 # |w(shape)(strides)|y(strides)|the convolution's parameters, bias, device, activation.
@@ -96,7 +100,19 @@ class Table:
     def lookup(self, algo: str, problem: str, similar: bool = False) -> TileConfig | None:
         """The choice for `problem`, else for the same layer at the nearest batch size; with
         `similar`, else for the nearest-sized convolution of the same kind (filter, stride,
-        dtype, layouts...: shape_class), by the distance of their sizes in log scale."""
+        dtype, layouts...: shape_class), by the distance of their sizes in log scale. A
+        float16 problem the table lacks takes bfloat16's choice for the same layer, and with
+        `similar` the nearest of its kind in either dtype (16-bit elements both, multiplied
+        at the same rate; the sweeps ran bfloat16)."""
+        keys = tuple(dict.fromkeys((problem, problem.replace(_FLOAT16, _BFLOAT16, 1))))
+        for key in keys:
+            tiles = self._same_layer(algo, key)
+            if tiles is not None:
+                return tiles
+        return self._similar(algo, keys) if similar else None
+
+    def _same_layer(self, algo: str, problem: str) -> TileConfig | None:
+        """The choice for `problem`, else for the same layer at the nearest batch size."""
         tiles = self.exact.get((algo, problem))
         if tiles is not None:
             return tiles
@@ -105,11 +121,18 @@ class Table:
         if near:
             batch = max(found[1], 1)
             return min(near, key=lambda bt: (abs(math.log(max(bt[0], 1) / batch)), -bt[0]))[1]
-        shaped = shape_class(problem) if similar else None
-        alike = self.by_shape.get((algo, shaped[0])) if shaped is not None else None
+        return None
+
+    def _similar(self, algo: str, keys: tuple[str, ...]) -> TileConfig | None:
+        """The choice for the nearest-sized convolution of the same kind as any of `keys`
+        (one problem's, in each dtype it may take choices of)."""
+        shaped = [shape_class(key) for key in keys]
+        if shaped[0] is None:
+            return None
+        sizes = shaped[0][1]
+        alike = [e for kind, _ in shaped for e in self.by_shape.get((algo, kind), [])]
         if not alike:
             return None
-        sizes = shaped[1]
 
         def distance(entry: tuple[tuple, TileConfig]) -> tuple[float, tuple]:
             other = entry[0]
