@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rtdnn import reference as R
-from rtdnn.bench.conv import Row, _verdict, layer_calls
+from rtdnn.bench.conv import AGREEMENT, Row, _verdict, judge, layer_calls
 
 LAYER = dict(name="tiny", n=2, c=3, k=4, spatial=[5, 6], kernel=[3, 3], stride=[2, 1],
              padding=[1, 0], dilation=[1, 1], groups=1)  # fmt: skip
@@ -39,3 +39,25 @@ def test_verdict_names_both_errors_where_they_disagreed():
     assert closer.startswith("yes") and "rtdnn 2.0e-05" in closer and "cuDNN 5.0e-03" in closer
     further = _verdict(_row(False, 7e-3, 1e-3))
     assert further.startswith("NO (6.0e-03 vs cuDNN)") and "rtdnn 7.0e-03" in further
+
+
+def test_judge_asks_float64_where_rtdnn_and_cudnn_disagree():
+    """Within the dtype's agreement of cuDNN's result: right, float64 not asked for. Beyond
+    it: right only within that agreement of the float64 result, whatever cuDNN's error
+    (an off cuDNN does not excuse rtdnn; non-finite results never pass)."""
+    c = layer_calls(LAYER, "forward", torch.float32, None, device="cpu")
+    bound = AGREEMENT[torch.float32]
+    exact = c.exact()
+    asked = []
+
+    def truth():
+        asked.append(1)
+        return exact
+
+    right = exact.float()
+    assert judge(right, c, torch.float32, truth).ok and not asked
+    c.expected = exact.float() * (1 + 4 * bound)  # cuDNN off
+    verdict = judge(right, c, torch.float32, truth)
+    assert verdict.ok and asked and verdict.err64 < 1e-6 < bound < verdict.cudnn_err64
+    assert not judge(right * (1 + 2 * bound), c, torch.float32, truth).ok  # both off
+    assert not judge(torch.full_like(right, float("nan")), c, torch.float32, truth).ok

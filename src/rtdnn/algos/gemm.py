@@ -47,7 +47,7 @@ from .geometry import (
 )
 from .implicit_gemm import (
     gemm_shape,
-    hopper_unsupported,
+    hopper_offered,
     pixel_stride,
     pointwise_layouts,
     split_count,
@@ -355,7 +355,7 @@ def _late_filter_gradient(p: ConvProblem) -> bool:
         and (taps > 1 or pixels <= PREFER_BACKWARD_FILTER_UP_TO_PIXELS)
         and tma_layouts(p) is not None
         and pointwise_layouts(p) is None
-        and hopper_unsupported(p) is not None
+        and not hopper_offered(p)
     )
 
 

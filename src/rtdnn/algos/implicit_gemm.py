@@ -479,12 +479,18 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
     return None
 
 
+def hopper_offered(p: ConvProblem) -> bool:
+    """Whether the Hopper kernels' tiles are offered for `p`: they run it on this machine
+    (hopper_unsupported) and RTDNN_HOPPER_CONV is not 0."""
+    return os.environ.get(HOPPER_CONV_ENV) != "0" and hopper_unsupported(p) is None
+
+
 def hopper_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
     """The Hopper kernels' tiles where they run `p` (and RTDNN_HOPPER_CONV is not 0): 128
     output channels a tile, or 64 where the output has no more (kernels/conv_hopper.py);
     backward-filter, its unit shapes (_hopper_filter_candidates, split at most
     `most_splits` ways)."""
-    if os.environ.get(HOPPER_CONV_ENV) == "0" or hopper_unsupported(p) is not None:
+    if not hopper_offered(p):
         return []
     if p.direction == Direction.BACKWARD_FILTER:
         return _hopper_filter_candidates(p, most_splits)
@@ -745,11 +751,11 @@ class ImplicitGemm(ConvAlgorithm):
         rows_first = forward and depth > candidates[0].block_k or self.splits(p) > 1
         first, last = (by_rows, []) if rows_first else ([], by_rows)
         tf32 = tf32_product_candidates(p, candidates)
-        if cols > TF32_FIRST_ABOVE_COLUMNS:
+        if cols > TF32_FIRST_ABOVE_COLUMNS and p.groups == 1:
             # A packed TF32 weight gradient wider than one tile is bound by its products, and
             # TF32's one beats bf16x3's three (H200: AlexNet's 11x11 stem, 363 columns, 1.70
             # ms against 3.22 at best; ResNet-50's 7x7, 147, 1.25x); over 27 columns (a 3x3
-            # RGB stem) bf16x3 on filter rows won (1.49x).
+            # RGB stem) bf16x3 on filter rows won (1.49x). Grouped layers: not measured.
             first, tf32 = tf32 + first, []
         return (
             plain + first + candidates + _tma_candidates(p, candidates) + tf32 + last

@@ -160,13 +160,13 @@ def layer_calls(
 
     def exact() -> torch.Tensor:
         # The float64 result of the same call (PyTorch's own convolution in float64).
-        x64, w64, dy64 = x.double(), w.double(), dy.double()
+        x64, w64 = x.double(), w.double()
         if direction == "forward":
             return conv(x64, w64, None, *args.values())
         mask = [direction == "backward_data", direction == "backward_filter", False]
         grads = torch.ops.aten.convolution_backward(
-            dy64, x64, w64, None, args["stride"], args["padding"], args["dilation"], False,
-            [0] * nd, args["groups"], mask,
+            dy.double(), x64, w64, None, args["stride"], args["padding"], args["dilation"],
+            False, [0] * nd, args["groups"], mask,
         )  # fmt: skip
         return grads[0] if direction == "backward_data" else grads[1]
 
@@ -185,6 +185,36 @@ def layer_calls(
     return LayerCalls(x, w, y, dy, args, ours, theirs, expected, exact)
 
 
+@dataclass
+class Verdict:
+    """Whether rtdnn's result is right: its error against cuDNN's, and where the two
+    disagreed, each one's error against the float64 result."""
+
+    ok: bool
+    err: float
+    err64: float = math.nan
+    cudnn_err64: float = math.nan
+
+
+def judge(
+    out: torch.Tensor,
+    c: LayerCalls,
+    dtype: torch.dtype,
+    exact: Callable[[], torch.Tensor] | None = None,
+) -> Verdict:
+    """rtdnn's result `out` of `c`'s call against cuDNN's. Both round, differently (cuDNN's
+    TF32 algorithms among them), so where they disagree beyond AGREEMENT[dtype] the float64
+    result of the same call decides: rtdnn passes if within AGREEMENT[dtype] of it. `exact`:
+    that result on the CPU, where the caller keeps it for several judgements (default: c's,
+    computed here)."""
+    err = rel_error(out, c.expected.double().cpu())
+    if err < AGREEMENT[dtype]:
+        return Verdict(True, err)
+    truth = exact() if exact is not None else c.exact().cpu()
+    err64, cudnn_err64 = rel_error(out, truth), rel_error(c.expected, truth)
+    return Verdict(err64 < AGREEMENT[dtype], err, err64, cudnn_err64)
+
+
 def run_layer(
     layer: dict,
     direction: str,
@@ -198,17 +228,7 @@ def run_layer(
     if find:
         ops.find_conv_algorithms(x, w, direction=direction, **args)
     algo = ops.get_conv_algorithm(x, w, direction=direction, **args)
-    out = ours()
-    err = rel_error(out, c.expected.double().cpu())
-    ok = err < AGREEMENT[dtype]
-    err64 = cudnn_err64 = math.nan
-    if not ok:
-        # Both sides round, differently (cuDNN's TF32 algorithms among them): where they
-        # disagree, the float64 result says which is off. rtdnn passes if it is no further
-        # from it than cuDNN is.
-        exact = c.exact().cpu()
-        err64, cudnn_err64 = rel_error(out, exact), rel_error(c.expected, exact)
-        ok = err64 <= cudnn_err64
+    verdict = judge(ours(), c, dtype)
     ours_ms, theirs_ms = _bench(ours), _bench(theirs)
     ours_eager = theirs_eager = float("nan")
     if eager:
@@ -217,8 +237,8 @@ def run_layer(
     nbytes = (x.numel() + w.numel() + y.numel()) * x.element_size()
     return Row(
         layer["name"], direction, algo, ours_ms, theirs_ms, theirs_ms / ours_ms, ours_eager,
-        theirs_eager, tflops, 0.0, err, ok, gbps=nbytes / ours_ms / 1e6,
-        rel_err_vs_float64=err64, cudnn_err_vs_float64=cudnn_err64,
+        theirs_eager, tflops, 0.0, verdict.err, verdict.ok, gbps=nbytes / ours_ms / 1e6,
+        rel_err_vs_float64=verdict.err64, cudnn_err_vs_float64=verdict.cudnn_err64,
     )  # fmt: skip
 
 

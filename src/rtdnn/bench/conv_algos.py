@@ -15,6 +15,7 @@ times measure the interpreter, not the algorithms.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -33,8 +34,7 @@ from ..core import (
     resolve_math_mode,
 )
 from ..core.timing import device_time_ms
-from ..reference import rel_error
-from .conv import AGREEMENT, DIRECTIONS, DTYPES, LayerCalls, geomean, layer_calls, load_suite
+from .conv import DIRECTIONS, DTYPES, LayerCalls, geomean, judge, layer_calls, load_suite
 from .output import write_results
 
 #: The CPU smoke run's layers: a 3x3 stride-1 layer (every 2-D algorithm takes it) and a
@@ -60,8 +60,10 @@ class AlgoRow:
     cudnn_ms: float
     ratio: float  # cuDNN time / this algorithm's: above 1 means faster than cuDNN
     rel_err_vs_cudnn: float
-    ok: bool  # ran, and agrees with cuDNN within bench.conv.AGREEMENT
-    status: str = "ok"  # or "not supported: <reason>", "failed: <error>"
+    ok: bool  # ran, and right (bench.conv.judge: cuDNN's result, else the float64 one)
+    # "ok", "wrong result" (either followed by both errors against float64 where the
+    # algorithm disagreed with cuDNN), "not supported: <reason>", "failed: <error>"
+    status: str = "ok"
     fastest: bool = False  # the fastest correct algorithm for this (layer, direction)
     auto: bool = False  # the one algo="auto" runs here
     kernel: str = ""  # filter size and stride, e.g. "3x3 s1": what the win regions group by
@@ -69,7 +71,7 @@ class AlgoRow:
     @property
     def failed(self) -> bool:
         """It should have run correctly and did not (not supported is no failure)."""
-        return self.status.startswith("failed") or self.status == "wrong result"
+        return self.status.startswith(("failed", "wrong result"))
 
 
 def algorithm_names(algo: str) -> list[str]:
@@ -129,7 +131,7 @@ def run_layer_algos(
     `math_mode`: rtdnn's `math` for float32 (cuDNN's TF32 switch is the caller's)."""
     c = layer_calls(layer, direction, dtype, batch, device)
     p = _problem(c, direction, math_mode)
-    expected = c.expected.double().cpu()
+    exact = functools.cache(lambda: c.exact().cpu())  # only where an algorithm disagrees
     cudnn_ms = _time_ms(c.theirs, device)
     auto = ops.get_conv_algorithm(c.x, c.w, direction=direction, math=math_mode, **c.args)
     rows = []
@@ -146,14 +148,20 @@ def run_layer_algos(
         row.workspace_bytes = a.workspace_bytes(p)
         run = lambda name=name: c.ours(algo=name, math=math_mode)
         try:
-            row.rel_err_vs_cudnn = rel_error(run(), expected)
+            verdict = judge(run(), c, dtype, exact)
+            row.rel_err_vs_cudnn = verdict.err
             row.ms = _time_ms(run, device, warmed=True)
         except Exception as e:  # one failing algorithm must not hide the others' results
             row.status = f"failed: {type(e).__name__}: {e}"
         else:
             row.ratio = cudnn_ms / row.ms
-            row.ok = row.rel_err_vs_cudnn < AGREEMENT[dtype]
-            if not row.ok:
+            row.ok = verdict.ok
+            if not math.isnan(verdict.err64):  # it disagreed with cuDNN
+                row.status = (
+                    f"{'ok' if row.ok else 'wrong result'} (vs float64: rtdnn "
+                    f"{verdict.err64:.1e}, cuDNN {verdict.cudnn_err64:.1e})"
+                )
+            elif not row.ok:
                 row.status = "wrong result"
         rows.append(row)
     correct = [r for r in rows if r.ok]
@@ -188,7 +196,7 @@ def markdown(rows: list[AlgoRow], title: str, baseline: str = "cuDNN") -> str:
         "|---|---|---|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for r in rows:
-        ran = r.status == "ok" or r.status == "wrong result"
+        ran = r.status.startswith(("ok", "wrong result"))
         name = f"**{r.algo}**" if r.fastest else r.algo
         timing = f"{r.ms:.3f} | {_size(r.workspace_bytes)}" if ran else "- | -"
         ratio = f"{r.ratio:.2f} | {r.rel_err_vs_cudnn:.1e}" if ran else "- | -"
