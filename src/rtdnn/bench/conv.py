@@ -246,15 +246,19 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+def float64_errors(err64: float, cudnn_err64: float) -> str:
+    """rtdnn's and cuDNN's errors against the float64 result, as the tables print them (an
+    empty string where they were not measured: the two agreed)."""
+    if math.isnan(err64):
+        return ""
+    return f" (vs float64: rtdnn {err64:.1e}, cuDNN {cudnn_err64:.1e})"
+
+
 def _verdict(r: Row) -> str:
     """The table's "ok" cell: yes, or NO with the error against cuDNN; where the two
     disagreed, each one's error against the float64 result too."""
     cell = "yes" if r.ok else f"NO ({r.rel_err_vs_cudnn:.1e} vs cuDNN)"
-    if not math.isnan(r.rel_err_vs_float64):
-        cell += (
-            f" (vs float64: rtdnn {r.rel_err_vs_float64:.1e}, cuDNN {r.cudnn_err_vs_float64:.1e})"
-        )
-    return cell
+    return cell + float64_errors(r.rel_err_vs_float64, r.cudnn_err_vs_float64)
 
 
 def markdown(rows: list[Row], title: str) -> str:

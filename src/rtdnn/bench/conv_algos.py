@@ -34,7 +34,16 @@ from ..core import (
     resolve_math_mode,
 )
 from ..core.timing import device_time_ms
-from .conv import DIRECTIONS, DTYPES, LayerCalls, geomean, judge, layer_calls, load_suite
+from .conv import (
+    DIRECTIONS,
+    DTYPES,
+    LayerCalls,
+    float64_errors,
+    geomean,
+    judge,
+    layer_calls,
+    load_suite,
+)
 from .output import write_results
 
 #: The CPU smoke run's layers: a 3x3 stride-1 layer (every 2-D algorithm takes it) and a
@@ -156,13 +165,8 @@ def run_layer_algos(
         else:
             row.ratio = cudnn_ms / row.ms
             row.ok = verdict.ok
-            if not math.isnan(verdict.err64):  # it disagreed with cuDNN
-                row.status = (
-                    f"{'ok' if row.ok else 'wrong result'} (vs float64: rtdnn "
-                    f"{verdict.err64:.1e}, cuDNN {verdict.cudnn_err64:.1e})"
-                )
-            elif not row.ok:
-                row.status = "wrong result"
+            row.status = "ok" if row.ok else "wrong result"
+            row.status += float64_errors(verdict.err64, verdict.cudnn_err64)
         rows.append(row)
     correct = [r for r in rows if r.ok]
     if correct:
