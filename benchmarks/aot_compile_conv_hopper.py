@@ -31,6 +31,10 @@ CASES = [
     ("backward_data", 64, 1024, 512, 28, 1, 0, 1, 2),
     ("backward_data", 16, 128, 64, 224, 3, 1, 1),
     ("forward", 2, 64, 96, 9, 5, 3, 2),
+    # Reduced channels not a multiple of 128 bytes: steps of 64-byte rows.
+    ("forward", 32, 96, 96, 75, 3, 1, 1, 2),
+    ("forward", 32, 288, 384, 35, 3, 0, 1, 2),
+    ("backward_data", 32, 160, 96, 28, 3, 1, 1),
 ]
 
 
@@ -68,7 +72,7 @@ def compile_case(
     w = torch.empty(c, r * r * k, dtype=dtype) if not (forward or reduced_rows) else (
         torch.empty(k, r * r * c, dtype=dtype))  # fmt: skip
     box = ch.least_waste_box(n, out_side, out_side, ch.BLOCK_M, halves=True)
-    chunk = ch.chunk(dtype)
+    chunk = ch.chunk(dtype, c_read)  # 64-byte rows where the channels are not 128-byte ones
     w_block = [chunk, block_n] if reduced_rows else [block_n, chunk]
     x_desc = ch.descriptor(read, read.shape, read.stride(), [*box, chunk])
     w_desc = ch.descriptor(w, w.shape, w.stride(), w_block)
@@ -83,7 +87,7 @@ def compile_case(
         tw.count, th.first, tw.first,
         th.step_filter, tw.step_filter, th.shift, tw.shift, th.step, tw.step, stride, stride,
         pad, r, 1, 1, 1, 1,
-        STAGES=ch.stages_for(block_n), W_REDUCED_ROWS=reduced_rows,
+        STAGES=ch.stages_for(block_n, chunk, dtype.itemsize), W_REDUCED_ROWS=reduced_rows,
         STRIDED=forward and stride > 1, HAS_BIAS=bias, BETA_NONZERO=beta, RELU=bias,
         CONSUMER_REGS=ch.CONSUMER_REGISTERS, num_warps=4, maxnreg=ch.LAUNCH_REGISTERS,
         grid=(1,),

@@ -294,6 +294,10 @@ HOPPER_SHAPES = [
     ((5, 64, 7, 7), (128, 64, 5, 5), dict(padding=2)),
     ((2, 64, 12, 12), (64, 64, 3, 3), dict()),
     ((2, 192, 8, 8), (128, 192, 3, 3), dict(padding=1)),
+    # Reduced channels not a multiple of 128 bytes in 16-bit data (96, 160: steps of 64-byte
+    # rows).
+    ((2, 96, 11, 13), (160, 96, 3, 3), dict(padding=1)),
+    ((2, 160, 15, 16), (96, 160, 3, 3), dict(stride=2, padding=1)),
 ]
 HOPPER_MATRIX = [("forward", s) for s in HOPPER_FORWARD_ONLY + HOPPER_SHAPES]
 HOPPER_MATRIX += [("backward_data", s) for s in HOPPER_SHAPES]
@@ -428,6 +432,8 @@ def test_hopper_filter_kernel(shape, algo_name, case):
 #: filter copy with k innermost (test_hopper_tf32_filter_copy).
 HOPPER_CASES = [(d, s, case) for d, s in HOPPER_MATRIX for case in ("bf16", "fp16")]
 HOPPER_CASES += [(d, s, "tf32") for d, s in HOPPER_MATRIX if d == "forward"]
+#: 48 float32 channels: steps of 64-byte rows (16 channels) in TF32.
+HOPPER_CASES += [("forward", ((2, 48, 10, 9), (64, 48, 3, 3), dict(padding=1)), "tf32")]
 
 
 @pytest.mark.parametrize("direction,shape,case", HOPPER_CASES)

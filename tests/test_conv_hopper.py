@@ -243,6 +243,12 @@ def _emulate(fixed: dict, args: tuple) -> None:
         # TF32 backward-data: IMPLICIT_PRECOMP_GEMM's filter copy with k innermost.
         ("backward_data", dict(padding=1, math="tf32")),
         ("backward_data", dict(stride=2, padding=1, math="tf32")),
+        # Reduced channels not a multiple of 128 bytes: steps of 64-byte rows.
+        ("forward", dict(padding=1, channels=96)),
+        ("forward", dict(stride=2, padding=1, channels=160)),
+        ("backward_data", dict(padding=1, channels=96)),
+        ("backward_data", dict(stride=2, padding=1, channels=160)),
+        ("forward", dict(padding=1, math="tf32", channels=48)),
     ],
 )
 def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
@@ -267,18 +273,21 @@ def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
     one_by_one = conv == dict(stride=2)
     conv = dict(conv)
     math_mode = conv.pop("math", None)
+    reduced = conv.pop("channels", 64)  # C forward, K backward-data
     dtype = torch.float32 if math_mode == "tf32" else torch.bfloat16
     cl = torch.channels_last
-    x = torch.randn(2, 64, 9, 10).to(dtype).to(memory_format=cl)
-    w = (torch.randn(128 if direction == "forward" else 64, 64, *((1, 1) if one_by_one
-         else (3, 3))) / 24).to(dtype).to(memory_format=cl)  # fmt: skip
+    forward = direction == "forward"
+    x = torch.randn(2, reduced if forward else 64, 9, 10).to(dtype).to(memory_format=cl)
+    k, c = (128, reduced) if forward else (reduced, 64)
+    w = (torch.randn(k, c, *((1, 1) if one_by_one else (3, 3))) / 24).to(dtype).to(
+        memory_format=cl)  # fmt: skip
     args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation")
     p, _ = _problem_for_selection(direction, x, w, math=math_mode, **{**args, **conv})
-    forward = direction == "forward"
     if forward:
         p = dataclasses.replace(p, has_bias=True, activation="relu")
-    tiles = HopperConvTiles(128, 64, conv_hopper.chunk(dtype), group_m=1, num_warps=4,
-                            num_stages=6)  # fmt: skip
+    block_k = conv_hopper.chunk(dtype, reduced)
+    assert block_k == (128 if reduced % (128 // dtype.itemsize) == 0 else 64) // dtype.itemsize
+    tiles = HopperConvTiles(128, 64, block_k, group_m=1, num_warps=4, num_stages=6)
     copied = not forward and math_mode == "tf32"
     algo = ALGORITHMS["IMPLICIT_PRECOMP_GEMM" if copied else "IMPLICIT_GEMM"]
     if copied:  # the Hopper tiles come first there

@@ -455,7 +455,15 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
             return "each stride phase of the input must have a row and a column"
         # The rest as at stride 1: the phases are views of the same tensor.
         p = dataclasses.replace(p, conv=dataclasses.replace(p.conv, stride=(1, 1)))
-    reason = tma_unsupported(p, conv_hopper.chunk(p.dtype))
+    if p.direction != Direction.BACKWARD_FILTER:
+        reduced = p.in_channels if p.direction == Direction.FORWARD else p.out_channels
+        block_k = conv_hopper.chunk(p.dtype, reduced)
+        if block_k is None:
+            step = conv_hopper.CHUNK_BYTES[-1] // p.dtype.itemsize  # the narrowest offered
+            return f"{reduced} reduced channels: a multiple of {step}"
+    else:
+        block_k = conv_hopper.chunk(p.dtype)
+    reason = tma_unsupported(p, block_k)
     if reason is not None:
         return reason
     if p.direction == Direction.BACKWARD_FILTER:
@@ -496,11 +504,13 @@ def hopper_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
         return _hopper_filter_candidates(p, most_splits)
     from ..kernels import conv_hopper
 
-    cols = p.out_channels if p.direction == Direction.FORWARD else p.in_channels
+    forward = p.direction == Direction.FORWARD
+    cols, reduced = (p.out_channels, p.in_channels) if forward else (p.in_channels, p.out_channels)
+    block_k = conv_hopper.chunk(p.dtype, reduced)
     widths = (128, 64) if cols > 64 else (64,)
     return [
-        HopperConvTiles(conv_hopper.BLOCK_M, bn, conv_hopper.chunk(p.dtype), group_m=1,
-                        num_warps=4, num_stages=conv_hopper.stages_for(bn))
+        HopperConvTiles(conv_hopper.BLOCK_M, bn, block_k, group_m=1, num_warps=4,
+                        num_stages=conv_hopper.stages_for(bn, block_k, p.dtype.itemsize))
         for bn in widths
     ]  # fmt: skip
 

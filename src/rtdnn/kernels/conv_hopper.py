@@ -356,14 +356,27 @@ def descriptor(t: torch.Tensor, shape, strides, block) -> TensorDescriptor:
     return TensorDescriptor(t, list(shape), list(strides), list(block), layout)
 
 
-def chunk(dtype: torch.dtype) -> int:
-    """Reduced channels a step: 128 bytes of them, the TMA's widest swizzled row (64 of 16-bit
-    data, 32 of float32)."""
-    return 128 // dtype.itemsize
+#: Bytes of reduced channels a step can take, widest first: a swizzled row of 128 bytes (the
+#: TMA's widest), else of 64 where the layer's channels are not a multiple of 128 bytes (96,
+#: 160, 288 16-bit channels), so that no step reads past a tap's channels. Narrower rows
+#: (32 bytes: 16-bit products of one k-step) were not measured and are not offered.
+CHUNK_BYTES = (128, 64)
 
 
-def stages_for(block_n: int) -> int:
+def chunk(dtype: torch.dtype, reduced: int | None = None) -> int | None:
+    """Reduced channels a step: the widest of CHUNK_BYTES whose channels divide `reduced`
+    (the reduced channels, C forward and K backward-data; None: the widest), None if none
+    does (64 or 32 16-bit channels, 32 or 16 of float32)."""
+    for nbytes in CHUNK_BYTES:
+        channels = nbytes // dtype.itemsize
+        if reduced is None or reduced % channels == 0:
+            return channels
+    return None
+
+
+def stages_for(block_n: int, block_k: int = 64, itemsize: int = 2) -> int:
     """Stages of the operand ring that fit beside the epilogue's buffers: 4 of 32 KiB with
     128 output channels a tile (160 KiB in all; 192 with float32's epilogue), 6 of 24 KiB
-    with 64 (160 KiB; 176)."""
-    return 4 if block_n > 64 else 6
+    with 64 (160 KiB; 176); with steps of 64-byte rows, twice as many of half the size."""
+    stages = 4 if block_n > 64 else 6
+    return stages * 128 // (block_k * itemsize)
