@@ -60,6 +60,7 @@ def compile_case(
     beta,
     bias,
     dtype=torch.bfloat16,
+    block_m=ch.BLOCK_M,
 ):
     forward = direction == "forward"
     out_side = (side + 2 * pad - dil * (r - 1) - 1) // stride + 1
@@ -71,7 +72,7 @@ def compile_case(
     reduced_rows = not forward and dtype != torch.float32
     w = torch.empty(c, r * r * k, dtype=dtype) if not (forward or reduced_rows) else (
         torch.empty(k, r * r * c, dtype=dtype))  # fmt: skip
-    box = ch.least_waste_box(n, out_side, out_side, ch.BLOCK_M, halves=True)
+    box = ch.least_waste_box(n, out_side, out_side, block_m, halves=True)
     chunk = ch.chunk(dtype, c_read)  # 64-byte rows where the channels are not 128-byte ones
     w_block = [chunk, block_n] if reduced_rows else [block_n, chunk]
     x_desc = ch.descriptor(read, read.shape, read.stride(), [*box, chunk])
@@ -87,7 +88,8 @@ def compile_case(
         tw.count, th.first, tw.first,
         th.step_filter, tw.step_filter, th.shift, tw.shift, th.step, tw.step, stride, stride,
         pad, r, 1, 1, 1, 1,
-        STAGES=ch.stages_for(block_n, chunk, dtype.itemsize), W_REDUCED_ROWS=reduced_rows,
+        STAGES=ch.stages_for(block_m, block_n, chunk, dtype.itemsize),
+        W_REDUCED_ROWS=reduced_rows,
         STRIDED=forward and stride > 1, HAS_BIAS=bias, BETA_NONZERO=beta, RELU=bias,
         CONSUMER_REGS=ch.CONSUMER_REGISTERS, num_warps=4, maxnreg=ch.LAUNCH_REGISTERS,
         grid=(1,),
@@ -153,7 +155,9 @@ if __name__ == "__main__":
                   compile_case(*case, block_n, True, True, torch.float32), flush=True)  # fmt: skip
     for case in CASES:
         case = case if len(case) == 9 else (*case, 1)
-        for block_n in (128, 64):
-            for beta, bias in ((False, False), (True, True)):
-                print(case, f"BN={block_n} beta={beta} bias+relu={bias}:",
-                      compile_case(*case, block_n, beta, bias), flush=True)  # fmt: skip
+        for block_m in (ch.BLOCK_M, ch.BLOCK_M_WIDE):
+            for block_n in (128, 64):
+                for beta, bias in ((False, False), (True, True)):
+                    print(case, f"BM={block_m} BN={block_n} beta={beta} bias+relu={bias}:",
+                          compile_case(*case, block_n, beta, bias, block_m=block_m),
+                          flush=True)  # fmt: skip

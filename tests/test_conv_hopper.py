@@ -13,26 +13,28 @@ from rtdnn.kernels import conv_hopper
 from rtdnn.ops.conv import _problem_for_selection
 
 
+@pytest.mark.parametrize("pixels", [conv_hopper.BLOCK_M, conv_hopper.BLOCK_M_WIDE])
 @pytest.mark.parametrize(
     "shape", [(1, 1, 1), (128, 7, 7), (64, 7, 7), (64, 14, 14), (2, 56, 56), (1, 224, 224),
               (3, 3, 70), (5, 9, 2)],
 )  # fmt: skip
-def test_box_covers_tile_and_splits_in_halves(shape):
-    """A forward tile's box holds BLOCK_M pixels in powers of two, two or more images or
-    rows so that each consumer takes half, and wastes no more pixels than any such box."""
-    box = conv_hopper.least_waste_box(*shape, conv_hopper.BLOCK_M, halves=True)
+def test_box_covers_tile_and_splits_in_halves(shape, pixels):
+    """A forward tile's box holds its pixels (128, or 256 for the wide tiles) in powers of
+    two, two or more images or rows so that each consumer takes half, and wastes no more
+    pixels than any such box."""
+    box = conv_hopper.least_waste_box(*shape, pixels, halves=True)
     n, h, w = box
-    assert n * h * w == conv_hopper.BLOCK_M and all(b & (b - 1) == 0 for b in box)
+    assert n * h * w == pixels and all(b & (b - 1) == 0 for b in box)
     assert n > 1 or h > 1
     half = conv_hopper.half_box(box)
-    assert 2 * half[0] * half[1] * half[2] == conv_hopper.BLOCK_M
+    assert 2 * half[0] * half[1] * half[2] == pixels
 
     def covered(box):
         return math.prod(-(-size // b) * b for size, b in zip(shape, box, strict=True))
 
-    powers = [1 << i for i in range(8)]
-    assert all(covered(box) <= covered((n, h, 128 // (n * h)))
-               for n in powers for h in powers if 2 <= n * h <= 128)  # fmt: skip
+    powers = [1 << i for i in range(9)]
+    assert all(covered(box) <= covered((n, h, pixels // (n * h)))
+               for n in powers for h in powers if 2 <= n * h <= pixels)  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -249,6 +251,10 @@ def _emulate(fixed: dict, args: tuple) -> None:
         ("backward_data", dict(padding=1, channels=96)),
         ("backward_data", dict(stride=2, padding=1, channels=160)),
         ("forward", dict(padding=1, math="tf32", channels=48)),
+        # 256-pixel tiles (16-bit data).
+        ("forward", dict(padding=1, pixels=256)),
+        ("forward", dict(stride=2, padding=1, pixels=256, channels=96)),
+        ("backward_data", dict(stride=2, padding=1, pixels=256)),
     ],
 )
 def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
@@ -274,6 +280,7 @@ def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
     conv = dict(conv)
     math_mode = conv.pop("math", None)
     reduced = conv.pop("channels", 64)  # C forward, K backward-data
+    pixels = conv.pop("pixels", conv_hopper.BLOCK_M)
     dtype = torch.float32 if math_mode == "tf32" else torch.bfloat16
     cl = torch.channels_last
     forward = direction == "forward"
@@ -287,7 +294,7 @@ def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
         p = dataclasses.replace(p, has_bias=True, activation="relu")
     block_k = conv_hopper.chunk(dtype, reduced)
     assert block_k == (128 if reduced % (128 // dtype.itemsize) == 0 else 64) // dtype.itemsize
-    tiles = HopperConvTiles(128, 64, block_k, group_m=1, num_warps=4, num_stages=6)
+    tiles = HopperConvTiles(pixels, 64, block_k, group_m=1, num_warps=4, num_stages=6)
     copied = not forward and math_mode == "tf32"
     algo = ALGORITHMS["IMPLICIT_PRECOMP_GEMM" if copied else "IMPLICIT_GEMM"]
     if copied:  # the Hopper tiles come first there

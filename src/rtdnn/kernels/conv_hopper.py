@@ -67,8 +67,14 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ..core import cdiv
 
-#: Output pixels a tile (a box of the output).
+#: Output pixels a tile (a box of the output): 128, each consumer multiplying 64 of them,
+#: or in 16-bit data also 256 (128 a consumer: twice the products per barrier round trip and
+#: per filter block loaded, for the tile tuner to weigh against half as many tiles).
 BLOCK_M = 128
+BLOCK_M_WIDE = 256
+#: Shared memory for the operand ring's stages (the epilogue's buffers come on top): 4 stages
+#: of 128 pixels x 128 bytes of channels with a 128-wide filter block, 6 with a 64-wide one.
+STAGE_BYTES = 144 * 1024
 #: Registers a thread at launch (12 warps: two consumer groups and the load warp's group) and
 #: in a consumer partition.
 LAUNCH_REGISTERS = 168
@@ -374,9 +380,10 @@ def chunk(dtype: torch.dtype, reduced: int | None = None) -> int | None:
     return None
 
 
-def stages_for(block_n: int, block_k: int = 64, itemsize: int = 2) -> int:
-    """Stages of the operand ring that fit beside the epilogue's buffers: 4 of 32 KiB with
-    128 output channels a tile (160 KiB in all; 192 with float32's epilogue), 6 of 24 KiB
-    with 64 (160 KiB; 176); with steps of 64-byte rows, twice as many of half the size."""
-    stages = 4 if block_n > 64 else 6
-    return stages * 128 // (block_k * itemsize)
+def stages_for(block_m: int, block_n: int, block_k: int, itemsize: int) -> int:
+    """Stages of the operand ring in STAGE_BYTES, a stage being a box of block_m pixels and a
+    filter block of block_n channels, block_k reduced channels each: 4 of 32 KiB with 128
+    pixels and 128 output channels in 16-bit data (160 KiB with the epilogue's buffers; 192
+    in float32), 6 of 24 KiB with 64 channels, 9 of 16 KiB on 64-byte rows, 3 of 48 KiB with
+    256 pixels (208 KiB)."""
+    return STAGE_BYTES // ((block_m + block_n) * block_k * itemsize)
