@@ -28,24 +28,26 @@ One program a multiprocessor loops over tiles (persistent) and runs three partit
 kernels/attention_hopper.py does:
 
 - **load** (one warp): for each of the program's tiles and each step (a filter tap and a
-  chunk of 128 bytes of the reduced channels), the input box and the filter block, by TMA, into a
-  ring of STAGES shared-memory stages. A stage is refilled once both consumers released it
-  (an `empty` mbarrier counting two arrivals); the copies' completion arrives on its `ready`
-  mbarrier. The loader runs ahead into the program's next tile as stages free up.
+  chunk of 128 bytes of the reduced channels, or 64 where they are not a multiple of 128),
+  the input box and the filter block, by TMA, into a ring of STAGES shared-memory stages. A
+  stage is refilled once both consumers released it (an `empty` mbarrier counting two
+  arrivals); the copies' completion arrives on its `ready` mbarrier. The loader runs ahead
+  into the program's next tile as stages free up.
 - **two consumers** (one warp group each): half of the tile's pixels each (half the box's
   images, or half its rows), one step's MMA in flight while the next is issued; then the
   epilogue, alpha * acc (+ beta * the prior output, read by TMA) (+ bias) (relu), written by
   TMA. Pixels and channels outside the output are dropped by the store.
 
-Box shapes (least_waste_box): 128 output pixels, images, rows and columns each a power of
-two, chosen to tile the output with the fewest pixels outside it (at batch 64, ResNet-50's
-14x14 outputs in boxes of 32 x 2 x 2 waste none and its 7x7 ones in 16 x 1 x 8 waste 12.5%,
-where boxes of whole rows a power of two wide, the earlier rule, wasted 23% on both).
+Box shapes (least_waste_box): 128 output pixels (or, in 16-bit data, 256: 128 a consumer),
+images, rows and columns each a power of two, chosen to tile the output with the fewest
+pixels outside it (at batch 64, ResNet-50's 14x14 outputs in boxes of 32 x 2 x 2 waste none
+and its 7x7 ones in 16 x 1 x 8 waste 12.5%, where boxes of whole rows a power of two wide,
+the earlier rule, wasted 23% on both).
 
 Scope (algos/implicit_gemm.py, hopper_unsupported, checks it): 2-D, stride 1 or 2 in each
 dimension, one group, cross-correlation, 16-bit data or float32 in TF32 math (backward-data
 on the filter copy above), channels-last tensors a TMA descriptor can address, the reduced
-channels (C forward, K backward-data) a multiple of a step's chunk (64 of 16-bit data, 32 of
+channels (C forward, K backward-data) a multiple of 64 bytes (32 16-bit channels, 16 of
 float32), at least 64 written channels, a channels-last filter with dense taps (or, in TF32
 backward-data, the copy).
 """
