@@ -61,38 +61,49 @@ def compile_case(
     bias,
     dtype=torch.bfloat16,
     block_m=ch.BLOCK_M,
+    depth=0,
 ):
+    """One launch's compilation; `depth` > 0: a 3-D convolution of images that deep (filter
+    r x r x r, stride 1)."""
     forward = direction == "forward"
+    three_d = depth > 0
     out_side = (side + 2 * pad - dil * (r - 1) - 1) // stride + 1
-    read = torch.empty(n, side, side, c_read, dtype=dtype)
-    written = torch.empty(n, out_side, out_side, c_written, dtype=dtype)
+    deep = (depth,) * three_d  # the depth dimension of 3-D images, none in 2-D
+    read = torch.empty(n, *deep, side, side, c_read, dtype=dtype)
+    written = torch.empty(n, *deep, out_side, out_side, c_written, dtype=dtype)
     k, c = (c_written, c_read) if forward else (c_read, c_written)
+    taps = r ** (3 if three_d else 2)
     # Backward-data in float32 reads a filter copy with k innermost as (C, taps x K), its rows
     # the written channels as forward's; in 16 bits the filter as stored, its rows the k.
     reduced_rows = not forward and dtype != torch.float32
-    w = torch.empty(c, r * r * k, dtype=dtype) if not (forward or reduced_rows) else (
-        torch.empty(k, r * r * c, dtype=dtype))  # fmt: skip
-    box = ch.least_waste_box(n, out_side, out_side, block_m, halves=True)
+    w = torch.empty(c, taps * k, dtype=dtype) if not (forward or reduced_rows) else (
+        torch.empty(k, taps * c, dtype=dtype))  # fmt: skip
+    first = depth if three_d else n  # boxes of depth x rows x columns in 3-D
+    box = ch.least_waste_box(first, out_side, out_side, block_m, halves=True)
     chunk = ch.chunk(dtype, c_read)  # 64-byte rows where the channels are not 128-byte ones
     w_block = [chunk, block_n] if reduced_rows else [block_n, chunk]
-    x_desc = ch.descriptor(read, read.shape, read.stride(), [*box, chunk])
+    one = [1] * three_d
+    x_desc = ch.descriptor(read, read.shape, read.stride(), [*one, *box, chunk])
     w_desc = ch.descriptor(w, w.shape, w.stride(), w_block)
-    y_desc = ch.descriptor(written, written.shape, written.stride(), [*ch.half_box(box), block_n])
+    y_block = [*one, *ch.half_box(box), block_n]
+    y_desc = ch.descriptor(written, written.shape, written.stride(), y_block)
     if forward:
         th = tw = ch.forward_taps(r, pad, dil)
     else:  # phase 1 of dx where stride 2, else phase 0
         th = tw = ch.data_phase_taps(r, pad, dil, stride, stride - 1)
+    td = th if three_d else ch.TapRun(0, 0, 1, 0, 0)
     kernel = ch.conv_hopper_kernel.warmup(
         x_desc, x_desc, x_desc, x_desc, w_desc, y_desc, written, 1.0, 0.5, c_written,
-        c_read // chunk, th.count * tw.count, k if not (forward or reduced_rows) else c,
-        tw.count, th.first, tw.first,
-        th.step_filter, tw.step_filter, th.shift, tw.shift, th.step, tw.step, stride, stride,
-        pad, r, 1, 1, 1, 1,
+        c_read // chunk, td.count * th.count * tw.count,
+        k if not (forward or reduced_rows) else c, th.count * tw.count, tw.count,
+        td.first, td.step_filter, th.first, tw.first, th.step_filter, tw.step_filter,
+        td.shift, th.shift, tw.shift, td.step, th.step, tw.step, stride, stride, pad, r, r,
+        1, 1, 1, 1, 1,
         STAGES=ch.stages_for(block_m, block_n, chunk, dtype.itemsize),
         W_REDUCED_ROWS=reduced_rows,
         STRIDED=forward and stride > 1, HAS_BIAS=bias, BETA_NONZERO=beta, RELU=bias,
-        CONSUMER_REGS=ch.CONSUMER_REGISTERS, num_warps=4, maxnreg=ch.LAUNCH_REGISTERS,
-        grid=(1,),
+        CONSUMER_REGS=ch.CONSUMER_REGISTERS, THREE_D=three_d, num_warps=4,
+        maxnreg=ch.LAUNCH_REGISTERS, grid=(1,),
     )  # fmt: skip
     return report(kernel)
 
@@ -153,6 +164,19 @@ if __name__ == "__main__":
         for block_n in (128, 64):
             print(case, f"float32 BN={block_n} beta+bias+relu:",
                   compile_case(*case, block_n, True, True, torch.float32), flush=True)  # fmt: skip
+    for direction, channels, depth in (("forward", 64, 16), ("backward_data", 96, 8)):
+        case = (direction, 4, channels, 128, 28, 3, 1, 1, 1)  # 3-D, 3x3x3, stride 1
+        for block_m in (ch.BLOCK_M, ch.BLOCK_M_WIDE):
+            for block_n in (128, 64):
+                print(case, f"3-D depth {depth} BM={block_m} BN={block_n} beta+bias+relu:",
+                      compile_case(*case, block_n, True, True, block_m=block_m, depth=depth),
+                      flush=True)  # fmt: skip
+        print(
+            case,
+            f"3-D depth {depth} float32 BN=128 beta+bias+relu:",
+            compile_case(*case, 128, True, True, torch.float32, depth=depth),
+            flush=True,
+        )
     for case in CASES:
         case = case if len(case) == 9 else (*case, 1)
         for block_m in (ch.BLOCK_M, ch.BLOCK_M_WIDE):

@@ -299,14 +299,24 @@ HOPPER_SHAPES = [
     ((2, 96, 11, 13), (160, 96, 3, 3), dict(padding=1)),
     ((2, 160, 15, 16), (96, 160, 3, 3), dict(stride=2, padding=1)),
 ]
-HOPPER_MATRIX = [("forward", s) for s in HOPPER_FORWARD_ONLY + HOPPER_SHAPES]
-HOPPER_MATRIX += [("backward_data", s) for s in HOPPER_SHAPES]
+#: 3-D at stride 1 (forward and backward-data): depth taps, odd sizes, padding above the
+#: filter's reach, dilation in depth, 96 reduced channels (64-byte steps), a 1-deep image.
+HOPPER_3D_SHAPES = [
+    ((2, 64, 5, 9, 10), (128, 64, 3, 3, 3), dict(padding=1)),
+    ((1, 96, 6, 7, 11), (64, 96, 3, 3, 3), dict(padding=(2, 1, 0), dilation=(2, 1, 1))),
+    ((3, 64, 1, 6, 6), (64, 64, 3, 3, 3), dict(padding=1)),
+    ((2, 128, 4, 8, 8), (192, 128, 1, 3, 3), dict(padding=(0, 1, 1))),
+]
+HOPPER_MATRIX = [("forward", s) for s in HOPPER_FORWARD_ONLY + HOPPER_SHAPES + HOPPER_3D_SHAPES]
+HOPPER_MATRIX += [("backward_data", s) for s in HOPPER_SHAPES + HOPPER_3D_SHAPES]
 
 
 # Forward copies an NCHW filter only where it has more than one tap: a 1x1 filter stored NCHW
 # already holds its channels innermost, and IMPLICIT_GEMM runs it as given.
-TF32_COPY_MATRIX = [("backward_data", s) for s in HOPPER_SHAPES]
-TF32_COPY_MATRIX += [("forward", s) for s in HOPPER_SHAPES if math.prod(s[1][2:]) > 1]
+TF32_COPY_MATRIX = [("backward_data", s) for s in HOPPER_SHAPES + HOPPER_3D_SHAPES]
+TF32_COPY_MATRIX += [
+    ("forward", s) for s in HOPPER_SHAPES + HOPPER_3D_SHAPES if math.prod(s[1][2:]) > 1
+]
 
 
 @pytest.mark.parametrize("direction,shape", TF32_COPY_MATRIX)

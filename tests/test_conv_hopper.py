@@ -189,45 +189,59 @@ def _emulate(fixed: dict, args: tuple) -> None:
     *reads, w_desc, y_desc, bias, alpha, beta = args
     views = [torch.as_strided(d.base, d.shape, d.strides) for d in (*reads, w_desc, y_desc)]
     x_views, w_view, y_view = views[:4], views[4], views[5]
-    box, chunk = list(reads[0].block_shape[:3]), reads[0].block_shape[3]
-    backward = fixed["W_REDUCED_ROWS"]
-    block_n = w_desc.block_shape[1 if backward else 0]
     f = fixed
+    box, chunk = list(reads[0].block_shape[:-1]), reads[0].block_shape[-1]
+    # 2-D boxes [images, rows, columns]; 3-D [1, depth, rows, columns].
+    if f["THREE_D"]:
+        box_n, box_d, box_h, box_w = box
+    else:
+        (box_n, box_h, box_w), box_d = box, 1
+    backward = f["W_REDUCED_ROWS"]
+    block_n = w_desc.block_shape[1 if backward else 0]
     for tile in range(f["tiles"]):
         tm = tile // f["tiles_n"]
         n0 = (tile - tm * f["tiles_n"]) * block_n
-        ow = tm % f["tiles_w"] * box[2]
-        oh = (tm // f["tiles_w"]) % f["tiles_h"] * box[1]
-        img = tm // (f["tiles_w"] * f["tiles_h"]) * box[0]
+        ow = tm % f["tiles_w"] * box_w
+        oh = (tm // f["tiles_w"]) % f["tiles_h"] * box_h
+        od = (tm // (f["tiles_w"] * f["tiles_h"])) % f["tiles_d"] * box_d
+        img = tm // (f["tiles_w"] * f["tiles_h"] * f["tiles_d"]) * box_n
         acc = torch.zeros(*box, block_n, dtype=torch.float64)
         for step in range(f["taps"] * f["chunks"]):
             tap, c0 = step // f["chunks"], step % f["chunks"] * chunk
-            t, q = tap // f["taps_w"], tap % f["taps_w"]
-            filter_tap = (f["r0"] + f["rstep"] * t) * f["S"] + f["s0"] + f["sstep"] * q
+            u = tap // f["taps_hw"]
+            t, q = divmod(tap - u * f["taps_hw"], f["taps_w"])
+            filter_tap = ((f["d0f"] + f["dstep"] * u) * f["R"] + f["r0"] + f["rstep"] * t) * f[
+                "S"] + f["s0"] + f["sstep"] * q  # fmt: skip
             dh, dw = f["shift_h"] + t * f["step_h"], f["shift_w"] + q * f["step_w"]
-            phase = 0
-            if f["STRIDED"]:
-                dh += f["stride_h"] * f["lift"]
-                dw += f["stride_w"] * f["lift"]
-                phase = (dh % f["stride_h"]) * 2 + dw % f["stride_w"]
-                dh, dw = dh // f["stride_h"] - f["lift"], dw // f["stride_w"] - f["lift"]
-            a = _box(x_views[phase], [img, oh + dh, ow + dw, c0], [*box, chunk])
+            if f["THREE_D"]:
+                dd = f["shift_d"] + u * f["step_d"]
+                a = _box(x_views[0], [img, od + dd, oh + dh, ow + dw, c0], [*box, chunk])
+            else:
+                phase = 0
+                if f["STRIDED"]:
+                    dh += f["stride_h"] * f["lift"]
+                    dw += f["stride_w"] * f["lift"]
+                    phase = (dh % f["stride_h"]) * 2 + dw % f["stride_w"]
+                    dh, dw = dh // f["stride_h"] - f["lift"], dw // f["stride_w"] - f["lift"]
+                a = _box(x_views[phase], [img, oh + dh, ow + dw, c0], [*box, chunk])
             if backward:
                 b = _box(w_view, [c0, filter_tap * f["tap_cols"] + n0], [chunk, block_n])
             else:
                 b = _box(w_view, [n0, filter_tap * f["tap_cols"] + c0], [block_n, chunk]).T
             acc += a @ b
+        origin = [img, od, oh, ow, n0] if f["THREE_D"] else [img, oh, ow, n0]
         acc = alpha * acc
         if f["BETA_NONZERO"]:
-            acc += beta * _box(y_view, [img, oh, ow, n0], [*box, block_n])
+            acc += beta * _box(y_view, origin, [*box, block_n])
         if f["HAS_BIAS"]:
-            acc += _box(bias.view(1, 1, 1, -1), [0, 0, 0, n0], [1, 1, 1, block_n])
+            acc += _box(bias.view(*[1] * len(box), -1), [0] * len(box) + [n0],
+                        [1] * len(box) + [block_n])  # fmt: skip
         if f["RELU"]:
             acc = acc.clamp_min(0)
-        ends = [min(o + n, e) for o, n, e in zip((img, oh, ow, n0), (*box, block_n),
-                                                 y_view.shape, strict=True)]  # fmt: skip
-        y_view[img : ends[0], oh : ends[1], ow : ends[2], n0 : ends[3]] = acc[
-            : ends[0] - img, : ends[1] - oh, : ends[2] - ow, : ends[3] - n0
+        ends = [min(o + n, e) for o, n, e in zip(origin, (*box, block_n), y_view.shape,
+                                                 strict=True)]  # fmt: skip
+        y_view[tuple(slice(o, e) for o, e in zip(origin, ends, strict=True))] = acc[
+            tuple(slice(0, e - o) for o, e in zip(origin, ends, strict=True))
         ].to(y_view.dtype)
 
 
@@ -255,6 +269,13 @@ def _emulate(fixed: dict, args: tuple) -> None:
         ("forward", dict(padding=1, pixels=256)),
         ("forward", dict(stride=2, padding=1, pixels=256, channels=96)),
         ("backward_data", dict(stride=2, padding=1, pixels=256)),
+        # 3-D at stride 1: depth taps too; padding above the filter's reach, dilation.
+        ("forward", dict(padding=1, depth=5)),
+        ("forward", dict(padding=(0, 1, 2), dilation=(2, 1, 1), depth=6, pixels=256)),
+        ("backward_data", dict(padding=1, depth=5)),
+        ("backward_data", dict(padding=(2, 0, 1), depth=4, channels=96)),
+        ("forward", dict(padding=1, depth=3, math="tf32")),
+        ("backward_data", dict(padding=(1, 0, 1), depth=3, math="tf32")),
     ],
 )
 def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
@@ -281,13 +302,15 @@ def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
     math_mode = conv.pop("math", None)
     reduced = conv.pop("channels", 64)  # C forward, K backward-data
     pixels = conv.pop("pixels", conv_hopper.BLOCK_M)
+    depth = conv.pop("depth", None)  # 3-D: images this deep, 3x3x3 filters
     dtype = torch.float32 if math_mode == "tf32" else torch.bfloat16
-    cl = torch.channels_last
+    cl = torch.channels_last_3d if depth else torch.channels_last
     forward = direction == "forward"
-    x = torch.randn(2, reduced if forward else 64, 9, 10).to(dtype).to(memory_format=cl)
+    image = (*(depth,) * bool(depth), 9, 10)
+    x = torch.randn(2, reduced if forward else 64, *image).to(dtype).to(memory_format=cl)
     k, c = (128, reduced) if forward else (reduced, 64)
-    w = (torch.randn(k, c, *((1, 1) if one_by_one else (3, 3))) / 24).to(dtype).to(
-        memory_format=cl)  # fmt: skip
+    taps = (1, 1) if one_by_one else (3,) * len(image)
+    w = (torch.randn(k, c, *taps) / 24).to(dtype).to(memory_format=cl)
     args = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation")
     p, _ = _problem_for_selection(direction, x, w, math=math_mode, **{**args, **conv})
     if forward:

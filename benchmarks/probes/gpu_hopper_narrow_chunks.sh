@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Hopper forward/backward-data kernel's branch work (hopper-narrow-chunks, then
-# hopper-wide-tiles on top): reduced channels that are not a multiple of 128 bytes (steps of
-# 64-byte rows) and 256-pixel tiles in 16-bit data. Its GPU tests (every shape and tile, so
+# hopper-wide-tiles and hopper-3d on top): reduced channels that are not a multiple of 128
+# bytes (steps of 64-byte rows), 256-pixel tiles in 16-bit data, 3-D at stride 1. Its GPU tests (every shape and tile, so
 # the 128-byte, 128-pixel tiles are checked unchanged too) and the TF32 filter-copy tests;
 # then, with RTDNN_AUTOTUNE=1 into a fresh database (every candidate timed, so the 256-pixel
 # tiles are weighed), the assorted suite and resnet50 forward and backward-data in bf16 beside

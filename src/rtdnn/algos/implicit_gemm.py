@@ -441,20 +441,24 @@ def hopper_unsupported(p: ConvProblem) -> str | None:
                 return "float32 (TF32) backward-data: a filter copy with k innermost"
             # The rest as for a channels-last filter: the copy is dense.
             p = dataclasses.replace(p, w=channels_last_desc(p.w))
-    if p.spatial_dims != 2 or p.groups != 1:
-        return "2-D convolutions of one group only"
+    if p.spatial_dims not in (2, 3) or p.groups != 1:
+        return "2-D and 3-D convolutions of one group only"
+    if p.spatial_dims == 3 and (
+        p.direction == Direction.BACKWARD_FILTER or any(q != 1 for q in p.conv.stride)
+    ):
+        return "3-D: forward and backward-data at stride 1"
     if p.activation not in ("identity", "relu"):
         return f"no {p.activation} epilogue"
     from ..kernels import conv_hopper  # Gluon: imported where it runs
 
     stride = p.conv.stride
-    if stride != (1, 1):
+    if any(q != 1 for q in stride):
         if any(q not in (1, 2) for q in stride):
             return "stride 1 or 2 in each dimension"
         if any(size < q for size, q in zip(p.in_spatial, stride, strict=True)):
             return "each stride phase of the input must have a row and a column"
         # The rest as at stride 1: the phases are views of the same tensor.
-        p = dataclasses.replace(p, conv=dataclasses.replace(p.conv, stride=(1, 1)))
+        p = dataclasses.replace(p, conv=dataclasses.replace(p.conv, stride=(1,) * len(stride)))
     if p.direction != Direction.BACKWARD_FILTER:
         reduced = p.in_channels if p.direction == Direction.FORWARD else p.out_channels
         block_k = conv_hopper.chunk(p.dtype, reduced)
@@ -682,13 +686,16 @@ def pointwise_layouts(p: ConvProblem) -> tuple[MatrixLayout, MatrixLayout, tuple
     return a, b, out
 
 
-def _image(desc: TensorDesc, step=(1, 1), phase=(0, 0)) -> tuple[tuple, tuple]:
-    """(shape, strides) of a channels-last tensor as (N, H, W, channels), or of its stride
-    phase (rows and columns `step` apart, from row and column `phase`): what the Hopper
-    kernels' descriptors see."""
+def _image(desc: TensorDesc, step=None, phase=None) -> tuple[tuple, tuple]:
+    """(shape, strides) of a channels-last tensor as (N, [D,] H, W, channels), or of its
+    stride phase (pixels `step` apart in each spatial dimension, from `phase`): what the
+    Hopper kernels' descriptors see."""
+    dims = len(desc.shape) - 2
+    step, phase = step or (1,) * dims, phase or (0,) * dims
     st = _channels_last_strides(desc)
-    h, w = (cdiv(size - a, q) for size, a, q in zip(desc.shape[2:], phase, step, strict=True))
-    return (desc.shape[0], h, w, desc.shape[1]), (st[0], st[2] * step[0], st[3] * step[1], 1)
+    sizes = [cdiv(size - a, q) for size, a, q in zip(desc.shape[2:], phase, step, strict=True)]
+    strides = [t * q for t, q in zip(st[2:], step, strict=True)]
+    return (desc.shape[0], *sizes, desc.shape[1]), (st[0], *strides, 1)
 
 
 def _read_phases(stride: tuple[int, int]) -> list[tuple[int, int]]:
@@ -903,16 +910,23 @@ class ImplicitGemm(ConvAlgorithm):
 
         forward = p.direction == Direction.FORWARD
         src, dst = (p.x, p.y) if forward else (p.y, p.x)
-        stride = tuple(p.conv.stride)
+        three_d = p.spatial_dims == 3  # stride 1 (hopper_unsupported)
+        stride = tuple(p.conv.stride)[-2:]
         strided = stride != (1, 1)
-        (pad_h, pad_w), (dil_h, dil_w) = p.conv.padding, p.conv.dilation
-        (r, s), in_channels = p.kernel, p.in_channels
+        pads, dils = p.conv.padding, p.conv.dilation
+        (r, s), in_channels = p.kernel[-2:], p.in_channels
+        # 3-D: the depth taps (in 2-D one, the first of a filter one deep).
+        depth = ch.TapRun(0, 0, 1, 0, 0)
+        if three_d:
+            depth = (ch.forward_taps(p.kernel[0], pads[0], dils[0]) if forward
+                     else ch.data_phase_taps(p.kernel[0], pads[0], dils[0], 1, 0))  # fmt: skip
+        (pad_h, pad_w), (dil_h, dil_w) = pads[-2:], dils[-2:]
 
         # What is read: forward at stride 2, the four phase views of x (x_desc to x3_desc:
         # (a, b) = divmod(i, 2); where the stride is 1 in a dimension the phases it lacks
         # repeat phase 0); else the whole of x or dy.
         read_phases = _read_phases(stride)
-        if forward:
+        if forward and strided:
             read_views = [_image(src, stride, ph) for ph in read_phases]
         else:
             read_views = [_image(src)] * 4
@@ -923,32 +937,41 @@ class ImplicitGemm(ConvAlgorithm):
             writes = []
             for a in range(stride[0]):
                 for b in range(stride[1]):
-                    view = _image(dst, stride, (a, b))
+                    view = _image(dst, (*(1,) * three_d, *stride), (*(0,) * three_d, a, b))
                     taps = (ch.data_phase_taps(r, pad_h, dil_h, stride[0], a),
                             ch.data_phase_taps(s, pad_w, dil_w, stride[1], b))  # fmt: skip
-                    if view[0][1] and view[0][2]:  # a phase with pixels
+                    if all(view[0][1:-1]):  # a phase with pixels
                         writes.append(((a, b), view, taps))
         # The filter as a matrix of taps x tap_cols columns: backward-data reads it as stored,
         # (K, taps x C), its rows the reduced k; forward as (K, taps x C) and backward-data on
         # IMPLICIT_PRECOMP_GEMM's TF32 copy with k innermost as (C, taps x K), their rows the
         # written channels (the reduced ones innermost, as TF32 products need).
         reduced_rows = not forward and p.w.strides != hopper_data_filter_strides(p.w.shape)
+        filter_taps = math.prod(p.kernel)
         if forward or reduced_rows:
-            w_view = ((p.out_channels, r * s * in_channels), (_channels_last_strides(p.w)[0], 1))
+            w_view = ((p.out_channels, filter_taps * in_channels),
+                      (_channels_last_strides(p.w)[0], 1))  # fmt: skip
             tap_cols = in_channels
         else:
-            w_view = ((in_channels, r * s * p.out_channels), (p.w.strides[1], 1))
+            w_view = ((in_channels, filter_taps * p.out_channels), (p.w.strides[1], 1))
             tap_cols = p.out_channels
         w_block = [tiles.block_k, tiles.block_n] if reduced_rows else [tiles.block_n, tiles.block_k]
         # (written phase, its view, its half-box block, launches by beta != 0, its box)
         phases = []
         slots = ("x_desc", "x1_desc", "x2_desc", "x3_desc", "w_desc", "y_desc", "bias_ptr")
         for phase, view, (th, tw) in writes:
-            n, dst_h, dst_w = view[0][:3]
-            box = ch.least_waste_box(n, dst_h, dst_w, tiles.block_m, halves=True)
+            n, *dst_dhw = view[0][:-1]
+            if three_d:  # boxes of one image's depth x rows x columns
+                dst_d, dst_h, dst_w = dst_dhw
+                box = ch.least_waste_box(dst_d, dst_h, dst_w, tiles.block_m, halves=True)
+                tiles_d, groups = cdiv(dst_d, box[0]), n
+            else:  # boxes of images x rows x columns
+                (dst_h, dst_w), tiles_d = dst_dhw, 1
+                box = ch.least_waste_box(n, dst_h, dst_w, tiles.block_m, halves=True)
+                groups = cdiv(n, box[0])
             tiles_h, tiles_w = cdiv(dst_h, box[1]), cdiv(dst_w, box[2])
             tiles_n = cdiv(dst.shape[1], tiles.block_n)
-            count = cdiv(n, box[0]) * tiles_h * tiles_w * tiles_n
+            count = groups * tiles_d * tiles_h * tiles_w * tiles_n
             programs = min(count, multiprocessor_count(torch.cuda.current_device()))
             launches = {
                 beta_nonzero: slot_launch(
@@ -959,22 +982,29 @@ class ImplicitGemm(ConvAlgorithm):
                     maxnreg=ch.LAUNCH_REGISTERS,
                     cols=dst.shape[1],
                     chunks=src.shape[1] // tiles.block_k,
-                    taps=th.count * tw.count,
+                    taps=depth.count * th.count * tw.count,
                     tap_cols=tap_cols,
+                    taps_hw=th.count * tw.count,
                     taps_w=tw.count,
+                    d0f=depth.first,
+                    dstep=depth.step_filter,
                     r0=th.first,
                     s0=tw.first,
                     rstep=th.step_filter,
                     sstep=tw.step_filter,
+                    shift_d=depth.shift,
                     shift_h=th.shift,
                     shift_w=tw.shift,
+                    step_d=depth.step,
                     step_h=th.step,
                     step_w=tw.step,
                     stride_h=stride[0],
                     stride_w=stride[1],
                     lift=max(pad_h, pad_w),
+                    R=r,
                     S=s,
                     tiles_n=tiles_n,
+                    tiles_d=tiles_d,
                     tiles_h=tiles_h,
                     tiles_w=tiles_w,
                     tiles=count,
@@ -985,10 +1015,14 @@ class ImplicitGemm(ConvAlgorithm):
                     BETA_NONZERO=beta_nonzero,
                     RELU=p.activation == "relu",
                     CONSUMER_REGS=ch.CONSUMER_REGISTERS,
+                    THREE_D=three_d,
                 )  # fmt: skip
                 for beta_nonzero in (False, True)
             }
-            phases.append((phase, view, [*ch.half_box(box), tiles.block_n], launches, box))
+            # 3-D: boxes of one image ([1, depth, rows, columns]).
+            box = (1,) * three_d + box
+            phases.append((phase, view, [*box[:-3], *ch.half_box(box[-3:]), tiles.block_n],
+                           launches, box))  # fmt: skip
         plain = self.prepare(p, gemm_candidates(p, *gemm_shape(p)[:3])[0])
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:

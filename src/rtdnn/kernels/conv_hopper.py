@@ -44,12 +44,16 @@ pixels outside it (at batch 64, ResNet-50's 14x14 outputs in boxes of 32 x 2 x 2
 and its 7x7 ones in 16 x 1 x 8 waste 12.5%, where boxes of whole rows a power of two wide,
 the earlier rule, wasted 23% on both).
 
+3-D convolutions at stride 1 are the same product one dimension up: a tile is a box of one
+image's depth x rows x columns, the taps run over depth too, and the images are seen through
+5-D descriptors (N, D, H, W, channels) whose zero fill pads the depth as well.
+
 Scope (algos/implicit_gemm.py, hopper_unsupported, checks it): 2-D, stride 1 or 2 in each
-dimension, one group, cross-correlation, 16-bit data or float32 in TF32 math (backward-data
-on the filter copy above), channels-last tensors a TMA descriptor can address, the reduced
-channels (C forward, K backward-data) a multiple of 64 bytes (32 16-bit channels, 16 of
-float32), at least 64 written channels, a channels-last filter with dense taps (or, in TF32
-backward-data, the copy).
+dimension, or 3-D at stride 1; one group, cross-correlation, 16-bit data or float32 in TF32
+math (backward-data on the filter copy above), channels-last tensors a TMA descriptor can
+address, the reduced channels (C forward, K backward-data) a multiple of 64 bytes (32 16-bit
+channels, 16 of float32), at least 64 written channels, a channels-last filter with dense
+taps (or, in TF32 backward-data, the copy).
 """
 
 import math
@@ -84,39 +88,53 @@ CONSUMER_REGISTERS = 240
 
 
 @gluon.jit
-def _tile_origin(tile, tiles_n, tiles_h, tiles_w, BOX_N: gl.constexpr, BOX_H: gl.constexpr,
-                 BOX_W: gl.constexpr, BLOCK_N: gl.constexpr):  # fmt: skip
-    """(first image, row, column, output channel) of a tile: output-channel tiles innermost,
-    then column bands, row bands, image groups (neighbouring programs share input boxes)."""
+def _tile_origin(tile, tiles_n, tiles_d, tiles_h, tiles_w, BOX_N: gl.constexpr,
+                 BOX_D: gl.constexpr, BOX_H: gl.constexpr, BOX_W: gl.constexpr,
+                 BLOCK_N: gl.constexpr):  # fmt: skip
+    """(first image, depth, row, column, output channel) of a tile: output-channel tiles
+    innermost, then column bands, row bands, depth bands (3-D; one band in 2-D), image groups
+    (neighbouring programs share input boxes)."""
     tm = tile // tiles_n
     n0 = (tile - tm * tiles_n) * BLOCK_N
     w0 = tm % tiles_w * BOX_W
     h0 = (tm // tiles_w) % tiles_h * BOX_H
-    img = tm // (tiles_w * tiles_h) * BOX_N
-    return img, h0, w0, n0
+    d0 = (tm // (tiles_w * tiles_h)) % tiles_d * BOX_D
+    img = tm // (tiles_w * tiles_h * tiles_d) * BOX_N
+    return img, d0, h0, w0, n0
 
 
 @gluon.jit
 def _load_partition(x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem, ready, empty,
-                    steps, chunks, tap_cols, taps_w, r0, s0, rstep, sstep, shift_h, shift_w,
-                    step_h, step_w, stride_h, stride_w, lift, S, tiles, tiles_n, tiles_h,
-                    tiles_w, W_REDUCED_ROWS: gl.constexpr, STRIDED: gl.constexpr):  # fmt: skip
+                    steps, chunks, tap_cols, taps_hw, taps_w, d0f, dstep, r0, s0, rstep, sstep,
+                    shift_d, shift_h, shift_w, step_d, step_h, step_w, stride_h, stride_w,
+                    lift, R, S, tiles, tiles_n, tiles_d, tiles_h, tiles_w,
+                    W_REDUCED_ROWS: gl.constexpr, STRIDED: gl.constexpr,
+                    THREE_D: gl.constexpr):  # fmt: skip
     """For each step of each of this program's tiles: the input box of the step's tap and
     channel chunk, and the filter block of that tap, chunk and the tile's output channels.
     Strided (forward), the tap's input pixels are one stride phase of the input, every
     stride-th row and column from (a, b): a box of that phase's view, x_desc to x3_desc for
-    phases (0, 0), (0, 1), (1, 0), (1, 1)."""
-    BOX_N: gl.constexpr = x_desc.block_type.shape[0]
-    BOX_H: gl.constexpr = x_desc.block_type.shape[1]
-    BOX_W: gl.constexpr = x_desc.block_type.shape[2]
-    CHUNK: gl.constexpr = x_desc.block_type.shape[3]
+    phases (0, 0), (0, 1), (1, 0), (1, 1). THREE_D: boxes of one image's depth x rows x
+    columns, the taps in depth too."""
+    if THREE_D:  # [1, BOX_D, BOX_H, BOX_W, CHUNK]
+        BOX_N: gl.constexpr = 1
+        BOX_D: gl.constexpr = x_desc.block_type.shape[1]
+        BOX_H: gl.constexpr = x_desc.block_type.shape[2]
+        BOX_W: gl.constexpr = x_desc.block_type.shape[3]
+        CHUNK: gl.constexpr = x_desc.block_type.shape[4]
+    else:  # [BOX_N, BOX_H, BOX_W, CHUNK]
+        BOX_N: gl.constexpr = x_desc.block_type.shape[0]
+        BOX_D: gl.constexpr = 1
+        BOX_H: gl.constexpr = x_desc.block_type.shape[1]
+        BOX_W: gl.constexpr = x_desc.block_type.shape[2]
+        CHUNK: gl.constexpr = x_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[W_REDUCED_ROWS * 1]  # [k, n] or [n, k]
     STAGES: gl.constexpr = ready.type.shape[0]
     nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
     it = 0
     for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
-        img, oh, ow, n0 = _tile_origin(tile, tiles_n, tiles_h, tiles_w, BOX_N, BOX_H, BOX_W,
-                                       BLOCK_N)  # fmt: skip
+        img, od, oh, ow, n0 = _tile_origin(tile, tiles_n, tiles_d, tiles_h, tiles_w, BOX_N,
+                                           BOX_D, BOX_H, BOX_W, BLOCK_N)  # fmt: skip
         for step in range(steps):
             stage = it % STAGES
             mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
@@ -124,14 +142,19 @@ def _load_partition(x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem, r
             mbarrier.expect(bar, nbytes)
             tap = step // chunks
             c0 = (step - tap * chunks) * CHUNK
-            # Tap (t, q) of the taps this launch visits: filter tap (r0 + rstep t, s0 +
-            # sstep q), read at (t, q) x step from the shift.
-            t = tap // taps_w
-            q = tap - t * taps_w
-            filter_tap = (r0 + rstep * t) * S + s0 + sstep * q
+            # Tap (u, t, q) of the taps this launch visits (u = 0 in 2-D, where taps_hw is
+            # every tap): filter tap (d0f + dstep u, r0 + rstep t, s0 + sstep q), read at
+            # (u, t, q) x step from the shift.
+            u = tap // taps_hw
+            t = (tap - u * taps_hw) // taps_w
+            q = tap - u * taps_hw - t * taps_w
+            filter_tap = ((d0f + dstep * u) * R + r0 + rstep * t) * S + s0 + sstep * q
             dh = shift_h + t * step_h
             dw = shift_w + q * step_w
-            if STRIDED:
+            if THREE_D:  # stride 1
+                at = [img, od + shift_d + u * step_d, oh + dh, ow + dw, c0]
+                tma.async_copy_global_to_shared(x_desc, at, bar, a_smem.index(stage))
+            elif STRIDED:
                 # Output row o reads input row stride * o + dh: phase dh mod stride, row
                 # o + floor(dh / stride) of that phase (lifted to stay non-negative).
                 dh += stride_h * lift
@@ -162,17 +185,26 @@ def _load_partition(x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem, r
 
 @gluon.jit
 def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, ready, empty, y_desc,
-              bias_ptr, alpha, beta, cols, steps, tiles, tiles_n, tiles_h, tiles_w,
+              bias_ptr, alpha, beta, cols, steps, tiles, tiles_n, tiles_d, tiles_h, tiles_w,
               W_REDUCED_ROWS: gl.constexpr, HAS_BIAS: gl.constexpr,
-              BETA_NONZERO: gl.constexpr, RELU: gl.constexpr):  # fmt: skip
+              BETA_NONZERO: gl.constexpr, RELU: gl.constexpr,
+              THREE_D: gl.constexpr):  # fmt: skip
     """Half of each tile's pixels: the products over every step, then the epilogue."""
-    BOX_N: gl.constexpr = a_smem.type.shape[1]
-    BOX_H: gl.constexpr = a_smem.type.shape[2]
-    BOX_W: gl.constexpr = a_smem.type.shape[3]
-    CHUNK: gl.constexpr = a_smem.type.shape[4]
+    if THREE_D:  # stages of [1, BOX_D, BOX_H, BOX_W, CHUNK]
+        BOX_N: gl.constexpr = 1
+        BOX_D: gl.constexpr = a_smem.type.shape[2]
+        BOX_H: gl.constexpr = a_smem.type.shape[3]
+        BOX_W: gl.constexpr = a_smem.type.shape[4]
+        CHUNK: gl.constexpr = a_smem.type.shape[5]
+    else:  # stages of [BOX_N, BOX_H, BOX_W, CHUNK]
+        BOX_N: gl.constexpr = a_smem.type.shape[1]
+        BOX_D: gl.constexpr = 1
+        BOX_H: gl.constexpr = a_smem.type.shape[2]
+        BOX_W: gl.constexpr = a_smem.type.shape[3]
+        CHUNK: gl.constexpr = a_smem.type.shape[4]
     BLOCK_N: gl.constexpr = b_smem.type.shape[1 + W_REDUCED_ROWS * 1]
     STAGES: gl.constexpr = ready.type.shape[0]
-    PIXELS: gl.constexpr = BOX_N * BOX_H * BOX_W
+    PIXELS: gl.constexpr = BOX_N * BOX_D * BOX_H * BOX_W
     HALF: gl.constexpr = PIXELS // 2
     # The MMA instruction's reduction: 32 bytes of operands (TF32 products for float32).
     INSTR_K: gl.constexpr = 256 // a_smem.dtype.primitive_bitwidth
@@ -185,8 +217,8 @@ def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, ready, empt
     it = 0
     done = 0
     for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
-        img, oh, ow, n0 = _tile_origin(tile, tiles_n, tiles_h, tiles_w, BOX_N, BOX_H, BOX_W,
-                                       BLOCK_N)  # fmt: skip
+        img, od, oh, ow, n0 = _tile_origin(tile, tiles_n, tiles_d, tiles_h, tiles_w, BOX_N,
+                                           BOX_D, BOX_H, BOX_W, BLOCK_N)  # fmt: skip
         acc = gl.zeros([HALF, BLOCK_N], gl.float32, acc_layout)
         for step in range(steps):
             stage = it % STAGES
@@ -203,7 +235,12 @@ def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, ready, empt
         acc = warpgroup_mma_wait(0, deps=(acc,))
         # The last step's stage (none when no tap reaches these pixels: alpha x 0).
         mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=steps > 0)
-        if BOX_N > 1:  # each half: half the images
+        if THREE_D:  # each half: half the depth, else half the rows
+            if BOX_D > 1:
+                coords = [img, od + half * (BOX_D // 2), oh, ow, n0]
+            else:
+                coords = [img, od, oh + half * (BOX_H // 2), ow, n0]
+        elif BOX_N > 1:  # each half: half the images
             coords = [img + half * (BOX_N // 2), oh, ow, n0]
         else:  # each half: half the rows
             coords = [img, oh + half * (BOX_H // 2), ow, n0]
@@ -231,25 +268,28 @@ def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, ready, empt
 @gluon.jit
 def conv_hopper_kernel(
     x_desc, x1_desc, x2_desc, x3_desc, w_desc, y_desc, bias_ptr, alpha, beta, cols, chunks,
-    taps, tap_cols, taps_w, r0, s0, rstep, sstep, shift_h, shift_w, step_h, step_w, stride_h,
-    stride_w, lift, S, tiles_n, tiles_h, tiles_w, tiles,
+    taps, tap_cols, taps_hw, taps_w, d0f, dstep, r0, s0, rstep, sstep, shift_d, shift_h,
+    shift_w, step_d, step_h, step_w, stride_h, stride_w, lift, R, S, tiles_n, tiles_d, tiles_h,
+    tiles_w, tiles,
     STAGES: gl.constexpr, W_REDUCED_ROWS: gl.constexpr, STRIDED: gl.constexpr,
     HAS_BIAS: gl.constexpr, BETA_NONZERO: gl.constexpr, RELU: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, THREE_D: gl.constexpr,
 ):  # fmt: skip
     """Persistent, grid (programs,). x_desc: the read image (x forward, dy backward-data),
     (N, H, W, channels) in [BOX_N, BOX_H, BOX_W, CHUNK] boxes; w_desc: the filter as a matrix
     of taps x tap_cols columns, in [BLOCK_N, CHUNK] blocks (rows the written channels: forward's
     (K, taps x C); backward-data's (C, taps x K) from a copy with k innermost) or, with
     W_REDUCED_ROWS, [CHUNK, BLOCK_N] blocks (backward-data's (K, taps x C), the filter as
-    stored); y_desc: the written image (N, OH, OW, cols) in half boxes. A step: a tap (t, q)
-    = divmod(step // chunks, taps_w) of the taps visited, filter tap (r0 + rstep t, s0 +
-    sstep q) of a filter S wide, read at box origin + shift + (t, q) x step_hw, and a chunk
-    of CHUNK reduced channels; taps: how many are
-    visited (0: the output is alpha x 0, plus beta x its prior value). STRIDED (forward
-    at stride 2 in a dimension): x_desc to x3_desc are the input's stride phases (see
-    _load_partition); lift: at least the padding, so that a shifted row is never negative
-    before the phase is taken."""
+    stored); y_desc: the written image (N, OH, OW, cols) in half boxes. A step: a tap (u, t,
+    q) of the taps visited (u = step // chunks // taps_hw, then (t, q) = divmod of the rest
+    by taps_w; taps_hw = taps in 2-D), filter tap (d0f + dstep u, r0 + rstep t, s0 + sstep q)
+    of a filter (depth x) R x S, read at box origin + shift + (u, t, q) x step, and a chunk
+    of CHUNK reduced channels; taps: how many are visited (0: the output is alpha x 0, plus
+    beta x its prior value). STRIDED (forward at stride 2 in a dimension): x_desc to x3_desc
+    are the input's stride phases (see _load_partition); lift: at least the padding, so that
+    a shifted row is never negative before the phase is taken. THREE_D (stride 1): the read
+    and written images are (N, D, H, W, channels), in [1, BOX_D, BOX_H, BOX_W, CHUNK] boxes
+    and half boxes, tiles_d depth bands of them."""
     dtype: gl.constexpr = w_desc.dtype
     a_smem = gl.allocate_shared_memory(dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
     b_smem = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
@@ -268,16 +308,16 @@ def conv_hopper_kernel(
     gl.warp_specialize(
         [
             (_consumer, (0, a_smem, b_smem, c_smem, prior_bar, ready, empty, y_desc, bias_ptr,
-                         alpha, beta, cols, steps, tiles, tiles_n, tiles_h, tiles_w,
-                         W_REDUCED_ROWS, HAS_BIAS, BETA_NONZERO, RELU)),
+                         alpha, beta, cols, steps, tiles, tiles_n, tiles_d, tiles_h, tiles_w,
+                         W_REDUCED_ROWS, HAS_BIAS, BETA_NONZERO, RELU, THREE_D)),
             (_consumer, (1, a_smem, b_smem, c_smem, prior_bar, ready, empty, y_desc, bias_ptr,
-                         alpha, beta, cols, steps, tiles, tiles_n, tiles_h, tiles_w,
-                         W_REDUCED_ROWS, HAS_BIAS, BETA_NONZERO, RELU)),
+                         alpha, beta, cols, steps, tiles, tiles_n, tiles_d, tiles_h, tiles_w,
+                         W_REDUCED_ROWS, HAS_BIAS, BETA_NONZERO, RELU, THREE_D)),
             (_load_partition, (x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem,
-                               ready, empty, steps, chunks, tap_cols, taps_w, r0, s0, rstep,
-                               sstep, shift_h, shift_w, step_h, step_w, stride_h, stride_w,
-                               lift, S, tiles, tiles_n, tiles_h, tiles_w, W_REDUCED_ROWS,
-                               STRIDED)),
+                               ready, empty, steps, chunks, tap_cols, taps_hw, taps_w, d0f,
+                               dstep, r0, s0, rstep, sstep, shift_d, shift_h, shift_w, step_d,
+                               step_h, step_w, stride_h, stride_w, lift, R, S, tiles, tiles_n,
+                               tiles_d, tiles_h, tiles_w, W_REDUCED_ROWS, STRIDED, THREE_D)),
         ],
         [4, 1],
         [CONSUMER_REGS, 24],
