@@ -229,20 +229,32 @@ def _emulate(fixed: dict, args: tuple) -> None:
             else:
                 b = _box(w_view, [n0, filter_tap * f["tap_cols"] + c0], [block_n, chunk]).T
             acc += a @ b
-        origin = [img, od, oh, ow, n0] if f["THREE_D"] else [img, oh, ow, n0]
-        acc = alpha * acc
-        if f["BETA_NONZERO"]:
-            acc += beta * _box(y_view, origin, [*box, block_n])
-        if f["HAS_BIAS"]:
-            acc += _box(bias.view(*[1] * len(box), -1), [0] * len(box) + [n0],
-                        [1] * len(box) + [block_n])  # fmt: skip
-        if f["RELU"]:
-            acc = acc.clamp_min(0)
-        ends = [min(o + n, e) for o, n, e in zip(origin, (*box, block_n), y_view.shape,
-                                                 strict=True)]  # fmt: skip
-        y_view[tuple(slice(o, e) for o, e in zip(origin, ends, strict=True))] = acc[
-            tuple(slice(0, e - o) for o, e in zip(origin, ends, strict=True))
-        ].to(y_view.dtype)
+        # Each consumer's half of the box's pixels (in the box's order), stored as the kernel
+        # does: a half box of y_desc at half the images (2-D) or the depth (3-D), else at
+        # half the rows.
+        half_box = list(y_desc.block_shape[:-1])
+        halves = acc.reshape(2, -1, block_n)
+        for h in range(2):
+            part = alpha * halves[h].reshape(*half_box, block_n)
+            if f["THREE_D"]:
+                split = [0, box_d // 2, 0, 0] if box_d > 1 else [0, 0, box_h // 2, 0]
+                at = [img, od, oh, ow]
+            else:
+                split = [box_n // 2, 0, 0] if box_n > 1 else [0, box_h // 2, 0]
+                at = [img, oh, ow]
+            origin = [a + h * q for a, q in zip(at, split, strict=True)] + [n0]
+            if f["BETA_NONZERO"]:
+                part += beta * _box(y_view, origin, [*half_box, block_n])
+            if f["HAS_BIAS"]:
+                part += _box(bias.view(*[1] * len(half_box), -1), [0] * len(half_box) + [n0],
+                             [1] * len(half_box) + [block_n])  # fmt: skip
+            if f["RELU"]:
+                part = part.clamp_min(0)
+            ends = [min(o + n, e) for o, n, e in zip(origin, (*half_box, block_n), y_view.shape,
+                                                     strict=True)]  # fmt: skip
+            y_view[tuple(slice(o, e) for o, e in zip(origin, ends, strict=True))] = part[
+                tuple(slice(0, e - o) for o, e in zip(origin, ends, strict=True))
+            ].to(y_view.dtype)
 
 
 @pytest.mark.parametrize(
@@ -276,6 +288,9 @@ def _emulate(fixed: dict, args: tuple) -> None:
         ("backward_data", dict(padding=(2, 0, 1), depth=4, channels=96)),
         ("forward", dict(padding=1, depth=3, math="tf32")),
         ("backward_data", dict(padding=(1, 0, 1), depth=3, math="tf32")),
+        # Tiles 128 channels wide (over the 128 filters of these forward problems).
+        ("forward", dict(stride=2, padding=1, width=128)),
+        ("forward", dict(padding=1, depth=4, width=128, pixels=256)),
     ],
 )
 def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
@@ -302,6 +317,7 @@ def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
     math_mode = conv.pop("math", None)
     reduced = conv.pop("channels", 64)  # C forward, K backward-data
     pixels = conv.pop("pixels", conv_hopper.BLOCK_M)
+    width = conv.pop("width", 64)  # the tile's written channels
     depth = conv.pop("depth", None)  # 3-D: images this deep, 3x3x3 filters
     dtype = torch.float32 if math_mode == "tf32" else torch.bfloat16
     cl = torch.channels_last_3d if depth else torch.channels_last
@@ -317,7 +333,7 @@ def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
         p = dataclasses.replace(p, has_bias=True, activation="relu")
     block_k = conv_hopper.chunk(dtype, reduced)
     assert block_k == (128 if reduced % (128 // dtype.itemsize) == 0 else 64) // dtype.itemsize
-    tiles = HopperConvTiles(pixels, 64, block_k, group_m=1, num_warps=4, num_stages=6)
+    tiles = HopperConvTiles(pixels, width, block_k, group_m=1, num_warps=4, num_stages=6)
     copied = not forward and math_mode == "tf32"
     algo = ALGORITHMS["IMPLICIT_PRECOMP_GEMM" if copied else "IMPLICIT_GEMM"]
     if copied:  # the Hopper tiles come first there

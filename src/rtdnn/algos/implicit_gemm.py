@@ -910,6 +910,8 @@ class ImplicitGemm(ConvAlgorithm):
 
         forward = p.direction == Direction.FORWARD
         src, dst = (p.x, p.y) if forward else (p.y, p.x)
+        if src.shape[1] % tiles.block_k:  # a step past a tap's channels would read the next's
+            raise ValueError(f"{tiles}: {src.shape[1]} reduced channels, steps of {tiles.block_k}")
         three_d = p.spatial_dims == 3  # stride 1 (hopper_unsupported)
         stride = tuple(p.conv.stride)[-2:]
         strided = stride != (1, 1)
