@@ -471,8 +471,9 @@ def test_hopper_kernel(direction, shape, case):
         p = dataclasses.replace(p, has_bias=True, activation="relu")
     assert hopper_unsupported(p) is None, hopper_unsupported(p)
     algo = ALGORITHMS["IMPLICIT_GEMM"]
-    candidates = algo.tile_candidates(p)
-    assert candidates and all(isinstance(t, HopperConvTiles) for t in candidates)
+    # The Hopper tiles (on 64-byte steps, the pointer tiles come too: tested elsewhere).
+    candidates = [t for t in algo.tile_candidates(p) if isinstance(t, HopperConvTiles)]
+    assert candidates
     out_shape = y_shape if forward else xs
     prior = _channels_last(torch.randn(out_shape, device="cuda", dtype=dtype))
     if forward:

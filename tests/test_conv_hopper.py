@@ -112,6 +112,39 @@ def test_tf32_scope_on_hopper(direction, dtype, math_mode, copied, reason, monke
 
 
 @pytest.mark.parametrize(
+    "direction,channels,stride,hopper_first,pointer_offered",
+    [
+        ("forward", 64, 1, True, False),  # 128-byte steps: the Hopper kernel alone
+        ("forward", 96, 1, True, True),
+        ("forward", 96, 2, False, True),  # strided forward on 64-byte steps: pointer first
+        ("backward_data", 96, 2, True, True),
+    ],
+)
+def test_narrow_steps_offered_beside_pointer_tiles(direction, channels, stride, hopper_first,
+                                                   pointer_offered, monkeypatch):  # fmt: skip
+    """On a Hopper machine (stubbed), IMPLICIT_GEMM offers the Hopper kernel alone where it
+    steps through 128-byte rows of channels; on 64-byte rows (channels not a multiple of 64
+    16-bit ones) beside the pointer tiles, after them in a strided forward, as measured."""
+    from rtdnn.algos import implicit_gemm as ig
+
+    monkeypatch.setattr(ig, "INTERPRETED", False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(ig, "multiprocessor_count", lambda index: 132)
+    cl = torch.channels_last
+    x = torch.empty(2, channels, 9, 9, dtype=torch.bfloat16, memory_format=cl)
+    w = torch.empty(channels, channels, 3, 3, dtype=torch.bfloat16, memory_format=cl)
+    args = dict(stride=stride, padding=1, dilation=1, groups=1, math=None)
+    p, _ = _problem_for_selection(direction, x, w, mode="cross_correlation", **args)
+    p = dataclasses.replace(p, device="cuda")
+    assert hopper_unsupported(p) is None
+    candidates = ALGORITHMS["IMPLICIT_GEMM"].tile_candidates(p)
+    hopper = [isinstance(t, HopperConvTiles) for t in candidates]
+    assert any(hopper) and hopper[0] == hopper_first
+    assert (not all(hopper)) == pointer_offered
+
+
+@pytest.mark.parametrize(
     "kernel,pad,dil,stride",
     [
         (3, 1, 1, 2),

@@ -497,6 +497,15 @@ def hopper_offered(p: ConvProblem) -> bool:
     return os.environ.get(HOPPER_CONV_ENV) != "0" and hopper_unsupported(p) is None
 
 
+def _narrow_steps(p: ConvProblem, tiles: TileConfig) -> bool:
+    """Whether the Hopper forward/backward-data tiles step through the reduced channels in
+    rows narrower than the widest (kernels/conv_hopper.py, CHUNK_BYTES)."""
+    from ..kernels import conv_hopper
+
+    forward_or_data = p.direction != Direction.BACKWARD_FILTER
+    return forward_or_data and tiles.block_k * p.dtype.itemsize < conv_hopper.CHUNK_BYTES[0]
+
+
 def hopper_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
     """The Hopper kernels' tiles where they run `p` (and RTDNN_HOPPER_CONV is not 0): 128
     output channels a tile, or 64 where the output has no more (kernels/conv_hopper.py);
@@ -754,7 +763,7 @@ class ImplicitGemm(ConvAlgorithm):
         hopper = (
             hopper_candidates(p, self.splits(p)) if p.direction in self.hopper_directions else []
         )
-        if hopper:
+        if hopper and not _narrow_steps(p, hopper[0]):
             # On Hopper the warp-specialized kernel alone (not beside tiles the shipped table
             # or the tuning database could prefer): H200, bf16, VGG-16's 256-channel 56x56
             # layer 0.091 ms against the pointer tiles' 0.128 and cuDNN's 0.084.
@@ -780,9 +789,17 @@ class ImplicitGemm(ConvAlgorithm):
             # ms against 3.22 at best; ResNet-50's 7x7, 147, 1.25x); over 27 columns (a 3x3
             # RGB stem) bf16x3 on filter rows won (1.49x). Grouped layers: not measured.
             first, tf32 = tf32 + first, []
-        return (
-            plain + first + candidates + _tma_candidates(p, candidates) + tf32 + last
-        )  # fmt: skip
+        pointer = plain + first + candidates + _tma_candidates(p, candidates) + tf32 + last
+        if not hopper:
+            return pointer
+        # Hopper steps of 64-byte rows (channels not a multiple of 128 bytes) beside the
+        # pointer tiles, for the tuner to weigh. Untuned, the pointer tiles first in a strided
+        # forward (H200, bf16: Inception's 288-channel 3x3 stride-2 layer 0.058 ms against the
+        # Hopper kernel's 0.082, a 96-channel one 0.040 against 0.046), the Hopper kernel first
+        # elsewhere (the same 96-channel layer's backward-data 0.046 against 0.061).
+        if p.direction == Direction.FORWARD and max(p.conv.stride) > 1:
+            return pointer + hopper
+        return hopper + pointer
 
     def _tma_gemm_candidates(
         self, p: ConvProblem, rows: int, cols: int, depth: int
