@@ -156,12 +156,15 @@ def test_the_shipped_tables_parse():
 
 
 class _Store:
-    def __init__(self, tiles):
-        self.tiles, self.saved = tiles, []
+    """A tuning database or shipped table holding `tiles` for every problem (with
+    `similar_only`, for none but a similar layer)."""
+
+    def __init__(self, tiles, similar_only=False):
+        self.tiles, self.similar_only, self.saved, self.asked = tiles, similar_only, [], []
 
     def load(self, key, similar=False):
-        self.similar = similar
-        return self.tiles
+        self.asked.append(similar)
+        return self.tiles if similar or not self.similar_only else None
 
     def save(self, key, tiles):
         self.saved.append(tiles)
@@ -196,12 +199,45 @@ def test_the_tuner_takes_the_stored_then_the_shipped_choice(
     def make_run(t):
         return lambda: runs.append(t) or (0.5 if t == B else 1.0)
 
-    shipped_store = tiles._shipped
     assert tiles.tune(("IMPLICIT_GEMM", "p"), [A, B, C], make_run) == expected
     assert len(runs) == timed and store.saved == ([B] if timed else [])
-    # Only untuned runs take a similar layer's choice: tuned ones measure instead.
-    assert getattr(shipped_store, "similar", autotune == "0") == (autotune == "0")
     # With no shipped choice either, RTDNN_AUTOTUNE=0 takes the first candidate untimed.
     monkeypatch.setattr(tiles, "_shipped", _Store(None))
     monkeypatch.setenv(tiles.AUTOTUNE_ENV, "0")
     assert tiles.tune(("IMPLICIT_GEMM", "q"), [C, B], make_run) == C
+
+
+@dataclasses.dataclass(frozen=True)
+class _KeepsFirst(TileConfig):
+    first_over_similar = True
+
+
+@pytest.mark.parametrize(
+    "autotune, candidates, shipped_choice, expected",
+    [
+        ("0", [A, B], B, B),  # untuned: a similar layer's choice
+        (None, [A, B], B, A),  # tuning on (nothing stored here): no similar layer's choice
+        ("0", [_KeepsFirst(1, 1, 1), B], B, _KeepsFirst(1, 1, 1)),  # another kind: kept first
+        ("0", [_KeepsFirst(1, 1, 1), _KeepsFirst(2, 2, 2)], _KeepsFirst(2, 2, 2),
+         _KeepsFirst(2, 2, 2)),  # the same kind: the similar layer's choice
+    ],
+)  # fmt: skip
+def test_a_similar_layers_choice_only_untuned(monkeypatch, autotune, candidates, shipped_choice,
+                                              expected):  # fmt: skip
+    """A layer the shipped table lacks takes a similar layer's choice only untuned, and not
+    over a first candidate that keeps its place (TileConfig.first_over_similar) if the choice
+    is of another kind of tiles."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tiles, "_chosen", {})
+    monkeypatch.setattr(tiles, "device_time_ms", lambda fn, rep_ms: fn())
+    monkeypatch.setattr(tiles, "_store", _Store(None))
+    shipped_store = _Store(shipped_choice, similar_only=True)
+    monkeypatch.setattr(tiles, "_shipped", shipped_store)
+    if autotune is None:
+        monkeypatch.delenv(tiles.AUTOTUNE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(tiles.AUTOTUNE_ENV, autotune)
+    # Timed (tuning on), the first candidate is the fastest.
+    times = {t: i for i, t in enumerate(candidates)}
+    assert tiles.tune(("IMPLICIT_GEMM", "p"), candidates, lambda t: lambda: times[t]) == expected
+    assert (True in shipped_store.asked) == (autotune == "0")

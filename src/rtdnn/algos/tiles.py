@@ -222,8 +222,14 @@ def tune(key, candidates: list[TileConfig], make_run) -> TileConfig:
         if autotune != "0" and _store is not None:
             known = _store.load(key)
         if known not in candidates and autotune != "1" and _shipped is not None:
-            # Untuned, a layer the table lacks takes the choice of one like it.
-            known = _shipped.load(key, similar=autotune == "0")
+            known = _shipped.load(key)
+            if known is None and autotune == "0":
+                # Untuned, a layer the table lacks takes the choice of one like it, unless
+                # its first candidate keeps its place over another kind of tiles.
+                known = _shipped.load(key, similar=True)
+                first = candidates[0]
+                if first.first_over_similar and type(known) is not type(first):
+                    known = None
         if known in candidates:
             _chosen[key] = known
             return known

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
+from typing import ClassVar
 
 import torch
 from triton import knobs
@@ -51,6 +52,10 @@ class TileConfig:
     group_m: int = 8
     num_warps: int = 4
     num_stages: int = 3
+    #: Untuned, where these tiles come first among a layer's candidates and the shipped table
+    #: lacks the layer, whether they keep their place over the choice of a similar layer of
+    #: another kind of tiles (algos/tiles.py, tune).
+    first_over_similar: ClassVar[bool] = False
 
     def base(self) -> TileConfig:
         """These tiles' shape and launch parameters alone, without a subclass's choices."""
