@@ -10,6 +10,7 @@ import torch
 
 from rtdnn.algos import ALGORITHMS, tiles
 from rtdnn.bench.conv import DTYPES, _bench, layer_calls, load_suite
+from rtdnn.ops.conv import _prepared as prepared_calls
 from rtdnn.ops.conv import _problem_for_selection
 
 suite, direction, dtype_name, *names = sys.argv[1:]
@@ -17,11 +18,20 @@ dtype = DTYPES[dtype_name]
 torch.backends.cudnn.benchmark = True
 layers = {layer["name"]: layer for layer in load_suite(suite)}
 algo = ALGORITHMS["IMPLICIT_GEMM"]
+
+
+def forget() -> None:
+    """Forget the tiles chosen and the calls prepared with them (a prepared call keeps its
+    runner, tiles included, so forcing a tile needs both gone)."""
+    tiles._chosen.clear()
+    prepared_calls.clear()
+
+
 for name in names:
     c = layer_calls(layers[name], direction, dtype, None)
     p, _ = _problem_for_selection(direction, c.x, c.w, **c.args, mode="cross_correlation",
                                   math=None)  # fmt: skip
-    tiles._chosen.clear()
+    forget()
     c.ours(algo="IMPLICIT_GEMM")
     # The key the call tuned under (the problem of its own tensors' strides); none where
     # there was one candidate (nothing to choose).
@@ -32,7 +42,7 @@ for name in names:
         f"{name} {direction}: untuned {untuned:.4f} ms ({chosen}); cuDNN {_bench(c.theirs):.4f} ms"
     )
     for t in algo.tile_candidates(p)[:8]:
-        tiles._chosen.clear()
+        forget()
         tiles._chosen[key] = t
         try:
             ms = _bench(functools.partial(c.ours, algo="IMPLICIT_GEMM"))
