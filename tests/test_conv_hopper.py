@@ -115,6 +115,8 @@ def test_tf32_scope_on_hopper(direction, dtype, math_mode, copied, reason, monke
     "direction,channels,stride,hopper_first,pointer_offered",
     [
         ("forward", 64, 1, True, False),  # 128-byte steps: the Hopper kernel alone
+        ("forward", 64, 2, True, False),
+        ("backward_data", 64, 2, True, False),
         ("forward", 96, 1, True, True),
         ("forward", 96, 2, False, True),  # strided forward on 64-byte steps: pointer first
         ("backward_data", 96, 2, True, True),
@@ -142,6 +144,12 @@ def test_narrow_steps_offered_beside_pointer_tiles(direction, channels, stride, 
     hopper = [isinstance(t, HopperConvTiles) for t in candidates]
     assert any(hopper) and hopper[0] == hopper_first
     assert (not all(hopper)) == pointer_offered
+    # The Hopper tiles one run at the head or the tail, on 64-byte steps beside the pointer
+    # tiles (32 16-bit channels a step), 128-byte ones alone.
+    run, rest = [True] * sum(hopper), [False] * (len(hopper) - sum(hopper))
+    assert hopper == (run + rest if hopper_first else rest + run)
+    steps = {t.block_k for t in candidates if isinstance(t, HopperConvTiles)}
+    assert steps == ({32} if pointer_offered else {64})
 
 
 @pytest.mark.parametrize(

@@ -220,18 +220,22 @@ class _KeepsFirst(TileConfig):
         ("0", [_KeepsFirst(1, 1, 1), B], B, _KeepsFirst(1, 1, 1)),  # another kind: kept first
         ("0", [_KeepsFirst(1, 1, 1), _KeepsFirst(2, 2, 2)], _KeepsFirst(2, 2, 2),
          _KeepsFirst(2, 2, 2)),  # the same kind: the similar layer's choice
+        ("0", [_KeepsFirst(1, 1, 1), B], (B, "exact"), B),  # the layer's own choice is kept
+        (None, [_KeepsFirst(1, 1, 1), B], (B, "exact"), B),
     ],
 )  # fmt: skip
 def test_a_similar_layers_choice_only_untuned(monkeypatch, autotune, candidates, shipped_choice,
                                               expected):  # fmt: skip
     """A layer the shipped table lacks takes a similar layer's choice only untuned, and not
     over a first candidate that keeps its place (TileConfig.first_over_similar) if the choice
-    is of another kind of tiles."""
+    is of another kind of tiles; a choice the table holds for the layer itself is taken."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(tiles, "_chosen", {})
     monkeypatch.setattr(tiles, "device_time_ms", lambda fn, rep_ms: fn())
     monkeypatch.setattr(tiles, "_store", _Store(None))
-    shipped_store = _Store(shipped_choice, similar_only=True)
+    exact = isinstance(shipped_choice, tuple)  # (choice, "exact"): the table has this layer
+    shipped_choice = shipped_choice[0] if exact else shipped_choice
+    shipped_store = _Store(shipped_choice, similar_only=not exact)
     monkeypatch.setattr(tiles, "_shipped", shipped_store)
     if autotune is None:
         monkeypatch.delenv(tiles.AUTOTUNE_ENV, raising=False)
@@ -240,4 +244,4 @@ def test_a_similar_layers_choice_only_untuned(monkeypatch, autotune, candidates,
     # Timed (tuning on), the first candidate is the fastest.
     times = {t: i for i, t in enumerate(candidates)}
     assert tiles.tune(("IMPLICIT_GEMM", "p"), candidates, lambda t: lambda: times[t]) == expected
-    assert (True in shipped_store.asked) == (autotune == "0")
+    assert (True in shipped_store.asked) == (autotune == "0" and not exact)

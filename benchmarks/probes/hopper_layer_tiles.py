@@ -1,6 +1,6 @@
-"""Each IMPLICIT_GEMM tile candidate of a few suite layers, timed through rtdnn's own call
-(the choice forced into the tuner's memory), beside the untuned choice and cuDNN: to compare
-two source trees (run once with each on PYTHONPATH). Usage:
+"""Each IMPLICIT_GEMM tile candidate of a few suite layers, run through the algorithm's own
+prepared runner (algo.prepare on the layer's tensors), beside the call a user makes untuned
+and cuDNN: to compare two source trees (run once with each on PYTHONPATH). Usage:
     python hopper_layer_tiles.py SUITE DIRECTION DTYPE LAYER [LAYER ...]"""
 
 import functools
@@ -8,9 +8,8 @@ import sys
 
 import torch
 
-from rtdnn.algos import ALGORITHMS, tiles
+from rtdnn.algos import ALGORITHMS, ConvTensors
 from rtdnn.bench.conv import DTYPES, _bench, layer_calls, load_suite
-from rtdnn.ops.conv import _prepared as prepared_calls
 from rtdnn.ops.conv import _problem_for_selection
 
 suite, direction, dtype_name, *names = sys.argv[1:]
@@ -20,33 +19,28 @@ layers = {layer["name"]: layer for layer in load_suite(suite)}
 algo = ALGORITHMS["IMPLICIT_GEMM"]
 
 
-def forget() -> None:
-    """Forget the tiles chosen and the calls prepared with them (a prepared call keeps its
-    runner, tiles included, so forcing a tile needs both gone)."""
-    tiles._chosen.clear()
-    prepared_calls.clear()
+def written_tensors(c) -> ConvTensors:
+    """The layer's tensors with a fresh output of the direction's written tensor."""
+    if direction == "forward":
+        return ConvTensors(c.x, c.w, torch.empty_like(c.y))
+    if direction == "backward_data":
+        return ConvTensors(torch.empty_like(c.x), c.w, c.dy)
+    return ConvTensors(c.x, torch.empty_like(c.w), c.dy)
 
 
 for name in names:
     c = layer_calls(layers[name], direction, dtype, None)
     p, _ = _problem_for_selection(direction, c.x, c.w, **c.args, mode="cross_correlation",
                                   math=None)  # fmt: skip
-    forget()
-    c.ours(algo="IMPLICIT_GEMM")
-    # The key the call tuned under (the problem of its own tensors' strides); none where
-    # there was one candidate (nothing to choose).
-    keys = [(k, v) for k, v in tiles._chosen.items() if k[0] == algo.name]
-    (key, chosen), *_ = keys or [((algo.name, p.key()), algo.tile_candidates(p)[0])]
     untuned = _bench(functools.partial(c.ours, algo="IMPLICIT_GEMM"))
-    print(
-        f"{name} {direction}: untuned {untuned:.4f} ms ({chosen}); cuDNN {_bench(c.theirs):.4f} ms"
-    )
-    for t in algo.tile_candidates(p)[:8]:
-        forget()
-        tiles._chosen[key] = t
+    print(f"{name} {direction}: untuned {untuned:.4f} ms; cuDNN {_bench(c.theirs):.4f} ms")
+    t = written_tensors(c)
+    workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8, device="cuda")
+    for tiles in algo.tile_candidates(p)[:8]:
         try:
-            ms = _bench(functools.partial(c.ours, algo="IMPLICIT_GEMM"))
+            run = algo.prepare(p, tiles)
+            ms = _bench(functools.partial(run, t, workspace, 1.0, 0.0))
         except Exception as e:  # a candidate that does not run here
-            print(f"    {t}: {type(e).__name__}")
+            print(f"    {tiles}: {type(e).__name__}")
             continue
-        print(f"    {ms:.4f} ms  {t}")
+        print(f"    {ms:.4f} ms  {tiles}")
