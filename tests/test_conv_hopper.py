@@ -327,6 +327,8 @@ def _emulate(fixed: dict, args: tuple) -> None:
         ("forward", dict(padding=(0, 1, 2), dilation=(2, 1, 1), depth=6, pixels=256)),
         ("backward_data", dict(padding=1, depth=5)),
         ("backward_data", dict(padding=(2, 0, 1), depth=4, channels=96)),
+        ("forward", dict(padding=1, depth=1)),  # a 1-deep image: one depth tap reaches it
+        ("backward_data", dict(padding=1, depth=1, pixels=256)),
         ("forward", dict(padding=1, depth=3, math="tf32")),
         ("backward_data", dict(padding=(1, 0, 1), depth=3, math="tf32")),
         # Tiles 128 channels wide (over the 128 filters of these forward problems).
