@@ -3,7 +3,9 @@ aot_compile.py) and report how each GEMM fills shared memory: Hopper's TF32 prod
 (wgmma .tf32, which 3xTF32 and TF32 use) read both operands with the reduced dimension
 contiguous; an operand stored otherwise is copied 4 bytes at a time (cp.async.ca ... 4)
 instead of 16 (cp.async.cg ... 16). Every direction, strict float32 and TF32, channels-last,
-each tile candidate. Results are meaningless: only compilation is checked.
+each tile candidate. Then WINOGRAD (fused) on an RGB stem (3 reduced channels) in forward
+and backward-data: each tile candidate's registers and spills (ptxas), FMA products first.
+Results are meaningless: only compilation is checked.
 
     PYTHONPATH=src python benchmarks/aot_compile_winograd.py
     (TRITON_INTERPRET must be unset)
@@ -13,7 +15,7 @@ import collections
 import dataclasses
 import re
 
-from sm90_stub import accept_cpu_tensors, activate, compile_only  # noqa: E402
+from sm90_stub import accept_cpu_tensors, activate, compile_only, ptxas_log  # noqa: E402
 
 activate()
 
@@ -63,7 +65,34 @@ def main() -> None:
                         print(f"{math_mode} {d} F({tiles.out_tile}x{tiles.out_tile}) "
                               f"{tiles}: "
                               f"{copies(k.asm['ptx'])}")  # fmt: skip
+    fused_few_channels(conv)
     print(f"compiled {len(compiled)} kernel variants for sm_90")
+
+
+def fused_few_channels(conv: dict) -> None:
+    """WINOGRAD (fused) where 3 channels are reduced (a stem's forward; the backward-data of
+    a layer of 3 filters): every tile candidate's registers and spill bytes."""
+    algo = ALGORITHMS["WINOGRAD"]
+    for dtype, math_mode in ((torch.float32, "fp32"), (torch.bfloat16, None)):
+        for d, c, k in (("forward", 3, 64), ("backward_data", 64, 3)):
+            x = torch.randn(8, c, 32, 32, dtype=dtype).movedim(1, -1).contiguous().movedim(-1, 1)
+            w = torch.randn(k, c, 3, 3, dtype=dtype).movedim(1, -1).contiguous().movedim(-1, 1)
+            p, scratch = _problem_for_selection(d, x, w, math=math_mode, **conv)
+            p = dataclasses.replace(p, device="cuda")
+            wsp = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
+            for tiles in algo.tile_candidates(p):
+                kernels.clear()
+                algo.prepare(p, tiles)(
+                    ConvTensors(scratch.x.clone(), scratch.w.clone(), scratch.y.clone()), wsp,
+                    1.0, 0.0,
+                )  # fmt: skip
+                for kern in kernels:
+                    if "fused" in kern.name:
+                        log = ptxas_log(kern)
+                        regs = re.findall(r"Used (\d+) registers", log)
+                        spills = re.findall(r"(\d+) bytes spill stores", log)
+                        print(f"WINOGRAD {dtype} {d} {kern.name} {tiles}: registers {regs} "
+                              f"spill stores {spills}")  # fmt: skip
 
 
 if __name__ == "__main__":

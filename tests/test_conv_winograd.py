@@ -183,6 +183,56 @@ def test_backward_filter_split_deterministic_and_workspace_exact(gen):
 # -- selection and refusals ------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("direction", DIRECTIONS[:2])
+def test_fused_fma_products_on_few_reduced_channels(direction, gen):
+    """WINOGRAD (fused) multiplies layers of at most FMA_CHANNELS reduced channels a group
+    with float32 FMAs, first; those and the tensor-core products both match float64 on a
+    grouped stem-like layer (3 reduced channels a group, 2 groups; 6x7 outputs, so tiles
+    hang over the edge) with bias, alpha and beta, NaN-poisoned out for beta = 0."""
+    conv = dict(padding=1, groups=2)
+    x = make_tensor((2, 6, 6, 7), torch.float32, "channels_last", gen)
+    w = make_tensor((6, 3, 3, 3), torch.float32, generator=gen)
+    dy = make_tensor(y_shape(x.shape, w.shape, 1), torch.float32, "channels_last", gen)
+    b = make_tensor((6,), torch.float32, generator=gen)
+    forward = direction == "forward"
+    written = dy if forward else x
+    t = ConvTensors(x, w, dy, b if forward else None)
+    p = _problem(direction, x, w, dy, **conv)
+    algo = ALGORITHMS[FUSED]
+    candidates = algo.tile_candidates(p)
+    assert candidates[0].fma and candidates[0].out_tile == 2
+    assert any(not tiles.fma for tiles in candidates)  # the tensor-core products offered too
+    workspace = allocate_workspace(algo.workspace_bytes(p), torch.device("cpu"))
+    for tiles in (candidates[0], next(tiles for tiles in candidates if not tiles.fma)):
+        for alpha, beta in ((1.0, 0.0), (0.5, -0.75)):
+            prior = make_tensor(written.shape, torch.float32, "channels_last", gen)
+            out = poisoned_like(written) if beta == 0 else prior.clone()
+            algo.prepare(p, tiles)(t.with_written(Direction(direction), out), workspace, alpha,
+                                   beta)  # fmt: skip
+            if forward:
+                ref = reference.conv_forward(x, w, b, alpha=alpha, beta=beta, out=prior, **conv)
+            else:
+                ref = reference.conv_backward_data(dy, w, x.shape, alpha=alpha, beta=beta,
+                                                   out=prior, **conv)  # fmt: skip
+            assert reference.rel_error(out, ref) <= TOL[torch.float32], (tiles, alpha, beta)
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS[:2])
+@pytest.mark.parametrize("reduced,fma", [(1, True), (4, True), (5, False), (64, False)])
+def test_fused_fma_products_where_few_channels(direction, reduced, fma):
+    """The FMA products are offered (first) up to FMA_CHANNELS reduced channels a group, in
+    F(2x2) only, on a GPU as on the CPU; not above."""
+    for device in ("cpu", "cuda"):
+        c, k = (reduced, 64) if direction == "forward" else (64, reduced)
+        p = _gpu_problem(direction, (8, c, 28, 28), (k, c, 3, 3))
+        if device == "cpu":
+            p = _problem(direction, torch.empty(8, c, 28, 28), torch.empty(k, c, 3, 3),
+                         torch.empty(8, k, 26, 26))  # fmt: skip
+        tiles = ALGORITHMS[FUSED].tile_candidates(p)
+        assert tiles[0].fma == fma
+        assert all(t.out_tile == 2 for t in tiles if t.fma)
+
+
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_heuristic_never_picks_winograd_on_the_cpu(direction):
     x, w = torch.empty(8, 64, 28, 28), torch.empty(64, 64, 3, 3)

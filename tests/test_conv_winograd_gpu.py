@@ -4,6 +4,8 @@ the dtype (F(2x2,3x3), F(4x4,3x3)), bfloat16, float16 and float32 (strict and TF
 the float64 reference and beside torch's own convolution; alpha/beta/bias; bit-identical
 repeated runs. Run with RTDNN_GPU_TESTS=1 on a machine with a CUDA GPU."""
 
+import dataclasses
+
 import pytest
 import torch
 from conftest import gpu_only
@@ -11,8 +13,10 @@ from conftest import gpu_only
 import rtdnn
 import rtdnn.ops.conv as conv_ops
 from rtdnn import reference as R
-from rtdnn.algos import ALGORITHMS, winograd
+from rtdnn.algos import ALGORITHMS, ConvTensors, winograd
 from rtdnn.algos import tiles as tile_choice
+from rtdnn.core import Direction
+from rtdnn.ops.conv import _problem_for_selection
 
 pytestmark = gpu_only()
 
@@ -112,6 +116,38 @@ def test_every_direction(algo, case, m, layout, shape, only_tile):
         assert err < tol, f"{direction}: relative error {err:.2e} >= {tol:.0e}"
         if dtype != torch.float32:  # torch's float32 may run TF32
             assert R.rel_error(out, theirs.detach().double().cpu()) < 2 * tol, direction
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("direction", ["forward", "backward_data"])
+def test_fused_fma_tiles_on_a_stem(case, direction):
+    """WINOGRAD (fused)'s FMA products, every tile shape, on 3 reduced channels: an RGB stem
+    (3 to 64 channels, 33x31 images: tiles over the edge) forward, and the backward-data of a
+    layer of 3 filters; NaN-poisoned outputs, bias in forward, against float64."""
+    dtype, math_mode, tol = CASES[case]
+    c, k = (3, 64) if direction == "forward" else (64, 3)
+    torch.manual_seed(0)
+    x, w, conv = _data(dtype, "channels_last", ((4, c, 33, 31), (k, c, 3, 3), dict(padding=1)))
+    dy = _channels_last(torch.randn(4, k, 33, 31, device="cuda", dtype=dtype))
+    b = torch.randn(k, device="cuda", dtype=dtype) if direction == "forward" else None
+    args = dict(stride=1, dilation=1, groups=1, mode="cross_correlation", **conv)
+    p, _ = _problem_for_selection(direction, x, w, math=math_mode, **args)
+    if b is not None:
+        p = dataclasses.replace(p, has_bias=True)
+        ref = R.conv_forward(x, w, b, **conv)
+    else:
+        ref = R.conv_backward_data(dy, w, x.shape, **conv)
+    algo = ALGORITHMS[FUSED]
+    fma = [t for t in algo.tile_candidates(p) if t.fma]
+    assert fma and algo.tile_candidates(p)[0].fma
+    workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8, device="cuda")
+    written = dy if direction == "forward" else x
+    for tiles in fma:
+        out = torch.full_like(written, float("nan"))
+        t = ConvTensors(x, w, dy, b).with_written(Direction(direction), out)
+        algo.prepare(p, tiles)(t, workspace, 1.0, 0.0)
+        err = R.rel_error(out, ref)
+        assert err < tol, f"{tiles}: relative error {err:.2e} >= {tol:.0e}"
 
 
 def test_alpha_beta_bias_bf16():

@@ -89,6 +89,7 @@ from ..kernels.winograd import (
     Transforms,
     filter_output_kernel,
     filter_transform_kernel,
+    fused_fma_kernel,
     fused_kernel,
     output_transform_kernel,
     tile_transform_kernel,
@@ -103,6 +104,13 @@ from .tiles import tile_candidates as gemm_tiles
 OUT_TILES = {"fp32": (4, 2), "tf32": (2,), "float16": (2,), "bfloat16": (2, 4)}
 #: tl.dot precision of the products per number format: the operands are float32 transforms.
 PRECISION = {"fp32": "tf32x3", "tf32": "tf32", "float16": "tf32", "bfloat16": "tf32"}
+#: WINOGRAD (fused) multiplies layers of at most this many reduced channels a group with
+#: float32 FMAs (fused_fma_kernel), first: a tensor-core product reduces over 8 or more.
+FMA_CHANNELS = 4
+#: Its (tiles, output channels, warps) a program on a GPU: 4 elements of each of the 16 point
+#: accumulators a thread (16 x 16 over 4 warps: 2), where ptxas (offline, sm_90) spills at
+#: most 60 bytes; 8 elements a thread (32 x 32 over 4 warps) spilled 988.
+FMA_SHAPES = [(16, 32, 4), (32, 32, 8), (16, 64, 8), (16, 16, 4)]
 
 
 def number_format(p: ConvProblem) -> str:
@@ -114,9 +122,11 @@ def number_format(p: ConvProblem) -> str:
 
 @dataclass(frozen=True)
 class WinogradTiles(TileConfig):
-    """The GEMM's tiles and the Winograd output tile m of F(m x m, 3 x 3)."""
+    """The GEMM's tiles and the Winograd output tile m of F(m x m, 3 x 3); for WINOGRAD
+    (fused), `fma`: the products as float32 FMAs (fused_fma_kernel; block_k unused)."""
 
     out_tile: int = 2
+    fma: bool = False
 
 
 class Plan(NamedTuple):
@@ -454,8 +464,15 @@ class WinogradFused(WinogradNonfused):
         return max(plan(p, m).regions[1] * 4 for m in _out_tiles(p))
 
     def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
-        """block_m: tiles, block_n: output channels, block_k: input channels per step."""
+        """block_m: tiles, block_n: output channels, block_k: input channels per step. Layers
+        of at most FMA_CHANNELS reduced channels a group take float32 FMAs for products
+        first (F(2x2) only: F(4x4)'s 36 accumulators would not fit in registers beside its
+        transformed inputs; not yet timed on a GPU)."""
         out = []
+        if self._reduced_per_group(p) <= FMA_CHANNELS and 2 in _out_tiles(p):
+            shapes = FMA_SHAPES if p.device == "cuda" else [(16, 16, 1)]
+            for bt, bk, warps in shapes:
+                out.append(WinogradTiles(bt, bk, 1, 1, warps, 1, out_tile=2, fma=True))
         for m in _out_tiles(p):
             # Chosen by ptxas's report for sm_90 (compiled offline): the fewest spilled
             # accumulators. Every F(4x4) shape spills some (36 accumulators and 36 transformed
@@ -470,8 +487,15 @@ class WinogradFused(WinogradNonfused):
                 out.append(WinogradTiles(bt, bk, bc, 1, warps, 1, out_tile=m))
         return out
 
+    @staticmethod
+    def _reduced_per_group(p: ConvProblem) -> int:
+        """The channels each output sums over: C / groups forward, K / groups backward-data."""
+        reduced = p.in_channels if p.direction == Direction.FORWARD else p.out_channels
+        return reduced // p.groups
+
     def prepare(self, p: ConvProblem, tiles: TileConfig) -> Runner:
         m = tiles.out_tile if isinstance(tiles, WinogradTiles) else _out_tiles(p)[0]
+        fma = isinstance(tiles, WinogradTiles) and tiles.fma
         pl = plan(p, m)
         tr = pl.tr
         precision = PRECISION[number_format(p)]
@@ -495,13 +519,18 @@ class WinogradFused(WinogradNonfused):
             key = (t.bias is not None, beta != 0)
             launch = launches.get(key)
             if launch is None:
-                launch = launches[key] = KernelLaunch(
-                    fused_kernel, grid, dict(num_warps=tiles.num_warps, num_stages=1),
+                common = dict(
                     in_geo=in_geo, out_geo=out_geo, ins=ins, outs=outs, BT_MAT=tr.bt,
                     AT_MAT=tr.at, STEP=tr.m, HAS_BIAS=key[0], BETA_NONZERO=key[1],
-                    PRECISION=precision, BLOCK_T=tiles.block_m, BLOCK_K=tiles.block_n,
-                    BLOCK_C=tiles.block_k,
+                    BLOCK_T=tiles.block_m, BLOCK_K=tiles.block_n,
                 )  # fmt: skip
+                if fma:
+                    kernel, own = fused_fma_kernel, {}
+                else:
+                    kernel, own = fused_kernel, dict(PRECISION=precision, BLOCK_C=tiles.block_k)
+                launch = launches[key] = KernelLaunch(
+                    kernel, grid, dict(num_warps=tiles.num_warps, num_stages=1), **common, **own
+                )
             bias = t.bias if t.bias is not None else dest
             launch(SRC=source, U=u, Y=dest, BIAS=bias, alpha=float(alpha), beta=float(beta))
 
@@ -509,6 +538,7 @@ class WinogradFused(WinogradNonfused):
 
 
 __all__ = [
+    "FMA_CHANNELS",
     "OUT_TILES",
     "PRECISION",
     "WinogradFused",

@@ -16,6 +16,10 @@ GEMM runs; the kernels here move data in and out of that form, with float32 arit
                              with alpha, bias and beta
     filter_output_kernel     ws[p, filter element] -> G^T . D . G -> the 3 x 3 filter gradient,
                              with alpha and beta
+    fused_kernel             WINOGRAD (fused): input transform, tensor-core products of every
+                             point and output transform in one kernel
+    fused_fma_kernel         the same for layers of a few reduced channels a group (RGB
+                             stems), the products as float32 FMAs
 
 The transforms are unrolled at compile time: a tile is a tuple of rows, each a tuple of
 [BLOCK_T, BLOCK_C] tensors, and each matrix is a compile-time tuple of rows of floats whose
@@ -182,6 +186,46 @@ def _split_tile(offs_t, geo):
 
 
 @triton.jit
+def _load_tile(SRC, base, chan, t_ok, c_ok, row0, col0, height, width, sh, sw,
+               L: tl.constexpr):  # fmt: skip
+    """The L x L pixels from (row0, col0) of each tile as float32, a tuple of rows of
+    [tiles, channels] tensors: base (per tile) + chan (per channel: a row vector, or one
+    channel's scalar offset for a [tiles, 1] column); zero outside the image and where t_ok
+    or c_ok is false."""
+    x = ()
+    for i in tl.static_range(L):
+        h = row0 + i
+        h_ok = t_ok & (h >= 0) & (h < height)
+        row = ()
+        for j in tl.static_range(L):
+            w = col0 + j
+            ok = h_ok & (w >= 0) & (w < width)
+            ptrs = SRC + (base + h * sh + w * sw)[:, None] + chan
+            v = tl.load(ptrs, mask=ok[:, None] & c_ok, other=0.0)
+            row = row + (v.to(tl.float32),)
+        x = x + (row,)
+    return x
+
+
+@triton.jit
+def _store_tile(Y, BIAS, y, base, chan, offs_c, c_ok, t_ok, row0, col0, height, width, sh, sw,
+                alpha, beta, HAS_BIAS: tl.constexpr, BETA_NONZERO: tl.constexpr):  # fmt: skip
+    """Each tile's m x m outputs y (a tuple of rows of [tiles, channels] tensors) through the
+    epilogue into Y from (row0, col0), where inside the image: base per tile, chan the
+    channels' offsets, offs_c their indices (for the bias)."""
+    for i in tl.static_range(len(y)):
+        h = row0 + i
+        for j in tl.static_range(len(y)):
+            w = col0 + j
+            ok = t_ok & (h < height) & (w < width)
+            offs = (base + h * sh + w * sw)[:, None] + chan[None, :]
+            epilogue(
+                Y, offs, ok[:, None] & c_ok[None, :], y[i][j], alpha, beta, BIAS, offs_c, c_ok,
+                HAS_BIAS, BETA_NONZERO, identity,
+            )  # fmt: skip
+
+
+@triton.jit
 def tile_transform_kernel(
     SRC,
     WS,
@@ -204,19 +248,8 @@ def tile_transform_kernel(
     row0 = th * STEP + geo.start_h
     col0 = tw * STEP + geo.start_w
     base = geo.offset + n * sn
-    chan = offs_c * sc
-    x = ()
-    for i in tl.static_range(L):
-        h = row0 + i
-        h_ok = t_ok & (h >= 0) & (h < geo.height)
-        row = ()
-        for j in tl.static_range(L):
-            w = col0 + j
-            ok = h_ok & (w >= 0) & (w < geo.width)
-            ptrs = SRC + (base + h * sh + w * sw)[:, None] + chan[None, :]
-            v = tl.load(ptrs, mask=ok[:, None] & c_ok[None, :], other=0.0)
-            row = row + (v.to(tl.float32),)
-        x = x + (row,)
+    x = _load_tile(SRC, base, (offs_c * sc)[None, :], t_ok, c_ok[None, :], row0, col0,
+                   geo.height, geo.width, sh, sw, L)  # fmt: skip
     v = transform2d(MAT, x)
     # Workspace offsets in int64: points x tiles x channels can pass 2^31.
     plane = geo.tiles.to(tl.int64) * geo.channels
@@ -285,20 +318,9 @@ def output_transform_kernel(
             row = row + (tl.load(src + (i * a + j) * plane, mask=mask, other=0.0),)
         x = x + (row,)
     y = transform2d(MAT, x)
-    row0 = th * len(MAT)
-    col0 = tw * len(MAT)
-    base = geo.offset + n * sn
-    chan = offs_c * sc
-    for i in tl.static_range(len(MAT)):
-        h = row0 + i
-        for j in tl.static_range(len(MAT)):
-            w = col0 + j
-            ok = t_ok & (h < geo.height) & (w < geo.width)
-            offs = (base + h * sh + w * sw)[:, None] + chan[None, :]
-            epilogue(
-                Y, offs, ok[:, None] & c_ok[None, :], y[i][j], alpha, beta, BIAS, offs_c, c_ok,
-                HAS_BIAS, BETA_NONZERO, identity,
-            )  # fmt: skip
+    _store_tile(Y, BIAS, y, geo.offset + n * sn, offs_c * sc, offs_c, c_ok, t_ok,
+                th * len(MAT), tw * len(MAT), geo.height, geo.width, sh, sw, alpha, beta,
+                HAS_BIAS, BETA_NONZERO)  # fmt: skip
 
 
 @triton.jit
@@ -398,18 +420,8 @@ def fused_kernel(
     for c0 in range(0, ins, BLOCK_C):
         c = c0 + offs_c
         c_ok = c < ins
-        x = ()
-        for i in tl.static_range(a):
-            h = row0 + i
-            h_ok = t_ok & (h >= 0) & (h < height)
-            row = ()
-            for j in tl.static_range(a):
-                w = col0 + j
-                ok = h_ok & (w >= 0) & (w < width)
-                ptrs = SRC + (base + h * sh + w * sw)[:, None] + (c * sc)[None, :]
-                v = tl.load(ptrs, mask=ok[:, None] & c_ok[None, :], other=0.0)
-                row = row + (v.to(tl.float32),)
-            x = x + (row,)
+        x = _load_tile(SRC, base, (c * sc)[None, :], t_ok, c_ok[None, :], row0, col0, height,
+                       width, sh, sw, a)  # fmt: skip
         v = transform2d(BT_MAT, x)
         u_ptrs = u_cols + c[:, None] * outs
         u_mask = c_ok[:, None] & k_ok[None, :]
@@ -419,7 +431,84 @@ def fused_kernel(
                 u = tl.load(u_ptrs + (i * a + j) * plane, mask=u_mask, other=0.0)
                 new = new + (tl.dot(v[i][j], u, acc[i * a + j], input_precision=PRECISION),)
         acc = new
+    _output_transform(Y, BIAS, acc, AT_MAT, out_base, chan * osc, chan, k_ok, t_ok, out_h0,
+                      out_w0, out_height, out_width, osh, osw, alpha, beta, HAS_BIAS,
+                      BETA_NONZERO)  # fmt: skip
 
+
+@triton.jit
+def fused_fma_kernel(
+    SRC,
+    U,
+    Y,
+    BIAS,
+    in_geo,
+    out_geo,
+    ins,
+    outs,
+    alpha,
+    beta,
+    BT_MAT: tl.constexpr,
+    AT_MAT: tl.constexpr,
+    STEP: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BETA_NONZERO: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """fused_kernel for layers of a few reduced channels a group (an RGB stem's 3), with
+    float32 FMAs for products: a tensor-core product would reduce over 8 or more channels,
+    most of them padding, where each of the a * a points takes one outer product a channel
+    here (the point's transformed inputs of BLOCK_T tiles by its transformed filter row of
+    BLOCK_K channels). Same operands and grid as fused_kernel; products exact in float32
+    under any math mode."""
+    a: tl.constexpr = len(BT_MAT)
+    group = tl.program_id(1)
+    k_blocks = tl.cdiv(outs, BLOCK_K)
+    offs_t = (tl.program_id(0) // k_blocks) * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_k = (tl.program_id(0) % k_blocks) * BLOCK_K + tl.arange(0, BLOCK_K)
+    n, th, tw = _split_tile(offs_t, in_geo)
+    sn, sc, sh, sw = in_geo.strides
+    t_ok = offs_t < in_geo.tiles
+    k_ok = offs_k < outs
+    row0 = th * STEP + in_geo.start_h
+    col0 = tw * STEP + in_geo.start_w
+    base = in_geo.offset + n * sn + group * ins * sc
+    height, width = in_geo.height, in_geo.width
+    on, oth, otw = _split_tile(offs_t, out_geo)
+    osn, osc, osh, osw = out_geo.strides
+    out_base = out_geo.offset + on * osn
+    out_height, out_width = out_geo.height, out_geo.width
+    chan = group * outs + offs_k
+    plane = tl.num_programs(1) * ins * outs  # elements of U per point
+    u_cols = U + group * ins * outs + offs_k
+
+    acc = ()
+    for _p in tl.static_range(a * a):
+        acc = acc + (tl.zeros((BLOCK_T, BLOCK_K), dtype=tl.float32),)
+    # A loop at run time, not unrolled: the compiler would hoist every channel's loads.
+    for c in range(ins):
+        # One channel's tiles as [BLOCK_T, 1] columns, broadcast against the filter rows.
+        x = _load_tile(SRC, base, c * sc, t_ok, True, row0, col0, height, width, sh, sw, a)
+        v = transform2d(BT_MAT, x)
+        new = ()
+        for i in tl.static_range(a):
+            for j in tl.static_range(a):
+                u = tl.load(u_cols + c * outs + (i * a + j) * plane, mask=k_ok, other=0.0)
+                new = new + (acc[i * a + j] + v[i][j] * u[None, :],)
+        acc = new
+    _output_transform(Y, BIAS, acc, AT_MAT, out_base, chan * osc, chan, k_ok, t_ok,
+                      oth * STEP, otw * STEP, out_height, out_width, osh, osw, alpha, beta,
+                      HAS_BIAS, BETA_NONZERO)  # fmt: skip
+
+
+@triton.jit
+def _output_transform(Y, BIAS, acc, AT_MAT: tl.constexpr, base, chan, offs_c, c_ok, t_ok, row0,
+                      col0, height, width, sh, sw, alpha, beta, HAS_BIAS: tl.constexpr,
+                      BETA_NONZERO: tl.constexpr):  # fmt: skip
+    """The fused kernels' end: the a * a point accumulators (a flat tuple) through the output
+    transform AT_MAT, then the epilogue into Y (_store_tile)."""
+    a: tl.constexpr = len(AT_MAT[0])
     prods = ()
     for i in tl.static_range(a):
         row = ()
@@ -427,13 +516,23 @@ def fused_kernel(
             row = row + (acc[i * a + j],)
         prods = prods + (row,)
     y = transform2d(AT_MAT, prods)
-    for i in tl.static_range(len(AT_MAT)):
-        h = out_h0 + i
-        for j in tl.static_range(len(AT_MAT)):
-            w = out_w0 + j
-            ok = t_ok & (h < out_height) & (w < out_width)
-            offs = (out_base + h * osh + w * osw)[:, None] + (chan * osc)[None, :]
-            epilogue(
-                Y, offs, ok[:, None] & k_ok[None, :], y[i][j], alpha, beta, BIAS, chan, k_ok,
-                HAS_BIAS, BETA_NONZERO, identity,
-            )  # fmt: skip
+    _store_tile(
+        Y,
+        BIAS,
+        y,
+        base,
+        chan,
+        offs_c,
+        c_ok,
+        t_ok,
+        row0,
+        col0,
+        height,
+        width,
+        sh,
+        sw,
+        alpha,
+        beta,
+        HAS_BIAS,
+        BETA_NONZERO,
+    )
