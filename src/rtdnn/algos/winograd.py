@@ -15,7 +15,9 @@ float32 partial sums (summed in a fixed order) when its output alone cannot fill
 
 WINOGRAD (fused), forward and backward-data: the input transform, the products of every point
 and the output transform in one kernel per block of tiles and output channels; only the
-transformed filter goes through the workspace.
+transformed filter goes through the workspace. Where at most FMA_CHANNELS channels a group are
+reduced (an RGB stem's forward), its first tiles multiply with float32 FMAs instead of tensor
+cores, whose products would reduce over 8 or more channels, mostly padding (F(2x2) only).
 
 Products: strict float32 (math="fp32") multiplies as 3xTF32 (each float32 operand split into
 a TF32 high and low part, three tensor-core products summed in float32): on tensor cores, and
