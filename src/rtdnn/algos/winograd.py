@@ -91,7 +91,6 @@ from ..kernels.winograd import (
     Transforms,
     filter_output_kernel,
     filter_transform_kernel,
-    fused_fma_kernel,
     fused_kernel,
     output_transform_kernel,
     tile_transform_kernel,
@@ -107,7 +106,7 @@ OUT_TILES = {"fp32": (4, 2), "tf32": (2,), "float16": (2,), "bfloat16": (2, 4)}
 #: tl.dot precision of the products per number format: the operands are float32 transforms.
 PRECISION = {"fp32": "tf32x3", "tf32": "tf32", "float16": "tf32", "bfloat16": "tf32"}
 #: WINOGRAD (fused) multiplies layers of at most this many reduced channels a group with
-#: float32 FMAs (fused_fma_kernel), first: a tensor-core product reduces over 8 or more.
+#: float32 FMAs (fused_kernel, FMA), first: a tensor-core product reduces over 8 or more.
 FMA_CHANNELS = 4
 #: Its (tiles, output channels, warps) a program on a GPU: 4 elements of each of the 16 point
 #: accumulators a thread (16 x 16 over 4 warps: 2), where ptxas (offline, sm_90) spills at
@@ -125,7 +124,7 @@ def number_format(p: ConvProblem) -> str:
 @dataclass(frozen=True)
 class WinogradTiles(TileConfig):
     """The GEMM's tiles and the Winograd output tile m of F(m x m, 3 x 3); for WINOGRAD
-    (fused), `fma`: the products as float32 FMAs (fused_fma_kernel; block_k unused)."""
+    (fused), `fma`: the products as float32 FMAs (fused_kernel's FMA; block_k unused)."""
 
     out_tile: int = 2
     fma: bool = False
@@ -521,18 +520,13 @@ class WinogradFused(WinogradNonfused):
             key = (t.bias is not None, beta != 0)
             launch = launches.get(key)
             if launch is None:
-                common = dict(
+                launch = launches[key] = KernelLaunch(
+                    fused_kernel, grid, dict(num_warps=tiles.num_warps, num_stages=1),
                     in_geo=in_geo, out_geo=out_geo, ins=ins, outs=outs, BT_MAT=tr.bt,
                     AT_MAT=tr.at, STEP=tr.m, HAS_BIAS=key[0], BETA_NONZERO=key[1],
-                    BLOCK_T=tiles.block_m, BLOCK_K=tiles.block_n,
+                    PRECISION=precision, BLOCK_T=tiles.block_m, BLOCK_K=tiles.block_n,
+                    BLOCK_C=tiles.block_k, FMA=fma,
                 )  # fmt: skip
-                if fma:
-                    kernel, own = fused_fma_kernel, {}
-                else:
-                    kernel, own = fused_kernel, dict(PRECISION=precision, BLOCK_C=tiles.block_k)
-                launch = launches[key] = KernelLaunch(
-                    kernel, grid, dict(num_warps=tiles.num_warps, num_stages=1), **common, **own
-                )
             bias = t.bias if t.bias is not None else dest
             launch(SRC=source, U=u, Y=dest, BIAS=bias, alpha=float(alpha), beta=float(beta))
 

@@ -16,10 +16,9 @@ GEMM runs; the kernels here move data in and out of that form, with float32 arit
                              with alpha, bias and beta
     filter_output_kernel     ws[p, filter element] -> G^T . D . G -> the 3 x 3 filter gradient,
                              with alpha and beta
-    fused_kernel             WINOGRAD (fused): input transform, tensor-core products of every
-                             point and output transform in one kernel
-    fused_fma_kernel         the same for layers of a few reduced channels a group (RGB
-                             stems), the products as float32 FMAs
+    fused_kernel             WINOGRAD (fused): input transform, products of every point
+                             (tensor cores; float32 FMAs where a group reduces a few
+                             channels) and output transform in one kernel
 
 The transforms are unrolled at compile time: a tile is a tuple of rows, each a tuple of
 [BLOCK_T, BLOCK_C] tensors, and each matrix is a compile-time tuple of rows of floats whose
@@ -381,19 +380,25 @@ def fused_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    FMA: tl.constexpr,
 ):
     """The whole of F(m x m, 3 x 3) in one pass for BLOCK_T tiles x BLOCK_K output channels of
     one group: for each chunk of BLOCK_C input channels the input tiles are transformed in
     registers and multiplied, point by point, with the transformed filter U (float32
     [a * a, groups, ins, outs], from filter_transform_kernel); the a * a accumulators then go
     through the output transform and the epilogue. Grid: (tile blocks x channel blocks,
-    groups)."""
+    groups).
+
+    FMA (layers of a few reduced channels a group, an RGB stem's 3): the products as float32
+    FMAs, one channel at a time (BLOCK_C and PRECISION unused): a tensor-core product would
+    reduce over 8 or more channels, most of them padding, where each point takes one outer
+    product a channel here, its transformed inputs of BLOCK_T tiles by its transformed
+    filter row of BLOCK_K channels; exact in float32 under any math mode."""
     a: tl.constexpr = len(BT_MAT)
     group = tl.program_id(1)
     k_blocks = tl.cdiv(outs, BLOCK_K)
     offs_t = (tl.program_id(0) // k_blocks) * BLOCK_T + tl.arange(0, BLOCK_T)
     offs_k = (tl.program_id(0) % k_blocks) * BLOCK_K + tl.arange(0, BLOCK_K)
-    offs_c = tl.arange(0, BLOCK_C)
     n, th, tw = _split_tile(offs_t, in_geo)
     sn, sc, sh, sw = in_geo.strides
     t_ok = offs_t < in_geo.tiles
@@ -417,89 +422,38 @@ def fused_kernel(
     acc = ()
     for _p in tl.static_range(a * a):
         acc = acc + (tl.zeros((BLOCK_T, BLOCK_K), dtype=tl.float32),)
-    for c0 in range(0, ins, BLOCK_C):
-        c = c0 + offs_c
-        c_ok = c < ins
-        x = _load_tile(SRC, base, (c * sc)[None, :], t_ok, c_ok[None, :], row0, col0, height,
-                       width, sh, sw, a)  # fmt: skip
-        v = transform2d(BT_MAT, x)
-        u_ptrs = u_cols + c[:, None] * outs
-        u_mask = c_ok[:, None] & k_ok[None, :]
-        new = ()
-        for i in tl.static_range(a):
-            for j in tl.static_range(a):
-                u = tl.load(u_ptrs + (i * a + j) * plane, mask=u_mask, other=0.0)
-                new = new + (tl.dot(v[i][j], u, acc[i * a + j], input_precision=PRECISION),)
-        acc = new
+    if FMA:
+        # A loop at run time, not unrolled: the compiler would hoist every channel's loads.
+        for c in range(ins):
+            # One channel's tiles as [BLOCK_T, 1] columns, broadcast against the filter rows.
+            x = _load_tile(SRC, base, c * sc, t_ok, True, row0, col0, height, width, sh, sw, a)
+            v = transform2d(BT_MAT, x)
+            new = ()
+            for i in tl.static_range(a):
+                for j in tl.static_range(a):
+                    u = tl.load(u_cols + c * outs + (i * a + j) * plane, mask=k_ok[None, :],
+                                other=0.0)  # fmt: skip
+                    new = new + (acc[i * a + j] + v[i][j] * u,)
+            acc = new
+    else:
+        offs_c = tl.arange(0, BLOCK_C)
+        for c0 in range(0, ins, BLOCK_C):
+            c = c0 + offs_c
+            c_ok = c < ins
+            x = _load_tile(SRC, base, (c * sc)[None, :], t_ok, c_ok[None, :], row0, col0,
+                           height, width, sh, sw, a)  # fmt: skip
+            v = transform2d(BT_MAT, x)
+            u_ptrs = u_cols + c[:, None] * outs
+            u_mask = c_ok[:, None] & k_ok[None, :]
+            new = ()
+            for i in tl.static_range(a):
+                for j in tl.static_range(a):
+                    u = tl.load(u_ptrs + (i * a + j) * plane, mask=u_mask, other=0.0)
+                    new = new + (tl.dot(v[i][j], u, acc[i * a + j], input_precision=PRECISION),)
+            acc = new
     _output_transform(Y, BIAS, acc, AT_MAT, out_base, chan * osc, chan, k_ok, t_ok, out_h0,
                       out_w0, out_height, out_width, osh, osw, alpha, beta, HAS_BIAS,
                       BETA_NONZERO)  # fmt: skip
-
-
-@triton.jit
-def fused_fma_kernel(
-    SRC,
-    U,
-    Y,
-    BIAS,
-    in_geo,
-    out_geo,
-    ins,
-    outs,
-    alpha,
-    beta,
-    BT_MAT: tl.constexpr,
-    AT_MAT: tl.constexpr,
-    STEP: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    BETA_NONZERO: tl.constexpr,
-    BLOCK_T: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    """fused_kernel for layers of a few reduced channels a group (an RGB stem's 3), with
-    float32 FMAs for products: a tensor-core product would reduce over 8 or more channels,
-    most of them padding, where each of the a * a points takes one outer product a channel
-    here (the point's transformed inputs of BLOCK_T tiles by its transformed filter row of
-    BLOCK_K channels). Same operands and grid as fused_kernel; products exact in float32
-    under any math mode."""
-    a: tl.constexpr = len(BT_MAT)
-    group = tl.program_id(1)
-    k_blocks = tl.cdiv(outs, BLOCK_K)
-    offs_t = (tl.program_id(0) // k_blocks) * BLOCK_T + tl.arange(0, BLOCK_T)
-    offs_k = (tl.program_id(0) % k_blocks) * BLOCK_K + tl.arange(0, BLOCK_K)
-    n, th, tw = _split_tile(offs_t, in_geo)
-    sn, sc, sh, sw = in_geo.strides
-    t_ok = offs_t < in_geo.tiles
-    k_ok = offs_k < outs
-    row0 = th * STEP + in_geo.start_h
-    col0 = tw * STEP + in_geo.start_w
-    base = in_geo.offset + n * sn + group * ins * sc
-    height, width = in_geo.height, in_geo.width
-    on, oth, otw = _split_tile(offs_t, out_geo)
-    osn, osc, osh, osw = out_geo.strides
-    out_base = out_geo.offset + on * osn
-    out_height, out_width = out_geo.height, out_geo.width
-    chan = group * outs + offs_k
-    plane = tl.num_programs(1) * ins * outs  # elements of U per point
-    u_cols = U + group * ins * outs + offs_k
-
-    acc = ()
-    for _p in tl.static_range(a * a):
-        acc = acc + (tl.zeros((BLOCK_T, BLOCK_K), dtype=tl.float32),)
-    # A loop at run time, not unrolled: the compiler would hoist every channel's loads.
-    for c in range(ins):
-        # One channel's tiles as [BLOCK_T, 1] columns, broadcast against the filter rows.
-        x = _load_tile(SRC, base, c * sc, t_ok, True, row0, col0, height, width, sh, sw, a)
-        v = transform2d(BT_MAT, x)
-        new = ()
-        for i in tl.static_range(a):
-            for j in tl.static_range(a):
-                u = tl.load(u_cols + c * outs + (i * a + j) * plane, mask=k_ok, other=0.0)
-                new = new + (acc[i * a + j] + v[i][j] * u[None, :],)
-        acc = new
-    _output_transform(Y, BIAS, acc, AT_MAT, out_base, chan * osc, chan, k_ok, t_ok,
-                      oth * STEP, otw * STEP, out_height, out_width, osh, osw, alpha, beta,
-                      HAS_BIAS, BETA_NONZERO)  # fmt: skip
 
 
 @triton.jit
