@@ -3,8 +3,9 @@ aot_compile.py) and report how each GEMM fills shared memory: Hopper's TF32 prod
 (wgmma .tf32, which 3xTF32 and TF32 use) read both operands with the reduced dimension
 contiguous; an operand stored otherwise is copied 4 bytes at a time (cp.async.ca ... 4)
 instead of 16 (cp.async.cg ... 16). Every direction, strict float32 and TF32, channels-last,
-each tile candidate. Then WINOGRAD (fused) on an RGB stem (3 reduced channels) in forward
-and backward-data: each tile candidate's registers and spills (ptxas), FMA products first.
+each tile candidate. Then the FMA products on an RGB stem (3 reduced channels): WINOGRAD
+(fused) in forward and backward-data, WINOGRAD_NONFUSED's weight gradient; each FMA tile
+candidate's registers and spills (ptxas).
 Results are meaningless: only compilation is checked.
 
     PYTHONPATH=src python benchmarks/aot_compile_winograd.py
@@ -70,28 +71,30 @@ def main() -> None:
 
 
 def fused_few_channels(conv: dict) -> None:
-    """WINOGRAD (fused) where 3 channels are reduced (a stem's forward; the backward-data of
-    a layer of 3 filters): every tile candidate's registers and spill bytes."""
-    algo = ALGORITHMS["WINOGRAD"]
+    """The FMA products where 3 channels a group are reduced: WINOGRAD (fused) in a stem's
+    forward and the backward-data of a layer of 3 filters, WINOGRAD_NONFUSED in a stem's
+    weight gradient; each FMA tile candidate's registers and spill bytes."""
+    cases = (("forward", 3, 64), ("backward_data", 64, 3), ("backward_filter", 3, 64))
     for dtype, math_mode in ((torch.float32, "fp32"), (torch.bfloat16, None)):
-        for d, c, k in (("forward", 3, 64), ("backward_data", 64, 3)):
+        for d, c, k in cases:
+            algo = ALGORITHMS["WINOGRAD_NONFUSED" if d == "backward_filter" else "WINOGRAD"]
             x = torch.randn(8, c, 32, 32, dtype=dtype).movedim(1, -1).contiguous().movedim(-1, 1)
             w = torch.randn(k, c, 3, 3, dtype=dtype).movedim(1, -1).contiguous().movedim(-1, 1)
             p, scratch = _problem_for_selection(d, x, w, math=math_mode, **conv)
             p = dataclasses.replace(p, device="cuda")
             wsp = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
-            for tiles in algo.tile_candidates(p):
+            for tiles in [t for t in algo.tile_candidates(p) if t.fma]:
                 kernels.clear()
                 algo.prepare(p, tiles)(
                     ConvTensors(scratch.x.clone(), scratch.w.clone(), scratch.y.clone()), wsp,
                     1.0, 0.0,
                 )  # fmt: skip
                 for kern in kernels:
-                    if "fused" in kern.name:
+                    if "fused" in kern.name or "fma" in kern.name:
                         log = ptxas_log(kern)
                         regs = re.findall(r"Used (\d+) registers", log)
                         spills = re.findall(r"(\d+) bytes spill stores", log)
-                        print(f"WINOGRAD {dtype} {d} {kern.name} {tiles}: registers {regs} "
+                        print(f"{algo.name} {dtype} {d} {kern.name} {tiles}: registers {regs} "
                               f"spill stores {spills}")  # fmt: skip
 
 

@@ -157,27 +157,59 @@ def test_f4x4_every_direction(algo, direction, gen):
     assert reference.rel_error(out, ref) <= TOL[torch.float32]
 
 
-def test_backward_filter_split_deterministic_and_workspace_exact(gen):
-    """Backward-filter's GEMM reduces over 2 x 4 x 4 = 32 tiles in two splits: two runs are
-    bit-identical, and nothing past the declared workspace is written."""
+@pytest.mark.parametrize("fma", [False, True], ids=["gemm", "fma"])
+def test_backward_filter_split_deterministic_and_workspace_exact(fma, gen):
+    """Backward-filter reduces over 2 x 4 x 4 = 32 tiles: the GEMM in two splits, the FMA
+    products (2 input channels) in 4 chunks of 8 tiles. Two runs are bit-identical, and
+    nothing past the declared workspace is written."""
     x = make_tensor((2, 2, 7, 8), torch.float32, generator=gen)
     w = make_tensor((3, 2, 3, 3), torch.float32, generator=gen)
     dy = make_tensor(y_shape(x.shape, w.shape, 1), torch.float32, generator=gen)
     p = _problem("backward_filter", x, w, dy, padding=1)
     algo = ALGORITHMS[ALGO]
     assert plan(p, 2).splits == 2
+    tiles = next(t for t in algo.tile_candidates(p) if t.fma == fma and t.out_tile == 2)
     need = algo.workspace_bytes(p)
     guard = 64
     workspace = torch.full(((need + guard) // 4,), math.nan).view(torch.uint8)
     dws = []
     for _ in range(2):
         dw = poisoned_like(w)
-        algo.run(p, ConvTensors(x, dw, dy), workspace)
+        algo.prepare(p, tiles)(ConvTensors(x, dw, dy), workspace, 1.0, 0.0)
         dws.append(dw)
         assert torch.isnan(workspace[need:].view(torch.float32)).all(), "wrote past the workspace"
     assert torch.equal(dws[0], dws[1])
     ref = reference.conv_backward_filter(x, dy, w.shape, padding=1)
     assert reference.rel_error(dws[0], ref) <= TOL[torch.float32]
+
+
+@pytest.mark.parametrize("mode", ["cross_correlation", "convolution"])
+def test_backward_filter_fma_products(mode, gen):
+    """WINOGRAD_NONFUSED's weight gradient for a few input channels a group (filter_fma_kernel,
+    first): 3 channels and 2 groups of 2, several chunks of tiles and of output channels,
+    tiles over the edge, alpha and beta into a NaN-poisoned then a prior gradient, against
+    float64; only F(2x2) tiles; none offered from 5 channels a group."""
+    algo = ALGORITHMS[ALGO]
+    for x_shape, w_shape, groups in (((2, 3, 9, 11), (20, 3, 3, 3), 1),
+                                     ((1, 4, 7, 6), (6, 2, 3, 3), 2)):  # fmt: skip
+        conv = dict(padding=1, groups=groups, mode=mode)
+        x = make_tensor(x_shape, torch.float32, "channels_last", gen)
+        w = make_tensor(w_shape, torch.float32, generator=gen)
+        dy = make_tensor(y_shape(x.shape, w.shape, 1), torch.float32, "channels_last", gen)
+        p = _problem("backward_filter", x, w, dy, **conv)
+        candidates = algo.tile_candidates(p)
+        assert candidates[0].fma and all(t.out_tile == 2 for t in candidates if t.fma)
+        workspace = allocate_workspace(algo.workspace_bytes(p), torch.device("cpu"))
+        for alpha, beta in ((1.0, 0.0), (0.5, -0.75)):
+            prior = make_tensor(w_shape, torch.float32, generator=gen)
+            dw = poisoned_like(w) if beta == 0 else prior.clone()
+            algo.prepare(p, candidates[0])(ConvTensors(x, dw, dy), workspace, alpha, beta)
+            ref = reference.conv_backward_filter(x, dy, w.shape, alpha=alpha, beta=beta,
+                                                 out=prior, **conv)  # fmt: skip
+            assert reference.rel_error(dw, ref) <= TOL[torch.float32], (x_shape, alpha, beta)
+    x, w = torch.empty(1, 5, 6, 6), torch.empty(4, 5, 3, 3)
+    p = _problem("backward_filter", x, w, torch.empty(1, 4, 6, 6), padding=1)
+    assert not any(t.fma for t in algo.tile_candidates(p))
 
 
 # -- selection and refusals ------------------------------------------------------------------

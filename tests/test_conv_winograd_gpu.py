@@ -119,13 +119,14 @@ def test_every_direction(algo, case, m, layout, shape, only_tile):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("direction", ["forward", "backward_data"])
-def test_fused_fma_tiles_on_a_stem(case, direction):
-    """WINOGRAD (fused)'s FMA products, every tile shape, on 3 reduced channels: an RGB stem
-    (3 to 64 channels, 33x31 images: tiles over the edge) forward, and the backward-data of a
-    layer of 3 filters; NaN-poisoned outputs, bias in forward, against float64."""
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
+def test_fma_tiles_on_a_stem(case, direction):
+    """The FMA products, every tile shape, on 3 reduced channels: WINOGRAD (fused) on an RGB
+    stem (3 to 64 channels, 33x31 images: tiles over the edge) forward and the backward-data
+    of a layer of 3 filters, WINOGRAD_NONFUSED on the stem's weight gradient; NaN-poisoned
+    outputs, bias in forward, against float64."""
     dtype, math_mode, tol = CASES[case]
-    c, k = (3, 64) if direction == "forward" else (64, 3)
+    c, k = (64, 3) if direction == "backward_data" else (3, 64)
     torch.manual_seed(0)
     x, w, conv = _data(dtype, "channels_last", ((4, c, 33, 31), (k, c, 3, 3), dict(padding=1)))
     dy = _channels_last(torch.randn(4, k, 33, 31, device="cuda", dtype=dtype))
@@ -135,13 +136,15 @@ def test_fused_fma_tiles_on_a_stem(case, direction):
     if b is not None:
         p = dataclasses.replace(p, has_bias=True)
         ref = R.conv_forward(x, w, b, **conv)
-    else:
+    elif direction == "backward_data":
         ref = R.conv_backward_data(dy, w, x.shape, **conv)
-    algo = ALGORITHMS[FUSED]
+    else:
+        ref = R.conv_backward_filter(x, dy, w.shape, **conv)
+    algo = ALGORITHMS[ALGO if direction == "backward_filter" else FUSED]
     fma = [t for t in algo.tile_candidates(p) if t.fma]
     assert fma and algo.tile_candidates(p)[0].fma
     workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8, device="cuda")
-    written = dy if direction == "forward" else x
+    written = {"forward": dy, "backward_data": x, "backward_filter": w}[direction]
     for tiles in fma:
         out = torch.full_like(written, float("nan"))
         t = ConvTensors(x, w, dy, b).with_written(Direction(direction), out)

@@ -9,7 +9,10 @@ through a float32 workspace, in every direction:
 
 where p runs over the (m + 2)^2 transform points, tiles are m x m pixels of the output (of dy
 for backward-filter), and each M[p] (or D[p]) is one batch entry, per group, of the batch-reduce
-GEMM (plain strided matrices). The output transform applies alpha, the bias and beta and writes
+GEMM (plain strided matrices). Backward-filter of a few input channels a group (an RGB stem)
+first tries float32 FMAs that transform both tiles in registers and sum D[p] over chunks of
+tiles (filter_fma_kernel): the GEMM's transformed planes would hold 4x dy's bytes, for a
+product 3 columns wide. The output transform applies alpha, the bias and beta and writes
 through the output's strides. Backward-filter's GEMM reduces over every tile; it is split into
 float32 partial sums (summed in a fixed order) when its output alone cannot fill the GPU.
 
@@ -89,6 +92,7 @@ from ..kernels.winograd import (
     FilterGeometry,
     TileGeometry,
     Transforms,
+    filter_fma_kernel,
     filter_output_kernel,
     filter_transform_kernel,
     fused_kernel,
@@ -112,6 +116,10 @@ FMA_CHANNELS = 4
 #: accumulators a thread (16 x 16 over 4 warps: 2), where ptxas (offline, sm_90) spills at
 #: most 60 bytes; 8 elements a thread (32 x 32 over 4 warps) spilled 988.
 FMA_SHAPES = [(16, 32, 4), (32, 32, 8), (16, 64, 8), (16, 16, 4)]
+#: WINOGRAD_NONFUSED's backward-filter for as few input channels a group: (tiles a step,
+#: output channels, warps) a program of filter_fma_kernel, the shapes ptxas (offline, sm_90)
+#: compiles without spills (16 x 64 over 8 warps spilled 648 bytes, 8 x 64 over 4: 8 to 204).
+FILTER_FMA_SHAPES = [(8, 32, 4), (8, 64, 8)]
 
 
 def number_format(p: ConvProblem) -> str:
@@ -303,6 +311,12 @@ class WinogradNonfused(ConvAlgorithm):
 
     def tile_candidates(self, p: ConvProblem) -> list[TileConfig]:
         out = []
+        few = p.in_channels // p.groups <= FMA_CHANNELS and 2 in _out_tiles(p)
+        if p.direction == Direction.BACKWARD_FILTER and few:
+            # A few input channels a group (an RGB stem): float32 FMAs with the transforms in
+            # registers first (filter_fma_kernel), as WINOGRAD's forward does.
+            shapes = FILTER_FMA_SHAPES if p.device == "cuda" else [(8, 16, 1)]
+            out += [WinogradTiles(bt, bk, 1, 1, w, 1, out_tile=2, fma=True) for bt, bk, w in shapes]
         for m in _out_tiles(p):
             rows, cols, depth = self._gemm_shape(p, plan(p, m))
             if p.device == "cuda":
@@ -398,6 +412,8 @@ class WinogradNonfused(ConvAlgorithm):
         ws_k, ws_c, _, ws_h, ws_w = geo.w_strides
         dw_geo = FilterGeometry(k * cg, kg, cg, (kg * ws_k, ws_k, ws_c, ws_h, ws_w), geo.offsets[1])
 
+        if isinstance(tiles, WinogradTiles) and tiles.fma:
+            return self._prepare_filter_fma(p, pl, tiles, x_geo, dy_geo, dw_geo)
         points = tr.points
         v_off, y_off, d_off, part_off = _offsets(pl.regions)
         v_n, y_n, d_n, part_n = pl.regions
@@ -442,7 +458,48 @@ class WinogradNonfused(ConvAlgorithm):
                     filter_output_kernel, finish_grid, warps, geo=dw_geo, MAT=tr.gt,
                     BETA_NONZERO=key, BLOCK=block,
                 )  # fmt: skip
-            finish(WS=d, DW=t.w, alpha=float(alpha), beta=float(beta))
+            finish(WS=d, DW=t.w, chunks=1, alpha=float(alpha), beta=float(beta))
+
+        return run
+
+    def _prepare_filter_fma(
+        self, p: ConvProblem, pl: Plan, tiles: WinogradTiles, x_geo: TileGeometry,
+        dy_geo: TileGeometry, dw_geo: FilterGeometry,
+    ) -> Runner:  # fmt: skip
+        """Backward-filter for a few input channels a group: filter_fma_kernel's partial sums
+        per chunk of tiles (the chunks filling the device once), then filter_output_kernel
+        sums them in order into G^T . D . G."""
+        tr, g = pl.tr, p.groups
+        kg, cg = p.out_channels // g, p.in_channels // g
+        k_blocks = cdiv(kg, tiles.block_n)
+        chunks = max(
+            1, min(cdiv(pl.tiles, tiles.block_m), parallel_slots(p.device) // (k_blocks * g))
+        )
+        per_chunk = cdiv(cdiv(pl.tiles, chunks), tiles.block_m) * tiles.block_m
+        chunks = cdiv(pl.tiles, per_chunk)
+        part_n = chunks * tr.points * dw_geo.elements
+        if 4 * part_n > self.workspace_bytes(p):  # the GEMM's planes hold more: a check
+            raise ValueError(f"{chunks} chunks of partial sums exceed the workspace")
+        products = KernelLaunch(
+            filter_fma_kernel, (chunks, k_blocks, g), dict(num_warps=tiles.num_warps),
+            x_geo=x_geo, dy_geo=dy_geo, outs=kg, ins=cg, tiles_per_chunk=per_chunk,
+            BT_MAT=tr.bt, A_MAT=tr.a, STEP=tr.m, CHANNELS=triton.next_power_of_2(cg),
+            BLOCK_T=tiles.block_m, BLOCK_K=tiles.block_n,
+        )  # fmt: skip
+        block = 128 if p.device == "cuda" else 64
+        finishes: dict[bool, KernelLaunch] = {}
+
+        def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
+            part = workspace[: 4 * part_n].view(torch.float32)
+            products(X=t.x, DY=t.y, WS=part)
+            key = beta != 0
+            finish = finishes.get(key)
+            if finish is None:
+                finish = finishes[key] = KernelLaunch(
+                    filter_output_kernel, (cdiv(dw_geo.elements, block),), dict(num_warps=4),
+                    geo=dw_geo, MAT=tr.gt, BETA_NONZERO=key, BLOCK=block,
+                )  # fmt: skip
+            finish(WS=part, DW=t.w, chunks=chunks, alpha=float(alpha), beta=float(beta))
 
         return run
 

@@ -15,7 +15,9 @@ GEMM runs; the kernels here move data in and out of that form, with float32 arit
     output_transform_kernel  ws[p, tile, channel] -> AT . M . AT^T -> the image's m x m tile,
                              with alpha, bias and beta
     filter_output_kernel     ws[p, filter element] -> G^T . D . G -> the 3 x 3 filter gradient,
-                             with alpha and beta
+                             with alpha and beta (summing chunks of partial sums first)
+    filter_fma_kernel        backward-filter's products for a few input channels a group in
+                             float32 FMAs, transforms in registers, partial sums per chunk
     fused_kernel             WINOGRAD (fused): input transform, products of every point
                              (tensor cores; float32 FMAs where a group reduces a few
                              channels) and output transform in one kernel
@@ -327,6 +329,7 @@ def filter_output_kernel(
     WS,
     DW,
     geo,
+    chunks,
     alpha,
     beta,
     MAT: tl.constexpr,
@@ -334,7 +337,9 @@ def filter_output_kernel(
     BLOCK: tl.constexpr,
 ):
     """dw[g, o, i] = alpha * MAT . ws[:, (g, o, i)] . MAT^T + beta * dw, 3 x 3, written through
-    dw's strides. ws is float32 [a * a, elements], MAT is 3 x a. Grid: element blocks."""
+    dw's strides. ws is float32 [chunks, a * a, elements], summed over the chunks in order
+    (filter_fma_kernel's partial sums; one chunk after the GEMM), MAT is 3 x a. Grid: element
+    blocks."""
     e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = e < geo.elements
     per_group = geo.outs * geo.ins
@@ -342,21 +347,97 @@ def filter_output_kernel(
     o = (e % per_group) // geo.ins
     i = e % geo.ins
     a: tl.constexpr = len(MAT[0])
+    chunk_elements = a * a * geo.elements
+    # dw's addresses before the loops (see brgemm_kernel's note on Triton 3.6 and geometry
+    # reads after loops).
+    s_g, s_o, s_i, s_r, s_s = geo.strides
+    base = geo.offset + g * s_g + o * s_o + i * s_i
     x = ()
     for p in tl.static_range(a):
         row = ()
         for q in tl.static_range(a):
-            row = row + (tl.load(WS + (p * a + q) * geo.elements + e, mask=ok, other=0.0),)
+            point = WS + (p * a + q) * geo.elements + e
+            v = tl.zeros((BLOCK,), dtype=tl.float32)
+            for c in range(chunks):  # in order: the same sum on every run
+                v += tl.load(point + c * chunk_elements, mask=ok, other=0.0)
+            row = row + (v,)
         x = x + (row,)
     d = transform2d(MAT, x)
-    s_g, s_o, s_i, s_r, s_s = geo.strides
-    base = geo.offset + g * s_g + o * s_o + i * s_i
     for r in tl.static_range(3):
         for s in tl.static_range(3):
             epilogue(
                 DW, base + r * s_r + s * s_s, ok, d[r][s], alpha, beta, DW, e, ok, False,
                 BETA_NONZERO, identity,
             )  # fmt: skip
+
+
+@triton.jit
+def filter_fma_kernel(
+    X,
+    DY,
+    WS,
+    x_geo,
+    dy_geo,
+    outs,
+    ins,
+    tiles_per_chunk,
+    BT_MAT: tl.constexpr,
+    A_MAT: tl.constexpr,
+    STEP: tl.constexpr,
+    CHANNELS: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """Backward-filter's products for a few input channels a group (an RGB stem's 3) in
+    float32 FMAs, over one chunk of tiles, without the transformed planes in memory: for each
+    tile t of the chunk, Y = A . dy_tile . A^T (a x a from m x m, BLOCK_K output channels o)
+    and V = BT . x_tile . B (every input channel i, CHANNELS of them with padding), and
+    ws[chunk, p, (g, o, i)] = sum over t of Y[p][t, o] * V[p][t, i]. filter_output_kernel sums
+    the chunks in order and applies G^T . D . G. Grid: (chunks, output-channel blocks,
+    groups)."""
+    a: tl.constexpr = len(BT_MAT)
+    m: tl.constexpr = len(A_MAT[0])
+    chunk = tl.program_id(0)
+    group = tl.program_id(2)
+    offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    offs_i = tl.arange(0, CHANNELS)
+    k_ok = offs_k < outs
+    i_ok = offs_i < ins
+    xsn, xsc, xsh, xsw = x_geo.strides
+    dsn, dsc, dsh, dsw = dy_geo.strides
+    x_chan = ((group * ins + offs_i) * xsc)[None, :]
+    dy_chan = ((group * outs + offs_k) * dsc)[None, :]
+    first = chunk * tiles_per_chunk
+    last = tl.minimum(first + tiles_per_chunk, x_geo.tiles)
+    # ws's addresses before the loop (see brgemm_kernel's note on Triton 3.6 and geometry
+    # reads after loops).
+    elements = tl.num_programs(2) * outs * ins
+    e = group * outs * ins + offs_k[:, None] * ins + offs_i[None, :]
+    ws = WS + chunk.to(tl.int64) * (a * a) * elements + e
+    mask = k_ok[:, None] & i_ok[None, :]
+
+    acc = ()
+    for _p in tl.static_range(a * a):
+        acc = acc + (tl.zeros((BLOCK_K, CHANNELS), dtype=tl.float32),)
+    for t0 in range(first, last, BLOCK_T):
+        offs_t = t0 + tl.arange(0, BLOCK_T)
+        t_ok = offs_t < last
+        n, th, tw = _split_tile(offs_t, x_geo)
+        dy = _load_tile(DY, dy_geo.offset + n * dsn, dy_chan, t_ok, k_ok[None, :], th * STEP,
+                        tw * STEP, dy_geo.height, dy_geo.width, dsh, dsw, m)  # fmt: skip
+        y = transform2d(A_MAT, dy)  # a x a of [BLOCK_T, BLOCK_K]
+        x = _load_tile(X, x_geo.offset + n * xsn, x_chan, t_ok, i_ok[None, :],
+                       th * STEP + x_geo.start_h, tw * STEP + x_geo.start_w, x_geo.height,
+                       x_geo.width, xsh, xsw, a)  # fmt: skip
+        v = transform2d(BT_MAT, x)  # a x a of [BLOCK_T, CHANNELS]
+        new = ()
+        for i in tl.static_range(a):
+            for j in tl.static_range(a):
+                prod = y[i][j][:, :, None] * v[i][j][:, None, :]
+                new = new + (acc[i * a + j] + tl.sum(prod, axis=0),)
+        acc = new
+    for p in tl.static_range(a * a):
+        tl.store(ws + p * elements, acc[p], mask=mask)
 
 
 @triton.jit
