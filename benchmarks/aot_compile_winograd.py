@@ -71,10 +71,12 @@ def main() -> None:
 
 
 def fused_few_channels(conv: dict) -> None:
-    """The FMA products where 3 channels a group are reduced: WINOGRAD (fused) in a stem's
-    forward and the backward-data of a layer of 3 filters, WINOGRAD_NONFUSED in a stem's
-    weight gradient; each FMA tile candidate's registers and spill bytes."""
-    cases = (("forward", 3, 64), ("backward_data", 64, 3), ("backward_filter", 3, 64))
+    """The FMA products where 3 channels a group are reduced or written: WINOGRAD (fused) in a
+    stem's forward and backward-data and the backward-data of a layer of 3 filters,
+    WINOGRAD_NONFUSED in a stem's weight gradient; each such tile candidate's registers and
+    spill bytes."""
+    cases = (("forward", 3, 64), ("backward_data", 64, 3), ("backward_data", 3, 64),
+             ("backward_filter", 3, 64))  # fmt: skip
     for dtype, math_mode in ((torch.float32, "fp32"), (torch.bfloat16, None)):
         for d, c, k in cases:
             algo = ALGORITHMS["WINOGRAD_NONFUSED" if d == "backward_filter" else "WINOGRAD"]
@@ -83,7 +85,7 @@ def fused_few_channels(conv: dict) -> None:
             p, scratch = _problem_for_selection(d, x, w, math=math_mode, **conv)
             p = dataclasses.replace(p, device="cuda")
             wsp = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
-            for tiles in [t for t in algo.tile_candidates(p) if t.fma]:
+            for tiles in [t for t in algo.tile_candidates(p) if t.fma or t.block_n < 16]:
                 kernels.clear()
                 algo.prepare(p, tiles)(
                     ConvTensors(scratch.x.clone(), scratch.w.clone(), scratch.y.clone()), wsp,

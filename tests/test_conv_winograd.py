@@ -250,6 +250,37 @@ def test_fused_fma_products_on_few_reduced_channels(direction, gen):
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS[:2])
+def test_fused_narrow_products_on_few_written_channels(direction, gen):
+    """WINOGRAD (fused) on 3 written channels (an RGB stem's backward-data; a forward of 3
+    filters) over 20 reduced ones: tiles 4 written channels wide come first, each point's
+    product summed from FMAs (tensor-core products are 16 or more wide), 16 reduced channels
+    a step (two steps); bias, alpha and beta, NaN-poisoned out for beta = 0, against float64."""
+    c, k = (3, 20) if direction == "backward_data" else (20, 3)
+    x = make_tensor((2, c, 6, 7), torch.float32, "channels_last", gen)
+    w = make_tensor((k, c, 3, 3), torch.float32, generator=gen)
+    dy = make_tensor(y_shape(x.shape, w.shape, 1), torch.float32, "channels_last", gen)
+    b = make_tensor((k,), torch.float32, generator=gen)
+    forward = direction == "forward"
+    written = dy if forward else x
+    t = ConvTensors(x, w, dy, b if forward else None)
+    p = _problem(direction, x, w, dy, padding=1)
+    algo = ALGORITHMS[FUSED]
+    tiles = algo.tile_candidates(p)[0]
+    assert (tiles.block_n, tiles.block_k, tiles.fma) == (4, 16, False)
+    workspace = allocate_workspace(algo.workspace_bytes(p), torch.device("cpu"))
+    for alpha, beta in ((1.0, 0.0), (0.5, -0.75)):
+        prior = make_tensor(written.shape, torch.float32, "channels_last", gen)
+        out = poisoned_like(written) if beta == 0 else prior.clone()
+        algo.prepare(p, tiles)(t.with_written(Direction(direction), out), workspace, alpha, beta)
+        if forward:
+            ref = reference.conv_forward(x, w, b, alpha=alpha, beta=beta, out=prior, padding=1)
+        else:
+            ref = reference.conv_backward_data(dy, w, x.shape, alpha=alpha, beta=beta,
+                                               out=prior, padding=1)  # fmt: skip
+        assert reference.rel_error(out, ref) <= TOL[torch.float32], (alpha, beta)
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS[:2])
 @pytest.mark.parametrize("reduced,fma", [(1, True), (4, True), (5, False), (64, False)])
 def test_fused_fma_products_where_few_channels(direction, reduced, fma):
     """The FMA products are offered (first) up to FMA_CHANNELS reduced channels a group, in

@@ -119,14 +119,17 @@ def test_every_direction(algo, case, m, layout, shape, only_tile):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
-def test_fma_tiles_on_a_stem(case, direction):
-    """The FMA products, every tile shape, on 3 reduced channels: WINOGRAD (fused) on an RGB
-    stem (3 to 64 channels, 33x31 images: tiles over the edge) forward and the backward-data
-    of a layer of 3 filters, WINOGRAD_NONFUSED on the stem's weight gradient; NaN-poisoned
-    outputs, bias in forward, against float64."""
+@pytest.mark.parametrize(
+    "direction,c,k",
+    [("forward", 3, 64), ("backward_data", 64, 3), ("backward_data", 3, 64),
+     ("backward_filter", 3, 64)],
+)  # fmt: skip
+def test_fma_tiles_on_a_stem(case, direction, c, k):
+    """The FMA products, every tile shape, where 3 channels are reduced or written: WINOGRAD
+    (fused) on an RGB stem (3 to 64 channels, 33x31 images: tiles over the edge) forward and
+    backward-data and the backward-data of a layer of 3 filters, WINOGRAD_NONFUSED on the
+    stem's weight gradient; NaN-poisoned outputs, bias in forward, against float64."""
     dtype, math_mode, tol = CASES[case]
-    c, k = (64, 3) if direction == "backward_data" else (3, 64)
     torch.manual_seed(0)
     x, w, conv = _data(dtype, "channels_last", ((4, c, 33, 31), (k, c, 3, 3), dict(padding=1)))
     dy = _channels_last(torch.randn(4, k, 33, 31, device="cuda", dtype=dtype))
@@ -141,8 +144,8 @@ def test_fma_tiles_on_a_stem(case, direction):
     else:
         ref = R.conv_backward_filter(x, dy, w.shape, **conv)
     algo = ALGORITHMS[ALGO if direction == "backward_filter" else FUSED]
-    fma = [t for t in algo.tile_candidates(p) if t.fma]
-    assert fma and algo.tile_candidates(p)[0].fma
+    fma = [t for t in algo.tile_candidates(p) if t.fma or t.block_n < 16]
+    assert fma and algo.tile_candidates(p)[0] == fma[0]
     workspace = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8, device="cuda")
     written = {"forward": dy, "backward_data": x, "backward_filter": w}[direction]
     for tiles in fma:

@@ -19,8 +19,9 @@ float32 partial sums (summed in a fixed order) when its output alone cannot fill
 WINOGRAD (fused), forward and backward-data: the input transform, the products of every point
 and the output transform in one kernel per block of tiles and output channels; only the
 transformed filter goes through the workspace. Where at most FMA_CHANNELS channels a group are
-reduced (an RGB stem's forward), its first tiles multiply with float32 FMAs instead of tensor
-cores, whose products would reduce over 8 or more channels, mostly padding (F(2x2) only).
+reduced (an RGB stem's forward) or written (its backward-data), its first tiles multiply with
+float32 FMAs instead of tensor cores, whose products would reduce over 8 or more channels or
+write 16 or more, mostly padding (F(2x2) only).
 
 Products: strict float32 (math="fp32") multiplies as 3xTF32 (each float32 operand split into
 a TF32 high and low part, three tensor-core products summed in float32): on tensor cores, and
@@ -112,10 +113,14 @@ PRECISION = {"fp32": "tf32x3", "tf32": "tf32", "float16": "tf32", "bfloat16": "t
 #: WINOGRAD (fused) multiplies layers of at most this many reduced channels a group with
 #: float32 FMAs (fused_kernel, FMA), first: a tensor-core product reduces over 8 or more.
 FMA_CHANNELS = 4
-#: Its (tiles, output channels, warps) a program on a GPU: 4 elements of each of the 16 point
-#: accumulators a thread (16 x 16 over 4 warps: 2), where ptxas (offline, sm_90) spills at
-#: most 60 bytes; 8 elements a thread (32 x 32 over 4 warps) spilled 988.
-FMA_SHAPES = [(16, 32, 4), (32, 32, 8), (16, 64, 8), (16, 16, 4)]
+#: Its (tiles, output channels, warps) a program on a GPU: 2 to 4 elements of each of the 16
+#: point accumulators a thread; ptxas (offline, sm_90) spills none at 16 x 16 over 4 warps
+#: (first), 52 to 60 bytes at the others, 988 at 32 x 32 over 4 warps (8 elements).
+FMA_SHAPES = [(16, 16, 4), (16, 32, 4), (32, 32, 8), (16, 64, 8)]
+#: WINOGRAD (fused) where at most FMA_CHANNELS channels a group are written: (tiles, reduced
+#: channels a step, warps), each point's product [tiles, step] x [step, written] from FMAs;
+#: shapes ptxas (offline, sm_90) compiles without spills (64 x 32 over 8 warps: 68 bytes).
+NARROW_SHAPES = [(32, 16, 4), (32, 32, 8), (16, 32, 4), (16, 16, 4)]
 #: WINOGRAD_NONFUSED's backward-filter for as few input channels a group: (tiles a step,
 #: output channels, warps) a program of filter_fma_kernel, the shapes ptxas (offline, sm_90)
 #: compiles without spills (16 x 64 over 8 warps spilled 648 bytes, 8 x 64 over 4: 8 to 204).
@@ -531,6 +536,14 @@ class WinogradFused(WinogradNonfused):
             shapes = FMA_SHAPES if p.device == "cuda" else [(16, 16, 1)]
             for bt, bk, warps in shapes:
                 out.append(WinogradTiles(bt, bk, 1, 1, warps, 1, out_tile=2, fma=True))
+        written = (p.in_channels + p.out_channels) // p.groups - self._reduced_per_group(p)
+        if written <= FMA_CHANNELS and 2 in _out_tiles(p):
+            # A few written channels a group (a stem's backward-data): block_n of them, each
+            # point's product summed from FMAs (fused_kernel; tensor cores take 16 or more).
+            width = triton.next_power_of_2(written)
+            shapes = NARROW_SHAPES if p.device == "cuda" else [(16, 16, 1)]
+            for bt, bc, warps in shapes:
+                out.append(WinogradTiles(bt, width, bc, 1, warps, 1, out_tile=2))
         for m in _out_tiles(p):
             # Chosen by ptxas's report for sm_90 (compiled offline): the fewest spilled
             # accumulators. Every F(4x4) shape spills some (36 accumulators and 36 transformed

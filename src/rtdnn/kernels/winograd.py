@@ -474,7 +474,9 @@ def fused_kernel(
     FMAs, one channel at a time (BLOCK_C and PRECISION unused): a tensor-core product would
     reduce over 8 or more channels, most of them padding, where each point takes one outer
     product a channel here, its transformed inputs of BLOCK_T tiles by its transformed
-    filter row of BLOCK_K channels; exact in float32 under any math mode."""
+    filter row of BLOCK_K channels; exact in float32 under any math mode. BLOCK_K below 16 (a
+    few written channels a group): each point's product is summed from float32 FMAs, as
+    tensor-core products are at least 16 columns wide."""
     a: tl.constexpr = len(BT_MAT)
     group = tl.program_id(1)
     k_blocks = tl.cdiv(outs, BLOCK_K)
@@ -530,7 +532,14 @@ def fused_kernel(
             for i in tl.static_range(a):
                 for j in tl.static_range(a):
                     u = tl.load(u_ptrs + (i * a + j) * plane, mask=u_mask, other=0.0)
-                    new = new + (tl.dot(v[i][j], u, acc[i * a + j], input_precision=PRECISION),)
+                    if BLOCK_K < 16:
+                        # Narrower than a tensor-core product (a few written channels: a stem's
+                        # backward-data): summed from float32 FMAs.
+                        prod = tl.sum(v[i][j][:, :, None] * u[None, :, :], axis=1)
+                        new = new + (acc[i * a + j] + prod,)
+                    else:
+                        prod = tl.dot(v[i][j], u, acc[i * a + j], input_precision=PRECISION)
+                        new = new + (prod,)
             acc = new
     _output_transform(Y, BIAS, acc, AT_MAT, out_base, chan * osc, chan, k_ok, t_ok, out_h0,
                       out_w0, out_height, out_width, osh, osw, alpha, beta, HAS_BIAS,
