@@ -219,7 +219,7 @@ def tile_transform_kernel(
         x = x + (row,)
     v = transform2d(MAT, x)
     # Workspace offsets in int64: points x tiles x channels can pass 2^31.
-    plane = geo.tiles.to(tl.int64) * geo.channels
+    plane = tl.cast(geo.tiles, tl.int64) * geo.channels
     out = WS + offs_t.to(tl.int64)[:, None] * geo.channels + offs_c[None, :]
     mask = t_ok[:, None] & c_ok[None, :]
     for i in tl.static_range(len(MAT)):
@@ -275,7 +275,7 @@ def output_transform_kernel(
     t_ok = offs_t < geo.tiles
     c_ok = offs_c < geo.channels
     a: tl.constexpr = len(MAT[0])
-    plane = geo.tiles.to(tl.int64) * geo.channels
+    plane = tl.cast(geo.tiles, tl.int64) * geo.channels
     src = WS + offs_t.to(tl.int64)[:, None] * geo.channels + offs_c[None, :]
     mask = t_ok[:, None] & c_ok[None, :]
     x = ()
