@@ -3,9 +3,9 @@ aot_compile.py) and report how each GEMM fills shared memory: Hopper's TF32 prod
 (wgmma .tf32, which 3xTF32 and TF32 use) read both operands with the reduced dimension
 contiguous; an operand stored otherwise is copied 4 bytes at a time (cp.async.ca ... 4)
 instead of 16 (cp.async.cg ... 16). Every direction, strict float32 and TF32, channels-last,
-each tile candidate. Then the FMA products on an RGB stem (3 reduced channels): WINOGRAD
-(fused) in forward and backward-data, WINOGRAD_NONFUSED's weight gradient; each FMA tile
-candidate's registers and spills (ptxas).
+each tile candidate; every direction on an image of one tile; then the FMA products on an
+RGB stem (3 reduced or written channels): WINOGRAD (fused) in forward and backward-data,
+WINOGRAD_NONFUSED's weight gradient, each FMA tile candidate's registers and spills (ptxas).
 Results are meaningless: only compilation is checked.
 
     PYTHONPATH=src python benchmarks/aot_compile_winograd.py
@@ -66,8 +66,26 @@ def main() -> None:
                         print(f"{math_mode} {d} F({tiles.out_tile}x{tiles.out_tile}) "
                               f"{tiles}: "
                               f"{copies(k.asm['ptx'])}")  # fmt: skip
+    one_tile(conv)
     fused_few_channels(conv)
     print(f"compiled {len(compiled)} kernel variants for sm_90")
+
+
+def one_tile(conv: dict) -> None:
+    """Every direction's first candidates on an image of one tile (batch 1, 2x2): a tile
+    count of 1 reaches the kernels as a compile-time constant, which once failed to compile
+    (an int has no .to)."""
+    algo = ALGORITHMS["WINOGRAD_NONFUSED"]
+    x, w = torch.randn(1, 16, 2, 2), torch.randn(16, 16, 3, 3)
+    for d in ("forward", "backward_data", "backward_filter"):
+        p, scratch = _problem_for_selection(d, x, w, math="fp32", **conv)
+        p = dataclasses.replace(p, device="cuda")
+        wsp = torch.empty(algo.workspace_bytes(p), dtype=torch.uint8)
+        for tiles in algo.tile_candidates(p)[:2]:
+            algo.prepare(p, tiles)(
+                ConvTensors(scratch.x.clone(), scratch.w.clone(), scratch.y.clone()), wsp, 1.0, 0.0
+            )
+        print(f"one tile, {d}: compiled")
 
 
 def fused_few_channels(conv: dict) -> None:

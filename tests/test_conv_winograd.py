@@ -68,6 +68,30 @@ def test_shapes_against_reference(x_shape, w_shape, conv, algo, gen):
 
 
 @pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("x_shape,w_shape,conv", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_tensor_core_tiles_on_few_channel_layers(x_shape, w_shape, conv, algo, gen):
+    """CASES (a few channels a group: the FMA products come first there) through the
+    tensor-core tiles too, in strided views, every direction the algorithm runs."""
+    x = make_tensor(x_shape, torch.float32, "strided", gen)
+    w = make_tensor(w_shape, torch.float32, generator=gen)
+    dy = make_tensor(y_shape(x_shape, w_shape, conv.get("padding", 0)), torch.float32,
+                     "strided", gen)  # fmt: skip
+    refs = {
+        "forward": lambda: reference.conv_forward(x, w, **conv),
+        "backward_data": lambda: reference.conv_backward_data(dy, w, x.shape, **conv),
+        "backward_filter": lambda: reference.conv_backward_filter(x, dy, w.shape, **conv),
+    }
+    for direction in DIRECTIONS if algo == ALGO else DIRECTIONS[:2]:
+        p = _problem(direction, x, w, dy, **conv)
+        written = {"forward": dy, "backward_data": x, "backward_filter": w}[direction]
+        out = poisoned_like(written)
+        t = ConvTensors(x, w, dy).with_written(Direction(direction), out)
+        workspace = allocate_workspace(ALGORITHMS[algo].workspace_bytes(p), torch.device("cpu"))
+        ALGORITHMS[algo].prepare(p, _tensor_core_tiles(p, algo))(t, workspace, 1.0, 0.0)
+        assert reference.rel_error(out, refs[direction]()) <= TOL[torch.float32], direction
+
+
+@pytest.mark.parametrize("algo", ALGOS)
 def test_several_programs_per_kernel(algo, gen):
     """40 input and 36 output channels on 25 tiles: every transform kernel runs several
     blocks of tiles and of channels (the other tests fit in one)."""
@@ -123,9 +147,15 @@ def _problem(direction, x, w, y, **conv) -> ConvProblem:
     )  # fmt: skip
 
 
+def _tensor_core_tiles(p: ConvProblem, algo: str = ALGO) -> WinogradTiles:
+    """The algorithm's first candidate with tensor-core products (not the FMA products of a
+    few reduced or written channels)."""
+    return next(t for t in ALGORITHMS[algo].tile_candidates(p) if not t.fma and t.block_n >= 16)
+
+
 def _tiles(p: ConvProblem, m: int, algo: str = ALGO) -> WinogradTiles:
-    """The algorithm's first candidate with the output tile set to m."""
-    first = ALGORITHMS[algo].tile_candidates(p)[0]
+    """The algorithm's first tensor-core candidate with the output tile set to m."""
+    first = _tensor_core_tiles(p, algo)
     return WinogradTiles(first.block_m, first.block_n, first.block_k, 1, 1, 1, out_tile=m)
 
 
@@ -216,16 +246,20 @@ def test_backward_filter_fma_products(mode, gen):
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS[:2])
-def test_fused_fma_products_on_few_reduced_channels(direction, gen):
+@pytest.mark.parametrize("groups,written", [(2, 3), (1, 20)])
+def test_fused_fma_products_on_few_reduced_channels(direction, groups, written, gen):
     """WINOGRAD (fused) multiplies layers of at most FMA_CHANNELS reduced channels a group
-    with float32 FMAs, first; those and the tensor-core products both match float64 on a
-    grouped stem-like layer (3 reduced channels a group, 2 groups; 6x7 outputs, so tiles
-    hang over the edge) with bias, alpha and beta, NaN-poisoned out for beta = 0."""
-    conv = dict(padding=1, groups=2)
-    x = make_tensor((2, 6, 6, 7), torch.float32, "channels_last", gen)
-    w = make_tensor((6, 3, 3, 3), torch.float32, generator=gen)
+    with float32 FMAs, first; those and the tensor-core products both match float64 on
+    stem-like layers (3 reduced channels a group: 2 groups of 3 written channels, or one of
+    20, two blocks of output channels; 6x7 outputs, so tiles hang over the edge) with bias,
+    alpha and beta, NaN-poisoned out for beta = 0."""
+    conv = dict(padding=1, groups=groups)
+    c, k = (3 * groups, written * groups) if direction == "forward" else (written * groups,
+                                                                       3 * groups)  # fmt: skip
+    x = make_tensor((2, c, 6, 7), torch.float32, "channels_last", gen)
+    w = make_tensor((k, c // groups, 3, 3), torch.float32, generator=gen)
     dy = make_tensor(y_shape(x.shape, w.shape, 1), torch.float32, "channels_last", gen)
-    b = make_tensor((6,), torch.float32, generator=gen)
+    b = make_tensor((k,), torch.float32, generator=gen)
     forward = direction == "forward"
     written = dy if forward else x
     t = ConvTensors(x, w, dy, b if forward else None)
@@ -233,9 +267,8 @@ def test_fused_fma_products_on_few_reduced_channels(direction, gen):
     algo = ALGORITHMS[FUSED]
     candidates = algo.tile_candidates(p)
     assert candidates[0].fma and candidates[0].out_tile == 2
-    assert any(not tiles.fma for tiles in candidates)  # the tensor-core products offered too
     workspace = allocate_workspace(algo.workspace_bytes(p), torch.device("cpu"))
-    for tiles in (candidates[0], next(tiles for tiles in candidates if not tiles.fma)):
+    for tiles in (candidates[0], _tensor_core_tiles(p, FUSED)):
         for alpha, beta in ((1.0, 0.0), (0.5, -0.75)):
             prior = make_tensor(written.shape, torch.float32, "channels_last", gen)
             out = poisoned_like(written) if beta == 0 else prior.clone()

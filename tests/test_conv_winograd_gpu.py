@@ -36,6 +36,8 @@ SHAPES = [
     ((4, 96, 17, 15), (128, 96, 3, 3), dict(padding=1, mode="convolution")),
     ((2, 64, 13, 14), (64, 32, 3, 3), dict(padding=2, groups=2)),
     ((3, 32, 9, 11), (48, 32, 3, 3), dict(padding=0)),
+    # One tile in all (a tile count of 1 is a compile-time constant to Triton).
+    ((1, 16, 2, 2), (16, 16, 3, 3), dict(padding=1)),
 ]
 
 

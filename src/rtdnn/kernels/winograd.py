@@ -253,7 +253,7 @@ def tile_transform_kernel(
                    geo.height, geo.width, sh, sw, L)  # fmt: skip
     v = transform2d(MAT, x)
     # Workspace offsets in int64: points x tiles x channels can pass 2^31.
-    plane = geo.tiles.to(tl.int64) * geo.channels
+    plane = tl.cast(geo.tiles, tl.int64) * geo.channels
     out = WS + offs_t.to(tl.int64)[:, None] * geo.channels + offs_c[None, :]
     mask = t_ok[:, None] & c_ok[None, :]
     for i in tl.static_range(len(MAT)):
@@ -309,7 +309,7 @@ def output_transform_kernel(
     t_ok = offs_t < geo.tiles
     c_ok = offs_c < geo.channels
     a: tl.constexpr = len(MAT[0])
-    plane = geo.tiles.to(tl.int64) * geo.channels
+    plane = tl.cast(geo.tiles, tl.int64) * geo.channels
     src = WS + offs_t.to(tl.int64)[:, None] * geo.channels + offs_c[None, :]
     mask = t_ok[:, None] & c_ok[None, :]
     x = ()
@@ -347,16 +347,17 @@ def filter_output_kernel(
     o = (e % per_group) // geo.ins
     i = e % geo.ins
     a: tl.constexpr = len(MAT[0])
-    chunk_elements = a * a * geo.elements
-    # dw's addresses before the loops (see brgemm_kernel's note on Triton 3.6 and geometry
-    # reads after loops).
+    # The geometry and dw's addresses before the loops (see brgemm_kernel's note on Triton 3.6
+    # and geometry reads after loops).
+    elements = geo.elements
+    chunk_elements = a * a * elements
     s_g, s_o, s_i, s_r, s_s = geo.strides
     base = geo.offset + g * s_g + o * s_o + i * s_i
     x = ()
     for p in tl.static_range(a):
         row = ()
         for q in tl.static_range(a):
-            point = WS + (p * a + q) * geo.elements + e
+            point = WS + (p * a + q) * elements + e
             v = tl.zeros((BLOCK,), dtype=tl.float32)
             for c in range(chunks):  # in order: the same sum on every run
                 v += tl.load(point + c * chunk_elements, mask=ok, other=0.0)
@@ -403,8 +404,13 @@ def filter_fma_kernel(
     offs_i = tl.arange(0, CHANNELS)
     k_ok = offs_k < outs
     i_ok = offs_i < ins
+    # The geometry before the loop (see brgemm_kernel's note on Triton 3.6 and geometry reads
+    # after loops).
     xsn, xsc, xsh, xsw = x_geo.strides
     dsn, dsc, dsh, dsw = dy_geo.strides
+    x_off, x_h, x_w, start_h, start_w = (x_geo.offset, x_geo.height, x_geo.width, x_geo.start_h,
+                                         x_geo.start_w)  # fmt: skip
+    dy_off, dy_h, dy_w = dy_geo.offset, dy_geo.height, dy_geo.width
     x_chan = ((group * ins + offs_i) * xsc)[None, :]
     dy_chan = ((group * outs + offs_k) * dsc)[None, :]
     first = chunk * tiles_per_chunk
@@ -423,12 +429,11 @@ def filter_fma_kernel(
         offs_t = t0 + tl.arange(0, BLOCK_T)
         t_ok = offs_t < last
         n, th, tw = _split_tile(offs_t, x_geo)
-        dy = _load_tile(DY, dy_geo.offset + n * dsn, dy_chan, t_ok, k_ok[None, :], th * STEP,
-                        tw * STEP, dy_geo.height, dy_geo.width, dsh, dsw, m)  # fmt: skip
+        dy = _load_tile(DY, dy_off + n * dsn, dy_chan, t_ok, k_ok[None, :], th * STEP,
+                        tw * STEP, dy_h, dy_w, dsh, dsw, m)  # fmt: skip
         y = transform2d(A_MAT, dy)  # a x a of [BLOCK_T, BLOCK_K]
-        x = _load_tile(X, x_geo.offset + n * xsn, x_chan, t_ok, i_ok[None, :],
-                       th * STEP + x_geo.start_h, tw * STEP + x_geo.start_w, x_geo.height,
-                       x_geo.width, xsh, xsw, a)  # fmt: skip
+        x = _load_tile(X, x_off + n * xsn, x_chan, t_ok, i_ok[None, :], th * STEP + start_h,
+                       tw * STEP + start_w, x_h, x_w, xsh, xsw, a)  # fmt: skip
         v = transform2d(BT_MAT, x)  # a x a of [BLOCK_T, CHANNELS]
         new = ()
         for i in tl.static_range(a):
