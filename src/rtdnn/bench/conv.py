@@ -152,35 +152,29 @@ def layer_calls(
     dy = torch.randn_like(y)
     nd = x.dim() - 2
 
-    def cudnn_backward(mask):
-        return torch.ops.aten.convolution_backward(
-            dy, x, w, None, args["stride"], args["padding"], args["dilation"], False,
-            [0] * nd, args["groups"], mask,
-        )  # fmt: skip
+    mask = [direction == "backward_data", direction == "backward_filter", False]
 
-    def exact() -> torch.Tensor:
-        # The float64 result of the same call (PyTorch's own convolution in float64).
-        x64, w64 = x.double(), w.double()
+    def torch_result(x_: torch.Tensor, w_: torch.Tensor, dy_: torch.Tensor) -> torch.Tensor:
+        # PyTorch's result of this direction on these tensors (cuDNN on a GPU; float64 ones
+        # give the exact result).
         if direction == "forward":
-            return conv(x64, w64, None, *args.values())
-        mask = [direction == "backward_data", direction == "backward_filter", False]
+            return conv(x_, w_, None, *args.values())
         grads = torch.ops.aten.convolution_backward(
-            dy.double(), x64, w64, None, args["stride"], args["padding"], args["dilation"],
-            False, [0] * nd, args["groups"], mask,
+            dy_, x_, w_, None, args["stride"], args["padding"], args["dilation"], False,
+            [0] * nd, args["groups"], mask,
         )  # fmt: skip
         return grads[0] if direction == "backward_data" else grads[1]
 
+    theirs = lambda: torch_result(x, w, dy)
+    exact = lambda: torch_result(x.double(), w.double(), dy.double())
     if direction == "forward":
         ours = lambda **kw: ops.conv_forward(x, w, **args, **kw)
-        theirs = lambda: conv(x, w, None, *args.values())
         expected = y
     elif direction == "backward_data":
         ours = lambda **kw: ops.conv_backward_data(dy, w, x.shape, **args, **kw)
-        theirs = lambda: cudnn_backward([True, False, False])[0]
         expected = theirs()
     else:
         ours = lambda **kw: ops.conv_backward_filter(x, dy, w.shape, **args, **kw)
-        theirs = lambda: cudnn_backward([False, True, False])[1]
         expected = theirs()
     return LayerCalls(x, w, y, dy, args, ours, theirs, expected, exact)
 
