@@ -690,3 +690,33 @@ def test_weight_gradient_units_by_channels(filters, channels, dtype, units, monk
     p, _ = _problem_for_selection("backward_filter", x, w, **args)
     got = [(t.block_m, t.block_n, t.block_k) for t in ig._hopper_filter_candidates(p, 4)]
     assert got == units
+
+
+@pytest.mark.parametrize(
+    "tiles,costs,programs",
+    [([196] * 4, [5, 9, 9, 17], 132), ([100] * 4, [9, 17, 17, 33], 132), ([500], [9], 132),
+     ([3, 3], [1, 1], 132), ([7, 30, 2], [4, 1, 9], 12), ([13, 5], [2, 3], 6)],
+)  # fmt: skip
+def test_phase_launches_share_the_multiprocessors(tiles, costs, programs):
+    """Backward-data's stride phases, launched side by side, take shares of the
+    multiprocessors (a program fills one): at least one each, never more than their tiles,
+    at most all of them together, and finishing no later than any other split would (checked
+    against every split where that is few enough to list)."""
+    import itertools
+
+    from rtdnn.algos.geometry import share_programs
+
+    def finish(shares):
+        return max(-(-t // s) * c for t, s, c in zip(tiles, shares, costs, strict=True))
+
+    shares = share_programs(tiles, costs, programs)
+    assert sum(shares) <= programs
+    assert all(1 <= s <= t for s, t in zip(shares, tiles, strict=True))
+    if len(tiles) == 1:
+        assert shares == [min(tiles[0], programs)]
+    if programs <= 12:
+        splits = itertools.product(*(range(1, t + 1) for t in tiles))
+        best = min(finish(s) for s in splits if sum(s) <= programs)
+        assert finish(shares) == best
+    # Never slower than each phase on every multiprocessor, one after another.
+    assert finish(shares) <= sum(-(-t // programs) * c for t, c in zip(tiles, costs, strict=True))

@@ -7,7 +7,7 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src RTDNN_AUTOTUNE=0
 run() {  # run NAME DIRECTION LAYER LAUNCHES_TO_SKIP LAUNCHES
-  timeout 240 ncu --clock-control none --kernel-name regex:conv_hopper_kernel \
+  timeout 140 ncu --clock-control none --kernel-name regex:conv_hopper_kernel \
     --launch-skip "$4" --launch-count "$5" \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
     --section SchedulerStats --section Occupancy \

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Sequence
 
 import torch
 import triton.language as tl
@@ -132,6 +133,26 @@ def brgemm_precision(p: ConvProblem) -> str:
 @functools.cache
 def multiprocessor_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def share_programs(tiles: Sequence[int], tile_costs: Sequence[int], programs: int) -> list[int]:
+    """Persistent programs for launches that run side by side, each filling at most the
+    multiprocessors it is given: launch i has tiles[i] tiles of tile_costs[i] each. One
+    program at a time goes to the launch that would finish last, so that they finish
+    together; a launch never gets more programs than tiles. (Each taking every
+    multiprocessor, launches that hold one program a multiprocessor would run one after
+    another, each with a partial last wave.)"""
+    shares = [1] * len(tiles)
+
+    def finish(i: int) -> int:
+        return -(-tiles[i] // shares[i]) * tile_costs[i]
+
+    for _ in range(programs - len(tiles)):
+        last = max(range(len(tiles)), key=finish)
+        if shares[last] == tiles[last]:  # it cannot finish sooner
+            break
+        shares[last] += 1
+    return shares
 
 
 @functools.cache

@@ -53,6 +53,7 @@ from .geometry import (
     dot_precision,
     multiprocessor_count,
     parallel_slots,
+    share_programs,
     shared_memory_bytes,
     static_phase_taps,
     static_taps,
@@ -981,10 +982,9 @@ class ImplicitGemm(ConvAlgorithm):
             w_view = ((in_channels, filter_taps * p.out_channels), (p.w.strides[1], 1))
             tap_cols = p.out_channels
         w_block = [tiles.block_k, tiles.block_n] if reduced_rows else [tiles.block_n, tiles.block_k]
-        # (written phase, its view, its half-box block, launches by beta != 0, its box)
-        phases = []
-        slots = ("x_desc", "x1_desc", "x2_desc", "x3_desc", "w_desc", "y_desc", "bias_ptr")
-        for phase, view, (th, tw) in writes:
+        # Each written phase's boxes of pixels and tile counts.
+        boxes, counts, tile_costs = [], [], []
+        for _, view, (th, tw) in writes:
             n, *dst_dhw = view[0][:-1]
             if three_d:  # boxes of one image's depth x rows x columns
                 dst_d, dst_h, dst_w = dst_dhw
@@ -994,10 +994,23 @@ class ImplicitGemm(ConvAlgorithm):
                 (dst_h, dst_w), tiles_d = dst_dhw, 1
                 box = ch.least_waste_box(n, dst_h, dst_w, tiles.block_m, halves=True)
                 groups = cdiv(n, box[0])
-            tiles_h, tiles_w = cdiv(dst_h, box[1]), cdiv(dst_w, box[2])
+            tiles_hw = cdiv(dst_h, box[1]), cdiv(dst_w, box[2])
             tiles_n = cdiv(dst.shape[1], tiles.block_n)
-            count = groups * tiles_d * tiles_h * tiles_w * tiles_n
-            programs = min(count, multiprocessor_count(torch.cuda.current_device()))
+            boxes.append((box, tiles_d, *tiles_hw, tiles_n))
+            counts.append(groups * tiles_d * math.prod(tiles_hw) * tiles_n)
+            # A tile's steps, and about one more for its epilogue.
+            tile_costs.append(depth.count * th.count * tw.count * src.shape[1] // tiles.block_k + 1)
+        # The phases run side by side on shares of the multiprocessors (one program fills one).
+        shares = share_programs(
+            counts, tile_costs, multiprocessor_count(torch.cuda.current_device())
+        )
+        # (written phase, its view, its half-box block, launches by beta != 0, its box)
+        phases = []
+        slots = ("x_desc", "x1_desc", "x2_desc", "x3_desc", "w_desc", "y_desc", "bias_ptr")
+        for (phase, view, (th, tw)), tiling, count, programs in zip(
+            writes, boxes, counts, shares, strict=True
+        ):
+            box, tiles_d, tiles_h, tiles_w, tiles_n = tiling
             launches = {
                 beta_nonzero: slot_launch(
                     ch.conv_hopper_kernel,
