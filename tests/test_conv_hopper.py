@@ -695,7 +695,7 @@ def test_weight_gradient_units_by_channels(filters, channels, dtype, units, monk
 @pytest.mark.parametrize(
     "tiles,costs,programs",
     [([196] * 4, [5, 9, 9, 17], 132), ([100] * 4, [9, 17, 17, 33], 132), ([500], [9], 132),
-     ([3, 3], [1, 1], 132), ([7, 30, 2], [4, 1, 9], 12), ([13, 5], [2, 3], 6)],
+     ([3, 3], [1, 1], 132), ([7, 30, 2], [4, 1, 9], 12), ([13, 5], [2, 3], 6), ([], [], 8)],
 )  # fmt: skip
 def test_phase_launches_share_the_multiprocessors(tiles, costs, programs):
     """Backward-data's stride phases, launched side by side, take shares of the
@@ -714,6 +714,9 @@ def test_phase_launches_share_the_multiprocessors(tiles, costs, programs):
     assert all(1 <= s <= t for s, t in zip(shares, tiles, strict=True))
     if len(tiles) == 1:
         assert shares == [min(tiles[0], programs)]
+    if not tiles:
+        assert shares == []
+        return
     if programs <= 12:
         splits = itertools.product(*(range(1, t + 1) for t in tiles))
         best = min(finish(s) for s in splits if sum(s) <= programs)

@@ -143,6 +143,8 @@ def share_programs(tiles: Sequence[int], tile_costs: Sequence[int], programs: in
     multiprocessor, launches that hold one program a multiprocessor would run one after
     another, each with a partial last wave.)"""
     shares = [1] * len(tiles)
+    if not tiles:
+        return shares
 
     def finish(i: int) -> int:
         return -(-tiles[i] // shares[i]) * tile_costs[i]
