@@ -62,9 +62,10 @@ def compile_case(
     dtype=torch.bfloat16,
     block_m=ch.BLOCK_M,
     depth=0,
+    pingpong=False,
 ):
     """One launch's compilation; `depth` > 0: a 3-D convolution of images that deep (filter
-    r x r x r, stride 1)."""
+    r x r x r, stride 1); `pingpong`: each consumer whole tiles in turn."""
     forward = direction == "forward"
     three_d = depth > 0
     out_side = (side + 2 * pad - dil * (r - 1) - 1) // stride + 1
@@ -79,13 +80,13 @@ def compile_case(
     w = torch.empty(c, taps * k, dtype=dtype) if not (forward or reduced_rows) else (
         torch.empty(k, taps * c, dtype=dtype))  # fmt: skip
     first = depth if three_d else n  # boxes of depth x rows x columns in 3-D
-    box = ch.least_waste_box(first, out_side, out_side, block_m, halves=True)
+    box = ch.least_waste_box(first, out_side, out_side, block_m, halves=not pingpong)
     chunk = ch.chunk(dtype, c_read)  # 64-byte rows where the channels are not 128-byte ones
     w_block = [chunk, block_n] if reduced_rows else [block_n, chunk]
     one = [1] * three_d
     x_desc = ch.descriptor(read, read.shape, read.stride(), [*one, *box, chunk])
     w_desc = ch.descriptor(w, w.shape, w.stride(), w_block)
-    y_block = [*one, *ch.half_box(box), block_n]
+    y_block = [*one, *(box if pingpong else ch.half_box(box)), block_n]
     y_desc = ch.descriptor(written, written.shape, written.stride(), y_block)
     if forward:
         th = tw = ch.forward_taps(r, pad, dil)
@@ -102,7 +103,7 @@ def compile_case(
         STAGES=ch.stages_for(block_m, block_n, chunk, dtype.itemsize),
         W_REDUCED_ROWS=reduced_rows,
         STRIDED=forward and stride > 1, HAS_BIAS=bias, BETA_NONZERO=beta, RELU=bias,
-        CONSUMER_REGS=ch.CONSUMER_REGISTERS, THREE_D=three_d, num_warps=4,
+        CONSUMER_REGS=ch.CONSUMER_REGISTERS, THREE_D=three_d, PINGPONG=pingpong, num_warps=4,
         maxnreg=ch.LAUNCH_REGISTERS, grid=(1,),
     )  # fmt: skip
     return report(kernel)
@@ -147,6 +148,18 @@ def compile_filter_case(n, c, k, side, r, pad, stride, splits, beta, cooperative
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["pingpong"]:  # the ping-pong tiles only
+        for case in CASES:
+            case = case if len(case) == 9 else (*case, 1)
+            for block_n in (128, 64):
+                for beta, bias in ((False, False), (True, True)):
+                    print(case, f"ping-pong BN={block_n} beta={beta} bias+relu={bias}:",
+                          compile_case(*case, block_n, beta, bias, pingpong=True),
+                          flush=True)  # fmt: skip
+        case = ("forward", 4, 64, 128, 28, 3, 1, 1, 1)
+        print(case, "ping-pong 3-D depth 16 BN=128 beta+bias+relu:",
+              compile_case(*case, 128, True, True, depth=16, pingpong=True))  # fmt: skip
+        sys.exit()
     for case in FILTER_CASES:
         for cooperative in (False, True):
             for beta in (False, True):

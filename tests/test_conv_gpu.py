@@ -298,6 +298,10 @@ HOPPER_SHAPES = [
     # rows).
     ((2, 96, 11, 13), (160, 96, 3, 3), dict(padding=1)),
     ((2, 160, 15, 16), (96, 160, 3, 3), dict(stride=2, padding=1)),
+    # More tiles than programs: several a program (ping-pong's turns; at stride 2, the
+    # phases' shares of the multiprocessors).
+    ((16, 64, 40, 40), (128, 64, 3, 3), dict(padding=1)),
+    ((16, 64, 48, 48), (128, 64, 3, 3), dict(stride=2, padding=1)),
 ]
 #: 3-D at stride 1 (forward and backward-data): depth taps, odd sizes, padding above the
 #: filter's reach, dilation in depth, 96 reduced channels (64-byte steps), a 1-deep image.

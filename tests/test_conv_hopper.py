@@ -272,10 +272,12 @@ def _emulate(fixed: dict, args: tuple) -> None:
             acc += a @ b
         # Each consumer's half of the box's pixels (in the box's order), stored as the kernel
         # does: a half box of y_desc at half the images (2-D) or the depth (3-D), else at
-        # half the rows.
+        # half the rows; ping-pong, the whole box by the consumer whose turn it is.
         half_box = list(y_desc.block_shape[:-1])
-        halves = acc.reshape(2, -1, block_n)
-        for h in range(2):
+        parts = 1 if f["PINGPONG"] else 2
+        assert math.prod(half_box) * parts == math.prod(box)
+        halves = acc.reshape(parts, -1, block_n)
+        for h in range(parts):
             part = alpha * halves[h].reshape(*half_box, block_n)
             if f["THREE_D"]:
                 split = [0, box_d // 2, 0, 0] if box_d > 1 else [0, 0, box_h // 2, 0]
@@ -334,6 +336,13 @@ def _emulate(fixed: dict, args: tuple) -> None:
         # Tiles 128 channels wide (over the 128 filters of these forward problems).
         ("forward", dict(stride=2, padding=1, width=128)),
         ("forward", dict(padding=1, depth=4, width=128, pixels=256)),
+        # Ping-pong: each consumer whole boxes (of one image's rows where the batch is 2).
+        ("forward", dict(padding=1, pingpong=True)),
+        ("forward", dict(stride=2, padding=1, width=128, pingpong=True)),
+        ("backward_data", dict(stride=2, padding=1, pingpong=True)),
+        ("backward_data", dict(stride=2, pingpong=True)),
+        ("forward", dict(padding=1, depth=5, pingpong=True)),
+        ("backward_data", dict(padding=1, channels=96, pingpong=True)),
     ],
 )
 def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
@@ -362,6 +371,7 @@ def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
     pixels = conv.pop("pixels", conv_hopper.BLOCK_M)
     width = conv.pop("width", 64)  # the tile's written channels
     depth = conv.pop("depth", None)  # 3-D: images this deep, 3x3x3 filters
+    pingpong = conv.pop("pingpong", False)
     dtype = torch.float32 if math_mode == "tf32" else torch.bfloat16
     cl = torch.channels_last_3d if depth else torch.channels_last
     forward = direction == "forward"
@@ -376,7 +386,8 @@ def test_host_plan_computes_the_convolution(direction, conv, monkeypatch):
         p = dataclasses.replace(p, has_bias=True, activation="relu")
     block_k = conv_hopper.chunk(dtype, reduced)
     assert block_k == (128 if reduced % (128 // dtype.itemsize) == 0 else 64) // dtype.itemsize
-    tiles = HopperConvTiles(pixels, width, block_k, group_m=1, num_warps=4, num_stages=6)
+    tiles = HopperConvTiles(pixels, width, block_k, group_m=1, num_warps=4, num_stages=6,
+                            pingpong=pingpong)  # fmt: skip
     copied = not forward and math_mode == "tf32"
     algo = ALGORITHMS["IMPLICIT_PRECOMP_GEMM" if copied else "IMPLICIT_GEMM"]
     if copied:  # the Hopper tiles come first there

@@ -412,6 +412,9 @@ class HopperConvTiles(TileConfig):
     # kernel took such layers, do not displace them (H200, bf16: a 96-channel stride-2
     # backward-data 0.046 ms on the Hopper tiles, 0.061 on a similar layer's pointer tiles).
     first_over_similar = True
+    #: Forward and backward-data: each consumer takes whole tiles in turn, its epilogue under
+    #: the other's products (kernels/conv_hopper.py, PINGPONG), in place of half of every tile.
+    pingpong: bool = False
 
 
 def hopper_data_filter_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -533,12 +536,17 @@ def hopper_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
     pixels = [conv_hopper.BLOCK_M]
     if p.dtype.itemsize == 2:
         pixels.append(conv_hopper.BLOCK_M_WIDE)
-    return [
+    tiles = [
         HopperConvTiles(bm, bn, block_k, group_m=1, num_warps=4,
                         num_stages=conv_hopper.stages_for(bm, bn, block_k, p.dtype.itemsize))
         for bm in pixels
         for bn in widths
     ]  # fmt: skip
+    if p.dtype.itemsize == 2:
+        # Ping-pong 128-pixel tiles last (their epilogue buffers, a whole box each, take what
+        # the 256-pixel tiles' halves do; float32's would not fit beside the ring).
+        tiles += [dataclasses.replace(t, pingpong=True) for t in tiles[: len(widths)]]
+    return tiles
 
 
 def _hopper_filter_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
@@ -920,7 +928,7 @@ class ImplicitGemm(ConvAlgorithm):
 
         return run
 
-    def _prepare_hopper(self, p: ConvProblem, tiles: TileConfig) -> Runner:
+    def _prepare_hopper(self, p: ConvProblem, tiles: HopperConvTiles) -> Runner:
         """Forward or backward-data by the warp-specialized Hopper kernel (kernels/
         conv_hopper.py): one launch, or at stride 2 in backward-data one per stride phase of
         dx, side by side. The pointer path's first tiles run instead where a call's tensors
@@ -982,17 +990,20 @@ class ImplicitGemm(ConvAlgorithm):
             w_view = ((in_channels, filter_taps * p.out_channels), (p.w.strides[1], 1))
             tap_cols = p.out_channels
         w_block = [tiles.block_k, tiles.block_n] if reduced_rows else [tiles.block_n, tiles.block_k]
-        # Each written phase's boxes of pixels and tile counts.
+        # Each written phase's boxes of pixels and tile counts. The two consumers take half a
+        # box each (two or more images or rows), or ping-pong whole boxes in turn.
+        pingpong = tiles.pingpong
+        halves = not pingpong
         boxes, counts, tile_costs = [], [], []
         for _, view, (th, tw) in writes:
             n, *dst_dhw = view[0][:-1]
             if three_d:  # boxes of one image's depth x rows x columns
                 dst_d, dst_h, dst_w = dst_dhw
-                box = ch.least_waste_box(dst_d, dst_h, dst_w, tiles.block_m, halves=True)
+                box = ch.least_waste_box(dst_d, dst_h, dst_w, tiles.block_m, halves=halves)
                 tiles_d, groups = cdiv(dst_d, box[0]), n
             else:  # boxes of images x rows x columns
                 (dst_h, dst_w), tiles_d = dst_dhw, 1
-                box = ch.least_waste_box(n, dst_h, dst_w, tiles.block_m, halves=True)
+                box = ch.least_waste_box(n, dst_h, dst_w, tiles.block_m, halves=halves)
                 groups = cdiv(n, box[0])
             tiles_hw = cdiv(dst_h, box[1]), cdiv(dst_w, box[2])
             tiles_n = cdiv(dst.shape[1], tiles.block_n)
@@ -1063,13 +1074,14 @@ class ImplicitGemm(ConvAlgorithm):
                     RELU=p.activation == "relu",
                     CONSUMER_REGS=ch.CONSUMER_REGISTERS,
                     THREE_D=three_d,
+                    PINGPONG=pingpong,
                 )  # fmt: skip
                 for beta_nonzero in (False, True)
             }
             # 3-D: boxes of one image ([1, depth, rows, columns]).
             box = (1,) * three_d + box
-            phases.append((phase, view, [*box[:-3], *ch.half_box(box[-3:]), tiles.block_n],
-                           launches, box))  # fmt: skip
+            stored = box if pingpong else (*box[:-3], *ch.half_box(box[-3:]))
+            phases.append((phase, view, [*stored, tiles.block_n], launches, box))
         plain = self.prepare(p, gemm_candidates(p, *gemm_shape(p)[:3])[0])
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:

@@ -36,7 +36,10 @@ kernels/attention_hopper.py does:
 - **two consumers** (one warp group each): half of the tile's pixels each (half the box's
   images, or half its rows), one step's MMA in flight while the next is issued; then the
   epilogue, alpha * acc (+ beta * the prior output, read by TMA) (+ bias) (relu), written by
-  TMA. Pixels and channels outside the output are dropped by the store.
+  TMA. Pixels and channels outside the output are dropped by the store. Or, ping-pong
+  (PINGPONG, 128-pixel tiles in 16-bit data), whole tiles in turn: one consumer's epilogue
+  runs while the other multiplies the next tile, which matters where a tile has few steps
+  (64 reduced channels, one chunk a tap; the stride phases of backward-data, 1 to 4 taps).
 
 Box shapes (least_waste_box): 128 output pixels (or, in 16-bit data, 256: 128 a consumer),
 images, rows and columns each a power of two, chosen to tile the output with the fewest
@@ -198,12 +201,16 @@ def _load_partition(x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem, r
 
 
 @gluon.jit
-def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, ready, empty, y_desc,
-              bias_ptr, alpha, beta, cols, steps, tiles, tiles_n, tiles_d, tiles_h, tiles_w,
-              W_REDUCED_ROWS: gl.constexpr, HAS_BIAS: gl.constexpr,
-              BETA_NONZERO: gl.constexpr, RELU: gl.constexpr,
-              THREE_D: gl.constexpr):  # fmt: skip
-    """Half of each tile's pixels: the products over every step, then the epilogue."""
+def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, turn, ready, empty,
+              y_desc, bias_ptr, alpha, beta, cols, steps, tiles, tiles_n, tiles_d, tiles_h,
+              tiles_w, W_REDUCED_ROWS: gl.constexpr, HAS_BIAS: gl.constexpr,
+              BETA_NONZERO: gl.constexpr, RELU: gl.constexpr, THREE_D: gl.constexpr,
+              PINGPONG: gl.constexpr):  # fmt: skip
+    """Half of each tile's pixels (consumer `half` of two), or with PINGPONG every other tile
+    whole (consumer 0 the program's first): the products over every step, then the
+    epilogue. A ping-pong consumer starts a tile's products once the other has finished the
+    previous tile's (the `turn` mbarriers), so the two take the tensor cores in turn and one's
+    epilogue runs under the other's products."""
     if THREE_D:  # stages of [1, BOX_D, BOX_H, BOX_W, CHUNK]
         BOX_N: gl.constexpr = 1
         BOX_D: gl.constexpr = a_smem.type.shape[2]
@@ -219,7 +226,8 @@ def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, ready, empt
     BLOCK_N: gl.constexpr = b_smem.type.shape[1 + W_REDUCED_ROWS * 1]
     STAGES: gl.constexpr = ready.type.shape[0]
     PIXELS: gl.constexpr = BOX_N * BOX_D * BOX_H * BOX_W
-    HALF: gl.constexpr = PIXELS // 2
+    # The pixels this consumer multiplies a tile: half the box, or ping-pong all of it.
+    HALF: gl.constexpr = PIXELS if PINGPONG else PIXELS // 2
     # The MMA instruction's reduction: 32 bytes of operands (TF32 products for float32).
     INSTR_K: gl.constexpr = 256 // a_smem.dtype.primitive_bitwidth
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -228,54 +236,74 @@ def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, ready, empt
     out = c_smem.index(half)
     out2 = out.reshape([HALF, BLOCK_N])
     bar = prior_bar.index(half)
-    it = 0
+    it = 0  # the ring position of the tile's first step
+    local = 0  # the tile's place among the program's
     done = 0
     for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
-        img, od, oh, ow, n0 = _tile_origin(tile, tiles_n, tiles_d, tiles_h, tiles_w, BOX_N,
-                                           BOX_D, BOX_H, BOX_W, BLOCK_N, THREE_D)  # fmt: skip
-        acc = gl.zeros([HALF, BLOCK_N], gl.float32, acc_layout)
-        for step in range(steps):
-            stage = it % STAGES
-            mbarrier.wait(ready.index(stage), (it // STAGES) & 1)
-            a = a_smem.index(stage).reshape([PIXELS, CHUNK]).slice(half * HALF, HALF)
-            if W_REDUCED_ROWS:
-                b = b_smem.index(stage)
-            else:
-                b = b_smem.index(stage).permute((1, 0))
-            acc = warpgroup_mma(a, b, acc, is_async=True)
-            acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous step's product is done
-            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=step > 0)
-            it += 1
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        # The last step's stage (none when no tap reaches these pixels: alpha x 0).
-        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), count=1, pred=steps > 0)
-        if THREE_D:  # each half: half the depth, else half the rows
-            if BOX_D > 1:
-                coords = [img, od + half * (BOX_D // 2), oh, ow, n0]
-            else:
-                coords = [img, od, oh + half * (BOX_H // 2), ow, n0]
-        elif BOX_N > 1:  # each half: half the images
-            coords = [img + half * (BOX_N // 2), oh, ow, n0]
-        else:  # each half: half the rows
-            coords = [img, oh + half * (BOX_H // 2), ow, n0]
-        acc = acc * alpha
-        tma.store_wait(0)  # the last tile's store has read `out`
-        if BETA_NONZERO:
-            mbarrier.expect(bar, y_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(y_desc, coords, bar, out)
-            mbarrier.wait(bar, done & 1)
-            # Each thread reads the elements it writes below: no barrier between the two.
-            acc = acc + beta * out2.load(acc_layout).to(gl.float32)
-        if HAS_BIAS:
-            cn = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
-            bias = gl.load(bias_ptr + cn, mask=cn < cols, other=0.0).to(gl.float32)
-            acc = acc + gl.expand_dims(bias, 0)
-        if RELU:
-            acc = gl.maximum(acc, 0.0)
-        out2.store(acc.to(y_desc.dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(y_desc, coords, out)
-        done += 1
+        if PINGPONG:
+            owner = local % 2
+        else:
+            owner = half
+        if owner == half:
+            img, od, oh, ow, n0 = _tile_origin(tile, tiles_n, tiles_d, tiles_h, tiles_w, BOX_N,
+                                               BOX_D, BOX_H, BOX_W, BLOCK_N, THREE_D)  # fmt: skip
+            if PINGPONG:
+                if local > 0:  # the other consumer's products of the previous tile are done
+                    mbarrier.wait(turn.index(1 - half), ((local - 1) // 2) & 1)
+            acc = gl.zeros([HALF, BLOCK_N], gl.float32, acc_layout)
+            for step in range(steps):
+                at = it + step
+                stage = at % STAGES
+                mbarrier.wait(ready.index(stage), (at // STAGES) & 1)
+                a = a_smem.index(stage).reshape([PIXELS, CHUNK])
+                if not PINGPONG:
+                    a = a.slice(half * HALF, HALF)
+                if W_REDUCED_ROWS:
+                    b = b_smem.index(stage)
+                else:
+                    b = b_smem.index(stage).permute((1, 0))
+                acc = warpgroup_mma(a, b, acc, is_async=True)
+                acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous step's product is done
+                mbarrier.arrive(empty.index((at + STAGES - 1) % STAGES), count=1, pred=step > 0)
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+            # The last step's stage (none when no tap reaches these pixels: alpha x 0).
+            mbarrier.arrive(empty.index((it + steps + STAGES - 1) % STAGES), count=1,
+                            pred=steps > 0)  # fmt: skip
+            if PINGPONG:
+                mbarrier.arrive(turn.index(half), count=1)
+                if THREE_D:
+                    coords = [img, od, oh, ow, n0]
+                else:
+                    coords = [img, oh, ow, n0]
+            elif THREE_D:  # each half: half the depth, else half the rows
+                if BOX_D > 1:
+                    coords = [img, od + half * (BOX_D // 2), oh, ow, n0]
+                else:
+                    coords = [img, od, oh + half * (BOX_H // 2), ow, n0]
+            elif BOX_N > 1:  # each half: half the images
+                coords = [img + half * (BOX_N // 2), oh, ow, n0]
+            else:  # each half: half the rows
+                coords = [img, oh + half * (BOX_H // 2), ow, n0]
+            acc = acc * alpha
+            tma.store_wait(0)  # the last tile's store has read `out`
+            if BETA_NONZERO:
+                mbarrier.expect(bar, y_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(y_desc, coords, bar, out)
+                mbarrier.wait(bar, done & 1)
+                # Each thread reads the elements it writes below: no barrier between the two.
+                acc = acc + beta * out2.load(acc_layout).to(gl.float32)
+            if HAS_BIAS:
+                cn = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
+                bias = gl.load(bias_ptr + cn, mask=cn < cols, other=0.0).to(gl.float32)
+                acc = acc + gl.expand_dims(bias, 0)
+            if RELU:
+                acc = gl.maximum(acc, 0.0)
+            out2.store(acc.to(y_desc.dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(y_desc, coords, out)
+            done += 1
+        it += steps
+        local += 1
     tma.store_wait(0)
 
 
@@ -287,7 +315,7 @@ def conv_hopper_kernel(
     tiles_w, tiles,
     STAGES: gl.constexpr, W_REDUCED_ROWS: gl.constexpr, STRIDED: gl.constexpr,
     HAS_BIAS: gl.constexpr, BETA_NONZERO: gl.constexpr, RELU: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, THREE_D: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, THREE_D: gl.constexpr, PINGPONG: gl.constexpr = False,
 ):  # fmt: skip
     """Persistent, grid (programs,). x_desc: the read image (x forward, dy backward-data),
     (N, H, W, channels) in [BOX_N, BOX_H, BOX_W, CHUNK] boxes; w_desc: the filter as a matrix
@@ -311,22 +339,27 @@ def conv_hopper_kernel(
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     prior_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ping-pong's
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)  # one arrival per consumer
+        # One arrival per consumer that reads the stage: both, or ping-pong the tile's own.
+        mbarrier.init(empty.index(i), count=1 if PINGPONG else 2)
     for i in gl.static_range(2):
         mbarrier.init(prior_bar.index(i), count=1)
+        mbarrier.init(turn.index(i), count=1)
     steps = taps * chunks
     # Constants are written into the partitions' argument lists here: kept in a variable,
     # a tuple's constants would reach the partitions as run-time values.
     gl.warp_specialize(
         [
-            (_consumer, (0, a_smem, b_smem, c_smem, prior_bar, ready, empty, y_desc, bias_ptr,
-                         alpha, beta, cols, steps, tiles, tiles_n, tiles_d, tiles_h, tiles_w,
-                         W_REDUCED_ROWS, HAS_BIAS, BETA_NONZERO, RELU, THREE_D)),
-            (_consumer, (1, a_smem, b_smem, c_smem, prior_bar, ready, empty, y_desc, bias_ptr,
-                         alpha, beta, cols, steps, tiles, tiles_n, tiles_d, tiles_h, tiles_w,
-                         W_REDUCED_ROWS, HAS_BIAS, BETA_NONZERO, RELU, THREE_D)),
+            (_consumer, (0, a_smem, b_smem, c_smem, prior_bar, turn, ready, empty, y_desc,
+                         bias_ptr, alpha, beta, cols, steps, tiles, tiles_n, tiles_d, tiles_h,
+                         tiles_w, W_REDUCED_ROWS, HAS_BIAS, BETA_NONZERO, RELU, THREE_D,
+                         PINGPONG)),
+            (_consumer, (1, a_smem, b_smem, c_smem, prior_bar, turn, ready, empty, y_desc,
+                         bias_ptr, alpha, beta, cols, steps, tiles, tiles_n, tiles_d, tiles_h,
+                         tiles_w, W_REDUCED_ROWS, HAS_BIAS, BETA_NONZERO, RELU, THREE_D,
+                         PINGPONG)),
             (_load_partition, (x_desc, x1_desc, x2_desc, x3_desc, w_desc, a_smem, b_smem,
                                ready, empty, taps, chunks, tap_cols, taps_hw, taps_w, d0f,
                                dstep, r0, s0, rstep, sstep, shift_d, shift_h, shift_w, step_d,
