@@ -543,8 +543,10 @@ def hopper_candidates(p: ConvProblem, most_splits: int) -> list[TileConfig]:
         for bn in widths
     ]  # fmt: skip
     if p.dtype.itemsize == 2:
-        # Ping-pong 128-pixel tiles last (their epilogue buffers, a whole box each, take what
-        # the 256-pixel tiles' halves do; float32's would not fit beside the ring).
+        # Ping-pong 128-pixel tiles last, for the tuner (their epilogue buffers, a whole box
+        # each, take what the 256-pixel tiles' halves do; float32's would not fit beside the
+        # ring). Measured on ResNet-50's 3x3 layers (H200, bf16): 64 channels wide 1-4% faster
+        # than the same tiles without (l3.x.conv2 0.0294 -> 0.0281 ms), 128 wide alike.
         tiles += [dataclasses.replace(t, pingpong=True) for t in tiles[: len(widths)]]
     return tiles
 
