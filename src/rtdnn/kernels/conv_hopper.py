@@ -227,14 +227,14 @@ def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, turn, ready
     STAGES: gl.constexpr = ready.type.shape[0]
     PIXELS: gl.constexpr = BOX_N * BOX_D * BOX_H * BOX_W
     # The pixels this consumer multiplies a tile: half the box, or ping-pong all of it.
-    HALF: gl.constexpr = PIXELS if PINGPONG else PIXELS // 2
+    MINE: gl.constexpr = PIXELS if PINGPONG else PIXELS // 2
     # The MMA instruction's reduction: 32 bytes of operands (TF32 products for float32).
     INSTR_K: gl.constexpr = 256 // a_smem.dtype.primitive_bitwidth
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[gl.num_warps(), 1], instr_shape=[16, BLOCK_N, INSTR_K]
     )
     out = c_smem.index(half)
-    out2 = out.reshape([HALF, BLOCK_N])
+    out2 = out.reshape([MINE, BLOCK_N])
     bar = prior_bar.index(half)
     it = 0  # the ring position of the tile's first step
     local = 0  # the tile's place among the program's
@@ -250,14 +250,14 @@ def _consumer(half: gl.constexpr, a_smem, b_smem, c_smem, prior_bar, turn, ready
             if PINGPONG:
                 if local > 0:  # the other consumer's products of the previous tile are done
                     mbarrier.wait(turn.index(1 - half), ((local - 1) // 2) & 1)
-            acc = gl.zeros([HALF, BLOCK_N], gl.float32, acc_layout)
+            acc = gl.zeros([MINE, BLOCK_N], gl.float32, acc_layout)
             for step in range(steps):
                 at = it + step
                 stage = at % STAGES
                 mbarrier.wait(ready.index(stage), (at // STAGES) & 1)
                 a = a_smem.index(stage).reshape([PIXELS, CHUNK])
                 if not PINGPONG:
-                    a = a.slice(half * HALF, HALF)
+                    a = a.slice(half * MINE, MINE)
                 if W_REDUCED_ROWS:
                     b = b_smem.index(stage)
                 else:
