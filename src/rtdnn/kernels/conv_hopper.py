@@ -30,9 +30,9 @@ kernels/attention_hopper.py does:
 - **load** (one warp): for each of the program's tiles and each step (a filter tap and a
   chunk of 128 bytes of the reduced channels, or 64 where they are not a multiple of 128),
   the input box and the filter block, by TMA, into a ring of STAGES shared-memory stages. A
-  stage is refilled once both consumers released it (an `empty` mbarrier counting two
-  arrivals); the copies' completion arrives on its `ready` mbarrier. The loader runs ahead
-  into the program's next tile as stages free up.
+  stage is refilled once the consumers that read it released it (an `empty` mbarrier counting
+  two arrivals, or one in ping-pong); the copies' completion arrives on its `ready`
+  mbarrier. The loader runs ahead into the program's next tile as stages free up.
 - **two consumers** (one warp group each): half of the tile's pixels each (half the box's
   images, or half its rows), one step's MMA in flight while the next is issued; then the
   epilogue, alpha * acc (+ beta * the prior output, read by TMA) (+ bias) (relu), written by
