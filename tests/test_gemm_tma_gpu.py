@@ -118,25 +118,49 @@ def test_tensor_maps_follow_the_data(tma_launches, monkeypatch):
     assert len(encoded) <= 1 + len(addresses) and len(set(encoded)) == len(encoded)
 
 
-@pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "IMPLICIT_GEMM_SPLIT_K"])
-def test_pointwise_convolution_every_direction(tma_launches, algo):
+@pytest.mark.parametrize(
+    "algo_name, direction",
+    [("IMPLICIT_GEMM", "forward"), ("IMPLICIT_GEMM", "backward_data"),
+     ("IMPLICIT_GEMM", "backward_filter"), ("IMPLICIT_GEMM_SPLIT_K", "forward"),
+     ("IMPLICIT_GEMM_SPLIT_K", "backward_filter")],
+)  # fmt: skip
+def test_pointwise_convolution_every_direction(tma_launches, algo_name, direction):
+    """A 1x1 channels-last convolution run on the TMA GEMM's first tiles through the
+    algorithm's own runner, in every direction the algorithm serves. (Untuned on Hopper the
+    algorithm may choose the Hopper convolution kernel instead, so the tiles are taken here.)"""
+    from rtdnn.algos import ALGORITHMS, ConvTensors
+    from rtdnn.algos.implicit_gemm import gemm_shape
+    from rtdnn.core import Direction
+    from rtdnn.ops.conv import _problem_for_selection
+
     dtype, tol = DTYPES["bf16"]
     cl = torch.channels_last
     x = torch.randn(8, 256, 14, 14, device="cuda").to(dtype).to(memory_format=cl)
     w = (torch.randn(520, 256, 1, 1, device="cuda") / 16).to(dtype).to(memory_format=cl)
     bias = torch.randn(520, device="cuda").to(dtype)
-    y_ref = torch.nn.functional.conv2d(x.double(), w.double(), bias.double())
-    y = ops.conv_forward(x, w, bias, algo=algo)
-    assert R.rel_error(y, y_ref.cpu()) < tol
-    dy = torch.randn_like(y_ref).to(dtype).to(memory_format=cl)
-    if algo == "IMPLICIT_GEMM":
-        dx = ops.conv_backward_data(dy, w, x.shape, algo=algo)
+    dy = torch.randn(8, 520, 14, 14, device="cuda").to(dtype).to(memory_format=cl)
+    conv = dict(stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation", math=None)
+    p, _ = _problem_for_selection(direction, x, w, **conv)
+    algo = ALGORITHMS[algo_name]
+    assert algo.supports(p) is None
+    candidates = algo._tma_gemm_candidates(p, *gemm_shape(p)[:3])[:3]
+    assert candidates
+    ws = torch.empty(max(1, algo.workspace_bytes(p)), dtype=torch.uint8, device="cuda")
+    if direction == "forward":
+        ref = torch.nn.functional.conv2d(x.double(), w.double(), bias.double())
+        tensors = ConvTensors(x, w, torch.empty_like(dy), bias)
+    elif direction == "backward_data":
         ref = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double())
-        assert R.rel_error(dx, ref.cpu()) < tol
-    dw = ops.conv_backward_filter(x, dy, w.shape, algo=algo)
-    ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double())
-    assert R.rel_error(dw, ref.cpu()) < tol
-    assert len(tma_launches) == (3 if algo == "IMPLICIT_GEMM" else 2)
+        tensors = ConvTensors(torch.empty_like(x), w, dy)
+    else:
+        ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double())
+        tensors = ConvTensors(x, torch.empty_like(w), dy)
+    out = tensors.written(Direction.parse(direction))
+    for t in candidates:
+        out.fill_(float("nan"))
+        algo.prepare(p, t)(tensors, ws, 1.0, 0.0)
+        assert R.rel_error(out, ref.cpu()) < tol, t
+    assert len(tma_launches) == len(candidates)  # none fell back to the pointer path
 
 
 @pytest.mark.parametrize(
