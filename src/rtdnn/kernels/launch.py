@@ -43,7 +43,9 @@ class DescriptorView:
     holds the alignment."""
 
     __slots__ = ("shape", "strides", "block_shape", "layout", "padding", "key")
-    _keys: ClassVar[dict[tuple, int]] = {}  # a view's fields -> a small int that stands for them
+    # A view's fields -> a small int that stands for them in launch keys. Never cleared: a
+    # number given again to other fields would pick kernels compiled for the first ones.
+    _keys: ClassVar[dict[tuple, int]] = {}
 
     def __init__(self, shape, strides, block_shape, layout=None, padding: str = "zero"):
         self.shape, self.strides = list(shape), list(strides)
