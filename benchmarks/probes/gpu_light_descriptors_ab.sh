@@ -3,7 +3,8 @@
 # takes TMA descriptors (the Hopper convolution kernels, the TMA GEMM), then the host time of a
 # ResNet-50 training step (host_layers.py: from a drained GPU, with and without launches)
 # with main's sources and the branch's, alternating, then `rtdnn bench --model resnet50` on
-# the branch. MAIN_SRC: a tarball of main's src/. Under $OUT.
+# the branch. MAIN_SRC: a tarball of main's src/ (git archive main src -o main_src.tar, in the
+# working tree so that it travels; delete it after). Under $OUT.
 set -u
 export PYTHONUNBUFFERED=1 RTDNN_AUTOTUNE=0 RTDNN_TUNING_DB=$OUT/tuning.sqlite
 . benchmarks/probes/suite.sh
