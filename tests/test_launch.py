@@ -160,3 +160,75 @@ def test_a_tensor_descriptor_is_encoded_once_per_address(monkeypatch):
         (*head, "map1", 64, 32, 32, 1, 0.25, 7, True, 16),
         (*head, "map2", 64, 32, 32, 1, 0.5, 7, True, 16),
     ]
+
+
+def test_a_bound_descriptor_view_keys_as_the_descriptor_does():
+    """A descriptor view bound to each call's tensor (what the Hopper convolutions and the TMA
+    GEMM prepare once) keys as the TensorDescriptor it stands for: by shape, strides, block,
+    dtype and alignment, not by address; equal views share a number; the launch takes the
+    bound view itself, and Triton's JIT a checked TensorDescriptor with the same fields."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from rtdnn.kernels.launch import BoundDescriptor, DescriptorView
+
+    def view(t, block=(1, 1, 64, 64)):
+        return DescriptorView(t.shape, t.stride(), block)
+
+    x, y = torch.empty(2, 3, 128, 64), torch.empty(2, 3, 128, 64)
+    key = _key(view(x).bind(x), 1.0, 32, True, 16)
+    assert key == _key(view(y).bind(y), 1.0, 32, True, 16)  # another view, equal fields
+    assert key != _key(view(x, (1, 1, 128, 64)).bind(x), 1.0, 32, True, 16)
+    assert key != _key(view(x).bind(x.half()), 1.0, 32, True, 16)
+    z = torch.empty(2, 3, 256, 64)
+    assert key != _key(view(z).bind(z), 1.0, 32, True, 16)
+    flat = torch.empty(2 * 3 * 128 * 64 + 1)
+    moved = flat[1:].view(2, 3, 128, 64)  # 4 bytes past a 16-byte boundary
+    assert key != _key(view(x).bind(moved), 1.0, 32, True, 16)
+    # And never as a TensorDescriptor of the same fields, which the launcher takes otherwise.
+    assert key != _key(TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, 64, 64]),
+                       1.0, 32, True, 16)  # fmt: skip
+    launch = SlotLaunch(KERNEL, (1,), {}, ("X",), alpha=2.0, n=7, FLAG=True, BLOCK=16)
+    bound = view(x).bind(x)
+    assert type(bound) is BoundDescriptor
+    assert launch._signature(0, (bound,))[1][0] is bound
+    real = launch._bind((bound,))[0]
+    assert type(real) is TensorDescriptor and real.base is x
+    assert (real.shape, real.strides, real.block_shape) == (
+        list(x.shape),
+        list(x.stride()),
+        [1, 1, 64, 64],
+    )
+
+
+def test_a_bound_descriptor_view_is_encoded_once_per_address(monkeypatch):
+    """As a TensorDescriptor: encoded at the first call with its tensor's address (from the
+    view's shape, strides and block), reused by later calls at that address."""
+    from rtdnn.kernels import launch
+    from rtdnn.kernels.launch import DescriptorView
+
+    monkeypatch.setattr(launch, "INTERPRETED", False)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 1234, raising=False)
+    encoded = []
+
+    def encode(desc, meta):
+        encoded.append((desc.base.data_ptr(), desc.block_shape, meta))
+        return [f"map{len(encoded)}", *desc.shape, *desc.strides]
+
+    monkeypatch.setattr(launch, "make_tensordesc_arg", encode)
+    run = SlotLaunch(KERNEL, (1,), {}, ("X", "alpha"), n=7, FLAG=True, BLOCK=16)
+    x, y = torch.empty(64, 32), torch.empty(64, 32)
+    view = DescriptorView([64, 32], [32, 1], [16, 16])
+    fake = _FakeCompiled(descriptors=((0, {"swizzle": 64}),))
+    run.compiled[run._signature(0, (view.bind(x), 0.5))[0]] = fake
+    run(view.bind(x), 0.5)
+    run(view.bind(x), 0.25)
+    run(view.bind(y), 0.5)
+    assert encoded == [(x.data_ptr(), [16, 16], {"swizzle": 64}),
+                       (y.data_ptr(), [16, 16], {"swizzle": 64})]  # fmt: skip
+    head = (1, 1, 1, 1234, "function", False, True, None, None, "metadata", None, None, None)
+    assert fake.calls == [
+        (*head, "map1", 64, 32, 32, 1, 0.5, 7, True, 16),
+        (*head, "map1", 64, 32, 32, 1, 0.25, 7, True, 16),
+        (*head, "map2", 64, 32, 32, 1, 0.5, 7, True, 16),
+    ]

@@ -731,20 +731,21 @@ def _read_phases(stride: tuple[int, int]) -> list[tuple[int, int]]:
     return [(a % stride[0], b % stride[1]) for a in range(2) for b in range(2)]
 
 
-def _read_descriptors(
-    image: torch.Tensor, phases: list, views: list, block: list, strided: bool
-) -> list:
-    """The Hopper kernels' four read descriptors of `image`: strided, one per stride phase
-    (_read_phases), each view (_image) starting at the phase's first pixel; else the whole
-    image four times."""
+def _read_views(dtype: torch.dtype, views: list, block: list) -> list:
+    """The descriptor views (kernels/conv_hopper.py, descriptor_view) of the Hopper kernels'
+    four reads, in blocks of `block`, from their views (_image: shape and strides)."""
     from ..kernels import conv_hopper as ch
 
+    return [ch.descriptor_view(dtype, *view, block) for view in views]
+
+
+def _read_descriptors(image: torch.Tensor, phases: list, views: list, strided: bool) -> list:
+    """The Hopper kernels' four read descriptors of `image`, its descriptor views (_read_views)
+    bound: strided, one per stride phase (_read_phases), each starting at the phase's first
+    pixel; else the whole image four times."""
     if not strided:
-        return [ch.descriptor(image, *views[0], block)] * 4
-    return [
-        ch.descriptor(image[:, :, a:, b:], *view, block)
-        for (a, b), view in zip(phases, views, strict=True)
-    ]
+        return [views[0].bind(image)] * 4
+    return [view.bind(image[:, :, a:, b:]) for (a, b), view in zip(phases, views, strict=True)]
 
 
 def _filter_split_finishes(p: ConvProblem, splits: int) -> dict:
@@ -992,6 +993,7 @@ class ImplicitGemm(ConvAlgorithm):
             w_view = ((in_channels, filter_taps * p.out_channels), (p.w.strides[1], 1))
             tap_cols = p.out_channels
         w_block = [tiles.block_k, tiles.block_n] if reduced_rows else [tiles.block_n, tiles.block_k]
+        w_descriptor = ch.descriptor_view(p.dtype, *w_view, w_block)
         # Each written phase's boxes of pixels and tile counts. The two consumers take half a
         # box each (two or more images or rows), or ping-pong whole boxes in turn.
         pingpong = tiles.pingpong
@@ -1026,7 +1028,7 @@ class ImplicitGemm(ConvAlgorithm):
             strict=True,
         ):
             shares[i] = share
-        # (written phase, its view, its half-box block, launches by beta != 0, its box)
+        # (written phase, its read descriptor views, its written one, launches by beta != 0)
         phases = []
         slots = ("x_desc", "x1_desc", "x2_desc", "x3_desc", "w_desc", "y_desc", "bias_ptr")
         for (phase, view, (th, tw)), tiling, count, programs in zip(
@@ -1083,7 +1085,9 @@ class ImplicitGemm(ConvAlgorithm):
             # 3-D: boxes of one image ([1, depth, rows, columns]).
             box = (1,) * three_d + box
             stored = box if pingpong else (*box[:-3], *ch.half_box(box[-3:]))
-            phases.append((phase, view, [*stored, tiles.block_n], launches, box))
+            reads = _read_views(p.dtype, read_views, [*box, tiles.block_k])
+            written_view = ch.descriptor_view(p.dtype, *view, [*stored, tiles.block_n])
+            phases.append((phase, reads, written_view, launches))
         plain = self.prepare(p, gemm_candidates(p, *gemm_shape(p)[:3])[0])
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
@@ -1092,14 +1096,12 @@ class ImplicitGemm(ConvAlgorithm):
                 plain(t, workspace, alpha, beta)
                 return
             bias = t.bias if forward and t.bias is not None else written
-            w_desc = ch.descriptor(t.w, *w_view, w_block)
+            w_desc = w_descriptor.bind(t.w)
             calls = []
-            for (a, b), view, block, launches, box in phases:
-                reads = _read_descriptors(read, read_phases, read_views,
-                                          [*box, tiles.block_k], forward and strided)  # fmt: skip
+            for (a, b), reads, written_view, launches in phases:
+                reads = _read_descriptors(read, read_phases, reads, forward and strided)
                 out = written[:, :, a:, b:] if (a, b) != (0, 0) else written
-                args = (*reads, w_desc, ch.descriptor(out, *view, block), bias, float(alpha),
-                        float(beta))  # fmt: skip
+                args = (*reads, w_desc, written_view.bind(out), bias, float(alpha), float(beta))
                 calls.append(functools.partial(launches[beta != 0], *args))
             run_concurrently(written.device, calls)
 
@@ -1148,23 +1150,22 @@ class ImplicitGemm(ConvAlgorithm):
             )  # fmt: skip
             for beta_nonzero in (False, True)
         }
-        dy_view = _image(p.y)
         read_phases = _read_phases(stride)
-        x_views = [_image(p.x, stride, ph) for ph in read_phases]
         # Cooperative: dy in two boxes a step, one for each consumer's half of the filters.
         dy_block = [*box, tiles.block_m // (2 if cooperative else 1)]
-        x_block = [*box, tiles.block_n]
+        dy_view = ch.descriptor_view(p.dtype, *_image(p.y), dy_block)
+        x_views = [_image(p.x, stride, ph) for ph in read_phases]
+        x_views = _read_views(p.dtype, x_views, [*box, tiles.block_n])
         plain = self.prepare(p, gemm_candidates(p, *gemm_shape(p)[:3])[0])
 
         def run(t: ConvTensors, workspace, alpha: float, beta: float) -> None:
             if not tma_aligned(t.x, t.y):
                 plain(t, workspace, alpha, beta)
                 return
-            reads = _read_descriptors(t.x, read_phases, x_views, x_block, strided)
+            reads = _read_descriptors(t.x, read_phases, x_views, strided)
             ws = workspace.view(torch.float32) if splits > 1 else t.w  # unsplit: not read
             launches[beta != 0](
-                ch.descriptor(t.y, *dy_view, dy_block), *reads, t.w, ws, float(alpha),
-                float(beta),
+                dy_view.bind(t.y), *reads, t.w, ws, float(alpha), float(beta)
             )  # fmt: skip
             if splits > 1:
                 finishes[beta != 0](ws, t.w, t.w, float(alpha), float(beta))

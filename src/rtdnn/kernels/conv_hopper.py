@@ -75,6 +75,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ..core import cdiv
+from .launch import DescriptorView
 
 #: Output pixels a tile (a box of the output): 128, each consumer multiplying 64 of them,
 #: or in 16-bit data also 256 (128 a consumer: twice the products per barrier round trip and
@@ -439,16 +440,22 @@ _GLUON_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.f
 _layouts: dict[tuple, gl.NVMMASharedLayout] = {}
 
 
-def descriptor(t: torch.Tensor, shape, strides, block) -> TensorDescriptor:
-    """A TMA descriptor of t's data seen with these shape and strides (elements, innermost
-    stride 1), in blocks of `block`, with the swizzled layout the MMAs read."""
-    key = (tuple(block), t.dtype)
+def descriptor_view(dtype: torch.dtype, shape, strides, block) -> DescriptorView:
+    """A TMA descriptor, less its tensor, of data of `dtype` seen with these shape and strides
+    (elements, innermost stride 1), in blocks of `block`, with the swizzled layout the MMAs
+    read: prepared with a launch, bound to each call's tensor (DescriptorView.bind)."""
+    key = (tuple(block), dtype)
     layout = _layouts.get(key)
     if layout is None:
         layout = _layouts[key] = gl.NVMMASharedLayout.get_default_for(
-            list(block), _GLUON_DTYPES[t.dtype]
+            list(block), _GLUON_DTYPES[dtype]
         )
-    return TensorDescriptor(t, list(shape), list(strides), list(block), layout)
+    return DescriptorView(shape, strides, block, layout)
+
+
+def descriptor(t: torch.Tensor, shape, strides, block) -> TensorDescriptor:
+    """Triton's TMA descriptor of t's data (descriptor_view's, bound to t and checked)."""
+    return descriptor_view(t.dtype, shape, strides, block).bind(t).materialize()
 
 
 #: Bytes of reduced channels a step can take, widest first: a swizzled row of 128 bytes (the

@@ -31,6 +31,73 @@ except ImportError:
     GluonTensorDescriptor = TensorDescriptor
 _DESCRIPTORS = (TensorDescriptor, GluonTensorDescriptor)
 
+
+class DescriptorView:
+    """A host-side TMA descriptor less its tensor: shape, strides and block in elements and,
+    for Gluon kernels, the shared-memory layout, fixed when a launch is prepared. bind(t) is
+    the call's descriptor of t's data: a layer's launch takes a few descriptors on every
+    call, and building a TensorDescriptor (its checks) and keying it (its fields) cost the
+    host microseconds each, where a bound view costs a fraction of one. The checks run when
+    a bound view first reaches Triton's JIT (BoundDescriptor.materialize); the caller checks
+    that each call's tensors are 16-byte aligned (core.tma_aligned), and the launch's key
+    holds the alignment."""
+
+    __slots__ = ("shape", "strides", "block_shape", "layout", "padding", "key")
+    # A view's fields -> a small int that stands for them in launch keys. Never cleared: a
+    # number given again to other fields would pick kernels compiled for the first ones.
+    _keys: ClassVar[dict[tuple, int]] = {}
+
+    def __init__(self, shape, strides, block_shape, layout=None, padding: str = "zero"):
+        self.shape, self.strides = list(shape), list(strides)
+        self.block_shape, self.layout, self.padding = list(block_shape), layout, padding
+        fields_key = (tuple(shape), tuple(strides), tuple(block_shape), layout, padding)
+        self.key = DescriptorView._keys.setdefault(fields_key, len(DescriptorView._keys))
+
+    def bind(self, base: torch.Tensor) -> BoundDescriptor:
+        """The descriptor of `base`'s data seen through this view."""
+        return BoundDescriptor(self, base)
+
+
+class BoundDescriptor:
+    """A DescriptorView bound to a call's tensor: it reads as a TensorDescriptor does (base,
+    shape, strides, block_shape, layout, padding), which is what the CUtensorMap encoding
+    takes (_Compiled.with_tensor_maps)."""
+
+    __slots__ = ("view", "base")
+
+    def __init__(self, view: DescriptorView, base: torch.Tensor):
+        self.view, self.base = view, base
+
+    @property
+    def shape(self) -> list[int]:
+        return self.view.shape
+
+    @property
+    def strides(self) -> list[int]:
+        return self.view.strides
+
+    @property
+    def block_shape(self) -> list[int]:
+        return self.view.block_shape
+
+    @property
+    def layout(self):
+        return self.view.layout
+
+    @property
+    def padding(self) -> str:
+        return self.view.padding
+
+    def materialize(self) -> TensorDescriptor:
+        """Triton's own descriptor (Gluon's where the view has a layout), checked: for its
+        JIT, which specializes on the class."""
+        v = self.view
+        if v.layout is None:
+            return TensorDescriptor(self.base, v.shape, v.strides, v.block_shape, v.padding)
+        return GluonTensorDescriptor(self.base, v.shape, v.strides, v.block_shape, v.layout,
+                                     v.padding)  # fmt: skip
+
+
 try:  # the CUtensorMap encoding of Triton's CUDA launcher (_Compiled.with_tensor_maps)
     from triton.backends.nvidia.driver import make_tensordesc_arg
 except ImportError:  # a Triton without the CUDA backend: its own launcher encodes them
@@ -187,10 +254,11 @@ class SlotLaunch:
         self.compiled: dict[tuple, _Compiled] = {}
 
     def _bind(self, values) -> list:
-        """Every argument of the kernel, the slots filled with `values` as they are."""
+        """Every argument of the kernel, the slots filled with `values` as Triton's JIT takes
+        them (bound descriptor views as its own descriptors)."""
         args = self.template.copy()
         for i, v in zip(self.index, values, strict=True):
-            args[i] = v
+            args[i] = v.materialize() if type(v) is BoundDescriptor else v
         return args
 
     def __call__(self, *values) -> None:
@@ -240,6 +308,12 @@ class SlotLaunch:
                 args[i] = ptr
             elif kind is int:
                 sig.append(((v & 15) == 0, v == 1, -(2**31) <= v < 2**31))
+                args[i] = v
+            elif kind is BoundDescriptor:
+                # The view's number stands for its shape, strides, block and layout (what the
+                # descriptor's branch below keys); the base's dtype and alignment as for it.
+                base = v.base
+                sig.append((kind, v.view.key, base.dtype, (base.data_ptr() & 15) == 0))
                 args[i] = v
             elif kind in _DESCRIPTORS:
                 # A host-side TMA descriptor (_Compiled.with_tensor_maps encodes it). The key
@@ -544,10 +618,8 @@ class TmaGemmLaunch:
         splits = cdiv(k_tiles, cdiv(k_tiles, splits))  # none left empty
         self.splits = splits
         self.partial_bytes = splits * m * n * 4 if splits > 1 else 0
-        self.a_shape, self.a_strides = a.stored()
-        self.b_shape, self.b_strides = b.stored()
-        self.a_block = [bk, bm] if a.transposed else [bm, bk]
-        self.b_block = [bn, bk] if b.transposed else [bk, bn]
+        self.a_view = DescriptorView(*a.stored(), [bk, bm] if a.transposed else [bm, bk])
+        self.b_view = DescriptorView(*b.stored(), [bn, bk] if b.transposed else [bk, bn])
         jobs = cdiv(m, bm) * cdiv(n, bn) * splits
         self.gemm = dict(
             M=m, N=n, K=k, stride_cm=c_strides[0], stride_cn=c_strides[1],
@@ -590,8 +662,8 @@ class TmaGemmLaunch:
         if launches is None:
             launches = self._variants[key] = self._variant(*key)
         gemm, finish = launches
-        a_desc = TensorDescriptor(a, self.a_shape, self.a_strides, self.a_block)
-        b_desc = TensorDescriptor(b, self.b_shape, self.b_strides, self.b_block)
+        a_desc = self.a_view.bind(a)
+        b_desc = self.b_view.bind(b)
         bias_arg = bias if bias is not None else c
         alpha, beta = float(alpha), float(beta)
         if finish is None:
