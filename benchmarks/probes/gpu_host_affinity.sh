@@ -23,7 +23,7 @@ host pinned taskset -c "$CORE"
 echo "== launch counts: exit $?"; head -12 "$OUT/launch_counts.txt"
 for variant in pinned free; do
   prefix=(); [ "$variant" = pinned ] && prefix=(taskset -c "$CORE")
-  timeout "${MODEL_LIMIT:-150}" "${prefix[@]}" env PYTHONPATH=src python3 -m rtdnn.cli bench \
+  timeout "${MODEL_LIMIT:-150}" ${prefix[@]+"${prefix[@]}"} env PYTHONPATH=src python3 -m rtdnn.cli bench \
     --model resnet50 --out "$OUT/model_$variant" > "$OUT/model_$variant.txt" 2>&1
   echo "== resnet50 $variant: exit $?"
   grep -E "^\| (inference|training)|wall time|all kernels" "$OUT/model_$variant.txt"
