@@ -291,10 +291,21 @@ class SlotLaunch:
         else (a compile-time constant such as BETA_NONZERO, or None), as each value compiles
         a kernel of its own; and the device, as a compiled module is loaded on the device
         current when it was first launched.
+
+        Tensors, most of the slots, come first and add two entries, their dtype and their
+        alignment, where every other value adds one: only a tensor adds a dtype, so the
+        flat key still says which slot held what.
         """
         args = self.template.copy()
         sig = [device]
+        append = sig.append
         for i, constant, v in zip(self.index, self.constant, values, strict=True):
+            if not constant and isinstance(v, torch.Tensor):
+                ptr = v.data_ptr()
+                append(v.dtype)
+                append(not ptr & 15)
+                args[i] = ptr
+                continue
             kind = type(v)
             if constant:
                 sig.append((kind, v))
@@ -302,10 +313,6 @@ class SlotLaunch:
             elif kind is float:
                 sig.append(float)
                 args[i] = v
-            elif isinstance(v, torch.Tensor):
-                ptr = v.data_ptr()
-                sig.append((v.dtype, (ptr & 15) == 0))
-                args[i] = ptr
             elif kind is int:
                 sig.append(((v & 15) == 0, v == 1, -(2**31) <= v < 2**31))
                 args[i] = v
