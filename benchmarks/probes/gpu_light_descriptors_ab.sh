@@ -17,12 +17,6 @@ echo "== TMA GEMM gpu tests: exit $?"; grep -E "passed|failed" "$OUT/gpu_tests_g
 (cd benchmarks/probes && timeout "${COUNT_LIMIT:-90}" env PYTHONPATH="$PWD/../../src" python3 \
   host_launch_counts.py "$OUT/launch_counts.json")
 echo "== launch counts: exit $?"
-mkdir -p /tmp/main_tree && tar -xf "$MAIN_SRC" -C /tmp/main_tree
-for tree in /tmp/main_tree $PWD; do
-  name=$(basename "$tree")
-  (cd benchmarks/probes && timeout "${HOST_LIMIT:-100}" env PYTHONPATH="$tree/src" python3 \
-    host_layers.py "$OUT/host_$name" > "$OUT/host_layers_$name.txt" 2>&1)
-  echo "== host_layers $name: exit $?"
-  python3 -c "import json; d = json.load(open('$OUT/host_$name/host_layers.json')); \
-print({k: v['min_ms'] for k, v in d.items()})"
+for tree in "$(main_tree)" "$PWD"; do
+  host_step "$tree" "$OUT"
 done

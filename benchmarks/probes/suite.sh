@@ -41,3 +41,19 @@ save_cache() {
     echo "== Triton cache saved: $size bytes"
   fi
 }
+
+# `host_step TREE DIR` runs host_layers.py (a ResNet-50 training step's host time, with and
+# without launches) on the sources under TREE/src, writes its report to DIR/host_NAME (NAME:
+# TREE's folder name) and DIR/host_layers_NAME.txt, and prints the minimum of each variant.
+# MAIN_SRC=tarball of main's src/ beside the working tree gives an A/B: `main_tree` unpacks it.
+host_step() {
+  local name; name=$(basename "$1")
+  (cd benchmarks/probes && timeout "${HOST_LIMIT:-100}" env PYTHONPATH="$1/src" python3 \
+    host_layers.py "$2/host_$name" > "$2/host_layers_$name.txt" 2>&1)
+  echo "== host_layers $name: exit $?"
+  python3 -c "import json; d = json.load(open('$2/host_$name/host_layers.json')); \
+print({k: v['min_ms'] for k, v in d.items()})"
+}
+main_tree() {
+  mkdir -p /tmp/main_tree && tar -xf "$MAIN_SRC" -C /tmp/main_tree && echo /tmp/main_tree
+}
