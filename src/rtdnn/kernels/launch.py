@@ -308,36 +308,36 @@ class SlotLaunch:
                 continue
             kind = type(v)
             if constant:
-                sig.append((kind, v))
+                append((kind, v))
                 args[i] = v
             elif kind is float:
-                sig.append(float)
+                append(float)
                 args[i] = v
             elif kind is int:
-                sig.append(((v & 15) == 0, v == 1, -(2**31) <= v < 2**31))
+                append(((v & 15) == 0, v == 1, -(2**31) <= v < 2**31))
                 args[i] = v
             elif kind is BoundDescriptor:
                 # The view's number stands for its shape, strides, block and layout (what the
                 # descriptor's branch below keys); the base's dtype and alignment as for it.
                 base = v.base
-                sig.append((kind, v.view.key, base.dtype, (base.data_ptr() & 15) == 0))
+                append((kind, v.view.key, base.dtype, (base.data_ptr() & 15) == 0))
                 args[i] = v
             elif kind in _DESCRIPTORS:
                 # A host-side TMA descriptor (_Compiled.with_tensor_maps encodes it). The key
                 # holds all of it but the address, so that it is at least as fine as
                 # Triton's specialization (the base's dtype, the block shape, Gluon's layout).
                 base = v.base
-                sig.append((
+                append((
                     kind, base.dtype, (base.data_ptr() & 15) == 0, tuple(v.shape),
                     tuple(v.strides), tuple(v.block_shape), v.padding, getattr(v, "layout", None),
                 ))  # fmt: skip
                 args[i] = v
             elif kind is tuple:  # tensors read together (an operand and its index table)
                 ptrs = tuple(e.data_ptr() for e in v)
-                sig.append(tuple((e.dtype, (q & 15) == 0) for e, q in zip(v, ptrs, strict=True)))
+                append(tuple((e.dtype, (q & 15) == 0) for e, q in zip(v, ptrs, strict=True)))
                 args[i] = ptrs
             else:
-                sig.append((kind, v))
+                append((kind, v))
                 args[i] = v
         return tuple(sig), args
 
