@@ -5,19 +5,26 @@
 # and not (fused_norm_ab.py); a training step's host time with main's sources and the
 # branch's (host_layers.py; MAIN_SRC: `git archive main src -o main_src.tar`, in the working
 # tree, deleted after); the model bench (eager and graphed rows). Triton's cache is restored
-# from .device-cache when carried, and saved. Under $OUT.
+# from .device-cache when carried, and saved. A call brings back at most 8 files: the results
+# go to $OUT/results.tgz (packed again after each step, so that a call cut short keeps what
+# ran), beside $OUT/triton_cache.tgz.
 set -u
-export PYTHONUNBUFFERED=1 RTDNN_AUTOTUNE=0 RTDNN_TUNING_DB=$OUT/tuning.sqlite
+RES=/tmp/res
+mkdir -p $RES
+export PYTHONUNBUFFERED=1 RTDNN_AUTOTUNE=0 RTDNN_TUNING_DB=$RES/tuning.sqlite
 . benchmarks/probes/suite.sh
+pack() { tar -czf "$OUT/results.tgz" -C "$RES" .; }
 restore_cache
 for t in test_normalization_gpu test_rnn_gpu; do
   RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-150}" env PYTHONPATH=$PWD/src python3 -m pytest -q \
-    -n 8 -rf -p no:cacheprovider "tests/$t.py" > "$OUT/$t.txt" 2>&1
-  echo "== $t: exit $?"; grep -E "passed|failed|FAILED|Error" "$OUT/$t.txt" | head -12
+    -n 8 -rf -p no:cacheprovider "tests/$t.py" > "$RES/$t.txt" 2>&1
+  echo "== $t: exit $?"; grep -E "passed|failed|FAILED|Error" "$RES/$t.txt" | head -12
+  pack
 done
 timeout 150 env PYTHONPATH=$PWD/src python3 benchmarks/probes/fused_norm_ab.py \
-  "$OUT/fused_norm_ab.md" > "$OUT/fused_norm_ab.txt" 2>&1
-echo "== fused_norm_ab: exit $?"; tail -24 "$OUT/fused_norm_ab.txt"
+  "$RES/fused_norm_ab.md" > "$RES/fused_norm_ab.txt" 2>&1
+echo "== fused_norm_ab: exit $?"; tail -24 "$RES/fused_norm_ab.txt"
+pack
 if [ -n "${MAIN_SRC:-}" ]; then
   mkdir -p /tmp/main_tree && tar -xf "$MAIN_SRC" -C /tmp/main_tree
   trees="/tmp/main_tree $PWD"
@@ -27,12 +34,14 @@ fi
 for tree in $trees; do
   name=$(basename "$tree")
   (cd benchmarks/probes && timeout "${HOST_LIMIT:-120}" env PYTHONPATH="$tree/src" python3 \
-    host_layers.py "$OUT/host_$name" > "$OUT/host_layers_$name.txt" 2>&1)
+    host_layers.py "$RES/host_$name" > "$RES/host_layers_$name.txt" 2>&1)
   echo "== host_layers $name: exit $?"
-  python3 -c "import json; d = json.load(open('$OUT/host_$name/host_layers.json')); \
+  python3 -c "import json; d = json.load(open('$RES/host_$name/host_layers.json')); \
 print({k: v['min_ms'] for k, v in d.items()})"
+  pack
 done
 timeout "${MODEL_LIMIT:-150}" env PYTHONPATH=$PWD/src python3 -m rtdnn.cli bench \
-  --model resnet50 --out "$OUT/model" > "$OUT/model.txt" 2>&1
-echo "== resnet50 model: exit $?"; grep -E "^\| (inference|training)|wall time|all kernels" "$OUT/model.txt"
+  --model resnet50 --out "$RES/model" > "$RES/model.txt" 2>&1
+echo "== resnet50 model: exit $?"; grep -E "^\| (inference|training)|wall time|all kernels" "$RES/model.txt"
+pack
 save_cache
