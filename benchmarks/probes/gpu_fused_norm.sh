@@ -25,19 +25,10 @@ timeout 150 env PYTHONPATH=$PWD/src python3 benchmarks/probes/fused_norm_ab.py \
   "$RES/fused_norm_ab.md" > "$RES/fused_norm_ab.txt" 2>&1
 echo "== fused_norm_ab: exit $?"; tail -24 "$RES/fused_norm_ab.txt"
 pack
-if [ -n "${MAIN_SRC:-}" ]; then
-  mkdir -p /tmp/main_tree && tar -xf "$MAIN_SRC" -C /tmp/main_tree
-  trees="/tmp/main_tree $PWD"
-else
-  trees=$PWD
-fi
+trees=$PWD
+if [ -n "${MAIN_SRC:-}" ]; then trees="$(main_tree) $PWD"; fi
 for tree in $trees; do
-  name=$(basename "$tree")
-  (cd benchmarks/probes && timeout "${HOST_LIMIT:-120}" env PYTHONPATH="$tree/src" python3 \
-    host_layers.py "$RES/host_$name" > "$RES/host_layers_$name.txt" 2>&1)
-  echo "== host_layers $name: exit $?"
-  python3 -c "import json; d = json.load(open('$RES/host_$name/host_layers.json')); \
-print({k: v['min_ms'] for k, v in d.items()})"
+  host_step "$tree" "$RES"
   pack
 done
 timeout "${MODEL_LIMIT:-150}" env PYTHONPATH=$PWD/src python3 -m rtdnn.cli bench \
