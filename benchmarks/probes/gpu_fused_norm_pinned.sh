@@ -16,7 +16,7 @@ main=$(main_tree)
 mkdir -p $RES/warm
 HOST_LIMIT=240 host_step "$main" $RES/warm
 taskset -pc "${CORE:-3}" $$ > /dev/null
-for round in 1 2; do
+for round in ${ROUNDS:-1 2}; do
   for tree in "$main" "$PWD"; do
     mkdir -p "$RES/round$round"
     HOST_LIMIT=${HOST_LIMIT:-100} host_step "$tree" "$RES/round$round"
