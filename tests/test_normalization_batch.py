@@ -194,6 +194,25 @@ def test_split_plans_channels_last(norm_tile_policy, changes):
     assert not stream_counters(x.device, 64).any()
 
 
+@pytest.mark.parametrize("channels", [3, 24, 256, 2048])
+@pytest.mark.parametrize("per_slot", [1, 2, 8])
+def test_resident_slicing_never_exceeds_its_programs(channels, per_slot):
+    """A cooperative launch's grid (batch norm's fused passes) holds no more programs than
+    `per_slot` a parallel slot (where every kept block gets a slice), so that all fit at once;
+    the usual slicing rounds up instead."""
+    from rtdnn.algos import norm as engine
+
+    x = torch.empty(16, channels, 28, 28).to(memory_format=torch.channels_last)
+    pol = engine.GPU_POLICY
+    g = engine.geometry(x.shape, (1,), [x.stride()])
+    t = engine.split_tiles(g, 2, pol)
+    kept_blocks = -(-g.kept // t.block_k)
+    slots = engine.parallel_slots("cpu")
+    slices, per_slice = engine._slices(g, t, x.device, pol, per_slot, resident=True)
+    assert kept_blocks * slices <= max(kept_blocks, per_slot * slots)
+    assert slices * per_slice >= g.for_tiles(t.block_r).tiles  # every tile in a slice
+
+
 def test_results_are_deterministic():
     x = make((3, 4, 5, 6), layout="channels_last", seed=21)
     dy = make((3, 4, 5, 6), layout="channels_last", seed=22)

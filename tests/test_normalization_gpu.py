@@ -297,3 +297,48 @@ def test_modules_in_half_precision(dtype):
     ln = rnn.LayerNorm(64).cuda().to(dtype)
     h = rand((32, 64), dtype, seed=5)
     check(ln(h), F.layer_norm(h.float(), (64,)), dtype, what="LayerNorm")
+
+
+@pytest.mark.parametrize("shape", [(64, 256, 28, 28), (32, 2048, 7, 7), (8, 64, 112, 112)])
+@pytest.mark.parametrize("activation", ["identity", "relu"])
+def test_batch_norm_passes_run_as_one_cooperative_launch(monkeypatch, shape, activation):
+    """Batch norm's split passes, each direction one cooperative launch with a grid barrier
+    between its passes (ResNet-50's shapes; ReLU and a residual recomputed in backward), run
+    three times (the barrier's counters must be zero again after each launch), against the
+    float64 reference: and it is the fused kernel that ran, not the separate passes."""
+    from rtdnn.kernels import launch
+
+    ran = []
+    call = launch.SlotLaunch.__call__
+
+    def recorded(self, *values):
+        ran.append(self.fn.__name__)
+        return call(self, *values)
+
+    monkeypatch.setattr(launch.SlotLaunch, "__call__", recorded)
+    dtype = torch.bfloat16
+    x = rand(shape, dtype, channels_last=True, shift=0.5, scale=2.0)
+    z = rand(shape, dtype, channels_last=True, seed=3)
+    dy = rand(shape, dtype, channels_last=True, seed=4)
+    c = shape[1]
+    w, b = rand((c,), torch.float32, seed=1), rand((c,), torch.float32, seed=2)
+    args = dict(z=z, activation=activation)
+    ref = R.batch_norm_forward_training(x, w, b, **args)
+    for _ in range(3):
+        ran.clear()
+        rm, rv = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
+        y, mean, invstd = rtdnn.batch_norm_forward_training(
+            x, w, b, running_mean=rm, running_var=rv, **args
+        )
+        got = rtdnn.batch_norm_backward(dy, x, mean, invstd, w, b, **args)
+        assert ran == ["norm_stats_apply_kernel", "norm_bwd_fused_kernel"], ran
+        check(rm, 0.1 * ref[1], torch.float32, factor=10, what="running mean")
+        check(y, ref[0], dtype, what="y")
+        check(mean, ref[1], torch.float32, factor=10, what="mean")
+        check(invstd, ref[2], torch.float32, factor=10, what="invstd")
+        want = R.batch_norm_backward(dy, x, mean, invstd, w, b, **args)
+        # A pre-activation within rounding of 0 may take either side of the ReLU.
+        check(got[0], want[0], dtype, factor=5, floor=term_size(dy, invstd, w), what="dx")
+        check(got[1], want[1], torch.float32, factor=100, what="dweight")
+        check(got[2], want[2], torch.float32, factor=100, what="dbias")
+        check(got[3], want[3], dtype, factor=5, what="dz")

@@ -9,8 +9,10 @@ into the shipped table.
     RTDNN_TUNING_DB=sweep.sqlite3 RTDNN_AUTOTUNE=1 PYTHONPATH=src \
         python benchmarks/probes/tile_sweep.py MODEL [BATCH ...]
 (MODEL: a name `rtdnn bench --model` takes; BATCH: default 128.) gpu_sweep.sh runs several.
+The tuner's log (each candidate's time, each choice) goes to stderr.
 """
 
+import logging
 import sys
 import time
 
@@ -47,5 +49,7 @@ def sweep(name: str, batch: int) -> None:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(format="%(message)s")
+    logging.getLogger("rtdnn.tiles").setLevel(logging.DEBUG)
     for b in [int(v) for v in sys.argv[2:]] or [128]:
         sweep(sys.argv[1], b)

@@ -19,15 +19,16 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from ..core import NotSupportedError, cached_call, cdiv
+from ..core import INTERPRETED, NotSupportedError, cached_call, cdiv
 from ..core.handle import stream_counters, stream_scratch
 from ..core.prepared import PreparedCalls
 from ..core.tensor import MAX_ELEMENTS, contiguous_strides, memory_span
-from ..kernels.launch import SlotLaunch
+from ..kernels.launch import SlotLaunch, slot_launch
 from ..kernels.norm_addressing import ACTIVATIONS, Layout, NormGeometry
 from ..kernels.norm_backward import (
     norm_bwd_apply_kernel,
     norm_bwd_finish_kernel,
+    norm_bwd_fused_kernel,
     norm_bwd_partial_kernel,
     norm_row_backward_kernel,
     param_grad_finish_kernel,
@@ -35,6 +36,7 @@ from ..kernels.norm_backward import (
 from ..kernels.norm_forward import (
     norm_apply_kernel,
     norm_row_forward_kernel,
+    norm_stats_apply_kernel,
     norm_stats_kernel,
 )
 from .geometry import parallel_slots
@@ -61,6 +63,9 @@ class TilePolicy:
     stats_programs_per_slot: int = 0  # the forward statistics pass's (0: programs_per_slot)
     sums_programs_per_slot: int = 0  # the backward's partial-sums pass's (0: the same)
     stats_stages: int = 2  # software-pipeline stages of the statistics pass's loop
+    # Batch norm's split passes in one cooperative launch a direction (a grid barrier between
+    # them: kernels/arrival.py). Not in the interpreter, which runs programs one at a time.
+    fused_passes: bool = False
     force_path: str | None = None  # "row" or "split" for tests; None decides by the problem
 
 
@@ -82,6 +87,7 @@ GPU_POLICY = TilePolicy(
     row_elements=16384, row_pack=4096, row_pack_16bit=2048, split_elements=4096, max_block_r=16384,
     programs_per_slot=8, row_programs_per_slot=2, max_slices=512, finish_block=256,
     warp_elements=1024, stats_programs_per_slot=2, sums_programs_per_slot=4,
+    fused_passes=not INTERPRETED,
 )  # fmt: skip
 CPU_POLICY = TilePolicy(
     row_elements=64, row_pack=32, row_pack_16bit=32, split_elements=32, max_block_r=16,
@@ -237,16 +243,23 @@ def _single(g: Geometry, t: Tiles) -> bool:
 
 
 def _slices(
-    g: Geometry, t: Tiles, device: torch.device, pol: TilePolicy, per_slot: int | None = None
+    g: Geometry,
+    t: Tiles,
+    device: torch.device,
+    pol: TilePolicy,
+    per_slot: int | None = None,
+    resident: bool = False,
 ) -> tuple[int, int]:
     """(slices, tiles per slice) of the split grid (cdiv(kept, BLOCK_K), slices): about
-    `per_slot` (default pol.programs_per_slot) programs per parallel slot, no empty slice, and
+    `per_slot` (default pol.programs_per_slot) programs per parallel slot (`resident`: no
+    more, for a cooperative launch, whose programs must all fit at once), no empty slice, and
     at most max_slices summaries per kept index for the merge (see MergeTree) or finish pass
     to read, in order."""
     tiles = g.for_tiles(t.block_r).tiles
     kept_blocks = cdiv(g.kept, t.block_k)
     target = (per_slot or pol.programs_per_slot) * parallel_slots(device.type)
-    slices = max(1, min(tiles, pol.max_slices, cdiv(target, kept_blocks)))
+    per_block = target // kept_blocks if resident else cdiv(target, kept_blocks)
+    slices = max(1, min(tiles, pol.max_slices, per_block))
     per_slice = cdiv(tiles, slices)
     return cdiv(tiles, per_slice), per_slice
 
@@ -313,6 +326,25 @@ def _or(t: torch.Tensor | None, default: torch.Tensor) -> torch.Tensor:
 _FWD_SLOTS = ("X", "Y", "Z", "W", "B", "MEAN", "RSTD", "eps", "alpha", "beta")
 
 
+def _stats_layout(g: Geometry) -> Layout:
+    """Where the split statistics pass leaves its statistics: contiguous, by the flat kept
+    index (the merged mean and the shift in its workspace's planes 1 and 3)."""
+    return Layout(contiguous_strides(g.ksize, range(MAX_DIMS)), (0,) * MAX_DIMS)
+
+
+def _cooperative(launch: SlotLaunch, args: tuple) -> bool:
+    """Run a fused cooperative launch; False, having run nothing, where CUDA refuses it (more
+    programs than fit on the device at once, or fewer multiprocessors available than it
+    reports, as under MPS limits): the plan then runs its passes as separate launches."""
+    try:
+        launch(*args)
+    except RuntimeError as error:
+        if "cooperative launch" not in str(error):
+            raise
+        return False
+    return True
+
+
 class ForwardPlan:
     """Statistics over the reduced dims and the normalized output, by the row or split path.
 
@@ -349,6 +381,25 @@ class ForwardPlan:
         self.part_numel = 4 * slices * g.kept
         tree = MergeTree(slices, kept_blocks, t, pol)
         self.counters = tree.counters
+        self.fused = None
+        if pol.fused_passes:
+            # As many programs as the statistics pass's, at most: all must fit at once.
+            fused_slices, fused_per_slice = _slices(
+                g, t, x.device, pol, pol.stats_programs_per_slot, resident=True
+            )
+            fused_tree = MergeTree(fused_slices, kept_blocks, t, pol)
+            self.fused_counters = fused_tree.counters + 2  # and two for the grid barrier
+            self.fused_part_numel = 4 * fused_slices * g.kept
+            self.fused = slot_launch(
+                norm_stats_apply_kernel, (kept_blocks, fused_slices),
+                ("X", "Y", "Z", "W", "B", "PART", "MEAN", "RSTD", "RUN_MEAN", "RUN_VAR",
+                 "ARRIVALS", "eps", "momentum", "alpha", "beta"),
+                num_warps=t.num_warps, cooperative=True, geo=geo, xl=xl, yl=yl, zl=zl, pl=pl,
+                sl=_stats_layout(g), tiles_per_slice=fused_per_slice,
+                fan_in=fused_tree.fan_in, sync_offset=fused_tree.counters,
+                UPDATE_RUNNING=running, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
+                BLOCK_S=fused_tree.block, STAGES=pol.stats_stages, **flags,
+            )  # fmt: skip
         self.stats = SlotLaunch(
             norm_stats_kernel, (kept_blocks, slices), opts,
             ("X", "PART", "MEAN", "RSTD", "RUN_MEAN", "RUN_VAR", "ARRIVALS", "eps", "momentum"),
@@ -356,9 +407,7 @@ class ForwardPlan:
             UPDATE_RUNNING=running, KD=g.kd, BLOCK_R=t.block_r, BLOCK_K=t.block_k,
             BLOCK_S=tree.block, STAGES=pol.stats_stages,
         )  # fmt: skip
-        # The statistics were just written contiguously, indexed by the flat kept index; the
-        # merged mean and the shift sit in the statistics pass's planes 1 and 3.
-        sl = Layout(contiguous_strides(g.ksize, range(MAX_DIMS)), (0,) * MAX_DIMS)
+        sl = _stats_layout(g)
         apply_slices, apply_per_slice = _slices(g, t, x.device, pol)
         self.apply = SlotLaunch(
             norm_apply_kernel, (kept_blocks, apply_slices), opts, (*_FWD_SLOTS, "SHIFT"),
@@ -374,9 +423,16 @@ class ForwardPlan:
         if self.row is not None:
             self.row(x, y, z, w, b, mean, rstd, eps, alpha, beta)
             return
+        rm, rv = _or(running_mean, mean), _or(running_var, rstd)
+        if self.fused is not None:
+            part = stream_scratch(x.device, "norm_part", self.fused_part_numel)
+            arrivals = stream_counters(x.device, self.fused_counters)
+            args = (x, y, z, w, b, part, mean, rstd, rm, rv, arrivals, eps, momentum, alpha, beta)
+            if _cooperative(self.fused, args):
+                return
+            self.fused = None
         part = stream_scratch(x.device, "norm_part", self.part_numel)
         arrivals = stream_counters(x.device, self.counters)
-        rm, rv = _or(running_mean, mean), _or(running_var, rstd)
         self.stats(x, part, mean, rstd, rm, rv, arrivals, eps, momentum)
         # The statistics pass left the mean relative to the shift in part[1, 0], the shift is in
         # part[3, 0] (the offsets are fixed in the launch): normalizing with them is exact
@@ -514,6 +570,24 @@ class SplitBackwardPlan:
         fused = outer == 1 and group_size == 1
         tree = MergeTree(slices, kept_blocks, t, pol)
         self.counters = tree.counters
+        self.fused = None
+        if fused and training and pol.fused_passes:
+            # One program a parallel slot (two a multiprocessor): the fused kernel holds up to
+            # 236 registers a thread (ReLU recomputed), and every program must fit at once.
+            fused_slices, fused_per_slice = _slices(g, t, x.device, pol, 1, resident=True)
+            fused_tree = MergeTree(fused_slices, kept_blocks, t, pol)
+            self.fused_counters = fused_tree.counters + 2  # and two for the grid barrier
+            self.fused_part_numel = 2 * fused_slices * g.kept
+            self.fused = slot_launch(
+                norm_bwd_fused_kernel, (kept_blocks, fused_slices),
+                ("DY", "X", "W", "B", "Z", "MEAN", "RSTD", "DZ", "PART", "DW", "DB", "COEF",
+                 "DX", "ARRIVALS", "alpha", "beta"),
+                num_warps=t.num_warps, cooperative=True, geo=geo, dyl=dyl, xl=xl, pl=pl, zl=zl,
+                sl=sl, dzl=dzl, dxl=dxl, tiles_per_slice=fused_per_slice,
+                fan_in=fused_tree.fan_in, sync_offset=fused_tree.counters, inv_count=inv_count,
+                ACT=act, WRITE_DZ=dz is not None, PARAM_GRADS=grads, BETA_NONZERO=beta_nonzero,
+                BLOCK_S=fused_tree.block, **flags,
+            )  # fmt: skip
         self.partial = SlotLaunch(
             norm_bwd_partial_kernel, (kept_blocks, slices), opts,
             ("DY", "X", "W", "B", "Z", "MEAN", "RSTD", "DZ", "PART", "DW", "DB", "COEF",
@@ -550,11 +624,19 @@ class SplitBackwardPlan:
         self.coef_numel = 2 * outer * n_groups
 
     def __call__(self, dy, x, dx, mean, rstd, weight, bias, z, dz, dw, db, alpha, beta) -> None:
-        part = stream_scratch(x.device, "norm_part", self.part_numel)
         coef = stream_scratch(x.device, "norm_coef", self.coef_numel)
-        arrivals = stream_counters(x.device, self.counters)
         w, b, z = _or(weight, x), _or(bias, x), _or(z, x)
         dw, db = _or(dw, coef), _or(db, coef)
+        if self.fused is not None:
+            part = stream_scratch(x.device, "norm_part", self.fused_part_numel)
+            arrivals = stream_counters(x.device, self.fused_counters)
+            args = (dy, x, w, b, z, mean, rstd, _or(dz, x), part, dw, db, coef, dx, arrivals,
+                    alpha, beta)  # fmt: skip
+            if _cooperative(self.fused, args):
+                return
+            self.fused = None
+        part = stream_scratch(x.device, "norm_part", self.part_numel)
+        arrivals = stream_counters(x.device, self.counters)
         self.partial(dy, x, w, b, z, mean, rstd, _or(dz, x), part, dw, db, coef, arrivals)
         if self.finish is not None:
             self.finish(part, w, dw, db, coef)

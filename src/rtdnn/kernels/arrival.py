@@ -10,6 +10,10 @@ next launch. This is the semaphore of CUTLASS's serial split-K.
 Memory ordering: every thread's stores precede a CTA barrier, and the counter is incremented
 with release-acquire semantics at GPU scope, so the last program sees the others' partials;
 it reads them through L2 (`cache_modifier=".cg"`).
+
+A grid barrier (`wait_for_grid`, `grid_sync_once`) goes further: every program waits until all
+have arrived, so that a second pass may read what the last program finished. It needs every
+program resident at once: a cooperative launch, which CUDA refuses rather than hang.
 """
 
 import triton
@@ -39,3 +43,28 @@ def merge_tree(ARRIVALS, block, s, slices, fan_in):
     group = s // fan_in
     members = tl.minimum(fan_in, slices - group * fan_in)
     return group, members, groups, ARRIVALS + block * (groups + 1)
+
+
+@triton.jit
+def wait_for_grid(SYNC, target):
+    """Wait until every program of the grid has arrived here as often as `target` says (the
+    counter SYNC is raised once per program per barrier). Every program must be resident at
+    once (a cooperative launch). The release orders this program's stores before its
+    arrival, the acquire the others' before what follows."""
+    tl.debug_barrier()
+    tl.atomic_add(SYNC, 1, sem="release", scope="gpu")
+    while tl.atomic_add(SYNC, 0, sem="acquire", scope="gpu") < target:
+        pass
+    tl.debug_barrier()
+
+
+@triton.jit
+def grid_sync_once(SYNC, programs):
+    """A launch's one grid barrier over its `programs` programs (wait_for_grid). SYNC: two
+    int32 counters, zero before the launch and zero again after it: the last program to get
+    past the barrier, once every other one has, resets both, so that the buffer serves the
+    next launch on the stream as it came."""
+    wait_for_grid(SYNC, programs)
+    if tl.atomic_add(SYNC + 1, 1, sem="relaxed", scope="gpu") == programs - 1:
+        tl.atomic_xchg(SYNC, 0, sem="relaxed", scope="gpu")
+        tl.atomic_xchg(SYNC + 1, 0, sem="relaxed", scope="gpu")

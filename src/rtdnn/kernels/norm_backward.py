@@ -19,7 +19,9 @@ statistics are constants, keeps only dx = rstd * w * dpre.
   recomputing the activation from dy, x and z); `norm_bwd_finish_kernel` adds the slices in
   order and gives dw, db and the two per-statistic coefficients (for batch norm the partial
   kernel's last program of each kept block does this itself, see arrival.py);
-  `norm_bwd_apply_kernel` is the elementwise dx pass.
+  `norm_bwd_apply_kernel` is the elementwise dx pass. On a GPU, batch norm's training
+  backward runs both in one cooperative launch (`norm_bwd_fused_kernel`, a grid barrier
+  between the passes).
 
 Every sum has a fixed order, so results are bitwise reproducible (the only atomics count
 programs' arrivals).
@@ -28,7 +30,7 @@ programs' arrivals).
 import triton
 import triton.language as tl
 
-from .arrival import last_to_arrive, merge_tree
+from .arrival import grid_sync_once, last_to_arrive, merge_tree
 from .norm_addressing import (
     activation_grad,
     kept_offsets,
@@ -252,6 +254,24 @@ def norm_bwd_partial_kernel(
     `fan_in` slices, then the groups; ARRIVALS holds groups + 1 counters per kept block), and
     the last program writes what `norm_bwd_finish_kernel` would (`_write_bn_grads`).
     Otherwise that kernel runs next."""
+    _partial_pass(
+        DY, X, W, B, Z, MEAN, RSTD, DZ, PART, DW, DB, COEF, ARRIVALS, geo, dyl, xl, pl, zl, sl,
+        dzl, tiles_per_slice, fan_in, inv_count, tl.program_id(0), tl.program_id(1),
+        tl.num_programs(1), IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, WRITE_DZ, PMODE, KD, FINISH,
+        PARAM_GRADS, BLOCK_R, BLOCK_K, BLOCK_S,
+    )  # fmt: skip
+
+
+@triton.jit
+def _partial_pass(
+    DY, X, W, B, Z, MEAN, RSTD, DZ, PART, DW, DB, COEF, ARRIVALS, geo, dyl, xl, pl, zl, sl, dzl,
+    tiles_per_slice, fan_in, inv_count, kb, s, slices,
+    IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
+    ACT: tl.constexpr, WRITE_DZ: tl.constexpr, PMODE: tl.constexpr, KD: tl.constexpr,
+    FINISH: tl.constexpr, PARAM_GRADS: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr,
+):  # fmt: skip
+    """The partial-sums pass of kept block kb, slice s of `slices` (norm_bwd_partial_kernel)."""
     ksize, rsize, kept, chunks, tiles = geo
     dyks, dyr = dyl
     xks, xr = xl
@@ -259,9 +279,7 @@ def norm_bwd_partial_kernel(
     zks, zr = zl
     sks, sr = sl
     dzks, dzr = dzl
-    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
-    s = tl.program_id(1)
-    slices = tl.num_programs(1)
+    offs_k = kb * BLOCK_K + tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     kmask = offs_k < kept
     dyk = kept_offsets(offs_k, ksize, dyks, KD)
@@ -304,7 +322,7 @@ def norm_bwd_partial_kernel(
     tl.store(slot, tl.sum(a, axis=0), mask=kmask)
     tl.store(slot + plane, tl.sum(b, axis=0), mask=kmask)
     if FINISH:
-        group, members, groups, counters = merge_tree(ARRIVALS, tl.program_id(0), s, slices, fan_in)
+        group, members, groups, counters = merge_tree(ARRIVALS, kb, s, slices, fan_in)
         # (New names below: Triton wants a variable's type to stay the same across an if.)
         if last_to_arrive(counters + group, members):
             group_slot = PART + group * fan_in * kept + offs_k
@@ -415,6 +433,26 @@ def norm_bwd_apply_kernel(
     """The elementwise dx pass. Grid: (cdiv(kept, BLOCK_K), slices). COEF is addressed like
     the statistics (`sl`), with its second coefficient `coef_plane` elements further on.
     Program (k, s) writes slice slices - 1 - s, the tiles of its slice in reverse order."""
+    # Last slice first: the partial pass has just read the end of x and dy (or written the end
+    # of dz), which is still in L2.
+    first = (tl.num_programs(1) - 1 - tl.program_id(1)) * tiles_per_slice
+    _bwd_apply_pass(
+        DY, X, W, B, Z, MEAN, RSTD, COEF, DX, geo, dyl, xl, pl, zl, sl, dxl, coef_plane, alpha,
+        beta, tiles_per_slice, tl.program_id(0), first, TRAINING, IS_RMS, HAS_W, HAS_B, HAS_Z,
+        ACT, BETA_NONZERO, PMODE, KD, BLOCK_R, BLOCK_K,
+    )  # fmt: skip
+
+
+@triton.jit
+def _bwd_apply_pass(
+    DY, X, W, B, Z, MEAN, RSTD, COEF, DX, geo, dyl, xl, pl, zl, sl, dxl, coef_plane, alpha,
+    beta, tiles_per_slice, kb, first,
+    TRAINING: tl.constexpr, IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr,
+    KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """The dx pass over kept block kb's tiles from `first` (norm_bwd_apply_kernel). The
+    coefficients are read through L2: in a fused launch another program wrote them."""
     ksize, rsize, kept, chunks, tiles = geo
     dyks, dyr = dyl
     xks, xr = xl
@@ -422,8 +460,7 @@ def norm_bwd_apply_kernel(
     zks, zr = zl
     sks, sr = sl
     dxks, dxr = dxl
-    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
-    s = tl.program_id(1)
+    offs_k = kb * BLOCK_K + tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     kmask = offs_k < kept
     dyk = kept_offsets(offs_k, ksize, dyks, KD)
@@ -435,11 +472,9 @@ def norm_bwd_apply_kernel(
     mean = tl.load(MEAN + sk, mask=kmask, other=0.0).to(tl.float32)
     rstd = tl.load(RSTD + sk, mask=kmask, other=0.0).to(tl.float32)
     wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
-    c1 = tl.load(COEF + sk, mask=kmask, other=0.0)
-    c2 = tl.load(COEF + coef_plane + sk, mask=kmask, other=0.0)
-    # Last slice first, each slice's tiles last first: the partial pass has just read the end
-    # of x and dy (or written the end of dz), which is still in L2.
-    first = (tl.num_programs(1) - 1 - s) * tiles_per_slice
+    c1 = tl.load(COEF + sk, mask=kmask, other=0.0, cache_modifier=".cg")
+    c2 = tl.load(COEF + coef_plane + sk, mask=kmask, other=0.0, cache_modifier=".cg")
+    # Each slice's tiles last first: what was read last is the likeliest still in L2.
     last = tl.minimum(first + tiles_per_slice, tiles)
     for i in range(first, last):
         t = first + last - 1 - i
@@ -457,3 +492,42 @@ def norm_bwd_apply_kernel(
         store_tile(
             DX, dxr, coords, offs_r, dxk, mask, dx * rstd[None, :], alpha, beta, BETA_NONZERO
         )
+
+
+@triton.jit
+def norm_bwd_fused_kernel(
+    DY, X, W, B, Z, MEAN, RSTD, DZ, PART, DW, DB, COEF, DX, ARRIVALS, geo, dyl, xl, pl, zl, sl,
+    dzl, dxl, tiles_per_slice, fan_in, sync_offset, inv_count, alpha, beta,
+    IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_Z: tl.constexpr,
+    ACT: tl.constexpr, WRITE_DZ: tl.constexpr, PMODE: tl.constexpr, KD: tl.constexpr,
+    PARAM_GRADS: tl.constexpr, BETA_NONZERO: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr,
+):  # fmt: skip
+    """Batch norm's training backward in one cooperative launch (grid as
+    norm_bwd_partial_kernel's, every program resident): each program sums its slice and the
+    last ones finish the sums (FINISH), every program waits at a grid barrier (ARRIVALS +
+    sync_offset: two more counters, zero before and after), then writes dx for the same
+    slice, its tiles last first. With WRITE_DZ the dx pass reads dz (written by this program's
+    own partial pass) instead of recomputing the activation's derivative."""
+    kb = tl.program_id(0)
+    s = tl.program_id(1)
+    slices = tl.num_programs(1)
+    _partial_pass(
+        DY, X, W, B, Z, MEAN, RSTD, DZ, PART, DW, DB, COEF, ARRIVALS, geo, dyl, xl, pl, zl, sl,
+        dzl, tiles_per_slice, fan_in, inv_count, kb, s, slices, IS_RMS, HAS_W, HAS_B, HAS_Z,
+        ACT, WRITE_DZ, PMODE, KD, True, PARAM_GRADS, BLOCK_R, BLOCK_K, BLOCK_S,
+    )  # fmt: skip
+    grid_sync_once(ARRIVALS + sync_offset, tl.num_programs(0) * slices)
+    _, _, kept, _, _ = geo
+    if WRITE_DZ:  # dpre = dz, stored above: no activation, no residual
+        _bwd_apply_pass(
+            DZ, X, W, B, Z, MEAN, RSTD, COEF, DX, geo, dzl, xl, pl, zl, sl, dxl, kept, alpha,
+            beta, tiles_per_slice, kb, s * tiles_per_slice, True, IS_RMS, HAS_W, HAS_B, False,
+            0, BETA_NONZERO, PMODE, KD, BLOCK_R, BLOCK_K,
+        )  # fmt: skip
+    else:
+        _bwd_apply_pass(
+            DY, X, W, B, Z, MEAN, RSTD, COEF, DX, geo, dyl, xl, pl, zl, sl, dxl, kept, alpha,
+            beta, tiles_per_slice, kb, s * tiles_per_slice, True, IS_RMS, HAS_W, HAS_B, HAS_Z,
+            ACT, BETA_NONZERO, PMODE, KD, BLOCK_R, BLOCK_K,
+        )  # fmt: skip

@@ -14,13 +14,15 @@ Two ways to get there:
   programs to finish merge the slices in a fixed order (a two-level tree), write mean and
   1/std and update running statistics; `norm_apply_kernel` is the elementwise pass. Used
   when there are too few kept indices to fill the GPU (batch norm: C channels over N*H*W
-  rows).
+  rows). On a GPU `norm_stats_apply_kernel` runs both passes in one cooperative launch, a
+  grid barrier between them (arrival.py): a training step's batch norms then cost the host
+  one launch each, not two.
 """
 
 import triton
 import triton.language as tl
 
-from .arrival import last_to_arrive, merge_tree
+from .arrival import grid_sync_once, last_to_arrive, merge_tree
 from .norm_addressing import (
     activate,
     chan_merge,
@@ -148,11 +150,24 @@ def norm_stats_kernel(
     and writes the statistics (`_write_stats`). Two short merges instead of one long one: the
     merging programs run while the others still stream x. ARRIVALS holds groups + 1 int32
     counters per kept block, zero before and after."""
+    _stats_pass(
+        X, PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, ARRIVALS, geo, xl, tiles_per_slice, fan_in,
+        eps, momentum, tl.program_id(0), tl.program_id(1), tl.num_programs(1), IS_RMS,
+        UPDATE_RUNNING, KD, BLOCK_R, BLOCK_K, BLOCK_S, STAGES,
+    )  # fmt: skip
+
+
+@triton.jit
+def _stats_pass(
+    X, PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, ARRIVALS, geo, xl, tiles_per_slice, fan_in, eps,
+    momentum, kb, s, slices, IS_RMS: tl.constexpr, UPDATE_RUNNING: tl.constexpr,
+    KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr,
+    STAGES: tl.constexpr,
+):  # fmt: skip
+    """The statistics pass of kept block kb, slice s of `slices` (norm_stats_kernel)."""
     ksize, rsize, kept, chunks, tiles = geo
     xks, xr = xl
-    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
-    s = tl.program_id(1)
-    slices = tl.num_programs(1)
+    offs_k = kb * BLOCK_K + tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     kmask = offs_k < kept
     xk = kept_offsets(offs_k, ksize, xks, KD)
@@ -177,7 +192,7 @@ def norm_stats_kernel(
     _store_summary(PART + s * kept + offs_k, plane, n, mean, m2, kmask)
     tl.store(PART + s * kept + offs_k + 3 * plane, shift, mask=kmask)
 
-    group, members, groups, counters = merge_tree(ARRIVALS, tl.program_id(0), s, slices, fan_in)
+    group, members, groups, counters = merge_tree(ARRIVALS, kb, s, slices, fan_in)
     # (New names below: Triton wants a variable's type to stay the same across an if.)
     if last_to_arrive(counters + group, members):
         group_slot = PART + group * fan_in * kept + offs_k
@@ -264,14 +279,34 @@ def norm_apply_kernel(
     statistics); else SHIFT is unused. STATS_ARE_VAR: RSTD holds a variance (running
     statistics, inference) and 1 / sqrt(var + eps) is taken here, once per kept index.
     Program (k, s) writes slice slices - 1 - s, the tiles of its slice in reverse order."""
+    # Last slice first: the statistics pass has just read the end of x, which is still in L2
+    # (all of it, for x smaller than L2).
+    first = (tl.num_programs(1) - 1 - tl.program_id(1)) * tiles_per_slice
+    _apply_pass(
+        X, Y, Z, W, B, SHIFT, MEAN, RSTD, geo, xl, yl, zl, pl, sl, eps, alpha, beta,
+        tiles_per_slice, mean_offset, shift_offset, tl.program_id(0), first, SHIFTED,
+        STATS_ARE_VAR, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, PMODE, KD, BLOCK_R,
+        BLOCK_K,
+    )  # fmt: skip
+
+
+@triton.jit
+def _apply_pass(
+    X, Y, Z, W, B, SHIFT, MEAN, RSTD, geo, xl, yl, zl, pl, sl, eps, alpha, beta,
+    tiles_per_slice, mean_offset, shift_offset, kb, first, SHIFTED: tl.constexpr,
+    STATS_ARE_VAR: tl.constexpr, IS_RMS: tl.constexpr, HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr,
+    PMODE: tl.constexpr, KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """The elementwise pass over kept block kb's tiles from `first` (norm_apply_kernel). The
+    statistics are read through L2: in a fused launch other programs wrote them."""
     ksize, rsize, kept, chunks, tiles = geo
     xks, xr = xl
     yks, yr = yl
     zks, zr = zl
     pks, pr = pl
     sks, sr = sl
-    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
-    s = tl.program_id(1)
+    offs_k = kb * BLOCK_K + tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     kmask = offs_k < kept
     xk = kept_offsets(offs_k, ksize, xks, KD)
@@ -279,18 +314,17 @@ def norm_apply_kernel(
     zk = kept_offsets(offs_k, ksize, zks, KD)
     pk = kept_offsets(offs_k, ksize, pks, KD)
     sk = kept_offsets(offs_k, ksize, sks, KD)
-    mean = tl.load(MEAN + mean_offset + sk, mask=kmask, other=0.0).to(tl.float32)
-    rstd = tl.load(RSTD + sk, mask=kmask, other=1.0).to(tl.float32)
+    mean = tl.load(MEAN + mean_offset + sk, mask=kmask, other=0.0, cache_modifier=".cg")
+    mean = mean.to(tl.float32)
+    rstd = tl.load(RSTD + sk, mask=kmask, other=1.0, cache_modifier=".cg").to(tl.float32)
     if SHIFTED:
-        shift = tl.load(SHIFT + shift_offset + sk, mask=kmask, other=0.0)
+        shift = tl.load(SHIFT + shift_offset + sk, mask=kmask, other=0.0, cache_modifier=".cg")
     else:
         shift = tl.zeros((BLOCK_K,), tl.float32)
     if STATS_ARE_VAR:
         rstd = 1.0 / tl.sqrt(rstd + eps)
     wpre, bpre = preload_params(W, B, pk, kmask, HAS_W, HAS_B, PMODE)
-    # Last slice first, each slice's tiles last first: the statistics pass has just read the
-    # end of x, which is still in L2 (all of it, for x smaller than L2).
-    first = (tl.num_programs(1) - 1 - s) * tiles_per_slice
+    # Each slice's tiles last first: what was read last is the likeliest still in L2.
     last = tl.minimum(first + tiles_per_slice, tiles)
     for i in range(first, last):
         t = first + last - 1 - i
@@ -299,3 +333,36 @@ def norm_apply_kernel(
             shift, mean, rstd, wpre, bpre, alpha, beta, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT,
             BETA_NONZERO, PMODE, BLOCK_R,
         )  # fmt: skip
+
+
+@triton.jit
+def norm_stats_apply_kernel(
+    X, Y, Z, W, B, PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, ARRIVALS, geo, xl, yl, zl, pl, sl,
+    tiles_per_slice, fan_in, sync_offset, eps, momentum, alpha, beta, IS_RMS: tl.constexpr,
+    UPDATE_RUNNING: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    HAS_Z: tl.constexpr, ACT: tl.constexpr, BETA_NONZERO: tl.constexpr, PMODE: tl.constexpr,
+    KD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr,
+    STAGES: tl.constexpr,
+):  # fmt: skip
+    """The split path's two passes in one cooperative launch (grid as norm_stats_kernel's,
+    every program resident): each program summarizes its slice as norm_stats_kernel does,
+    waits at a grid barrier for the last one to write the statistics (ARRIVALS +
+    sync_offset: two more counters, zero before and after), then normalizes the same slice,
+    its tiles last first, the ones it read last still in L2. One launch instead of two: the
+    host's cost of a batch norm's forward is mostly its launches."""
+    kb = tl.program_id(0)
+    s = tl.program_id(1)
+    slices = tl.num_programs(1)
+    _, _, kept, _, _ = geo
+    _stats_pass(
+        X, PART, MEAN, RSTD, RUN_MEAN, RUN_VAR, ARRIVALS, geo, xl, tiles_per_slice, fan_in,
+        eps, momentum, kb, s, slices, IS_RMS, UPDATE_RUNNING, KD, BLOCK_R, BLOCK_K, BLOCK_S,
+        STAGES,
+    )  # fmt: skip
+    grid_sync_once(ARRIVALS + sync_offset, tl.num_programs(0) * slices)
+    # The mean relative to the shift sits in PART's plane 1, the shift in plane 3 (_write_stats).
+    _apply_pass(
+        X, Y, Z, W, B, PART, PART, RSTD, geo, xl, yl, zl, pl, sl, eps, alpha, beta,
+        tiles_per_slice, slices * kept, 3 * slices * kept, kb, s * tiles_per_slice, True,
+        False, IS_RMS, HAS_W, HAS_B, HAS_Z, ACT, BETA_NONZERO, PMODE, KD, BLOCK_R, BLOCK_K,
+    )  # fmt: skip

@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from ..core import cdiv
+from .arrival import wait_for_grid
 from .mathfn import sigmoid, tanh
 
 RNN_TANH = tl.constexpr(0)
@@ -117,19 +118,6 @@ def cell_forward_kernel(
 
 
 @triton.jit
-def _grid_barrier(SYNC, target):
-    """Wait until every program of the grid has arrived here as often as `target` says (the
-    counter SYNC is raised once per program per barrier). Every program must be resident at
-    once: the grid is at most one program per multiprocessor. The release orders this
-    program's stores before its arrival, the acquire the others' before what follows."""
-    tl.debug_barrier()
-    tl.atomic_add(SYNC, 1, sem="release", scope="gpu")
-    while tl.atomic_add(SYNC, 0, sem="acquire", scope="gpu") < target:
-        pass
-    tl.debug_barrier()
-
-
-@triton.jit
 def persistent_forward_kernel(
     GX, W, B_HH, HBUF, C, Y, y_stride, GATES, SAVE, SAVE2, HPREV, BATCH_SIZES, STARTS, SYNC,
     steps, batch, H, w_stride,
@@ -216,7 +204,7 @@ def persistent_forward_kernel(
         h_out = h.to(HBUF.dtype.element_ty)
         tl.store(Y + packed[:, None] * y_stride + rh[None, :], h_out, mask=running)
         tl.store(NXT + row, tl.where(running, h_out, h_prev), mask=in_batch)
-        _grid_barrier(SYNC, (i + 1) * programs)
+        wait_for_grid(SYNC, (i + 1) * programs)
 
 
 @triton.jit
@@ -350,7 +338,7 @@ def persistent_backward_kernel(
         _store_grads(DGX, DGH, gate, H, running, dgx, dgh_n, MODE, NGATES)
         if MODE == LSTM:
             dc = tl.where(running, dc_prev, dc)
-        _grid_barrier(SYNC, (i + 1) * programs)
+        wait_for_grid(SYNC, (i + 1) * programs)
 
         # dh_prev = dgh W_hh over every gate column, written by every program.
         acc = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
