@@ -232,3 +232,101 @@ def test_a_bound_descriptor_view_is_encoded_once_per_address(monkeypatch):
         (*head, "map1", 64, 32, 32, 1, 0.25, 7, True, 16),
         (*head, "map2", 64, 32, 32, 1, 0.5, 7, True, 16),
     ]
+
+
+def _gpu_road(monkeypatch):
+    """SlotLaunch's GPU road on the CPU: the device and stream stood in for, and Triton's own
+    path (compiling) recorded instead of run."""
+    from rtdnn.kernels import launch
+
+    monkeypatch.setattr(launch, "INTERPRETED", False)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 1234, raising=False)
+    slow = []
+    monkeypatch.setattr(SlotLaunch, "_slow_path", lambda self, key, *a: slow.append(key))
+    return slow
+
+
+def test_a_repeated_launch_binds_as_the_key_does(monkeypatch):
+    """A call whose values key as the last call's did takes that call's compiled kernel
+    without building its key; a value that keys otherwise (another dtype, a misaligned
+    address, another constant, an int that Triton specializes otherwise) takes the key's
+    road and the kernel compiled for it."""
+    slow = _gpu_road(monkeypatch)
+    run = SlotLaunch(KERNEL, (1,), {}, ("X", "alpha", "n", "FLAG"), BLOCK=16)
+    x, y = torch.empty(64), torch.empty(64)
+    kernels = {}
+
+    def compiled_for(*values):
+        key = run._signature(0, values)[0]
+        if key not in kernels:
+            kernels[key] = run.compiled[key] = _FakeCompiled()
+        return kernels[key]
+
+    first = compiled_for(x, 0.5, 32, True)
+    run(x, 0.5, 32, True)
+    assert run.last is not None and run.last[1] is first and run.last[2] is not None
+    run(y, 0.25, 48, True)  # the binder's road: the same kernel, this call's arguments
+    assert first.calls[-1][13:] == (y.data_ptr(), 0.25, 48, True, 16)
+    others = [
+        (x.half(), 0.5, 32, True),  # dtype
+        (torch.empty(65)[1:], 0.5, 32, True),  # 4 bytes past a 16-byte boundary
+        (x, 0.5, 32, False),  # a compile-time constant
+        (x, 0.5, 1, True),  # n == 1 specializes
+        (x, 0.5, 2**31, True),  # beyond 32 bits
+    ]
+    for values in others:
+        kernel = compiled_for(*values)
+        assert kernel is not first
+        run(*values)
+        assert len(kernel.calls) == 1 and run.last[1] is kernel
+        run(x, 0.5, 32, True)  # and back
+        assert run.last[1] is first
+    assert len(first.calls) == 2 + len(others) and not slow
+    run(x, 1, 32, True)  # an int where a float was: a key of its own, not compiled yet
+    assert len(slow) == 1
+
+
+def test_the_binder_gives_what_the_key_gives():
+    """For every pair of calls among values of each slot kind (tensors of two dtypes and
+    alignments, bound descriptor views, floats, ints, None, constants), the binder made for
+    the first call returns the second call's arguments exactly when the two keys are equal."""
+    import itertools
+
+    from rtdnn.kernels.launch import DescriptorView, _make_binder
+
+    run = SlotLaunch(KERNEL, (1,), {}, ("X", "alpha", "n", "FLAG"), BLOCK=16)
+    t = torch.empty(129)
+    view = DescriptorView([64], [1], [16])
+    firsts = [t[:64], t[1:65].half(), t[1:65], None, view.bind(t[:64]), view.bind(t[1:65])]
+    seconds = [*firsts, t[64:128], view.bind(t[64:128]), 0.5]
+    alphas, ns, flags = [0.5, 2.0, None, 3], [32, 33, 1, 2**40], [True, False, 1]
+    for first in itertools.product(firsts, alphas[:2], ns[:2], flags[:2]):
+        bind = _make_binder(run, first)
+        assert bind is not None
+        key = run._signature(0, first)[0]
+        for second in itertools.product(seconds, alphas, ns, flags):
+            other_key, args = run._signature(0, second)
+            bound = bind(second)
+            assert (bound is not None) == (other_key == key), (first, second)
+            if bound is not None:
+                assert bound == args
+
+
+def test_a_slot_kind_without_a_binder_keeps_the_key(monkeypatch):
+    """A host-side TensorDescriptor (its fields are keyed one by one) has no binder: each call
+    builds its key, and still reaches the kernel compiled for it."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from rtdnn.kernels import launch
+
+    slow = _gpu_road(monkeypatch)
+    monkeypatch.setattr(launch, "make_tensordesc_arg", lambda desc, meta: ["map"])
+    run = SlotLaunch(KERNEL, (1,), {}, ("X", "alpha"), n=7, FLAG=True, BLOCK=16)
+    x = torch.empty(64, 32)
+    desc = TensorDescriptor(x, [64, 32], [32, 1], [16, 16])
+    fake = _FakeCompiled(descriptors=((0, {}),))
+    run.compiled[run._signature(0, (desc, 0.5))[0]] = fake
+    run(desc, 0.5)
+    run(desc, 0.25)
+    assert run.last[2] is None and len(fake.calls) == 2 and not slow

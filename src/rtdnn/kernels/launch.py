@@ -252,6 +252,10 @@ class SlotLaunch:
         constexprs = set(getattr(fn, "constexprs", ()))
         self.constant = [i in constexprs for i in self.index]
         self.compiled: dict[tuple, _Compiled] = {}
+        # key -> its binder (_make_binder; None where a slot's kind has none), and the last
+        # call's (device, compiled kernel, binder): most calls repeat the last one's key.
+        self.binders: dict[tuple, object] = {}
+        self.last: tuple | None = None
 
     def _bind(self, values) -> list:
         """Every argument of the kernel, the slots filled with `values` as Triton's JIT takes
@@ -267,11 +271,22 @@ class SlotLaunch:
             return
         # CUDA is initialized here: the tensors live on it.
         device = torch._C._cuda_getDevice()
-        key, args = self._signature(device, values)
-        compiled = self.compiled.get(key)
-        if compiled is None or compiled.c_launch is None or _launch_hooks_installed():
-            self._slow_path(key, compiled, values)
-            return
+        last = self.last
+        args = None
+        if last is not None and last[0] == device and last[2] is not None:
+            args = last[2](values)  # None unless the values key as the last call's did
+        if args is not None and not _launch_hooks_installed():
+            compiled = last[1]
+        else:
+            key, args = self._signature(device, values)
+            compiled = self.compiled.get(key)
+            if compiled is None or compiled.c_launch is None or _launch_hooks_installed():
+                self._slow_path(key, compiled, values)
+                return
+            binder = self.binders.get(key, False)
+            if binder is False:
+                binder = self.binders[key] = _make_binder(self, values)
+            self.last = (device, compiled, binder)
         if compiled.descriptors:
             args = compiled.with_tensor_maps(args)
         gx, gy, gz = self.grid
@@ -351,6 +366,79 @@ class SlotLaunch:
                 self.compiled[key] = _Compiled(self.fn[self.grid](*args, **self.options))
             else:
                 compiled.kernel[self.grid](*args)
+
+
+def _make_binder(launch: SlotLaunch, values: tuple):
+    """A function of later calls' slot values that returns every argument of the kernel, as
+    SlotLaunch._signature does, where the values key as `values` do (the same compiled
+    kernel), else None: the per-call work of a repeated launch without building and hashing
+    its key. It is generated Python, one line per check, as Triton binds a JIT function's
+    arguments; for slots (X, alpha) of a kernel (X, alpha, n, BLOCK) called with a float32
+    tensor at an aligned address and a float, its source reads
+
+        def bind(values):
+            v0, v1 = values
+            if not (isinstance(v0, Tensor) and v0.dtype is D0 and type(v1) is float):
+                return None
+            p0 = v0.data_ptr()
+            if p0 & 15:
+                return None
+            return [p0, v1, T2, T3]
+
+    (D0 float32, T2 and T3 the fixed n and BLOCK). None where a slot holds a kind that has
+    no such check here (host-side TMA descriptors, tuples of tensors): those keep the key."""
+    names: dict[str, object] = {"Tensor": torch.Tensor, "BoundDescriptor": BoundDescriptor}
+    items = [f"T{j}" for j in range(len(launch.template))]
+    for j, value in enumerate(launch.template):
+        names[f"T{j}"] = value
+    checks, reads, aligned, unaligned = [], [], [], []
+    for n, (i, constant, v) in enumerate(zip(launch.index, launch.constant, values, strict=True)):
+        kind = type(v)
+        if not constant and isinstance(v, torch.Tensor):
+            names[f"D{n}"] = v.dtype
+            checks.append(f"isinstance(v{n}, Tensor) and v{n}.dtype is D{n}")
+            reads.append(f"p{n} = v{n}.data_ptr()")
+            (unaligned if v.data_ptr() & 15 else aligned).append(f"p{n}")
+            items[i] = f"p{n}"
+        elif kind is BoundDescriptor:
+            names[f"D{n}"], names[f"K{n}"] = v.base.dtype, v.view.key
+            checks.append(
+                f"type(v{n}) is BoundDescriptor and v{n}.view.key == K{n} "
+                f"and v{n}.base.dtype is D{n}"
+            )
+            reads.append(f"p{n} = v{n}.base.data_ptr()")
+            (unaligned if v.base.data_ptr() & 15 else aligned).append(f"p{n}")
+            items[i] = f"v{n}"
+        elif kind is int and not constant:
+            names[f"S{n}"] = ((v & 15) == 0, v == 1, -(2**31) <= v < 2**31)
+            checks.append(
+                f"type(v{n}) is int and "
+                f"((v{n} & 15) == 0, v{n} == 1, -2147483648 <= v{n} < 2147483648) == S{n}"
+            )
+            items[i] = f"v{n}"
+        elif kind is float and not constant:
+            checks.append(f"type(v{n}) is float")
+            items[i] = f"v{n}"
+        elif kind in (bool, int, float, str, type(None)):
+            # A compile-time constant, or a value keyed as itself: the same type and value.
+            names[f"K{n}"], names[f"C{n}"] = kind, v
+            checks.append(f"type(v{n}) is K{n} and v{n} == C{n}")
+            items[i] = f"v{n}"
+        else:
+            return None
+    lines = ["def bind(values):"]
+    if values:
+        lines.append(f"    {', '.join(f'v{n}' for n in range(len(values)))}, = values")
+    if checks:
+        lines += [f"    if not ({' and '.join(checks)}):", "        return None"]
+    lines += [f"    {read}" for read in reads]
+    if aligned:
+        lines += [f"    if ({' | '.join(aligned)}) & 15:", "        return None"]
+    for p in unaligned:
+        lines += [f"    if not {p} & 15:", "        return None"]
+    lines.append(f"    return [{', '.join(items)}]")
+    exec("\n".join(lines), names)  # noqa: S102 (the source is built above, from names only)
+    return names["bind"]
 
 
 _launches: dict[tuple, SlotLaunch] = {}
