@@ -252,10 +252,10 @@ class SlotLaunch:
         constexprs = set(getattr(fn, "constexprs", ()))
         self.constant = [i in constexprs for i in self.index]
         self.compiled: dict[tuple, _Compiled] = {}
-        # key -> its binder (_make_binder; None where a slot's kind has none), and the last
-        # call's (device, compiled kernel, binder): most calls repeat the last one's key.
-        self.binders: dict[tuple, object] = {}
-        self.last: tuple | None = None
+        # key -> its launcher (_fast_launcher; None where a slot's kind has none), and the
+        # last call's (device, launcher): most calls repeat the last one's key.
+        self.launchers: dict[tuple, object] = {}
+        self.fast: tuple | None = None
 
     def _bind(self, values) -> list:
         """Every argument of the kernel, the slots filled with `values` as Triton's JIT takes
@@ -271,22 +271,18 @@ class SlotLaunch:
             return
         # CUDA is initialized here: the tensors live on it.
         device = torch._C._cuda_getDevice()
-        last = self.last
-        args = None
-        if last is not None and last[0] == device and last[2] is not None:
-            args = last[2](values)  # None unless the values key as the last call's did
-        if args is not None and not _launch_hooks_installed():
-            compiled = last[1]
-        else:
-            key, args = self._signature(device, values)
-            compiled = self.compiled.get(key)
-            if compiled is None or compiled.c_launch is None or _launch_hooks_installed():
-                self._slow_path(key, compiled, values)
-                return
-            binder = self.binders.get(key, False)
-            if binder is False:
-                binder = self.binders[key] = _make_binder(self, values)
-            self.last = (device, compiled, binder)
+        fast = self.fast
+        if fast is not None and fast[0] == device and fast[1](values):
+            return  # launched as the last call was (_fast_launcher)
+        key, args = self._signature(device, values)
+        compiled = self.compiled.get(key)
+        if compiled is None or compiled.c_launch is None or _launch_hooks_installed():
+            self._slow_path(key, compiled, values)
+            return
+        launcher = self.launchers.get(key, False)
+        if launcher is False:
+            launcher = self.launchers[key] = _fast_launcher(self, values, compiled, device)
+        self.fast = None if launcher is None else (device, launcher)
         if compiled.descriptors:
             args = compiled.with_tensor_maps(args)
         gx, gy, gz = self.grid
@@ -371,23 +367,80 @@ class SlotLaunch:
 def _make_binder(launch: SlotLaunch, values: tuple):
     """A function of later calls' slot values that returns every argument of the kernel, as
     SlotLaunch._signature does, where the values key as `values` do (the same compiled
-    kernel), else None: the per-call work of a repeated launch without building and hashing
-    its key. It is generated Python, one line per check, as Triton binds a JIT function's
-    arguments; for slots (X, alpha) of a kernel (X, alpha, n, BLOCK) called with a float32
-    tensor at an aligned address and a float, its source reads
+    kernel), else None; or None where a slot holds a kind that has no such check here
+    (host-side TMA descriptors, tuples of tensors: those keep the key). The checks of
+    _fast_launcher, which launches where this returns arguments."""
+    source = _binding_source(launch, values, fail="None")
+    if source is None:
+        return None
+    names, lines, items = source
+    lines = ["def bind(values):", *lines, f"    return [{items}]"]
+    exec("\n".join(lines), names)  # noqa: S102 (the source is built from names only)
+    return names["bind"]
 
-        def bind(values):
+
+def _fast_launcher(launch: SlotLaunch, values: tuple, compiled: _Compiled, device: int):
+    """A function of later calls' slot values that launches `compiled` on `device`'s current
+    stream and returns True where the values key as `values` do, else returns False having
+    done nothing (and where a launch hook is installed, whose calls take Triton's road): a
+    repeated launch without building and hashing its key. None where a slot holds a kind
+    with no check here (_make_binder). It is generated Python, one line per check, as Triton
+    binds a JIT function's arguments; for slots (X, alpha) of a kernel (X, alpha, n, BLOCK)
+    called with a float32 tensor at an aligned address and a float, its source reads
+
+        def launch(values):
             v0, v1 = values
-            if not (isinstance(v0, Tensor) and v0.dtype is D0 and type(v1) is float):
-                return None
-            p0 = v0.data_ptr()
+            try:
+                if not (v0.dtype is D0 and type(v1) is float):
+                    return False
+                p0 = v0.data_ptr()
+            except AttributeError:  # not a tensor where a tensor was
+                return False
             if p0 & 15:
-                return None
-            return [p0, v1, T2, T3]
+                return False
+            if HOOKS():
+                return False
+            args = [p0, v1, T2, T3]
+            c = COMPILED
+            c.c_launch(GX, GY, GZ, STREAM(DEVICE), c.function, COOP, PDL, None, None,
+                       c.metadata, None, None, None, *args)
+            return True
 
-    (D0 float32, T2 and T3 the fixed n and BLOCK). None where a slot holds a kind that has
-    no such check here (host-side TMA descriptors, tuples of tensors): those keep the key."""
-    names: dict[str, object] = {"Tensor": torch.Tensor, "BoundDescriptor": BoundDescriptor}
+    (D0 float32, T2 and T3 the fixed n and BLOCK; with host-side descriptors, the arguments
+    pass through COMPILED.with_tensor_maps first.)"""
+    source = _binding_source(launch, values, fail="False")
+    if source is None:
+        return None
+    names, lines, items = source
+    (gx, gy, gz), (coop, pdl) = launch.grid, compiled.flags
+    names.update(
+        COMPILED=compiled, DEVICE=device, HOOKS=_launch_hooks_installed, GX=gx, GY=gy, GZ=gz,
+        COOP=coop, PDL=pdl, STREAM=torch._C._cuda_getCurrentRawStream,
+    )  # fmt: skip
+    body = [
+        "    if HOOKS():", "        return False", f"    args = [{items}]", "    c = COMPILED",
+    ]  # fmt: skip
+    if compiled.descriptors:
+        body.append("    args = c.with_tensor_maps(args)")
+    body += [
+        "    c.c_launch(GX, GY, GZ, STREAM(DEVICE), c.function, COOP, PDL, None, None,",
+        "               c.metadata, None, None, None, *args)",
+        "    return True",
+    ]
+    lines = ["def launch(values):", *lines, *body]
+    exec("\n".join(lines), names)  # noqa: S102 (the source is built from names only)
+    return names["launch"]
+
+
+def _binding_source(
+    launch: SlotLaunch, values: tuple, fail: str
+) -> tuple[dict, list[str], str] | None:
+    """(names, lines, argument list) of the generated checks that `values`' key holds
+    (_make_binder, _fast_launcher): the lines check each slot and read the tensors'
+    addresses into p0, p1, ..., returning `fail` where a check fails; the argument list is
+    every argument of the kernel in order, tensors as those addresses. None where a slot
+    holds a kind with no check here."""
+    names: dict[str, object] = {"BoundDescriptor": BoundDescriptor}
     items = [f"T{j}" for j in range(len(launch.template))]
     for j, value in enumerate(launch.template):
         names[f"T{j}"] = value
@@ -396,7 +449,7 @@ def _make_binder(launch: SlotLaunch, values: tuple):
         kind = type(v)
         if not constant and isinstance(v, torch.Tensor):
             names[f"D{n}"] = v.dtype
-            checks.append(f"isinstance(v{n}, Tensor) and v{n}.dtype is D{n}")
+            checks.append(f"v{n}.dtype is D{n}")  # a torch dtype: a tensor's
             reads.append(f"p{n} = v{n}.data_ptr()")
             (unaligned if v.data_ptr() & 15 else aligned).append(f"p{n}")
             items[i] = f"p{n}"
@@ -426,19 +479,20 @@ def _make_binder(launch: SlotLaunch, values: tuple):
             items[i] = f"v{n}"
         else:
             return None
-    lines = ["def bind(values):"]
+    lines = []
     if values:
         lines.append(f"    {', '.join(f'v{n}' for n in range(len(values)))}, = values")
+    # A value of another kind where a tensor was has no dtype (or data_ptr): not this key.
+    lines.append("    try:")
     if checks:
-        lines += [f"    if not ({' and '.join(checks)}):", "        return None"]
-    lines += [f"    {read}" for read in reads]
+        lines += [f"        if not ({' and '.join(checks)}):", f"            return {fail}"]
+    lines += [f"        {read}" for read in reads] or ["        pass"]
+    lines += ["    except AttributeError:", f"        return {fail}"]
     if aligned:
-        lines += [f"    if ({' | '.join(aligned)}) & 15:", "        return None"]
+        lines += [f"    if ({' | '.join(aligned)}) & 15:", f"        return {fail}"]
     for p in unaligned:
-        lines += [f"    if not {p} & 15:", "        return None"]
-    lines.append(f"    return [{', '.join(items)}]")
-    exec("\n".join(lines), names)  # noqa: S102 (the source is built above, from names only)
-    return names["bind"]
+        lines += [f"    if not {p} & 15:", f"        return {fail}"]
+    return names, lines, ", ".join(items)
 
 
 _launches: dict[tuple, SlotLaunch] = {}
