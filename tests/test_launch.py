@@ -266,7 +266,9 @@ def test_a_repeated_launch_binds_as_the_key_does(monkeypatch):
     first = compiled_for(x, 0.5, 32, True)
     run(x, 0.5, 32, True)
     assert run.fast is not None and len(first.calls) == 1
-    run(y, 0.25, 48, True)  # the binder's road: the same kernel, this call's arguments
+    run(x, 0.5, 32, True)  # the launcher's road: what the key's road gave
+    assert first.calls[1] == first.calls[0]
+    run(y, 0.25, 48, True)  # the same kernel, this call's arguments
     assert first.calls[-1][13:] == (y.data_ptr(), 0.25, 48, True, 16)
     others = [
         (x.half(), 0.5, 32, True),  # dtype
@@ -283,7 +285,7 @@ def test_a_repeated_launch_binds_as_the_key_does(monkeypatch):
         calls = len(first.calls)
         run(x, 0.5, 32, True)  # and back
         assert len(first.calls) == calls + 1
-    assert len(first.calls) == 2 + len(others) and not slow
+    assert len(first.calls) == 3 + len(others) and not slow
     run(x, 1, 32, True)  # an int where a float was: a key of its own, not compiled yet
     assert len(slow) == 1
 
