@@ -234,7 +234,10 @@ class SlotLaunch:
     kernel's C launcher on the current stream. Memory-bound kernels take a few microseconds on
     the GPU, so the host must not take longer: tensors go to the launcher as raw device
     addresses, which spares it a data_ptr() call and a driver query per pointer (the tensors'
-    devices were checked when the call was prepared).
+    devices were checked when the call was prepared). A call whose values key as the last
+    call's did (the usual case: a layer repeats its launches) goes through that key's
+    generated launcher (_fast_launcher), which checks each slot and launches without
+    building the key.
     """
 
     def __init__(self, fn, grid: tuple[int, ...], options: dict, slots: tuple[str, ...], **fixed):
