@@ -9,11 +9,8 @@
 # go to $OUT/results.tgz (packed again after each step, so that a call cut short keeps what
 # ran), beside $OUT/triton_cache.tgz.
 set -u
-RES=/tmp/res
-mkdir -p $RES
-export PYTHONUNBUFFERED=1 RTDNN_AUTOTUNE=0 RTDNN_TUNING_DB=$RES/tuning.sqlite
 . benchmarks/probes/suite.sh
-pack() { tar -czf "$OUT/results.tgz" -C "$RES" .; }
+packed_results
 restore_cache
 for t in test_normalization_gpu test_rnn_gpu; do
   RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-150}" env PYTHONPATH=$PWD/src python3 -m pytest -q \

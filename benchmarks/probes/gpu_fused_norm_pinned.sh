@@ -7,11 +7,8 @@
 # kernels are compiled first, unpinned and untimed. Results packed into $OUT/results.tgz
 # after each step.
 set -u
-RES=/tmp/res
-mkdir -p $RES
-export PYTHONUNBUFFERED=1 RTDNN_AUTOTUNE=0 RTDNN_TUNING_DB=$RES/tuning.sqlite
 . benchmarks/probes/suite.sh
-pack() { tar -czf "$OUT/results.tgz" -C "$RES" .; }
+packed_results
 main=$(main_tree)
 mkdir -p $RES/warm
 HOST_LIMIT=240 host_step "$main" $RES/warm

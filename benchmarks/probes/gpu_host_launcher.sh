@@ -7,11 +7,8 @@
 # deleted after) and these with the process on one core, then the model bench on that core.
 # Results packed into $OUT/results.tgz after each step.
 set -u
-RES=/tmp/res
-mkdir -p $RES
-export PYTHONUNBUFFERED=1 RTDNN_AUTOTUNE=0 RTDNN_TUNING_DB=$RES/tuning.sqlite
 . benchmarks/probes/suite.sh
-pack() { tar -czf "$OUT/results.tgz" -C "$RES" .; }
+packed_results
 RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-150}" env PYTHONPATH=$PWD/src python3 -m pytest -q -n 8 \
   -rf -p no:cacheprovider tests/test_normalization_gpu.py tests/test_conv_gpu.py \
   -k "normalization or batch_norm or hopper" > "$RES/gpu_tests.txt" 2>&1

@@ -57,3 +57,13 @@ print({k: v['min_ms'] for k, v in d.items()})"
 main_tree() {
   mkdir -p /tmp/main_tree && tar -xf "$MAIN_SRC" -C /tmp/main_tree && echo /tmp/main_tree
 }
+
+# `packed_results` for scripts whose results go to one file, $OUT/results.tgz (a call brings
+# back at most 8 files): RES=/tmp/res to write them in, tuning off with a database of its own
+# there; `pack` packs RES again, after each step, so that a call cut short keeps what ran.
+packed_results() {
+  RES=/tmp/res
+  mkdir -p "$RES"
+  export PYTHONUNBUFFERED=1 RTDNN_AUTOTUNE=0 RTDNN_TUNING_DB=$RES/tuning.sqlite
+}
+pack() { tar -czf "$OUT/results.tgz" -C "$RES" .; }
