@@ -22,6 +22,7 @@ import torch
 
 from ..core import bad_param, check_runnable, check_tensor
 from ..kernels.cross_entropy import cross_entropy_bwd_kernel, cross_entropy_fwd_kernel, sum_kernel
+from ..kernels.launch import launch_cached
 from ._common import check_real
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -107,19 +108,31 @@ def cross_entropy_forward(
             return loss.view(target.shape).to(logits.dtype), lse, w_t
         empty_value = float("nan") if reduction == "mean" else 0.0
         return torch.full((), empty_value, dtype=logits.dtype, device=x.device), lse, w_t
-    cross_entropy_fwd_kernel[(rows,)](
-        x, t, weight if weight is not None else loss, loss, lse, w_t, classes, x.stride(0),
-        x.stride(1), ignore_index, float(label_smoothing), HAS_WEIGHT=weight is not None,
-        BLOCK=min(_BLOCK, max(16, 1 << (classes - 1).bit_length())),
+    launch_cached(
+        cross_entropy_fwd_kernel, (rows,),
+        dict(X=x, T=t, W=weight if weight is not None else loss, LOSS=loss, LSE=lse, WT=w_t,
+             eps=float(label_smoothing)),
+        C=classes, stride_row=x.stride(0), stride_class=x.stride(1), ignore_index=ignore_index,
+        HAS_WEIGHT=weight is not None, BLOCK=_block(classes),
     )  # fmt: skip
     if reduction == "none":
         return loss.view(target.shape).to(logits.dtype), lse, w_t
     total = torch.empty(2, dtype=torch.float32, device=x.device)
-    sum_kernel[(1,)](loss, total, rows, BLOCK=_BLOCK)
+    _sum(loss, total, rows)
     if reduction == "mean":
-        sum_kernel[(1,)](w_t, total[1:], rows, BLOCK=_BLOCK)
+        _sum(w_t, total[1:], rows)
         total[0] = total[0] / total[1]
     return total[0].to(logits.dtype), lse, w_t
+
+
+def _block(classes: int) -> int:
+    """The kernels' tile of classes: the classes rounded up to a power of two, 16 to _BLOCK."""
+    return min(_BLOCK, max(16, 1 << (classes - 1).bit_length()))
+
+
+def _sum(values: torch.Tensor, out: torch.Tensor, n: int) -> None:
+    """out[0] = the sum of values[:n] (float32), in a fixed order."""
+    launch_cached(sum_kernel, (1,), dict(V=values, OUT=out), n=n, BLOCK=_BLOCK)
 
 
 def cross_entropy_backward(
@@ -154,13 +167,15 @@ def cross_entropy_backward(
     g_stride = 1 if reduction == "none" else 0
     if reduction == "mean":
         total = torch.empty(1, dtype=torch.float32, device=x.device)
-        sum_kernel[(1,)](w_t, total, rows, BLOCK=_BLOCK)
+        _sum(w_t, total, rows)
         g = g / total
-    cross_entropy_bwd_kernel[(rows,)](
-        x, t, weight if weight is not None else lse, lse, w_t, g, dx, classes, x.stride(0),
-        x.stride(1), dx.stride(0), dx.stride(1), g_stride, ignore_index,
-        float(label_smoothing), HAS_WEIGHT=weight is not None,
-        BLOCK=min(_BLOCK, max(16, 1 << (classes - 1).bit_length())),
+    launch_cached(
+        cross_entropy_bwd_kernel, (rows,),
+        dict(X=x, T=t, W=weight if weight is not None else lse, LSE=lse, WT=w_t, G=g, DX=dx,
+             eps=float(label_smoothing)),
+        C=classes, stride_row=x.stride(0), stride_class=x.stride(1), dstride_row=dx.stride(0),
+        dstride_class=dx.stride(1), g_stride=g_stride, ignore_index=ignore_index,
+        HAS_WEIGHT=weight is not None, BLOCK=_block(classes),
     )  # fmt: skip
     if logits.dim() == 2:
         return dx
