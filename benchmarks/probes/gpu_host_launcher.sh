@@ -9,7 +9,7 @@
 set -u
 . benchmarks/probes/suite.sh
 packed_results
-RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-150}" env PYTHONPATH=$PWD/src python3 -m pytest -q -n 8 \
+RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-120}" env PYTHONPATH=$PWD/src python3 -m pytest -q -n 8 \
   -rf -p no:cacheprovider tests/test_normalization_gpu.py tests/test_conv_gpu.py \
   -k "normalization or batch_norm or hopper" > "$RES/gpu_tests.txt" 2>&1
 echo "== gpu tests: exit $?"; grep -E "passed|failed|FAILED|Error" "$RES/gpu_tests.txt" | head -12
@@ -22,7 +22,7 @@ if [ -n "${BEFORE_SRC:-}" ]; then
   before=/tmp/before_tree/before && mkdir -p $before && tar -xf "$BEFORE_SRC" -C $before
   mkdir -p $RES/warm && HOST_LIMIT=200 host_step $before $RES/warm  # its kernels, compiled
   taskset -pc "${CORE:-3}" $$ > /dev/null
-  for round in ${ROUNDS:-1 2}; do
+  for round in ${ROUNDS:-1}; do
     for tree in $before "$PWD"; do
       mkdir -p "$RES/round$round" && HOST_LIMIT=${HOST_LIMIT:-100} host_step "$tree" "$RES/round$round"
       pack
