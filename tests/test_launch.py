@@ -290,34 +290,38 @@ def test_a_repeated_launch_binds_as_the_key_does(monkeypatch):
     assert len(slow) == 1
 
 
-def test_the_binder_gives_what_the_key_gives():
+def test_the_launcher_launches_what_the_key_launches(monkeypatch):
     """For every pair of calls among values of each slot kind (tensors of two dtypes and
-    alignments, bound descriptor views, floats, ints, None, constants), the binder made for
-    the first call returns the second call's arguments exactly when the two keys are equal."""
+    alignments, bound descriptor views, floats, ints, None, constants), the launcher made for
+    the first call launches the second exactly when the two keys are equal, with the
+    arguments the key's road gives."""
     import itertools
 
-    from rtdnn.kernels.launch import DescriptorView, _make_binder
+    from rtdnn.kernels.launch import DescriptorView, _fast_launcher
 
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 1234, raising=False)
     run = SlotLaunch(KERNEL, (1,), {}, ("X", "alpha", "n", "FLAG"), BLOCK=16)
     t = torch.empty(129)
     view = DescriptorView([64], [1], [16])
     firsts = [t[:64], t[1:65].half(), t[1:65], None, view.bind(t[:64]), view.bind(t[1:65])]
     seconds = [*firsts, t[64:128], view.bind(t[64:128]), 0.5]
     alphas, ns, flags = [0.5, 2.0, None, 3], [32, 33, 1, 2**40], [True, False, 1]
+    head = (1, 1, 1, 1234, "function", False, True, None, None, "metadata", None, None, None)
     for first in itertools.product(firsts, alphas[:2], ns[:2], flags[:2]):
-        bind = _make_binder(run, first)
-        assert bind is not None
+        fake = _FakeCompiled()
+        launch = _fast_launcher(run, first, fake, 0)
+        assert launch is not None
         key = run._signature(0, first)[0]
         for second in itertools.product(seconds, alphas, ns, flags):
             other_key, args = run._signature(0, second)
-            bound = bind(second)
-            assert (bound is not None) == (other_key == key), (first, second)
-            if bound is not None:
-                assert bound == args
+            launched = launch(second)
+            assert launched == (other_key == key), (first, second)
+            assert fake.calls == ([(*head, *args)] if launched else [])
+            fake.calls.clear()
 
 
-def test_a_slot_kind_without_a_binder_keeps_the_key(monkeypatch):
-    """A host-side TensorDescriptor (its fields are keyed one by one) has no binder: each call
+def test_a_slot_kind_without_a_launcher_keeps_the_key(monkeypatch):
+    """A host-side TensorDescriptor (its fields are keyed one by one) has no launcher: each call
     builds its key, and still reaches the kernel compiled for it."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 

@@ -367,27 +367,13 @@ class SlotLaunch:
                 compiled.kernel[self.grid](*args)
 
 
-def _make_binder(launch: SlotLaunch, values: tuple):
-    """A function of later calls' slot values that returns every argument of the kernel, as
-    SlotLaunch._signature does, where the values key as `values` do (the same compiled
-    kernel), else None; or None where a slot holds a kind that has no such check here
-    (host-side TMA descriptors, tuples of tensors: those keep the key). The checks of
-    _fast_launcher, which launches where this returns arguments."""
-    source = _binding_source(launch, values, fail="None")
-    if source is None:
-        return None
-    names, lines, items = source
-    lines = ["def bind(values):", *lines, f"    return [{items}]"]
-    exec("\n".join(lines), names)  # noqa: S102 (the source is built from names only)
-    return names["bind"]
-
-
 def _fast_launcher(launch: SlotLaunch, values: tuple, compiled: _Compiled, device: int):
     """A function of later calls' slot values that launches `compiled` on `device`'s current
     stream and returns True where the values key as `values` do, else returns False having
     done nothing (and where a launch hook is installed, whose calls take Triton's road): a
     repeated launch without building and hashing its key. None where a slot holds a kind
-    with no check here (_make_binder). It is generated Python, one line per check, as Triton
+    with no check here (host-side TMA descriptors, tuples of tensors: those keep the key).
+    It is generated Python, one line per check, as Triton
     binds a JIT function's arguments; for slots (X, alpha) of a kernel (X, alpha, n, BLOCK)
     called with a float32 tensor at an aligned address and a float, its source reads
 
@@ -411,7 +397,7 @@ def _fast_launcher(launch: SlotLaunch, values: tuple, compiled: _Compiled, devic
 
     (D0 float32, T2 and T3 the fixed n and BLOCK; with host-side descriptors, the arguments
     pass through COMPILED.with_tensor_maps first.)"""
-    source = _binding_source(launch, values, fail="False")
+    source = _binding_source(launch, values)
     if source is None:
         return None
     names, lines, items = source
@@ -435,14 +421,11 @@ def _fast_launcher(launch: SlotLaunch, values: tuple, compiled: _Compiled, devic
     return names["launch"]
 
 
-def _binding_source(
-    launch: SlotLaunch, values: tuple, fail: str
-) -> tuple[dict, list[str], str] | None:
-    """(names, lines, argument list) of the generated checks that `values`' key holds
-    (_make_binder, _fast_launcher): the lines check each slot and read the tensors'
-    addresses into p0, p1, ..., returning `fail` where a check fails; the argument list is
-    every argument of the kernel in order, tensors as those addresses. None where a slot
-    holds a kind with no check here."""
+def _binding_source(launch: SlotLaunch, values: tuple) -> tuple[dict, list[str], str] | None:
+    """(names, lines, argument list) of _fast_launcher's checks that `values`' key holds: the
+    lines check each slot and read the tensors' addresses into p0, p1, ..., returning False
+    where a check fails; the argument list is every argument of the kernel in order, tensors
+    as those addresses. None where a slot holds a kind with no check here."""
     names: dict[str, object] = {"BoundDescriptor": BoundDescriptor}
     items = [f"T{j}" for j in range(len(launch.template))]
     for j, value in enumerate(launch.template):
@@ -488,13 +471,13 @@ def _binding_source(
     # A value of another kind where a tensor was has no dtype (or data_ptr): not this key.
     lines.append("    try:")
     if checks:
-        lines += [f"        if not ({' and '.join(checks)}):", f"            return {fail}"]
+        lines += [f"        if not ({' and '.join(checks)}):", "            return False"]
     lines += [f"        {read}" for read in reads] or ["        pass"]
-    lines += ["    except AttributeError:", f"        return {fail}"]
+    lines += ["    except AttributeError:", "        return False"]
     if aligned:
-        lines += [f"    if ({' | '.join(aligned)}) & 15:", f"        return {fail}"]
+        lines += [f"    if ({' | '.join(aligned)}) & 15:", "        return False"]
     for p in unaligned:
-        lines += [f"    if not {p} & 15:", f"        return {fail}"]
+        lines += [f"    if not {p} & 15:", "        return False"]
     return names, lines, ", ".join(items)
 
 
