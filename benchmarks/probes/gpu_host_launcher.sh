@@ -4,12 +4,13 @@
 # through the launcher once its key repeats), a training step's launches in parts
 # (host_launch_parts.py), the host-time A/B of host_layers.py with the sources before the
 # launcher (BEFORE_SRC: `git archive 466320f src -o before_src.tar` in the working tree,
-# deleted after) and these with the process on one core, then the model bench on that core.
+# deleted after; its kernels are these, compiled once) and these with the process on one
+# core, then the model bench on that core. About 600 s in all: ROUNDS=1, TEST_LIMIT=150.
 # Results packed into $OUT/results.tgz after each step.
 set -u
 . benchmarks/probes/suite.sh
 packed_results
-RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-120}" env PYTHONPATH=$PWD/src python3 -m pytest -q -n 8 \
+RTDNN_GPU_TESTS=1 timeout "${TEST_LIMIT:-150}" env PYTHONPATH=$PWD/src python3 -m pytest -q -n 8 \
   -rf -p no:cacheprovider tests/test_normalization_gpu.py tests/test_conv_gpu.py \
   -k "normalization or batch_norm or hopper" > "$RES/gpu_tests.txt" 2>&1
 echo "== gpu tests: exit $?"; grep -E "passed|failed|FAILED|Error" "$RES/gpu_tests.txt" | head -12
@@ -20,7 +21,6 @@ echo "== launch parts: exit $?"; grep -v Warn "$RES/launch_parts.txt" | head -24
 pack
 if [ -n "${BEFORE_SRC:-}" ]; then
   before=/tmp/before_tree/before && mkdir -p $before && tar -xf "$BEFORE_SRC" -C $before
-  mkdir -p $RES/warm && HOST_LIMIT=200 host_step $before $RES/warm  # its kernels, compiled
   taskset -pc "${CORE:-3}" $$ > /dev/null
   for round in ${ROUNDS:-1}; do
     for tree in $before "$PWD"; do
