@@ -15,32 +15,18 @@ import timeit
 os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU tensors; nothing is interpreted below
 
 import torch  # noqa: E402
+from gpu_road_cpu import slot_launches_on_the_cpu  # noqa: E402
 
 from rtdnn.algos import ALGORITHMS, ConvTensors  # noqa: E402
 from rtdnn.algos import implicit_gemm as ig  # noqa: E402
-from rtdnn.kernels import launch  # noqa: E402
 from rtdnn.ops.conv import _problem_for_selection  # noqa: E402
-
-
-class _NoKernel(launch._Compiled):
-    """A compiled kernel whose C launcher does nothing."""
-
-    def __init__(self):
-        self.function, self.metadata, self.flags = None, None, (False, False)
-        self.c_launch = lambda *args: None
-        self.descriptors, self.tensor_maps = (), {}
 
 
 def stand_in_for_the_gpu() -> None:
     ig.hopper_unsupported = lambda p: None
     ig.multiprocessor_count = lambda device: 132
     torch.cuda.current_device = lambda: 0
-    torch._C._cuda_getDevice = lambda: 0
-    torch._C._cuda_getCurrentRawStream = lambda device: 0
-    launch.INTERPRETED = False
-    launch.SlotLaunch._slow_path = lambda self, key, compiled, values: self.compiled.__setitem__(
-        key, _NoKernel()
-    )
+    slot_launches_on_the_cpu()
 
 
 # (name, direction, x shape, w shape, stride, padding)

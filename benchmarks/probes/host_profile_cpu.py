@@ -29,6 +29,7 @@ sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("meta
 
 import torch  # noqa: E402
 import torchvision  # noqa: E402
+from gpu_road_cpu import slot_launches_on_the_cpu  # noqa: E402
 from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
 import rtdnn  # noqa: E402
@@ -48,25 +49,11 @@ def stub_launches() -> None:
     launch.SlotLaunch.__call__ = _no_kernel
 
 
-class _NoKernel(launch._Compiled):
-    """A compiled kernel whose C entry point counts the launch and does nothing."""
-
-    def __init__(self):
-        self.function, self.metadata, self.flags = None, None, (False, False)
-        self.c_launch = lambda *args: _no_kernel(None)
-        self.descriptors, self.tensor_maps = (), {}
-
-
 def slot_launches_to_the_entry_point() -> None:
-    """SlotLaunch runs as on a GPU (the current device and stream stood in for) up to a C entry
-    point that does nothing; its first call of a signature stores that entry point."""
-    torch._C._cuda_getDevice = lambda: 0
-    torch._C._cuda_getCurrentRawStream = lambda device: 0
-    launch.INTERPRETED = False
+    """SlotLaunch runs as on a GPU (gpu_road_cpu.py) up to a C entry point that counts the
+    launch and does nothing."""
     launch.SlotLaunch.__call__ = SLOT_CALL
-    launch.SlotLaunch._slow_path = lambda self, key, compiled, values: self.compiled.__setitem__(
-        key, _NoKernel()
-    )
+    slot_launches_on_the_cpu(lambda: _no_kernel(None))
 
 
 SLOT_CALL = launch.SlotLaunch.__call__

@@ -373,9 +373,9 @@ def _fast_launcher(launch: SlotLaunch, values: tuple, compiled: _Compiled, devic
     done nothing (and where a launch hook is installed, whose calls take Triton's road): a
     repeated launch without building and hashing its key. None where a slot holds a kind
     with no check here (host-side TMA descriptors, tuples of tensors: those keep the key).
-    It is generated Python, one line per check, as Triton
-    binds a JIT function's arguments; for slots (X, alpha) of a kernel (X, alpha, n, BLOCK)
-    called with a float32 tensor at an aligned address and a float, its source reads
+    It is generated Python, one line per check, as Triton binds a JIT function's arguments;
+    for slots (X, alpha) of a kernel (X, alpha, n, BLOCK) called with a float32 tensor at an
+    aligned address and a float, its source reads
 
         def launch(values):
             v0, v1 = values
